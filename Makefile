@@ -1,0 +1,40 @@
+# Every target that needs the project creates .venv and installs it first,
+# so `make run` / `make test` work on a fresh machine with nothing installed.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+PY     := $(BIN)/python
+STAMP  := $(VENV)/.installed-stamp
+
+.PHONY: help setup run test test-sparkbc test-fast spark-sgd-proof spark-sgd-proof-scale \
+        sparkbc-e2e repro-check bench clean
+
+help:
+	@echo "make run        set up, run the default job (dvc repro), print a summary"
+	@echo "make test       set up, run the whole test suite"
+	@echo "make test-sparkbc   only the SPARK_BC toolchain tests"
+	@echo "make spark-sgd-proof        train the default program's tiny job and check it"
+	@echo "make spark-sgd-proof-scale  the large-scale proof (about 10 minutes)"
+	@echo "make sparkbc-e2e   spark run and dvc repro give the same weights"
+	@echo "make repro-check   force-repro and diff dvc.lock (copy into your CI)"
+	@echo "make bench         tokens/s and model FLOP/s utilisation"
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -m 'not e2e and not slow and not proof'
+
+test-sparkbc: $(STAMP)
+	$(PY) -m pytest -q tests/bc
+
+clean:
+	rm -rf out .pytest_cache .hypothesis

@@ -1,0 +1,75 @@
+"""The `spark` command.
+
+Each area of the package registers its own subcommands (a `register(sub)`
+function in `<area>/commands.py`); this module only builds the parser, runs
+the chosen handler and turns the project's errors into one line + exit 2.
+Handlers import numpy and friends lazily so `spark --help` stays fast.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from sparktrain import __version__
+from sparktrain.errors import SparkError
+
+COMMAND_MODULES = (
+    "sparktrain.bc.commands",      # compile, dump, run, status
+    "sparktrain.train.commands",   # train
+    "sparktrain.model.commands",   # bench
+    "sparktrain.eval.commands",    # eval, generate, make-data, plot
+)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse's usage errors also exit 2, but with one line, not the usage block."""
+
+    def error(self, message):
+        sys.stderr.write(f"{self.prog}: error: {message}\n")
+        sys.exit(2)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="spark",
+        description="Compile, inspect and run SPARK_BC training programs; train, "
+                    "evaluate and sample tiny transformer LMs with numpy.",
+        epilog="`spark --run-bc PROGRAM.sparkbc` is an alias of `spark run PROGRAM.sparkbc`.",
+    )
+    parser.add_argument("--version", action="version", version=f"spark {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as err:
+            if err.name != name:
+                raise
+            continue  # an area not built yet
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "--run-bc":
+        argv[0] = "run"
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except SparkError as err:
+        print(f"spark: error: {err}", file=sys.stderr)
+        return getattr(err, "exit_code", 2)
+    except KeyboardInterrupt:
+        print("spark: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,31 @@
+"""The project's own error type: a user mistake, reported as one line, exit 2."""
+
+
+class SparkError(Exception):
+    """A user-facing error. str(err) is the whole one-line message."""
+
+
+class BytecodeError(SparkError):
+    """Malformed SPARK_BC bytes; the message names the byte offset."""
+
+    def __init__(self, message: str, offset: int):
+        super().__init__(f"{message} (at byte offset {offset})")
+        self.offset = offset
+
+
+class SourceError(SparkError):
+    """A .spark source mistake; the message names line:col."""
+
+    def __init__(self, message: str, filename: str, line: int, col: int):
+        super().__init__(f"{filename}:{line}:{col}: {message}")
+        self.line = line
+        self.col = col
+
+
+class TrainingFailed(SparkError):
+    """Training ran but must not be claimed (loss did not fall, NaN, ...).
+
+    Exit code 1, unlike bad input (2): the inputs were fine, the run was not.
+    """
+
+    exit_code = 1

@@ -1,0 +1,100 @@
+"""weights.safetensors: F32 tensors under their spec names plus ONE metadata key.
+
+The `spark` key holds canonical JSON (sorted keys). One key only, because the
+safetensors writer orders several metadata keys differently from run to run.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+
+from sparktrain.errors import SparkError
+from sparktrain.fsutil import atomic_write_bytes
+from sparktrain.model.config import ModelConfig, param_shapes
+
+META_KEY = "spark"
+
+
+def weights_bytes(params: dict[str, np.ndarray], meta: dict) -> bytes:
+    from safetensors.numpy import save
+
+    tensors = {name: np.ascontiguousarray(a, dtype=np.float32) for name, a in params.items()}
+    return save(tensors, metadata={META_KEY: json.dumps(meta, sort_keys=True, separators=(",", ":"))})
+
+
+def save_weights(path: str | os.PathLike, params: dict[str, np.ndarray], meta: dict) -> bytes:
+    """Write atomically; returns the bytes written (so callers can hash them)."""
+    data = weights_bytes(params, meta)
+    atomic_write_bytes(path, data)
+    return data
+
+
+def load_weights(path: str | os.PathLike) -> tuple[dict[str, np.ndarray], dict]:
+    """Read a Spark weights file: (params as float32, the `spark` metadata dict)."""
+    from safetensors import SafetensorError
+    from safetensors.numpy import load
+
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        raise SparkError(f"weights file {path} does not exist") from None
+    except IsADirectoryError:
+        raise SparkError(f"weights path {path} is a folder, not a .safetensors file") from None
+    try:
+        tensors = load(data)
+        meta = _metadata(data)
+    except (SafetensorError, ValueError, json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise SparkError(f"{path} is not a safetensors file ({_first_line(err)})") from None
+    if META_KEY not in meta:
+        raise SparkError(f"{path} is a safetensors file but not Spark weights "
+                         f"(no '{META_KEY}' metadata key)")
+    try:
+        spark_meta = json.loads(meta[META_KEY])
+    except json.JSONDecodeError:
+        raise SparkError(f"{path}: the '{META_KEY}' metadata is not JSON") from None
+    params = {name: np.asarray(a, dtype=np.float32) for name, a in tensors.items()}
+    return params, spark_meta
+
+
+def config_from_meta(meta: dict, path: str | os.PathLike = "weights") -> ModelConfig:
+    arch = meta.get("arch")
+    if not isinstance(arch, dict):
+        raise SparkError(f"{path}: metadata has no 'arch' object")
+    try:
+        return ModelConfig.from_dict(arch).validate()
+    except TypeError as err:
+        raise SparkError(f"{path}: bad arch in metadata ({err})") from None
+
+
+def check_params(params: dict[str, np.ndarray], cfg: ModelConfig, path="weights") -> None:
+    """Every tensor of the config present with its exact shape, nothing extra."""
+    want = param_shapes(cfg)
+    missing = [n for n in want if n not in params]
+    if missing:
+        raise SparkError(f"{path} lacks tensor {missing[0]}"
+                         + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""))
+    for name, shape in want.items():
+        if tuple(params[name].shape) != shape:
+            raise SparkError(f"{path}: tensor {name} has shape {tuple(params[name].shape)}, "
+                             f"expected {shape}")
+    extra = sorted(set(params) - set(want))
+    if extra:
+        raise SparkError(f"{path} has unexpected tensor {extra[0]} for arch {cfg.to_dict()}")
+
+
+def _metadata(data: bytes) -> dict:
+    if len(data) < 8:
+        raise ValueError("file shorter than the 8-byte header length")
+    n = int.from_bytes(data[:8], "little")
+    if n > len(data) - 8:
+        raise ValueError("header length runs past the end of the file")
+    header = json.loads(data[8:8 + n].decode("utf-8"))
+    return header.get("__metadata__", {}) or {}
+
+
+def _first_line(err: Exception) -> str:
+    text = str(err).strip().splitlines()
+    return text[0] if text else type(err).__name__
