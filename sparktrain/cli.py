@@ -15,8 +15,8 @@ from sparktrain import __version__
 from sparktrain.errors import SparkError
 
 COMMAND_MODULES = (
-    "sparktrain.bc.commands",      # compile, dump, run, status
-    "sparktrain.train.commands",   # train
+    "sparktrain.bc.commands",      # compile, dump
+    "sparktrain.train.commands",   # train, run, status
     "sparktrain.model.commands",   # bench
     "sparktrain.eval.commands",    # eval, generate, make-data, plot
 )

@@ -1,0 +1,180 @@
+"""`spark train`, `spark run` (alias `spark --run-bc`) and `spark status`."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from sparktrain.errors import SparkError
+
+KNOBS = (  # (flag, dest, type, help)
+    ("--outer", "outer", int, "outer passes (default 4)"),
+    ("--inner", "inner", int, "SGD micro-steps per outer pass (default 8)"),
+    ("--step", "step", int, "step_n to stamp (default 1, or the base's step_n + 1)"),
+    ("--lr", "lr", float, "learning rate"),
+    ("--batch-size", "batch_size", int, "pairs per micro-step"),
+    ("--seed", "seed", int, "init and minibatch seed"),
+    ("--clip", "clip", float, "global gradient-norm clip, 0 = off"),
+    ("--momentum", "momentum", float, "SGD momentum, 0 = plain SGD"),
+)
+ARCH = (("--dim", "dim"), ("--n-layer", "n_layer"), ("--n-head", "n_head"),
+        ("--n-kv-head", "n_kv_head"), ("--seq-len", "seq_len"))
+
+
+def _add_knobs(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("training knobs (override params.yaml's step section)")
+    for flag, dest, typ, help_ in KNOBS:
+        g.add_argument(flag, dest=dest, type=typ, default=None, help=help_)
+    g.add_argument("--no-train-attn", dest="train_attn", action="store_const", const=False,
+                   default=None, help="mean-pool fallback model (embed + lm_head only)")
+    g.add_argument("--no-train-embed", dest="train_embed", action="store_const", const=False,
+                   default=None, help="freeze spark.embed.weight")
+    a = p.add_argument_group("architecture")
+    a.add_argument("--scale", choices=("tiny", "large"), default=None, help="model scale (default tiny)")
+    for flag, dest in ARCH:
+        a.add_argument(flag, dest=dest, type=int, default=None, help=f"override the scale's {dest}")
+    p.add_argument("--params", default=None,
+                   help="params.yaml to read knobs from (default: ./params.yaml for `run`)")
+
+
+def register(sub) -> None:
+    p = sub.add_parser("train", help="train a job with numpy SGD (the STEP of a program)",
+                       description="Train a job: either the TRAIN of a program "
+                                   "(--program P.sparkbc --job ID) or a dataset directly "
+                                   "(--dataset D --out DIR [--base W.safetensors]).")
+    p.add_argument("--program", help="compiled .sparkbc program")
+    p.add_argument("--job", help="job id of a TRAIN in the program")
+    p.add_argument("--dataset", help="JSONL dataset (without --program)")
+    p.add_argument("--out", help="output folder (without --program)")
+    p.add_argument("--base", help="base .safetensors to continue from (without --program)")
+    _add_knobs(p)
+    p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("run", help="execute a .sparkbc program (TRAIN, STEP, TRAIN_STATUS, ...)",
+                       description="Execute a SPARK_BC program directly: MODEL, LET, PRINT, HALT, "
+                                   "TRAIN (dry accept), STEP (SGD) and TRAIN_STATUS. One JSON "
+                                   "line per train op on stdout. Knobs come from params.yaml "
+                                   "when present; flags override.")
+    p.add_argument("program", help="compiled .sparkbc program")
+    _add_knobs(p)
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("status", help="print a job's real state as JSON",
+                       description="Print the state of out/train/JOB (declared, trained, failed) "
+                                   "with its losses, eval metrics and timings.")
+    p.add_argument("job", help="job id, or a job folder")
+    p.set_defaults(func=cmd_status)
+
+
+def resolve_configs(args, params_path: str | None, default_params: bool):
+    """(StepConfig, ModelConfig) from defaults < params.yaml < flags."""
+    from sparktrain.train.config import StepConfig, load_params, model_config, override
+
+    step, scale, scales = StepConfig(), "tiny", None
+    path = params_path or ("params.yaml" if default_params and Path("params.yaml").exists() else None)
+    if path:
+        params = load_params(path)
+        step, scale, scales = params.step, params.scale, params.scales
+    step = override(step, **{d: getattr(args, d) for _, d, _, _ in KNOBS},
+                    train_attn=args.train_attn, train_embed=args.train_embed).validate()
+    cfg = model_config(args.scale or scale, scales, train_attn=step.train_attn,
+                       **{d: getattr(args, d) for _, d in ARCH})
+    return step, cfg
+
+
+def cmd_train(args) -> int:
+    from sparktrain.train.job import adhoc_job, job_from_program
+
+    if args.program:
+        if args.dataset or args.out or args.base:
+            raise SparkError("--program takes dataset, base and out from the program's TRAIN; "
+                             "drop --dataset/--out/--base")
+        if not args.job:
+            raise SparkError("--program needs --job ID (the TRAIN to run)")
+        job = job_from_program(args.program, args.job)
+    else:
+        if not (args.dataset and args.out):
+            raise SparkError("give --program P.sparkbc --job ID, or --dataset D --out DIR")
+        job = adhoc_job(args.dataset, args.out, args.base)
+    step, cfg = resolve_configs(args, args.params, default_params=False)
+    result = _step(job, step, cfg)
+    print(json.dumps(_summary(result), sort_keys=True))
+    return 0
+
+
+def _step(job, step, cfg):
+    from sparktrain.errors import TrainingFailed
+    from sparktrain.train.loop import run_failed, run_step
+
+    try:
+        return run_step(job, step, cfg)
+    except TrainingFailed as err:
+        run_failed(job, err, step)
+        raise
+
+
+def _summary(result) -> dict:
+    c = result.checkpoint
+    return {"op": "STEP", "job": c["job"], "state": "trained", "trained": True,
+            "step_n": c["step_n"], "loss_before": c["loss_before"], "loss_after": c["loss_after"],
+            "weights": c["weights"], "weights_sha256": c["weights_sha256"],
+            "tokens_per_s": result.perf.get("tokens_per_s"), "mfu": result.perf.get("mfu")}
+
+
+def cmd_run(args) -> int:
+    from sparktrain.bc.program import operand_values, train_decls
+    from sparktrain.bc.vm import execute
+    from sparktrain.train.job import check_job_id, job_from_program, read_program
+    from sparktrain.train import outputs
+    from sparktrain.train.plan import dry_accept
+
+    program = read_program(args.program)
+    step, cfg = resolve_configs(args, args.params, default_params=True)
+    declared: dict[str, object] = {}
+
+    def job_of(job_id: str):
+        check_job_id(job_id)
+        if job_id not in declared:
+            raise SparkError(f"job {job_id!r} has no TRAIN before this instruction in "
+                             f"{args.program}")
+        return declared[job_id]
+
+    def on_train(ins, ops):
+        out = ops[2]
+        job_id = Path(out).name
+        job = job_from_program(args.program, job_id, program)
+        declared[job_id] = job
+        plan = dry_accept(job, cfg, step.batch_size)
+        return {"op": "TRAIN", "job": job_id, "state": "declared", "trained": False,
+                "not_sgd": True, "dataset": job.dataset, "base": job.base, "out": job.out,
+                "method": job.method, "n_params": plan["n_params"],
+                "dataset_rows": plan["dataset_rows"]}
+
+    def on_step(ins, ops):
+        return _summary(_step(job_of(ops[0]), step, cfg))
+
+    def on_status(ins, ops):
+        job = job_of(ops[0])
+        state = outputs.job_state(job.out_dir, job.job)
+        state.pop("perf", None)  # timings vary run to run; `spark status` shows them
+        return {"op": "TRAIN_STATUS", **state}
+
+    execute(program, {"TRAIN": on_train, "STEP": on_step, "TRAIN_STATUS": on_status},
+            out=sys.stdout)
+    return 0
+
+
+def cmd_status(args) -> int:
+    from sparktrain.fsutil import canonical_json
+    from sparktrain.train import outputs
+    from sparktrain.train.job import check_job_id
+
+    folder = Path(args.job)
+    if not folder.is_dir():
+        check_job_id(args.job)
+        folder = Path("out/train") / args.job
+    if not folder.is_dir():
+        raise SparkError(f"no job folder {folder} (run the pipeline or `spark run` first)")
+    sys.stdout.write(canonical_json(outputs.job_state(folder)))
+    return 0

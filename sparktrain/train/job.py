@@ -1,0 +1,125 @@
+"""A job: the TRAIN declaration of a program, checked before a file is touched."""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from sparktrain.errors import SparkError
+from sparktrain.fsutil import sha256_file
+
+SUPPORTED_METHODS = ("spark_distill_cpu",)
+FRESH_INIT = "fresh-init"
+_JOB_ID = re.compile(r"[A-Za-z0-9._-]+")
+
+
+@dataclass(frozen=True)
+class Job:
+    job: str                      # last path component of `out`
+    dataset: str                  # JSONL path relative to the project root
+    base: str                     # a .safetensors path, or a name meaning fresh init
+    out: str                      # the job folder, inside out/
+    method: str = "spark_distill_cpu"
+    bind: str | None = None       # the TRAIN's bind name (program jobs only)
+    program: str | None = None    # the .sparkbc path (program jobs only)
+    sparkbc_sha256: str | None = None
+
+    @property
+    def out_dir(self) -> Path:
+        return Path(self.out)
+
+    def rel(self, name: str) -> str:
+        """A file of this job as a relative POSIX path (never absolute: reproducible)."""
+        return f"{self.out.rstrip('/')}/{name}"
+
+    @property
+    def base_is_weights(self) -> bool:
+        return self.base.endswith(".safetensors") or Path(self.base).is_file()
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def check_job_id(job: str) -> str:
+    if not isinstance(job, str) or not _JOB_ID.fullmatch(job) or job in (".", ".."):
+        raise SparkError(f"job id {job!r} is not a safe single path component "
+                         "([A-Za-z0-9._-]+, not '.' or '..')")
+    return job
+
+
+def check_out(out: str, root: Path | None = None) -> str:
+    """`out` must resolve inside the project's out/ folder."""
+    root = (root or Path.cwd()).resolve()
+    target = (root / out).resolve()
+    out_root = root / "out"
+    if target == out_root or out_root not in target.parents:
+        raise SparkError(f"out {out!r} resolves outside the project's out/ folder")
+    return out
+
+
+def check_method(method: str) -> str:
+    if method not in SUPPORTED_METHODS:
+        raise SparkError(f"unsupported method {method!r}; supported: {', '.join(SUPPORTED_METHODS)}")
+    return method
+
+
+def check_dataset(dataset: str) -> str:
+    if not Path(dataset).is_file():
+        raise SparkError(f"dataset {dataset} does not exist")
+    return dataset
+
+
+def job_from_program(program_path: str, job_id: str, program=None) -> Job:
+    """The TRAIN of `program_path` whose job id is `job_id`, fully validated."""
+    from sparktrain.bc.program import train_decls
+
+    check_job_id(job_id)
+    if program is None:
+        program = read_program(program_path)
+    decls = train_decls(program)
+    matches = [d for d in decls if d.job == job_id]
+    if not matches:
+        known = ", ".join(sorted({d.job for d in decls})) or "none"
+        raise SparkError(f"program {program_path} has no TRAIN for job {job_id!r} "
+                         f"(jobs declared: {known})")
+    decl = matches[-1]
+    return validate_job(Job(job=decl.job, dataset=decl.dataset, base=decl.base, out=decl.out,
+                            method=decl.method, bind=decl.bind, program=str(program_path),
+                            sparkbc_sha256=sha256_file(program_path)))
+
+
+def read_program(path):
+    from sparktrain.bc.reader import decode
+
+    try:
+        data = Path(path).read_bytes()
+    except FileNotFoundError:
+        raise SparkError(f"program {path} does not exist") from None
+    except IsADirectoryError:
+        raise SparkError(f"program {path} is a folder, not a .sparkbc file") from None
+    return decode(data)
+
+
+def validate_job(job: Job) -> Job:
+    check_job_id(job.job)
+    check_out(job.out)
+    if os.path.basename(os.path.normpath(job.out)) != job.job:
+        raise SparkError(f"out {job.out!r} does not end in the job id {job.job!r}")
+    check_method(job.method)
+    check_dataset(job.dataset)
+    if job.base_is_weights and not Path(job.base).is_file():
+        raise SparkError(f"base weights {job.base} do not exist")
+    return job
+
+
+def adhoc_job(dataset: str, out: str, base: str | None) -> Job:
+    """`spark train --dataset D --out DIR`: no program, so no `out/` confinement
+    beyond a safe job id (the folder's name)."""
+    name = os.path.basename(os.path.normpath(out))
+    check_job_id(name)
+    check_dataset(dataset)
+    job = Job(job=name, dataset=dataset, base=base or FRESH_INIT, out=out)
+    if job.base_is_weights and not Path(job.base).is_file():
+        raise SparkError(f"base weights {job.base} do not exist")
+    return job
