@@ -1,0 +1,6 @@
+"""SPARK_BC: the bytecode of a training program (spec: SPARK_BC.md).
+
+bytes --decode--> Program --encode--> bytes;  .spark source --compile--> bytes.
+The opcode table is data (opcodes.py); the VM executes only the train family
+plus MODEL, LET, PRINT and HALT.
+"""

@@ -1,0 +1,65 @@
+"""`spark compile` and `spark dump`."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+
+def register(sub) -> None:
+    p = sub.add_parser("compile", help="compile a .spark source to SPARK_BC bytes",
+                       description="Compile a .spark source to a .sparkbc program "
+                                   "(byte-exact; see SPARK_BC.md).")
+    p.add_argument("source", metavar="SRC", help=".spark source file")
+    p.add_argument("-o", "--output", metavar="OUT",
+                   help="output .sparkbc file (default: SRC with the .sparkbc suffix)")
+    p.set_defaults(func=cmd_compile)
+
+    p = sub.add_parser("dump", help="disassemble a .sparkbc program",
+                       description="List a .sparkbc program: header, sections, string and "
+                                   "const pools, xrefs, code, train jobs.")
+    p.add_argument("file", metavar="FILE", help=".sparkbc file")
+    p.add_argument("--json", action="store_true", help="print the same facts as canonical JSON")
+    p.set_defaults(func=cmd_dump)
+
+
+def read_source(path: str | os.PathLike) -> str:
+    """A .spark file's text; unreadable or non-UTF-8 input is a one-line error."""
+    from sparktrain.bc.reader import read_bytes
+    from sparktrain.errors import SourceError
+
+    raw = read_bytes(path)
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        before = raw[:err.start]
+        line = before.count(b"\n") + 1
+        col = len(before) - (before.rfind(b"\n") + 1) + 1
+        raise SourceError(f"not UTF-8 text (byte offset {err.start})",
+                          os.fspath(path), line, col) from None
+
+
+def cmd_compile(args: argparse.Namespace) -> int:
+    from sparktrain.bc.compiler import compile_source
+    from sparktrain.errors import SparkError
+    from sparktrain.fsutil import atomic_write_bytes, sha256_bytes
+
+    out = Path(args.output) if args.output else Path(args.source).with_suffix(".sparkbc")
+    data = compile_source(read_source(args.source), args.source)   # raises before any write
+    try:
+        atomic_write_bytes(out, data)
+    except OSError as err:
+        raise SparkError(f"cannot write {out}: {err.strerror or err}") from None
+    print(f"wrote {out} ({len(data)} bytes, sha256 {sha256_bytes(data)})")
+    return 0
+
+
+def cmd_dump(args: argparse.Namespace) -> int:
+    from sparktrain.bc.dump import dump_json, dump_text
+    from sparktrain.bc.reader import read_program
+    from sparktrain.fsutil import canonical_json
+
+    program, _data = read_program(args.file)
+    sys.stdout.write(canonical_json(dump_json(program)) if args.json else dump_text(program))
+    return 0

@@ -1,0 +1,103 @@
+"""A small interpreter for the executable subset of SPARK_BC.
+
+MODEL, LET, PRINT and HALT are run here; TRAIN, STEP and TRAIN_STATUS are
+handed to `handlers[name](ins, operand_values)` (the train area supplies
+them), whose dict result is bound to the instruction's `bind` operand and
+printed as one JSON line. The whole program is checked first, so a program
+that would fail (an opcode we do not execute, a PRINT of a name never bound)
+fails before any handler touches a file.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from typing import Callable, TextIO
+
+from sparktrain.bc.opcodes import BY_NAME
+from sparktrain.bc.program import Instruction, Program, operand_values
+from sparktrain.errors import SparkError
+
+Handler = Callable[[Instruction, tuple[str, ...]], dict]
+
+HANDLED = ("TRAIN", "STEP", "TRAIN_STATUS")          # dispatched to handlers
+BUILTIN = ("HALT", "MODEL", "LET", "PRINT")          # run by the Machine itself
+EXECUTABLE = BUILTIN + HANDLED
+
+
+def compact_json(value) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                      allow_nan=False)
+
+
+def _binds(ins: Instruction, values: tuple[str, ...]) -> str | None:
+    """The name an instruction binds (LET's `name`, otherwise a `bind` operand), if any."""
+    key = "name" if ins.name == "LET" else "bind"
+    names = BY_NAME[ins.name].operand_names
+    return values[names.index(key)] if key in names else None
+
+
+def check_executable(program: Program) -> None:
+    """Reject, before running anything, what would stop the run halfway."""
+    bound: set[str] = set()
+    for ins in program.code:
+        values = operand_values(program, ins)
+        if ins.name not in EXECUTABLE:
+            raise SparkError(f"opcode {ins.name} (0x{ins.opcode:02X}) at code+{ins.offset} is not "
+                             f"executable by spark; executable: {', '.join(EXECUTABLE)}")
+        if ins.name == "PRINT" and values[0] not in bound:
+            raise SparkError(f"PRINT at code+{ins.offset} prints {values[0]!r}, which no earlier "
+                             "instruction binds; bind it with `-> name` or `let`")
+        name = _binds(ins, values)
+        if name is not None:
+            bound.add(name)
+
+
+class Machine:
+    def __init__(self, program: Program, handlers: dict[str, Handler], out: TextIO):
+        self.program, self.handlers, self.out = program, handlers, out
+        self.bindings: dict[str, object] = {}
+        self.model: str | None = None          # the alias of the last MODEL
+        self.halted = False
+        self.ops: dict[str, Callable[[Instruction, tuple[str, ...]], None]] = {
+            "HALT": self.op_halt, "MODEL": self.op_model, "LET": self.op_let,
+            "PRINT": self.op_print,
+            **{name: self.op_handled for name in HANDLED},
+        }
+
+    def op_halt(self, ins, values) -> None:
+        self.halted = True
+
+    def op_model(self, ins, values) -> None:
+        (self.model,) = values
+
+    def op_let(self, ins, values) -> None:
+        name, value = values
+        self.bindings[name] = value
+
+    def op_print(self, ins, values) -> None:
+        value = self.bindings[values[0]]
+        print(value if isinstance(value, str) else compact_json(value), file=self.out)
+
+    def op_handled(self, ins, values) -> None:
+        handler = self.handlers.get(ins.name)
+        if handler is None:
+            raise SparkError(f"{ins.name} at code+{ins.offset} has no handler in this spark")
+        result = handler(ins, values)
+        if not isinstance(result, dict):
+            raise TypeError(f"{ins.name} handler returned {type(result).__name__}, not dict")
+        self.bindings[_binds(ins, values)] = result
+        print(compact_json(result), file=self.out)
+
+    def run(self) -> dict[str, object]:
+        check_executable(self.program)
+        for ins in self.program.code:
+            self.ops[ins.name](ins, operand_values(self.program, ins))
+            if self.halted:
+                break
+        return self.bindings
+
+
+def execute(program: Program, handlers: dict[str, Handler],
+            out: TextIO | None = None) -> dict[str, object]:
+    """Run `program`; returns the bindings. `out` defaults to sys.stdout at call time."""
+    return Machine(program, handlers, out if out is not None else sys.stdout).run()

@@ -1,0 +1,16 @@
+"""encode(Program) -> bytes: the field codecs of codec.py, in file order."""
+from __future__ import annotations
+
+from sparktrain.bc import codec
+from sparktrain.bc.program import Program
+
+
+def encode(program: Program) -> bytes:
+    parts = [codec.encode_magic(), codec.encode_version(program.version)]
+    parts.append(codec.U16.encode(len(program.strings)))
+    parts.extend(codec.encode_string(s) for s in program.strings)
+    parts.append(codec.U16.encode(len(program.consts)))
+    parts.extend(codec.encode_const(c) for c in program.consts)
+    code = b"".join(codec.encode_instruction(ins) for ins in program.code)
+    parts.append(codec.encode_code_section(code))
+    return b"".join(parts)
