@@ -1,0 +1,106 @@
+"""`spark bench`: time the training loop core and report model FLOP/s utilisation.
+
+A micro-step is exactly what training does per minibatch: loss_and_grads on a
+full-length batch (random bytes, every target counted, T = seq_len) and a
+plain SGD update of every tensor. Utilisation = model FLOP/s (tokens/s x
+flops_per_token) over the float32 matmul peak measured in this process, at
+the same BLAS thread count, right before the timed steps.
+"""
+from __future__ import annotations
+
+import sys
+import time
+
+import numpy as np
+
+from sparktrain import BLAS_THREADS
+from sparktrain.model.batch import TokenBatch
+from sparktrain.model.config import SCALES, flops_per_token, n_params
+from sparktrain.model.transformer import init_params, loss_and_grads
+
+DEFAULT_BATCH = {"tiny": 8, "large": 16}
+BENCH_SEED = 1234
+BENCH_LR = 1e-3
+WARMUP_STEPS = 2
+
+
+def matmul_peak(sizes=(768, 1024, 1280), repeats=3) -> float:
+    """Best float32 FLOP/s of square matmuls around n = 1024 (the utilisation's denominator)."""
+    rng = np.random.default_rng(0)
+    best = 0.0
+    for n in sizes:
+        a = rng.standard_normal((n, n), dtype=np.float32)
+        b = rng.standard_normal((n, n), dtype=np.float32)
+        c = np.empty((n, n), dtype=np.float32)
+        np.matmul(a, b, out=c)  # warm the BLAS kernels and pages
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            np.matmul(a, b, out=c)
+            best = max(best, 2.0 * n ** 3 / (time.perf_counter() - t0))
+    return best
+
+
+def synthetic_batch(batch_size: int, seq_len: int, seed: int = BENCH_SEED) -> TokenBatch:
+    rng = np.random.default_rng(seed)
+    tokens = rng.integers(0, 256, (batch_size, seq_len + 1))          # (B, T+1)
+    return TokenBatch(tokens[:, :-1], tokens[:, 1:], np.ones((batch_size, seq_len), np.float32))
+
+
+def sgd_step(params, grads, lr):
+    for name, p in params.items():
+        g = grads[name]
+        g *= lr
+        p -= g
+
+
+def run_bench(scale: str, batch_size: int | None = None, steps: int = 10,
+              progress=None) -> dict:
+    cfg = SCALES[scale]
+    batch_size = batch_size or DEFAULT_BATCH[scale]
+    params = init_params(cfg, BENCH_SEED, b"bench")
+    batch = synthetic_batch(batch_size, cfg.seq_len)
+    peak = matmul_peak()
+    times = []
+    for i in range(WARMUP_STEPS + steps):
+        t0 = time.perf_counter()
+        loss, grads = loss_and_grads(params, cfg, batch)
+        sgd_step(params, grads, BENCH_LR)
+        dt = time.perf_counter() - t0
+        if i >= WARMUP_STEPS:
+            times.append(dt)
+        if progress:
+            progress(i + 1, WARMUP_STEPS + steps, loss)
+    step_s = float(np.median(times))
+    tokens = batch_size * cfg.seq_len
+    tok_s = tokens / step_s
+    model_flops = tok_s * flops_per_token(cfg)
+    return {
+        "scale": scale, "arch": cfg.to_dict(), "n_params": n_params(cfg),
+        "batch_size": batch_size, "seq_len": cfg.seq_len, "steps": steps,
+        "warmup_steps": WARMUP_STEPS, "blas_threads": BLAS_THREADS,
+        "median_step_s": step_s, "min_step_s": float(min(times)),
+        "tokens_per_s": tok_s, "flops_per_token": flops_per_token(cfg),
+        "model_flops_per_s": model_flops, "matmul_peak_flops_per_s": peak,
+        "utilisation": model_flops / peak, "final_loss": float(loss),
+    }
+
+
+def format_report(r: dict) -> str:
+    return "\n".join([
+        f"bench {r['scale']}: {r['n_params']:,} params, batch {r['batch_size']} x "
+        f"seq {r['seq_len']}, {r['steps']} steps after {r['warmup_steps']} warm-up, "
+        f"BLAS threads {r['blas_threads']}",
+        f"median step   {r['median_step_s'] * 1e3:8.2f} ms   (min {r['min_step_s'] * 1e3:.2f} ms)",
+        f"tokens/s      {r['tokens_per_s']:11,.0f}",
+        f"model FLOP/s  {r['model_flops_per_s'] / 1e9:8.2f} G   "
+        f"({r['flops_per_token']:,} FLOPs/token)",
+        f"matmul peak   {r['matmul_peak_flops_per_s'] / 1e9:8.2f} G   (float32, same process)",
+        f"utilisation   {100 * r['utilisation']:8.1f} %",
+    ])
+
+
+def stderr_progress(i, n, loss):
+    sys.stderr.write(f"\rstep {i}/{n}  loss {loss:.4f}")
+    if i == n:
+        sys.stderr.write("\n")
+    sys.stderr.flush()

@@ -1,0 +1,39 @@
+"""`spark bench` (the model area's command)."""
+from __future__ import annotations
+
+import argparse
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "bench", help="time training micro-steps and report model FLOP/s utilisation",
+        description="Time loss_and_grads + SGD on synthetic full-length batches and report "
+                    "tokens/s and model FLOP/s over the float32 matmul peak of this process.")
+    p.add_argument("--scale", choices=("tiny", "large"), default="tiny",
+                   help="model scale (default tiny)")
+    p.add_argument("--batch-size", type=_positive_int, default=None,
+                   help="sequences per step (default: tiny 8, large 16)")
+    p.add_argument("--steps", type=_positive_int, default=10,
+                   help="timed steps after warm-up (default 10)")
+    p.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    p.set_defaults(func=_bench)
+
+
+def _bench(args) -> int:
+    from sparktrain.fsutil import canonical_json
+    from sparktrain.model.bench import format_report, run_bench, stderr_progress
+
+    result = run_bench(args.scale, args.batch_size, args.steps,
+                       progress=None if args.json else stderr_progress)
+    print(canonical_json(result) if args.json else format_report(result))
+    return 0

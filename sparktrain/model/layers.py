@@ -1,0 +1,323 @@
+"""Forward/backward layer pairs of the Spark decoder (TRAINING.md "Model").
+
+Each `xxx_forward(...)` returns `(out, cache)`; the matching
+`xxx_backward(dout, cache)` returns the gradients of its inputs and weights.
+Backward comments quote the forward line they differentiate. Everything runs
+in the dtype of its inputs: float32 in training, float64 in the gradient tests.
+Shapes: B batch, T time, C = dim, H query heads, KV kv heads, G = H // KV,
+hd head dim, V vocab, N = B * T rows.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+RMS_EPS = 1e-5
+ROPE_BASE = 10000.0
+
+
+# ----------------------------------------------------------------- embedding
+
+def embedding_forward(ids, weight):
+    """Row lookup: ids (...) int -> (..., C)."""
+    out = weight[ids]                                        # (..., C)
+    return out, (ids, weight.shape[0])
+
+
+def embedding_backward(dout, cache):
+    """Returns dweight (V, C).
+
+    Differentiates `out = weight[ids]`: every row of dout is added to the
+    weight row it came from. A one-hot matmul does that scatter-add in one BLAS
+    call in the working dtype (np.add.at is slow, np.bincount works in float64).
+    """
+    ids, vocab = cache
+    flat_ids = ids.reshape(-1)                               # (N,)
+    dflat = dout.reshape(flat_ids.size, -1)                  # (N, C)
+    onehot = np.zeros((vocab, flat_ids.size), dtype=dout.dtype)  # (V, N)
+    onehot[flat_ids, np.arange(flat_ids.size)] = 1
+    return onehot @ dflat                                    # (V, C)
+
+
+# ------------------------------------------------------------------- rmsnorm
+
+def rmsnorm_forward(x, weight):
+    """x (..., C) / sqrt(mean(x*x, -1) + eps) * weight (C,)."""
+    ms = np.einsum("...c,...c->...", x, x)[..., None]        # (..., 1) sum of squares
+    ms *= 1.0 / x.shape[-1]
+    ms += RMS_EPS
+    rstd = 1.0 / np.sqrt(ms)                                 # (..., 1)
+    xhat = x * rstd                                          # (..., C)
+    out = xhat * weight                                      # (..., C)
+    return out, (xhat, rstd, weight)
+
+
+def rmsnorm_backward(dout, cache):
+    """Returns (dx, dweight)."""
+    xhat, rstd, weight = cache
+    # out = xhat * weight
+    C = xhat.shape[-1]
+    dweight = np.einsum("nc,nc->c", dout.reshape(-1, C), xhat.reshape(-1, C))  # (C,)
+    dxhat = dout * weight                                    # (..., C)
+    # xhat = x * rstd, rstd = (mean(x*x) + eps)^-1/2, so
+    # dx = rstd * (dxhat - xhat * mean(dxhat * xhat))
+    proj = np.einsum("...c,...c->...", dxhat, xhat)[..., None]  # (..., 1)
+    proj *= 1.0 / xhat.shape[-1]
+    dxhat -= xhat * proj
+    dxhat *= rstd
+    return dxhat, dweight
+
+
+# -------------------------------------------------------------------- linear
+
+def linear_forward(x, weight):
+    """x (..., in) @ weight.T, weight (out, in) -> (..., out). No bias."""
+    out = x @ weight.T                                       # (..., out)
+    return out, (x, weight)
+
+
+def linear_backward(dout, cache):
+    """Returns (dx, dweight)."""
+    x, weight = cache
+    # out = x @ weight.T
+    dx = dout @ weight                                       # (..., in)
+    d2 = dout.reshape(-1, dout.shape[-1])                    # (N, out)
+    x2 = x.reshape(-1, x.shape[-1])                          # (N, in)
+    dweight = d2.T @ x2                                      # (out, in)
+    return dx, dweight
+
+
+# ---------------------------------------------------------------------- rope
+
+_ROPE_CACHE: dict[tuple[int, int, str], tuple[np.ndarray, np.ndarray]] = {}
+
+
+def rope_tables(T, hd, dtype):
+    """cos, sin (T, hd) for positions 0..T-1, both halves repeated; cached.
+
+    Angles are computed in float64 once, then cast: the table is the same
+    whatever dtype asks for it, up to that final rounding.
+    """
+    key = (T, hd, np.dtype(dtype).str)
+    if key not in _ROPE_CACHE:
+        half = hd // 2
+        freqs = ROPE_BASE ** (-2.0 * np.arange(half) / hd)   # (hd/2,) f_i = 10000^(-2i/hd)
+        angle = np.arange(T)[:, None] * freqs[None, :]       # (T, hd/2) a = p * f_i
+        angle = np.concatenate([angle, angle], axis=1)       # (T, hd)
+        cos = np.ascontiguousarray(np.cos(angle), dtype=dtype)
+        sin = np.ascontiguousarray(np.sin(angle), dtype=dtype)
+        cos.flags.writeable = sin.flags.writeable = False
+        _ROPE_CACHE[key] = (cos, sin)
+    return _ROPE_CACHE[key]
+
+
+def rope_forward(u):
+    """Rotate pairs (u_i, u_{i+hd/2}) by angle p * f_i. u (..., T, hd), time second-to-last."""
+    T, hd = u.shape[-2:]
+    cos, sin = rope_tables(T, hd, u.dtype)                   # (T, hd)
+    half = hd // 2
+    # (u_i, u_j) -> (u_i cos a - u_j sin a,  u_i sin a + u_j cos a), j = i + hd/2
+    out = np.multiply(u, cos, out=np.empty(u.shape, u.dtype))  # (..., T, hd) C-contiguous
+    out[..., :half] -= u[..., half:] * sin[:, :half]
+    out[..., half:] += u[..., :half] * sin[:, half:]
+    return out, (cos, sin)
+
+
+def rope_backward(dout, cache):
+    """Returns du (the rotation is orthogonal: rotate back by -a)."""
+    cos, sin = cache
+    half = dout.shape[-1] // 2
+    # out_i = u_i cos a - u_j sin a;  out_j = u_i sin a + u_j cos a
+    # => du_i = d_i cos a + d_j sin a;  du_j = -d_i sin a + d_j cos a
+    du = np.multiply(dout, cos, out=np.empty(dout.shape, dout.dtype))  # (..., T, hd)
+    du[..., :half] += dout[..., half:] * sin[:, half:]
+    du[..., half:] -= dout[..., :half] * sin[:, :half]
+    return du
+
+
+# ----------------------------------------------------------------- attention
+
+_MASK_CACHE: dict[tuple[int, str], np.ndarray] = {}
+
+
+def causal_mask(T, dtype):
+    """(T, T) additive mask: 0 where key <= query, -inf above the diagonal; cached."""
+    key = (T, np.dtype(dtype).str)
+    if key not in _MASK_CACHE:
+        m = np.triu(np.full((T, T), -np.inf, dtype=dtype), k=1)
+        m.flags.writeable = False
+        _MASK_CACHE[key] = m
+    return _MASK_CACHE[key]
+
+
+# exp() of a score in [-EXP_SAFE, EXP_SAFE] neither overflows (even summed over
+# 4096 keys) nor underflows to a subnormal in float32, so no max is needed.
+EXP_SAFE = 60.0
+
+
+def _scores_are_small(qs, k) -> bool:
+    """|q.k| <= |q| |k| (Cauchy-Schwarz): a cheap bound on every score."""
+    q2 = np.einsum("...d,...d->...", qs, qs).max()
+    k2 = np.einsum("...d,...d->...", k, k).max()
+    return float(q2) * float(k2) <= EXP_SAFE * EXP_SAFE
+
+
+def attention_forward(q, k, v):
+    """Causal grouped-query attention.
+
+    q (B, H, T, hd), k and v (B, KV, T, hd) -> y (B, H, T, hd). Query head j
+    reads kv head j // G: q is viewed as (B, KV, G*T, hd) so the G heads of a
+    group share one batched matmul with their kv head (no copies of k, v).
+    The softmax is left unnormalised (e = exp(s)) and y is divided by the row
+    sums afterwards, on the 16x smaller (.., hd) side; the row max is only
+    subtracted when the scores could be large enough for exp to overflow.
+    """
+    B, H, T, hd = q.shape
+    KV = k.shape[1]
+    G = H // KV
+    qs = q.reshape(B, KV, G * T, hd) * (1.0 / math.sqrt(hd))   # (B, KV, G*T, hd) scaled
+    s = qs @ k.swapaxes(-1, -2)                              # (B, KV, G*T, T)
+    s.reshape(B, KV, G, T, T)[...] += causal_mask(T, s.dtype)
+    if not _scores_are_small(qs, k):
+        # softmax is shift-invariant; the diagonal is never masked, so the max is finite
+        s -= s.max(axis=-1, keepdims=True)
+    e = np.exp(s, out=s)                                     # (B, KV, G*T, T) unnormalised
+    ones = np.ones((T, 1), dtype=e.dtype)
+    r = 1.0 / (e @ ones)                                     # (B, KV, G*T, 1) 1 / row sum
+    y = e @ v                                                # (B, KV, G*T, hd)
+    y *= r                                                   # att @ v, att = e * r
+    return y.reshape(B, H, T, hd), (qs, k, v, e, r, y)
+
+
+def attention_backward(dy, cache):
+    """Returns (dq, dk, dv); dk, dv summed over the G query heads of each kv head."""
+    qs, k, v, e, r, y = cache
+    B, KV, GT, hd = qs.shape
+    dyg = dy.reshape(B, KV, GT, hd)                          # (B, KV, G*T, hd)
+    # y = (e @ v) * r,  r = 1 / (e @ 1):
+    #   de = (dy * r) @ v^T - r * rowdot(dy, y)
+    # both terms come out of one matmul by appending a column to each side.
+    dyr = dyg * r                                            # (B, KV, G*T, hd)
+    lhs = np.empty((B, KV, GT, hd + 1), dtype=dy.dtype)      # (B, KV, G*T, hd+1)
+    lhs[..., :hd] = dyr
+    np.einsum("...d,...d->...", dyr, y, out=lhs[..., hd])
+    np.negative(lhs[..., hd], out=lhs[..., hd])
+    rhs = np.ones((B, KV, v.shape[2], hd + 1), dtype=dy.dtype)  # (B, KV, T, hd+1)
+    rhs[..., :hd] = v
+    ds = lhs @ rhs.swapaxes(-1, -2)                          # (B, KV, G*T, T) de
+    # e = exp(s - const): ds = de * e
+    ds *= e
+    dv = e.swapaxes(-1, -2) @ dyr                            # (B, KV, T, hd)
+    # s = qs @ k^T, qs = q * scale  (the mask and the shift are constants)
+    dq = ds @ k                                              # (B, KV, G*T, hd)
+    dq *= 1.0 / math.sqrt(hd)
+    dk = ds.swapaxes(-1, -2) @ qs                            # (B, KV, T, hd)
+    return dq.reshape(dy.shape), dk, dv
+
+
+def attention_naive(q, k, v):
+    """Reference for attention_forward: per-head loops, explicit masked softmax."""
+    B, H, T, hd = q.shape
+    G = H // k.shape[1]
+    y = np.zeros_like(q)
+    for b in range(B):
+        for j in range(H):
+            kj, vj = k[b, j // G], v[b, j // G]              # (T, hd)
+            for t in range(T):
+                scores = np.array([q[b, j, t] @ kj[s] / np.sqrt(hd) for s in range(t + 1)])
+                w = np.exp(scores - scores.max())
+                w /= w.sum()
+                y[b, j, t] = sum(w[s] * vj[s] for s in range(t + 1))
+    return y
+
+
+# ---------------------------------------------------------------- swiglu mlp
+
+def swiglu_forward(h, w_gate, w_up, w_down):
+    """(silu(h @ Wgate.T) * (h @ Wup.T)) @ Wdown.T; h (N, C), hidden F = 4C.
+
+    Gate and up share one matmul against the stacked (2F, C) weight.
+    """
+    F = w_gate.shape[0]
+    w_gu = np.concatenate([w_gate, w_up])                    # (2F, C)
+    gu = h @ w_gu.T                                          # (N, 2F)
+    g, u = gu[:, :F], gu[:, F:]                              # (N, F) views
+    sig = np.negative(g)                                     # (N, F)
+    np.exp(sig, out=sig)
+    sig += 1
+    np.reciprocal(sig, out=sig)                              # sigmoid(g)
+    silu = g * sig                                           # (N, F)
+    a = silu * u                                             # (N, F)
+    out = a @ w_down.T                                       # (N, C)
+    return out, (h, g, u, sig, silu, a, w_gu, w_down)
+
+
+def swiglu_backward(dout, cache):
+    """Returns (dh, dw_gate, dw_up, dw_down)."""
+    h, g, u, sig, silu, a, w_gu, w_down = cache
+    F = g.shape[1]
+    # out = a @ w_down.T
+    dw_down = dout.T @ a                                     # (C, F)
+    da = dout @ w_down                                       # (N, F)
+    dgu = np.empty((da.shape[0], 2 * F), dtype=da.dtype)     # (N, 2F)
+    dg, du = dgu[:, :F], dgu[:, F:]                          # (N, F) views
+    # a = silu * u
+    np.multiply(da, silu, out=du)
+    # silu = g * sig(g):  dsilu/dg = sig * (1 + g * (1 - sig)) = sig + silu * (1 - sig)
+    np.subtract(1, sig, out=dg)
+    dg *= silu
+    dg += sig
+    dg *= u
+    dg *= da
+    # gu = h @ w_gu.T
+    dw_gu = dgu.T @ h                                        # (2F, C)
+    dh = dgu @ w_gu                                          # (N, C)
+    return dh, dw_gu[:F], dw_gu[F:], dw_down
+
+
+# ------------------------------------------------------------- cross-entropy
+
+def cross_entropy_forward(logits, targets, weights, denom):
+    """sum(weights * CE(logits, targets)) / denom.
+
+    logits (N, V), targets (N,) int, weights (N,) (1.0 counted, 0.0 ignored).
+    Returns (loss in float64, cache); the per-row log-sum-exp is kept in the
+    working dtype, only the final sum is accumulated in float64.
+    """
+    rows = np.arange(targets.shape[0])
+    m = logits.max(axis=-1, keepdims=True)                   # (N, 1)
+    shifted = logits - m                                     # (N, V)
+    probs = np.exp(shifted)                                  # (N, V)
+    z = probs.sum(axis=-1)                                   # (N,)
+    probs /= z[:, None]
+    nll = np.log(z) - shifted[rows, targets]                 # (N,)
+    loss = float(np.dot(weights.astype(np.float64), nll.astype(np.float64))) / denom
+    return loss, (probs, targets, weights, denom)
+
+
+def cross_entropy_backward(cache):
+    """Returns dlogits (N, V) of the loss (the loss is the graph's output: dloss = 1)."""
+    probs, targets, weights, denom = cache
+    # loss = sum_n w_n * (logsumexp(logits_n) - logits_n[t_n]) / denom
+    dlogits = probs                                          # (N, V) reuse, probs not needed again
+    dlogits[np.arange(targets.shape[0]), targets] -= 1
+    dlogits *= (weights * (1.0 / denom)).astype(dlogits.dtype)[:, None]
+    return dlogits
+
+
+# ----------------------------------------------------------------- mean pool
+
+def mean_pool_forward(x, mask):
+    """Masked mean over time: x (B, T, C), mask (B, T) 1.0 on real tokens -> (B, C)."""
+    count = mask.sum(axis=1, keepdims=True)                  # (B, 1)
+    w = mask / np.maximum(count, 1)                          # (B, T)
+    out = np.einsum("bt,btc->bc", w, x)                      # (B, C)
+    return out, w
+
+
+def mean_pool_backward(dout, cache):
+    """Returns dx (B, T, C)."""
+    w = cache
+    # out = sum_t w[b, t] * x[b, t]
+    return w[:, :, None] * dout[:, None, :]                  # (B, T, C)

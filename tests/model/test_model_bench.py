@@ -1,0 +1,50 @@
+"""`spark bench`: the command runs, reports sane numbers, refuses bad flags."""
+import json
+
+import numpy as np
+import pytest
+
+from sparktrain.cli import main
+from sparktrain.model import bench
+
+
+def test_bench_json_reports_utilisation(capsys):
+    assert main(["bench", "--scale", "tiny", "--batch-size", "2", "--steps", "2", "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["scale"] == "tiny" and r["batch_size"] == 2 and r["steps"] == 2
+    assert r["tokens_per_s"] > 0 and r["matmul_peak_flops_per_s"] > 0
+    assert r["model_flops_per_s"] == pytest.approx(r["tokens_per_s"] * r["flops_per_token"])
+    assert r["utilisation"] == pytest.approx(r["model_flops_per_s"] / r["matmul_peak_flops_per_s"])
+    assert r["blas_threads"] >= 1 and np.isfinite(r["final_loss"])
+
+
+def test_bench_text_names_threads(capsys):
+    assert main(["bench", "--batch-size", "1", "--steps", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "BLAS threads" in out and "utilisation" in out
+
+
+@pytest.mark.parametrize("argv", [["--scale", "huge"], ["--batch-size", "0"], ["--steps", "x"]])
+def test_bench_bad_flags_exit_2(argv, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["bench", *argv])
+    assert exc.value.code == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+def test_synthetic_batch_is_fixed_and_full():
+    a, b = bench.synthetic_batch(3, 8), bench.synthetic_batch(3, 8)
+    np.testing.assert_array_equal(a.inputs, b.inputs)
+    np.testing.assert_array_equal(a.inputs[:, 1:], a.targets[:, :-1])
+    assert a.n_counted == 24
+
+
+def test_sgd_step_moves_every_tensor():
+    from sparktrain.model.config import SCALES
+    from sparktrain.model.transformer import init_params, loss_and_grads
+    cfg = SCALES["tiny"]
+    params = init_params(cfg, 0)
+    before = {n: p.copy() for n, p in params.items()}
+    _, grads = loss_and_grads(params, cfg, bench.synthetic_batch(2, cfg.seq_len))
+    bench.sgd_step(params, grads, 0.1)
+    assert all(not np.array_equal(before[n], params[n]) for n in params)
