@@ -1,0 +1,1 @@
+"""Eval: held-out metrics, generation, the task-family data generator, the loss plot."""

@@ -1,0 +1,206 @@
+"""`spark eval`, `spark generate`, `spark make-data`, `spark plot`.
+
+Handlers import numpy and the model lazily so `spark --help` stays fast.
+"""
+from __future__ import annotations
+
+import json
+import sys
+
+
+def register(sub) -> None:
+    p = sub.add_parser("eval", help="held-out metrics of a weights file on a JSONL dataset",
+                       description="Loss, perplexity, next-token accuracy, copy recall and "
+                                   "exact match (greedy generation) on a held-out JSONL file.")
+    p.add_argument("--weights", required=True, help="weights.safetensors written by training")
+    p.add_argument("--data", required=True, help="held-out JSONL (chat or prompt/completion rows)")
+    p.add_argument("--json", action="store_true", help="print canonical JSON instead of a table")
+    p.add_argument("--batch-size", type=int, default=64, help="rows per forward (default 64)")
+    p.add_argument("--max-new", type=int, default=None,
+                   help="generation cap (default: each expected completion's length + 1)")
+    p.add_argument("--samples", type=int, default=3, help="generated samples to show (default 3)")
+    p.add_argument("-o", "--out", default=None, help="also write the JSON to this file (atomic)")
+    p.set_defaults(func=cmd_eval)
+
+    p = sub.add_parser("generate", help="continue a prompt with a trained model",
+                       description="Greedy (temperature 0) or sampled continuation, stopping at "
+                                   "EOS or after --max-new bytes.")
+    p.add_argument("--weights", required=True, help="weights.safetensors written by training")
+    p.add_argument("--max-new", type=int, default=64, help="most bytes to generate (default 64)")
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    p.add_argument("--top-k", type=int, default=0, help="sample among the k likeliest (0 = all)")
+    p.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
+    p.add_argument("prompt", help="the user text")
+    p.set_defaults(func=cmd_generate)
+
+    p = sub.add_parser("make-data", help="write the generated task-family datasets",
+                       description="Write data/train/dataset_scale.jsonl and "
+                                   "data/eval/scale_heldout.jsonl (copy, reverse, upper, next, "
+                                   "lookup); the same seed gives byte-identical files.")
+    p.add_argument("--out-dir", default=".", help="project root to write under (default .)")
+    p.add_argument("--seed", type=int, default=None, help="generator seed (default 0)")
+    p.set_defaults(func=cmd_make_data)
+
+    p = sub.add_parser("plot", help="draw a checkpoint's loss curve as a PNG",
+                       description="Training loss per outer pass (blue), optional held-out "
+                                   "loss from an eval JSON (red).")
+    p.add_argument("--checkpoint", required=True, help="out/train/JOB/checkpoint.json")
+    p.add_argument("--eval", default=None, help="eval JSON whose loss is drawn as a point")
+    p.add_argument("-o", "--out", required=True, help="PNG file to write")
+    p.set_defaults(func=cmd_plot)
+
+
+# ------------------------------------------------------------------ helpers
+
+def load_model(path):
+    """(params, cfg, meta) of a Spark weights file, checked against its own arch."""
+    from sparktrain.model.weights import check_params, config_from_meta, load_weights
+
+    params, meta = load_weights(path)
+    cfg = config_from_meta(meta, path)
+    check_params(params, cfg, path)
+    return params, cfg, meta
+
+
+def _read_json(path, what: str):
+    from sparktrain.errors import SparkError
+
+    try:
+        with open(path, "rb") as f:
+            return json.loads(f.read().decode("utf-8"))
+    except FileNotFoundError:
+        raise SparkError(f"{what} {path} does not exist") from None
+    except IsADirectoryError:
+        raise SparkError(f"{what} {path} is a folder, not a JSON file") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise SparkError(f"{what} {path} is not JSON ({str(err).splitlines()[0]})") from None
+
+
+def _positive(value: int, flag: str) -> None:
+    from sparktrain.errors import SparkError
+
+    if value < 1:
+        raise SparkError(f"{flag} must be at least 1, got {value}")
+
+
+# ------------------------------------------------------------------ handlers
+
+def cmd_eval(args) -> int:
+    from sparktrain.eval.metrics import evaluate
+    from sparktrain.fsutil import canonical_json, sha256_bytes, write_json
+    from sparktrain.train.data import parse_pairs, read_dataset_bytes
+
+    _positive(args.batch_size, "--batch-size")
+    if args.max_new is not None:
+        _positive(args.max_new, "--max-new")
+    if args.samples < 0:
+        _positive(args.samples, "--samples")
+    data = read_dataset_bytes(args.data)
+    pairs = parse_pairs(data, args.data)
+    params, cfg, _ = load_model(args.weights)
+    result = evaluate(params, cfg, pairs, batch_size=args.batch_size, max_new=args.max_new,
+                      n_samples=args.samples)
+    result.update(data=str(args.data), data_sha256=sha256_bytes(data), weights=str(args.weights))
+    if args.out:
+        write_json(args.out, result)
+    if args.json:
+        sys.stdout.write(canonical_json(result))
+    else:
+        sys.stdout.write(format_table(result))
+    return 0
+
+
+def format_table(m: dict) -> str:
+    def num(v):
+        return "-" if v is None else f"{v:.4f}"
+
+    lines = [f"eval {m['data']}  ({m['n']} rows, {m['n_counted']} counted targets, "
+             f"{m['mode']} model, {m['n_truncated']} truncated)"]
+    for key in ("loss", "perplexity", "next_token_accuracy", "copy_recall", "exact_match"):
+        extra = f"  ({m['n_copy_probes']} copy probes)" if key == "copy_recall" else ""
+        lines.append(f"  {key:<20} {num(m[key])}{extra}")
+    lines.append("")
+    lines.append(f"  {'family':<10} {'n':>5} {'loss':>8} {'acc':>7} {'exact':>7}")
+    for name, f in m["families"].items():
+        lines.append(f"  {name:<10} {f['n']:>5} {f['loss']:>8.4f} "
+                     f"{f['next_token_accuracy']:>7.3f} {f['exact_match']:>7.3f}")
+    if m["samples"]:
+        lines.append("")
+        lines.append("  samples (prompt -> expected | generated):")
+        for s in m["samples"]:
+            lines.append(f"    {json.dumps(s['prompt'])} -> {json.dumps(s['expected'])} | "
+                         f"{json.dumps(s['generated'])}")
+    return "\n".join(lines) + "\n"
+
+
+def cmd_generate(args) -> int:
+    from sparktrain.eval.generate import generate, prompt_context
+
+    _positive(args.max_new, "--max-new")
+    params, cfg, _ = load_model(args.weights)
+    _, truncated = prompt_context(args.prompt, cfg.seq_len)  # also rejects an empty prompt
+    if truncated:
+        print(f"spark: note: prompt is longer than the {cfg.seq_len}-token context; "
+              f"keeping its last {cfg.seq_len} tokens", file=sys.stderr)
+    if not cfg.train_attn:
+        print("spark: note: mean-pool model, it predicts one byte", file=sys.stderr)
+    [text] = generate(params, cfg, [args.prompt], max_new=args.max_new,
+                      temperature=args.temperature, top_k=args.top_k, seed=args.seed)
+    print(text)
+    return 0
+
+
+def cmd_make_data(args) -> int:
+    from sparktrain.errors import SparkError
+    from sparktrain.eval.tasks import DEFAULT_SEED, write_scale_data
+
+    seed = DEFAULT_SEED if args.seed is None else args.seed
+    if seed < 0:
+        raise SparkError(f"--seed must be >= 0, got {seed}")
+    for path in write_scale_data(args.out_dir, seed):
+        with open(path, "rb") as f:
+            rows = f.read().count(b"\n")
+        print(f"wrote {path} ({rows} rows)")
+    return 0
+
+
+def cmd_plot(args) -> int:
+    from sparktrain.errors import SparkError
+    from sparktrain.eval.plot import write_loss_png
+
+    ckpt = _read_json(args.checkpoint, "checkpoint")
+    curve = ckpt.get("loss_curve") if isinstance(ckpt, dict) else None
+    if not isinstance(curve, list) or not curve:
+        raise SparkError(f"checkpoint {args.checkpoint} has no 'loss_curve' list")
+    heldout = None
+    if args.eval:
+        heldout = heldout_points(_read_json(args.eval, "eval file"), curve, args.eval)
+    write_loss_png(args.out, curve, heldout)
+    print(f"wrote {args.out}")
+    return 0
+
+
+def heldout_points(ev, curve: list, path) -> list:
+    """Held-out losses from an eval JSON, placed at the last outer pass.
+
+    Accepts `spark eval --json` output (a top-level "loss"), an object of such
+    results (one point each), or an explicit "heldout" list of {outer, loss}.
+    """
+    from sparktrain.errors import SparkError
+
+    last = max((c.get("outer", i) for i, c in enumerate(curve) if isinstance(c, dict)),
+               default=len(curve) - 1)
+    if isinstance(ev, dict):
+        if isinstance(ev.get("heldout"), list):
+            return ev["heldout"]
+        if _is_number(ev.get("loss")):
+            return [{"outer": last, "loss": ev["loss"]}]
+        nested = [v["loss"] for _, v in sorted(ev.items())
+                  if isinstance(v, dict) and _is_number(v.get("loss"))]
+        if nested:
+            return [{"outer": last, "loss": x} for x in nested]
+    raise SparkError(f"eval file {path} has no held-out 'loss' to plot")
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)

@@ -1,0 +1,109 @@
+"""Sampling from a trained model: greedy or temperature/top-k, batched.
+
+Prompts become [BOS] + prompt + [SEP], cut to the last seq_len tokens like
+training data. All prompts of a batch advance together: one forward of the
+whole window per new token, each row reading the logits at its own last
+position (rows are right-padded, so padding never reaches a real position
+through the causal mask). No KV cache: the training forward is the one we
+trust, and the model is tiny.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from sparktrain.errors import SparkError
+from sparktrain.model.config import ModelConfig
+from sparktrain.train.data import EOS, PAD, prompt_tokens
+
+GEN_BATCH = 64
+
+
+def prompt_context(prompt: str, seq_len: int) -> tuple[np.ndarray, bool]:
+    """([BOS] + prompt + [SEP] cut to the last seq_len tokens, whether it was cut)."""
+    if not isinstance(prompt, str) or not prompt:
+        raise SparkError("prompt is empty; give the text to continue")
+    tokens = prompt_tokens(prompt)
+    return tokens[-seq_len:], len(tokens) > seq_len
+
+
+def pick_next(logits: np.ndarray, temperature: float, top_k: int,
+              rng: np.random.Generator | None) -> np.ndarray:
+    """logits (A, V) -> next token ids (A,): argmax at T=0, else a seeded draw."""
+    if temperature == 0:
+        return np.argmax(logits, axis=-1).astype(np.int64)        # first max on ties
+    z = logits.astype(np.float64) / temperature                    # (A, V)
+    if 0 < top_k < z.shape[-1]:
+        kth = np.sort(z, axis=-1)[:, -top_k][:, None]              # (A, 1)
+        z = np.where(z >= kth, z, -np.inf)
+    z = z - z.max(axis=-1, keepdims=True)
+    p = np.exp(z)
+    p /= p.sum(axis=-1, keepdims=True)                             # (A, V)
+    u = rng.random(z.shape[0])[:, None]                            # (A, 1)
+    idx = (np.cumsum(p, axis=-1) < u).sum(axis=-1)                 # inverse CDF
+    return np.minimum(idx, z.shape[-1] - 1).astype(np.int64)
+
+
+def generate_tokens(params, cfg: ModelConfig, contexts: Sequence[np.ndarray],
+                    caps: Sequence[int], *, temperature: float = 0.0, top_k: int = 0,
+                    rng: np.random.Generator | None = None) -> list[list[int]]:
+    """New tokens for each context (EOS not included), at most caps[i] of them.
+
+    Attention model: the window slides once a row is longer than seq_len.
+    Mean-pool model: it only ever predicts the first completion byte, so at
+    most one token comes out.
+    """
+    from sparktrain.model.transformer import forward_logits, pool_logits
+
+    seqs = [list(int(t) for t in c) for c in contexts]
+    out: list[list[int]] = [[] for _ in seqs]
+    caps = [min(int(c), 1) if not cfg.train_attn else int(c) for c in caps]
+    active = [i for i, c in enumerate(caps) if c > 0]
+    while active:
+        windows = [seqs[i][-cfg.seq_len:] for i in active]
+        lens = np.array([len(w) for w in windows])                 # (A,)
+        grid = np.full((len(active), int(lens.max())), PAD, dtype=np.int64)  # (A, T)
+        for r, w in enumerate(windows):
+            grid[r, :len(w)] = w
+        if cfg.train_attn:
+            logits = forward_logits(params, cfg, grid)             # (A, T, V)
+            last = logits[np.arange(len(active)), lens - 1]        # (A, V) own last position
+        else:
+            live = (np.arange(grid.shape[1]) < lens[:, None]).astype(np.float32)  # (A, T)
+            last = pool_logits(params, cfg, grid, live)            # (A, V)
+        nxt = pick_next(last, temperature, top_k, rng)             # (A,)
+        still = []
+        for i, tok in zip(active, nxt.tolist()):
+            if tok == EOS:
+                continue
+            seqs[i].append(tok)
+            out[i].append(tok)
+            if len(out[i]) < caps[i]:
+                still.append(i)
+        active = still
+    return out
+
+
+def decode(tokens: Sequence[int]) -> str:
+    return bytes(tokens).decode("utf-8", errors="replace")
+
+
+def generate(params, cfg: ModelConfig, prompts: Sequence[str], *, max_new: int = 64,
+             temperature: float = 0.0, top_k: int = 0, seed: int = 0) -> list[str]:
+    """Continue each prompt; stops at EOS or after max_new bytes."""
+    if max_new < 0:
+        raise SparkError(f"max_new must be >= 0, got {max_new}")
+    if temperature < 0 or not np.isfinite(temperature):
+        raise SparkError(f"temperature must be >= 0, got {temperature}")
+    if top_k < 0:
+        raise SparkError(f"top_k must be >= 0, got {top_k}")
+    contexts = [prompt_context(p, cfg.seq_len)[0] for p in prompts]
+    rng = np.random.default_rng(seed) if temperature > 0 else None
+    texts = []
+    for start in range(0, len(contexts), GEN_BATCH):
+        chunk = contexts[start:start + GEN_BATCH]
+        new = generate_tokens(params, cfg, chunk, [max_new] * len(chunk),
+                              temperature=temperature, top_k=top_k, rng=rng)
+        texts.extend(decode(t) for t in new)
+    return texts

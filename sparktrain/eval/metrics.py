@@ -1,0 +1,151 @@
+"""Held-out metrics (TRAINING.md "Eval"), all computed from the model itself.
+
+Teacher-forced numbers come from one batched forward per batch (the same
+forward_logits / pool_logits that training uses); exact match comes from greedy
+generation. Per-row sums are gathered first and added in file order in
+float64, so the same weights and rows always give the same dict.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from sparktrain.errors import SparkError
+from sparktrain.eval.generate import decode, generate_tokens
+from sparktrain.eval.tasks import COPY_PREFIX, family_of
+from sparktrain.model.config import ModelConfig
+from sparktrain.train.data import EOS, Encoded, Pair, encode_pair, pool_batch, token_batch
+
+SIG_DIGITS = 8
+
+
+@dataclass
+class _RowStats:
+    """Teacher-forced sums per row, (n,) arrays in file order."""
+    ce: np.ndarray          # sum of CE over the row's counted targets (float64)
+    counted: np.ndarray     # number of counted targets
+    correct: np.ndarray     # counted targets whose argmax was right
+    copy_correct: np.ndarray  # right completion bytes (EOS excluded)
+    copy_total: np.ndarray    # completion bytes seen (EOS excluded)
+
+
+def evaluate(params, cfg: ModelConfig, pairs: Sequence[Pair], *, batch_size: int = 64,
+             max_new: int | None = None, n_samples: int = 3) -> dict:
+    """Metrics over `pairs`. max_new=None caps each generation at len(expected)+1 bytes,
+    the most that can still be an exact match."""
+    if not pairs:
+        raise SparkError("no rows to evaluate")
+    if batch_size < 1:
+        raise SparkError(f"batch_size must be at least 1, got {batch_size}")
+    if max_new is not None and max_new < 1:
+        raise SparkError(f"max_new must be at least 1, got {max_new}")
+    encoded = [encode_pair(p, cfg.seq_len) for p in pairs]
+    stats = _teacher_forced(params, cfg, encoded, batch_size)
+    expected = [p.completion.encode("utf-8") for p in pairs]
+    generated = _greedy(params, cfg, encoded, expected, batch_size, max_new)
+    match = np.array([g == e for g, e in zip(generated, expected)], dtype=np.float64)
+    copy_rows = np.array([p.prompt.startswith(COPY_PREFIX) for p in pairs])
+
+    result = _summary(stats, match, np.ones(len(pairs), dtype=bool))
+    copy_total = stats.copy_total[copy_rows].sum()
+    result.update(
+        mode="attn" if cfg.train_attn else "pool",
+        n_truncated=sum(e.truncated for e in encoded),
+        n_copy_probes=int(copy_rows.sum()),
+        copy_recall=_r(stats.copy_correct[copy_rows].sum() / copy_total) if copy_total else None,
+        families={},
+        samples=[],
+    )
+    families = [family_of(p.prompt, p.family) for p in pairs]
+    for name in sorted(set(families)):
+        rows = np.array([f == name for f in families])
+        result["families"][name] = _summary(stats, match, rows)
+    for i in _sample_rows(len(pairs), n_samples):
+        result["samples"].append({"prompt": pairs[i].prompt, "expected": pairs[i].completion,
+                                  "generated": decode(generated[i]), "family": families[i]})
+    return result
+
+
+def _summary(stats: _RowStats, match: np.ndarray, rows: np.ndarray) -> dict:
+    counted = int(stats.counted[rows].sum())
+    loss = float(stats.ce[rows].sum()) / max(counted, 1)
+    if not math.isfinite(loss):
+        raise SparkError(f"the model gives a non-finite loss ({loss}) on these rows; "
+                         "the weights are broken")
+    return {
+        "n": int(rows.sum()),
+        "n_counted": counted,
+        "loss": _r(loss),
+        "perplexity": _r(math.exp(min(loss, 700.0))),  # exp caps below float overflow
+        "next_token_accuracy": _r(stats.correct[rows].sum() / max(counted, 1)),
+        "exact_match": _r(match[rows].mean()),
+    }
+
+
+def _teacher_forced(params, cfg, encoded: list[Encoded], batch_size: int) -> _RowStats:
+    parts = []
+    for start in range(0, len(encoded), batch_size):
+        chunk = encoded[start:start + batch_size]
+        parts.append(_attn_rows(params, cfg, chunk) if cfg.train_attn
+                     else _pool_rows(params, cfg, chunk))
+    return _RowStats(*(np.concatenate(col) for col in zip(*parts)))
+
+
+def _log_softmax_at(logits: np.ndarray, targets: np.ndarray) -> np.ndarray:
+    """log p(target) in float64: logits (..., V), targets (...) -> (...)."""
+    z = logits.astype(np.float64)
+    z = z - z.max(axis=-1, keepdims=True)
+    lse = np.log(np.exp(z).sum(axis=-1))
+    return np.take_along_axis(z, targets[..., None], axis=-1)[..., 0] - lse
+
+
+def _attn_rows(params, cfg, chunk: list[Encoded]):
+    from sparktrain.model.transformer import forward_logits
+
+    batch = token_batch(chunk)
+    logits = forward_logits(params, cfg, batch.inputs)             # (B, T, V)
+    mask = batch.mask.astype(np.float64)                           # (B, T)
+    ce = -_log_softmax_at(logits, batch.targets)                   # (B, T)
+    right = (np.argmax(logits, axis=-1) == batch.targets)          # (B, T)
+    # Completion bytes = counted targets except each row's last one (the EOS).
+    last = np.array([len(e.tokens) - 2 for e in chunk])            # (B,)
+    byte_mask = mask.copy()
+    byte_mask[np.arange(len(chunk)), last] = 0.0
+    return ((ce * mask).sum(axis=1), mask.sum(axis=1), (right * mask).sum(axis=1),
+            (right * byte_mask).sum(axis=1), byte_mask.sum(axis=1))
+
+
+def _pool_rows(params, cfg, chunk: list[Encoded]):
+    from sparktrain.model.transformer import pool_logits
+
+    batch = pool_batch(chunk)
+    logits = pool_logits(params, cfg, batch.context, batch.context_mask)  # (B, V)
+    ce = -_log_softmax_at(logits, batch.target)                    # (B,)
+    right = (np.argmax(logits, axis=-1) == batch.target).astype(np.float64)  # (B,)
+    ones = np.ones(len(chunk))
+    # The single target is the first completion byte (an EOS only for an empty completion).
+    is_byte = np.array([e.first_target != EOS for e in chunk], dtype=np.float64)
+    return ce, ones, right, right * is_byte, is_byte
+
+
+def _greedy(params, cfg, encoded, expected, batch_size, max_new) -> list[bytes]:
+    out = []
+    for start in range(0, len(encoded), batch_size):
+        chunk = encoded[start:start + batch_size]
+        want = expected[start:start + batch_size]
+        caps = [len(w) + 1 if max_new is None else max_new for w in want]
+        new = generate_tokens(params, cfg, [e.context for e in chunk], caps)
+        out.extend(bytes(t) for t in new)
+    return out
+
+
+def _sample_rows(n: int, k: int) -> list[int]:
+    """k rows spread evenly over the file (first row included)."""
+    return sorted({i * n // k for i in range(min(k, n))}) if k > 0 else []
+
+
+def _r(x) -> float:
+    return float(f"{float(x):.{SIG_DIGITS}g}")

@@ -1,0 +1,164 @@
+"""Task families that can be learned and checked, and the generated scale datasets.
+
+Every family is a prompt template with a one-line rule for the answer, so the
+right completion is known exactly (exact match is meaningful) and a small byte
+model can learn it from a few thousand rows. Words are SHORT (3-8 lowercase
+letters) because the model sees about 10 minutes of numpy training.
+
+Held-out words are disjoint from training words: a word belongs to the eval
+side when a hash of it says so, whatever the seed. So no held-out prompt can
+appear in the training file, and a new seed draws new rows from the same split.
+
+Randomness comes from sha256 of (seed, counter), not from `random` or numpy,
+so the same seed gives byte-identical files on any Python or numpy version.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import string
+from pathlib import Path
+
+from sparktrain.fsutil import atomic_write_text
+
+TRAIN_FILE = "data/train/dataset_scale.jsonl"
+EVAL_FILE = "data/eval/scale_heldout.jsonl"
+DEFAULT_SEED = 0
+
+# family -> prompt prefix; also how eval names the family of a row without a
+# "family" key. "Say exactly: " marks a copy probe (TRAINING.md, Eval).
+PREFIXES = {
+    "copy": "Say exactly: ",
+    "reverse": "Reverse: ",
+    "upper": "Uppercase: ",
+    "next": "Next after: ",
+    "lookup": "Look up ",
+}
+COPY_PREFIX = PREFIXES["copy"]
+
+# Rows per family: copy weighted up, it is the family a tiny model learns first.
+TRAIN_COUNTS = {"copy": 800, "reverse": 300, "upper": 300, "next": 300, "lookup": 300}
+EVAL_COUNTS = {"copy": 80, "reverse": 30, "upper": 30, "next": 30, "lookup": 30}
+
+HELDOUT_PERCENT = 10
+LETTERS = string.ascii_lowercase
+
+
+def family_of(prompt: str, family: str | None = None) -> str:
+    """The row's own family key, else the family whose prefix starts the prompt, else chat."""
+    if family:
+        return family
+    for name, prefix in PREFIXES.items():
+        if prompt.startswith(prefix):
+            return name
+    return "chat"
+
+
+def is_heldout(word: str) -> bool:
+    """Fixed split of the word space, independent of the seed."""
+    h = hashlib.sha256(b"spark-heldout\0" + word.encode("utf-8")).digest()
+    return int.from_bytes(h[:4], "big") % 100 < HELDOUT_PERCENT
+
+
+class _Draw:
+    """Deterministic integers from sha256(seed, stream, counter)."""
+
+    def __init__(self, seed: int, stream: str):
+        self._prefix = f"{seed}\0{stream}\0".encode()
+        self._n = 0
+
+    def below(self, n: int) -> int:
+        h = hashlib.sha256(self._prefix + str(self._n).encode()).digest()
+        self._n += 1
+        return int.from_bytes(h[:8], "big") % n  # bias ~ n / 2**64, negligible
+
+
+def _word(draw: _Draw, heldout: bool, lo: int = 3, hi: int = 8) -> str:
+    while True:
+        n = lo + draw.below(hi - lo + 1)
+        w = "".join(LETTERS[draw.below(26)] for _ in range(n))
+        if is_heldout(w) == heldout:
+            return w
+
+
+def _copy(draw, heldout):
+    w = _word(draw, heldout)
+    return PREFIXES["copy"] + w, w
+
+
+def _reverse(draw, heldout):
+    w = _word(draw, heldout)
+    return PREFIXES["reverse"] + w, w[::-1]
+
+
+def _upper(draw, heldout):
+    w = _word(draw, heldout)
+    return PREFIXES["upper"] + w, w.upper()
+
+
+def _next(draw, heldout):
+    # A letter a..y or a number 0..998: the answer is the one after it.
+    while True:
+        k = draw.below(25 + 999)
+        item, answer = (LETTERS[k], LETTERS[k + 1]) if k < 25 else (str(k - 25), str(k - 24))
+        if is_heldout(item) == heldout:
+            return PREFIXES["next"] + item, answer
+
+
+def _lookup(draw, heldout):
+    # Three k=v pairs with distinct single-letter keys; ask for one of them.
+    keys = []
+    while len(keys) < 3:
+        k = LETTERS[draw.below(26)]
+        if k not in keys:
+            keys.append(k)
+    values = [_word(draw, heldout, 3, 5) for _ in keys]
+    ask = draw.below(3)
+    listing = " ".join(f"{k}={v}" for k, v in zip(keys, values))
+    return f"{PREFIXES['lookup']}{keys[ask]} in: {listing}", values[ask]
+
+
+FAMILIES = {"copy": _copy, "reverse": _reverse, "upper": _upper, "next": _next,
+            "lookup": _lookup}
+
+
+def make_rows(seed: int, heldout: bool) -> list[dict]:
+    """Rows with unique prompts, families interleaved in a seeded order."""
+    counts = EVAL_COUNTS if heldout else TRAIN_COUNTS
+    side = "eval" if heldout else "train"
+    rows, seen = [], set()
+    for family, count in counts.items():
+        draw = _Draw(seed, f"{side}/{family}")
+        made = 0
+        while made < count:
+            prompt, completion = FAMILIES[family](draw, heldout)
+            if prompt in seen:
+                continue
+            seen.add(prompt)
+            rows.append({"prompt": prompt, "completion": completion, "family": family})
+            made += 1
+    return _shuffled(rows, _Draw(seed, f"{side}/order"))
+
+
+def _shuffled(rows: list, draw: _Draw) -> list:
+    rows = list(rows)
+    for i in range(len(rows) - 1, 0, -1):  # Fisher-Yates
+        j = draw.below(i + 1)
+        rows[i], rows[j] = rows[j], rows[i]
+    return rows
+
+
+def rows_jsonl(rows: list[dict]) -> str:
+    return "".join(json.dumps(r, sort_keys=True, ensure_ascii=True) + "\n" for r in rows)
+
+
+def write_scale_data(out_dir: str | os.PathLike = ".", seed: int = DEFAULT_SEED) -> list[Path]:
+    """Write the training and held-out files under out_dir; returns their paths."""
+    out = Path(out_dir)
+    written = []
+    for rel, heldout in ((TRAIN_FILE, False), (EVAL_FILE, True)):
+        path = out / rel
+        atomic_write_text(path, rows_jsonl(make_rows(seed, heldout)))
+        written.append(path)
+    return written

@@ -1,0 +1,224 @@
+"""The dataset: JSONL rows -> (prompt, completion) pairs -> byte tokens -> padded batches.
+
+TRAINING.md "Dataset (JSONL)" and "Tokens" fix the format; this module is the
+only place that turns text into token ids, so training and eval agree on it.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from typing import Iterator, Sequence
+
+import numpy as np
+
+from sparktrain.errors import SparkError
+from sparktrain.fsutil import sha256_bytes
+from sparktrain.model.batch import PoolBatch, TokenBatch
+
+# Byte values that never occur in UTF-8, so they cannot collide with text.
+BOS, SEP, EOS = 0xFD, 0xFE, 0xFF
+# Right padding. Its value never matters (mask 0, causal attention), EOS is just
+# a byte that text never contains.
+PAD = EOS
+
+
+@dataclass(frozen=True)
+class Pair:
+    prompt: str
+    completion: str
+    line: int                  # 1-based line in the JSONL file (0 when built in code)
+    family: str | None = None  # optional task family, for eval breakdowns
+
+
+@dataclass(frozen=True)
+class Encoded:
+    tokens: np.ndarray   # (L,) int64, L <= seq_len + 1
+    mask: np.ndarray     # (L-1,) float32, 1.0 where target tokens[i+1] is counted
+    truncated: bool      # the full sequence was longer than seq_len + 1
+    context: np.ndarray  # (<= seq_len,) int64, pool mode: last seq_len of [BOS]+prompt+[SEP]
+    first_target: int    # pool mode target: first completion byte, or EOS if empty
+
+
+@dataclass(frozen=True)
+class Dataset:
+    path: str
+    sha256: str                  # of the file bytes
+    pairs: tuple[Pair, ...]
+    encoded: tuple[Encoded, ...]
+    n: int                       # rows
+    n_tokens: int                # input positions, summed over rows (after truncation)
+    n_counted: int               # counted targets (attention mode)
+    n_truncated: int
+
+
+# ---------------------------------------------------------------- JSONL rows
+
+def read_dataset_bytes(path: str | os.PathLike) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except FileNotFoundError:
+        raise SparkError(f"dataset {path} does not exist") from None
+    except IsADirectoryError:
+        raise SparkError(f"dataset {path} is a folder, not a JSONL file") from None
+    except PermissionError:
+        raise SparkError(f"dataset {path} is not readable (permission denied)") from None
+
+
+def load_pairs(path: str | os.PathLike) -> list[Pair]:
+    """Every usable row of a JSONL file, in file order; SparkError on the first bad one."""
+    return parse_pairs(read_dataset_bytes(path), path)
+
+
+def parse_pairs(data: bytes, path: str | os.PathLike = "<data>") -> list[Pair]:
+    pairs = []
+    for lineno, raw in enumerate(data.split(b"\n"), start=1):
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise SparkError(f"{path}:{lineno}: not UTF-8 (bad byte at column "
+                             f"{err.start + 1})") from None
+        if not text.strip():
+            continue  # blank lines are allowed anywhere
+        pairs.append(_parse_row(text, f"{path}:{lineno}", lineno))
+    if not pairs:
+        raise SparkError(f"dataset {path} has no rows (empty file or only blank lines)")
+    return pairs
+
+
+def _parse_row(text: str, where: str, lineno: int) -> Pair:
+    try:
+        row = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise SparkError(f"{where}: not JSON ({err.msg} at column {err.colno})") from None
+    if not isinstance(row, dict):
+        raise SparkError(f"{where}: a row must be a JSON object, got {type(row).__name__}")
+    if "messages" in row:
+        prompt, completion = _chat_row(row["messages"], where)
+    elif "prompt" in row or "completion" in row:
+        prompt = _text_field(row, "prompt", where)
+        completion = _text_field(row, "completion", where)
+    else:
+        raise SparkError(f"{where}: row has neither 'messages' nor 'prompt'/'completion'")
+    family = row.get("family")
+    if family is not None and not isinstance(family, str):
+        raise SparkError(f"{where}: 'family' must be a string, got {type(family).__name__}")
+    return Pair(prompt, completion, lineno, family)
+
+
+def _text_field(row: dict, key: str, where: str) -> str:
+    if key not in row:
+        raise SparkError(f"{where}: missing '{key}'")
+    value = row[key]
+    if not isinstance(value, str):
+        raise SparkError(f"{where}: '{key}' must be a string, got {type(value).__name__}")
+    if not value:
+        raise SparkError(f"{where}: '{key}' is empty")
+    return value
+
+
+def _chat_row(messages, where: str) -> tuple[str, str]:
+    """prompt = the last user content, completion = the last assistant content."""
+    if not isinstance(messages, list):
+        raise SparkError(f"{where}: 'messages' must be a list, got {type(messages).__name__}")
+    last: dict[str, str] = {}
+    for i, msg in enumerate(messages):
+        if not isinstance(msg, dict):
+            raise SparkError(f"{where}: messages[{i}] must be an object")
+        role, content = msg.get("role"), msg.get("content")
+        if not isinstance(role, str):
+            raise SparkError(f"{where}: messages[{i}] has no string 'role'")
+        if not isinstance(content, str):
+            raise SparkError(f"{where}: messages[{i}] 'content' must be a string")
+        last[role] = content
+    for role, name in (("user", "prompt"), ("assistant", "completion")):
+        if role not in last:
+            raise SparkError(f"{where}: no '{role}' message (the {name})")
+        if not last[role]:
+            raise SparkError(f"{where}: the last '{role}' message (the {name}) is empty")
+    return last["user"], last["assistant"]
+
+
+# ---------------------------------------------------------------- tokens
+
+def prompt_tokens(prompt: str) -> np.ndarray:
+    """[BOS] + utf8(prompt) + [SEP]: what the model sees before the completion."""
+    body = np.frombuffer(prompt.encode("utf-8"), dtype=np.uint8).astype(np.int64)
+    return np.concatenate([[BOS], body, [SEP]]).astype(np.int64)
+
+
+def encode_pair(pair: Pair, seq_len: int) -> Encoded:
+    if seq_len < 1:
+        raise SparkError(f"seq_len must be at least 1, got {seq_len}")
+    head = prompt_tokens(pair.prompt)                                      # (P,)
+    body = np.frombuffer(pair.completion.encode("utf-8"), dtype=np.uint8).astype(np.int64)
+    tokens = np.concatenate([head, body, [EOS]]).astype(np.int64)          # (L,)
+    sep_at = len(head) - 1
+    # mask[i] is for target tokens[i+1]: counted when that index is after the SEP.
+    mask = (np.arange(1, len(tokens)) > sep_at).astype(np.float32)        # (L-1,)
+    truncated = len(tokens) > seq_len + 1
+    if truncated:
+        start = len(tokens) - (seq_len + 1)
+        tokens, mask = tokens[start:], mask[start:]  # mask keeps the original decision
+    first = int(body[0]) if len(body) else EOS
+    return Encoded(tokens, mask, truncated, head[-seq_len:], first)
+
+
+def load_dataset(path: str | os.PathLike, seq_len: int) -> Dataset:
+    data = read_dataset_bytes(path)
+    pairs = tuple(parse_pairs(data, path))
+    encoded = tuple(encode_pair(p, seq_len) for p in pairs)
+    return Dataset(
+        path=str(path),
+        sha256=sha256_bytes(data),
+        pairs=pairs,
+        encoded=encoded,
+        n=len(pairs),
+        n_tokens=sum(len(e.tokens) - 1 for e in encoded),
+        n_counted=int(sum(int(e.mask.sum()) for e in encoded)),
+        n_truncated=sum(e.truncated for e in encoded),
+    )
+
+
+# ---------------------------------------------------------------- batches
+
+def token_batch(encoded: Sequence[Encoded]) -> TokenBatch:
+    """Inputs tokens[:-1], targets tokens[1:], right-padded to the longest row."""
+    if not encoded:
+        raise ValueError("token_batch needs at least one row")
+    T = max(len(e.tokens) - 1 for e in encoded)
+    B = len(encoded)
+    inputs = np.full((B, T), PAD, dtype=np.int64)   # (B, T)
+    targets = np.full((B, T), PAD, dtype=np.int64)  # (B, T)
+    mask = np.zeros((B, T), dtype=np.float32)       # (B, T)
+    for b, e in enumerate(encoded):
+        n = len(e.tokens) - 1
+        inputs[b, :n] = e.tokens[:-1]
+        targets[b, :n] = e.tokens[1:]
+        mask[b, :n] = e.mask
+    return TokenBatch(inputs, targets, mask)
+
+
+def pool_batch(encoded: Sequence[Encoded]) -> PoolBatch:
+    """Prompt contexts right-padded to the longest, one target per row."""
+    if not encoded:
+        raise ValueError("pool_batch needs at least one row")
+    T = max(len(e.context) for e in encoded)
+    B = len(encoded)
+    context = np.full((B, T), PAD, dtype=np.int64)  # (B, T)
+    context_mask = np.zeros((B, T), dtype=np.float32)  # (B, T)
+    for b, e in enumerate(encoded):
+        context[b, :len(e.context)] = e.context
+        context_mask[b, :len(e.context)] = 1.0
+    target = np.array([e.first_target for e in encoded], dtype=np.int64)  # (B,)
+    return PoolBatch(context, context_mask, target)
+
+
+def iter_batches(dataset: Dataset, batch_size: int, pool: bool) -> Iterator[TokenBatch | PoolBatch]:
+    """Consecutive batches in file order (the last may be smaller): whole-set losses."""
+    if batch_size < 1:
+        raise SparkError(f"batch_size must be at least 1, got {batch_size}")
+    make = pool_batch if pool else token_batch
+    for start in range(0, dataset.n, batch_size):
+        yield make(dataset.encoded[start:start + batch_size])
