@@ -38,3 +38,26 @@ test-sparkbc: $(STAMP)
 
 clean:
 	rm -rf out .pytest_cache .hypothesis
+
+# The stage commands are `python stages/...`: the venv must come first on PATH.
+DVC := PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/dvc
+
+run: $(STAMP)
+	$(DVC) repro
+	@$(BIN)/spark status --summary job-dry-001
+
+spark-sgd-proof: $(STAMP)
+	$(PY) -m sparktrain.proof tiny
+
+spark-sgd-proof-scale: $(STAMP)
+	$(PY) -m sparktrain.proof scale
+
+sparkbc-e2e: $(STAMP)
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(PY) -m sparktrain.sparkbc_e2e
+
+repro-check: $(STAMP)
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(PY) -m sparktrain.reprocheck
+
+bench: $(STAMP)
+	$(BIN)/spark bench --scale tiny
+	$(BIN)/spark bench --scale large

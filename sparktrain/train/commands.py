@@ -64,6 +64,8 @@ def register(sub) -> None:
                        description="Print the state of out/train/JOB (declared, trained, failed) "
                                    "with its losses, eval metrics and timings.")
     p.add_argument("job", help="job id, or a job folder")
+    p.add_argument("--summary", action="store_true",
+                   help="a few human lines (losses, eval metrics, files) instead of JSON")
     p.set_defaults(func=cmd_status)
 
 
@@ -176,5 +178,28 @@ def cmd_status(args) -> int:
         folder = Path("out/train") / args.job
     if not folder.is_dir():
         raise SparkError(f"no job folder {folder} (run the pipeline or `spark run` first)")
-    sys.stdout.write(canonical_json(outputs.job_state(folder)))
+    state = outputs.job_state(folder)
+    sys.stdout.write(_summary_text(state, folder) if args.summary else canonical_json(state))
     return 0
+
+
+def _summary_text(state: dict, folder: Path) -> str:
+    lines = [f"job {state['job']}: {state['state']}"]
+    if "loss_before" in state:
+        lines.append(f"  train loss  {state['loss_before']:.4f} -> {state['loss_after']:.4f} "
+                     f"(step_n {state['step_n']}, weights sha256 {state['weights_sha256'][:12]}, "
+                     f"verified {str(state['weights_verified']).lower()})")
+    ev = state.get("eval")
+    if ev:
+        parts = [f"{k} {v:.4f}" for k, v in ev.items() if isinstance(v, (int, float))]
+        lines.append("  held-out    " + "  ".join(parts))
+    perf = state.get("perf")
+    if perf:
+        mfu = f", {perf['mfu'] * 100:.1f}% of matmul peak" if perf.get("mfu") else ""
+        lines.append(f"  speed       {perf['tokens_per_s']:,.0f} tokens/s{mfu}, "
+                     f"{perf['total_seconds']:.1f}s in the step")
+    if "failure" in state:
+        lines.append(f"  last run failed: {state['failure'].get('reason')}")
+    files = sorted(p.name for p in folder.iterdir() if p.is_file() and not p.name.startswith("."))
+    lines.append(f"  files       {folder.as_posix()}/{{{','.join(files)}}}")
+    return "\n".join(lines) + "\n"

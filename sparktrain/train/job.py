@@ -90,15 +90,9 @@ def job_from_program(program_path: str, job_id: str, program=None) -> Job:
 
 
 def read_program(path):
-    from sparktrain.bc.reader import decode
+    from sparktrain.bc.reader import read_program as read
 
-    try:
-        data = Path(path).read_bytes()
-    except FileNotFoundError:
-        raise SparkError(f"program {path} does not exist") from None
-    except IsADirectoryError:
-        raise SparkError(f"program {path} is a folder, not a .sparkbc file") from None
-    return decode(data)
+    return read(path)[0]
 
 
 def validate_job(job: Job) -> Job:

@@ -226,11 +226,8 @@ def _perf(cfg, train_seconds, total_seconds, tokens, flops, matmul_peak) -> dict
             "model_flops_per_s": round(flops / max(train_seconds, 1e-9), 1),
             "blas_threads": BLAS_THREADS}
     if matmul_peak is None:
-        try:
-            from sparktrain.model.bench import matmul_peak_flops
-            matmul_peak = matmul_peak_flops()
-        except ImportError:
-            matmul_peak = None
+        from sparktrain.model.bench import matmul_peak as measure_peak
+        matmul_peak = measure_peak()
     if matmul_peak:
         perf["matmul_peak_flops_per_s"] = round(matmul_peak, 1)
         perf["mfu"] = round(perf["model_flops_per_s"] / matmul_peak, 4)

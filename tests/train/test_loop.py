@@ -1,0 +1,155 @@
+"""The STEP loop: it trains, it is honest about it, and it is reproducible."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from sparktrain.errors import SparkError, TrainingFailed
+from sparktrain.fsutil import sha256_file
+from sparktrain.model.config import SCALES
+from sparktrain.model.weights import load_weights
+from sparktrain.train.config import StepConfig
+from sparktrain.train.job import adhoc_job, job_from_program
+from sparktrain.train.loop import MinibatchSampler, run_step
+from sparktrain.train.outputs import job_state, parse_artifact
+
+TINY = SCALES["tiny"]
+PROGRAM = "data/programs/train-step.sparkbc"
+QUIET = dict(progress=lambda line: None, matmul_peak=1e9)
+
+
+def _train(project, monkeypatch, step=StepConfig(), cfg=TINY, out="out/train/job-dry-001"):
+    monkeypatch.chdir(project)
+    job = job_from_program(PROGRAM, "job-dry-001") if out == "out/train/job-dry-001" \
+        else adhoc_job("data/train/dataset.jsonl", out, None)
+    return job, run_step(job, step, cfg, **QUIET)
+
+
+def test_default_tiny_job_learns(project, monkeypatch):
+    job, res = _train(project, monkeypatch)
+    c = res.checkpoint
+    assert c["loss_after"] <= 0.75 * c["loss_before"], (c["loss_before"], c["loss_after"])
+    assert [e["outer"] for e in c["loss_curve"]] == [0, 1, 2, 3, 4]
+    assert c["loss_curve"][0] == {"outer": 0, "loss": c["loss_before"], "phase": "start"}
+    assert c["loss_curve"][-1]["loss"] == c["loss_after"]
+    for key, want in dict(trained=True, not_sgd=False, sgd=True, claim=False, device="cpu",
+                          step_n=1, outer=4, inner=8, dataset_n=24).items():
+        assert c[key] == want, key
+    folder = project / "out/train/job-dry-001"
+    assert sha256_file(folder / "weights.safetensors") == c["weights_sha256"]
+    on_disk = json.loads((folder / "checkpoint.json").read_text())
+    assert on_disk == c
+    art = parse_artifact((folder / "ARTIFACT").read_text())
+    assert art["header"] == "spark-train-sgd job-dry-001"
+    assert art["trained"] == "true" and art["not_sgd"] == "false" and art["step_n"] == "1"
+    assert art["weights"] == "out/train/job-dry-001/weights.safetensors"
+    params, meta = load_weights(folder / "weights.safetensors")
+    assert meta["trained"] is True and meta["step_n"] == 1
+    assert meta["loss_after"] == c["loss_after"]
+    assert meta["sparkbc_sha256"] == sha256_file(project / PROGRAM)
+    assert job_state(folder)["state"] == "trained"
+
+
+def test_every_tensor_changes_and_frozen_embed_stays(project, monkeypatch):
+    from sparktrain.model.transformer import init_params
+
+    job, res = _train(project, monkeypatch, StepConfig(train_embed=False, outer=1, inner=2))
+    salt = bytes.fromhex(job.sparkbc_sha256)
+    init = init_params(TINY, 0, salt)
+    trained, _ = load_weights(project / job.out / "weights.safetensors")
+    for name in init:
+        same = np.array_equal(init[name], trained[name])
+        assert same == (name == "spark.embed.weight"), name
+
+
+def test_same_inputs_same_bytes(project, monkeypatch, tmp_path_factory):
+    import shutil
+
+    other = tmp_path_factory.mktemp("again")
+    shutil.copytree(project / "data", other / "data")
+    _, a = _train(project, monkeypatch)
+    _, b = _train(other, monkeypatch)
+    for name in ("weights.safetensors", "checkpoint.json", "ARTIFACT"):
+        assert a.files[name] == b.files[name], name
+        assert (project / "out/train/job-dry-001" / name).read_bytes() == \
+               (other / "out/train/job-dry-001" / name).read_bytes()
+
+
+def _outputs(folder):
+    return {p.name: p.read_bytes() for p in folder.iterdir() if p.name != "failed.json"}
+
+
+def _assert_kept(folder, before):
+    after = _outputs(folder)
+    for name in ("weights.safetensors", "checkpoint.json", "ARTIFACT"):
+        assert after[name] == before[name], name
+    assert not list(folder.glob(".*.pending")) and not (folder / ".commit").exists()
+
+
+def test_loss_that_does_not_fall_fails_loud_and_keeps_outputs(project, monkeypatch):
+    import sparktrain.train.loop as loop
+
+    job, good = _train(project, monkeypatch)
+    folder = project / job.out
+    before = _outputs(folder)
+    rising = iter([3.0, 3.1, 3.2, 3.3, 3.4])
+    monkeypatch.setattr(loop, "dataset_loss", lambda *a: next(rising))
+    with pytest.raises(TrainingFailed, match="loss did not fall"):
+        run_step(job, StepConfig(), TINY, **QUIET)
+    _assert_kept(folder, before)
+
+
+def test_no_weight_change_fails_loud(project, monkeypatch):
+    job, good = _train(project, monkeypatch)
+    folder = project / job.out
+    before = _outputs(folder)
+    with pytest.raises(TrainingFailed, match="no weight changed"):
+        run_step(job, StepConfig(lr=1e-30, momentum=0, outer=1, inner=1), TINY, **QUIET)
+    _assert_kept(folder, before)
+
+
+def test_divergence_fails_loud_and_keeps_outputs(project, monkeypatch):
+    from sparktrain.model.weights import save_weights
+
+    job, good = _train(project, monkeypatch)
+    folder = project / job.out
+    before = _outputs(folder)
+    params, meta = load_weights(folder / "weights.safetensors")
+    params["spark.lm_head.weight"] = params["spark.lm_head.weight"] * np.float32(3e38)
+    save_weights(project / "out/huge.safetensors", params, meta)
+    huge = adhoc_job("data/train/dataset.jsonl", job.out, "out/huge.safetensors")
+    with np.errstate(all="ignore"), pytest.raises(TrainingFailed, match="diverged"):
+        run_step(huge, StepConfig(step=2), TINY, **QUIET)
+    _assert_kept(folder, before)
+
+
+def test_resume_from_base_counts_steps(project, monkeypatch):
+    job, first = _train(project, monkeypatch, out="out/first")
+    base = "out/first/weights.safetensors"
+    again = adhoc_job("data/train/dataset.jsonl", "out/second", base)
+    res = run_step(again, StepConfig(outer=1, inner=2, lr=0.01), TINY, **QUIET)
+    assert res.checkpoint["step_n"] == 2 and res.checkpoint["base_step_n"] == 1
+    assert res.checkpoint["loss_before"] == pytest.approx(first.checkpoint["loss_after"], rel=1e-6)
+    with pytest.raises(SparkError, match="greater than the base's step_n 1"):
+        run_step(again, StepConfig(step=1), TINY, **QUIET)
+
+
+def test_pool_fallback_trains_only_embed_and_head(project, monkeypatch):
+    cfg = TINY.__class__(**{**TINY.to_dict(), "train_attn": False})
+    job, res = _train(project, monkeypatch, StepConfig(train_attn=False, lr=0.5), cfg,
+                      out="out/pool")
+    params, _ = load_weights(project / "out/pool/weights.safetensors")
+    assert sorted(params) == ["spark.embed.weight", "spark.lm_head.weight"]
+    assert res.checkpoint["loss_after"] < res.checkpoint["loss_before"]
+
+
+def test_sampler_whole_dataset_in_file_order_and_seeded_epochs():
+    s = MinibatchSampler(5, 8, seed=3)
+    assert s.next().tolist() == [0, 1, 2, 3, 4]
+    a, b = MinibatchSampler(10, 5, seed=1), MinibatchSampler(10, 5, seed=1)
+    first = [a.next().tolist() for _ in range(4)]
+    assert first == [b.next().tolist() for _ in range(4)]
+    assert sorted(first[0] + first[1]) == list(range(10))   # one epoch covers every row
+    assert first[:2] != first[2:]                           # reshuffled each epoch
