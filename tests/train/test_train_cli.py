@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from conftest import assert_one_line_error, run_spark
+from sparkhelp import assert_one_line_error, run_spark
 from sparktrain.bc.compiler import compile_source
 
 FAST = ["--outer", "1", "--inner", "2"]

@@ -1,0 +1,27 @@
+"""The short version of `make spark-sgd-proof-scale`: the large model on the
+task families, a small budget, and held-out loss must fall."""
+from __future__ import annotations
+
+from sparktrain.eval.metrics import evaluate
+from sparktrain.model.config import SCALES
+from sparktrain.model.transformer import init_params
+from sparktrain.model.weights import load_weights
+from sparktrain.train.config import StepConfig
+from sparktrain.train.data import load_pairs
+from sparktrain.train.job import job_from_program
+from sparktrain.train.loop import run_step
+
+
+def test_large_scale_short_budget_lowers_heldout_loss(project, monkeypatch):
+    monkeypatch.chdir(project)
+    job = job_from_program("data/programs/train-scale.sparkbc", "job-scale-001")
+    cfg = SCALES["large"]
+    heldout = load_pairs("data/eval/scale_heldout.jsonl")
+    start = init_params(cfg, 0, bytes.fromhex(job.sparkbc_sha256))
+    before = evaluate(start, cfg, heldout, max_new=1, n_samples=0)["loss"]
+    res = run_step(job, StepConfig(outer=2, inner=10, lr=0.1, batch_size=16), cfg,
+                   progress=lambda line: None, matmul_peak=1e9)
+    assert res.checkpoint["loss_after"] < res.checkpoint["loss_before"]
+    trained, _ = load_weights(project / job.out / "weights.safetensors")
+    after = evaluate(trained, cfg, heldout, max_new=1, n_samples=0)["loss"]
+    assert after < before, (before, after)

@@ -1,0 +1,43 @@
+"""Shared test helpers: run the `spark` CLI in-process or as a real process."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SPARK = [sys.executable, "-m", "sparktrain.cli"]
+
+
+def run_spark(args, cwd=None, env=None, timeout=300):
+    """`spark ARGS` as a subprocess: (returncode, stdout, stderr)."""
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    p = subprocess.run(SPARK + [str(a) for a in args], cwd=cwd, env=full_env,
+                       capture_output=True, text=True, timeout=timeout)
+    return p.returncode, p.stdout, p.stderr
+
+
+def assert_one_line_error(rc, err, *needles):
+    assert rc == 2, f"exit {rc}, stderr: {err}"
+    lines = [ln for ln in err.strip().splitlines() if ln.strip()]
+    assert len(lines) == 1, f"expected one stderr line, got: {err!r}"
+    assert "Traceback" not in err
+    for n in needles:
+        assert n in lines[0], f"{n!r} not in {lines[0]!r}"
+
+
+@pytest.fixture
+def project(tmp_path):
+    """A scratch project root holding the committed data and programs."""
+    for sub in ("data", "params.yaml"):
+        src = ROOT / sub
+        if src.is_dir():
+            shutil.copytree(src, tmp_path / sub)
+        elif src.exists():
+            shutil.copy(src, tmp_path / sub)
+    return tmp_path
