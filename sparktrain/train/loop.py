@@ -184,7 +184,7 @@ def run_step(job: Job, step: StepConfig, cfg: ModelConfig, *, progress=_progress
         "dataset": job.dataset, "dataset_sha256": dataset.sha256, "dataset_n": dataset.n,
         "dataset_tokens": dataset.n_tokens, "truncated": dataset.n_truncated, "arch": arch,
         "n_params": n_params(cfg), "trained_tensors": len(changed),
-        "frozen_tensors": sorted(set(params) - set(trainable)),
+        "frozen_tensors": ",".join(sorted(set(params) - set(trainable))),
         "micro_steps": step.outer * step.inner, "clipped_steps": clipped,
         "tokens_seen": tokens_seen, "weights": job.rel("weights.safetensors"),
         "weights_sha256": wsha, "sparkbc_sha256": job.sparkbc_sha256, "program": job.program,

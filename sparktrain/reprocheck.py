@@ -1,0 +1,325 @@
+"""The reproducibility check to copy into CI.
+
+    python -m sparktrain.reprocheck [--tolerance 1e-4]
+
+Runs `dvc repro --force`, then compares the new dvc.lock with the committed one
+(`git show HEAD:dvc.lock`), parsed rather than diffed as text:
+
+- identical, and `dvc status -q` clean: exit 0;
+- otherwise every output whose md5 moved is printed with its stage. Float
+  outputs (JSON metrics and checkpoints, safetensors weights) are compared
+  number by number against the committed copy in the DVC cache (`dvc pull`
+  first in a fresh clone); a picture (.png) is drawn from those numbers and
+  follows them. When only float outputs moved and every number stays within
+  the relative tolerance, that is "drift within tolerance" (BLAS kernels differ
+  between CPU families): exit 0 with a note. Anything else: exit 1.
+
+A changed input (cmd, deps, params) means the working tree is not the commit
+that recorded the lock: exit 1, naming it. Usage mistakes: one line, exit 2.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import yaml
+
+from sparktrain.errors import SparkError
+
+LOCK = "dvc.lock"
+# JSON strings under these keys are hashes of other outputs: they move with the floats.
+HASH_KEY_MARK = "sha256"
+# The outputs computed with BLAS floats, which may move in the last bits on
+# another CPU family; every other output must be reproduced byte for byte.
+FLOAT_OUTPUT_NAMES = ("checkpoint.json", "eval.json", "weights.safetensors")
+PICTURE_SUFFIXES = (".png", ".svg")
+
+
+@dataclass(frozen=True)
+class Output:
+    path: str
+    stage: str
+    md5: str | None
+    legacy: bool  # a DVC 2 lock entry (no `hash: md5`): the cache's old layout
+
+
+@dataclass
+class Verdict:
+    lines: list[str] = field(default_factory=list)
+    exact: bool = True
+    within_tolerance: bool = True
+
+    def fail(self, line: str) -> None:
+        self.lines.append(line)
+        self.exact = False
+        self.within_tolerance = False
+
+    def drift(self, line: str) -> None:
+        self.lines.append(line)
+        self.exact = False
+
+
+# --- reading the two locks -------------------------------------------------
+
+def outputs(lock: dict) -> dict[str, Output]:
+    found = {}
+    for stage, entry in (lock.get("stages") or {}).items():
+        for out in entry.get("outs") or []:
+            found[out["path"]] = Output(out["path"], stage, out.get("md5"), "hash" not in out)
+    return found
+
+
+def inputs(lock: dict) -> dict[str, dict]:
+    """Per stage, what the run was made from: cmd, params and the deps that are
+    sources. A dep that another stage writes is compared as that stage's output."""
+    written = set(outputs(lock))
+    found = {}
+    for stage, entry in (lock.get("stages") or {}).items():
+        made_from = {k: v for k, v in entry.items() if k not in ("outs", "deps")}
+        made_from["deps"] = [d for d in entry.get("deps") or [] if d["path"] not in written]
+        found[stage] = made_from
+    return found
+
+
+def moved_inputs(old: dict, new: dict) -> list[str]:
+    old_in, new_in = inputs(old), inputs(new)
+    moved = []
+    for stage in sorted(set(old_in) | set(new_in)):
+        if stage not in new_in or stage not in old_in:
+            moved.append(f"stage {stage}: {'gone' if stage not in new_in else 'new'} "
+                         f"since the commit")
+            continue
+        for key in sorted(set(old_in[stage]) | set(new_in[stage])):
+            if old_in[stage].get(key) != new_in[stage].get(key):
+                moved.append(f"stage {stage}: {key} differs from the committed lock")
+    return moved
+
+
+# --- comparing numbers ------------------------------------------------------
+
+def relative_error(a: float, b: float) -> float:
+    if a == b:
+        return 0.0
+    if math.isnan(a) or math.isnan(b):
+        return math.inf
+    return abs(a - b) / max(abs(a), abs(b))
+
+
+def compare_json(old, new, where: str = "") -> tuple[float, list[str]]:
+    """(largest relative error over the numbers, the non-numeric differences)."""
+    if isinstance(old, bool) or isinstance(new, bool):
+        return 0.0, ([] if old == new else [f"{where or '.'}: {old!r} -> {new!r}"])
+    if isinstance(old, (int, float)) and isinstance(new, (int, float)):
+        return relative_error(float(old), float(new)), []
+    if isinstance(old, dict) and isinstance(new, dict):
+        if set(old) != set(new):
+            return 0.0, [f"{where or '.'}: keys differ ({sorted(set(old) ^ set(new))})"]
+        worst, other = 0.0, []
+        for key in sorted(old):
+            if HASH_KEY_MARK in key:
+                continue
+            err, diffs = compare_json(old[key], new[key], f"{where}.{key}")
+            worst, other = max(worst, err), other + diffs
+        return worst, other
+    if isinstance(old, list) and isinstance(new, list):
+        if len(old) != len(new):
+            return 0.0, [f"{where or '.'}: length {len(old)} -> {len(new)}"]
+        worst, other = 0.0, []
+        for i, (a, b) in enumerate(zip(old, new)):
+            err, diffs = compare_json(a, b, f"{where}[{i}]")
+            worst, other = max(worst, err), other + diffs
+        return worst, other
+    return 0.0, ([] if old == new else [f"{where or '.'}: {old!r} -> {new!r}"])
+
+
+def compare_safetensors(old: bytes, new: bytes) -> tuple[float, list[str]]:
+    """Tensors: max |a - b| relative to the tensor's scale; metadata as JSON."""
+    import numpy as np
+    from safetensors.numpy import load
+
+    old_t, new_t = load(old), load(new)
+    if set(old_t) != set(new_t):
+        return 0.0, [f"tensor names differ ({sorted(set(old_t) ^ set(new_t))})"]
+    worst, other = 0.0, []
+    for name in sorted(old_t):
+        a, b = old_t[name].astype(np.float64), new_t[name].astype(np.float64)
+        if a.shape != b.shape:
+            other.append(f"{name}: shape {a.shape} -> {b.shape}")
+            continue
+        scale = max(float(np.max(np.abs(a), initial=0.0)), float(np.max(np.abs(b), initial=0.0)))
+        diff = float(np.max(np.abs(a - b), initial=0.0))
+        worst = max(worst, 0.0 if diff == 0 else (math.inf if scale == 0 else diff / scale))
+    meta_err, meta_other = compare_json(_metadata(old), _metadata(new), "metadata")
+    return max(worst, meta_err), other + meta_other
+
+
+def _metadata(blob: bytes) -> dict:
+    """The header's __metadata__, its JSON-string values parsed where they parse."""
+    size = int.from_bytes(blob[:8], "little")
+    meta = json.loads(blob[8:8 + size]).get("__metadata__") or {}
+    parsed = {}
+    for key, value in meta.items():
+        try:
+            parsed[key] = json.loads(value)
+        except (TypeError, ValueError):
+            parsed[key] = value
+    return parsed
+
+
+def compare_output(path: str, old: bytes, new: bytes) -> tuple[float, list[str]]:
+    """(worst relative error, other differences) of a JSON or safetensors output."""
+    if path.endswith(".safetensors"):
+        return compare_safetensors(old, new)
+    return compare_json(json.loads(old), json.loads(new))
+
+
+# --- the check --------------------------------------------------------------
+
+def compare_locks(old: dict, new: dict, tolerance: float,
+                  read_old: Callable[[Output], bytes | None],
+                  read_new: Callable[[Output], bytes]) -> Verdict:
+    verdict = Verdict()
+    for line in moved_inputs(old, new):
+        verdict.fail(f"input moved: {line}")
+    old_outs, new_outs = outputs(old), outputs(new)
+    for path in sorted(set(old_outs) | set(new_outs)):
+        if path not in old_outs or path not in new_outs:
+            verdict.fail(f"output {'added' if path not in old_outs else 'gone'}: {path}")
+            continue
+        was, now = old_outs[path], new_outs[path]
+        if was.md5 == now.md5:
+            continue
+        head = f"drifted: {path} (stage {now.stage}) md5 {was.md5} -> {now.md5}"
+        if path.endswith(PICTURE_SUFFIXES):
+            verdict.drift(f"{head}: a picture of the numbers, follows them")
+            continue
+        if not path.endswith(FLOAT_OUTPUT_NAMES):
+            verdict.fail(f"{head}: not a float output, it must not move")
+            continue
+        old_bytes = read_old(was)
+        if old_bytes is None:
+            verdict.fail(f"{head}: the committed copy is not in the DVC cache, so its numbers "
+                         f"cannot be compared (`dvc pull` before the check)")
+            continue
+        worst, other = compare_output(path, old_bytes, read_new(now))
+        if other:
+            verdict.fail(f"{head}: non-numeric change {other[0]}"
+                         + (f" (and {len(other) - 1} more)" if len(other) > 1 else ""))
+        elif worst == 0:
+            verdict.fail(f"{head}: the bytes moved but no number did (formatting or key "
+                         f"order is not deterministic)")
+        elif worst > tolerance:
+            verdict.fail(f"{head}: numbers beyond tolerance {tolerance:g} "
+                         f"(max relative error {worst:.3g})")
+        else:
+            verdict.drift(f"{head}: numbers within tolerance {tolerance:g} "
+                          f"(max relative error {worst:.3g})")
+    return verdict
+
+
+def _git(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", *args], capture_output=True, text=True)
+
+
+def committed_lock() -> dict:
+    top = _git("rev-parse", "--show-toplevel")
+    if top.returncode != 0:
+        raise SparkError("not inside a git repository; run the check from a clone of the "
+                         "project")
+    if Path(top.stdout.strip()).resolve() != Path.cwd().resolve():
+        raise SparkError(f"run the check from the repository root ({top.stdout.strip()})")
+    shown = _git("show", f"HEAD:{LOCK}")
+    if shown.returncode != 0:
+        raise SparkError(f"no {LOCK} committed at HEAD; run `dvc repro` and commit {LOCK} "
+                         f"first")
+    return yaml.safe_load(shown.stdout) or {}
+
+
+def tool_env() -> dict:
+    """This interpreter's bin first on PATH: the stages run as `python stages/X.py`."""
+    env = dict(os.environ)
+    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
+    return env
+
+
+def dvc(*args: str, quiet: bool = False) -> int:
+    """Run dvc with its output on stderr, so stdout holds only the verdict."""
+    cmd = [sys.executable, "-m", "dvc", *args]
+    done = subprocess.run(cmd, env=tool_env(), stdout=subprocess.DEVNULL if quiet else sys.stderr,
+                          stderr=subprocess.DEVNULL if quiet else sys.stderr)
+    return done.returncode
+
+
+def cache_reader() -> Callable[[Output], bytes | None]:
+    listed = subprocess.run([sys.executable, "-m", "dvc", "cache", "dir"], env=tool_env(),
+                            capture_output=True, text=True)
+    cache = Path(listed.stdout.strip() or ".dvc/cache")
+
+    def read(out: Output) -> bytes | None:
+        if not out.md5:
+            return None
+        folder = cache if out.legacy else cache / "files" / "md5"
+        blob = folder / out.md5[:2] / out.md5[2:]
+        return blob.read_bytes() if blob.is_file() else None
+
+    return read
+
+
+def check(tolerance: float) -> int:
+    old = committed_lock()
+    if not Path("dvc.yaml").is_file():
+        raise SparkError("no dvc.yaml here; run the check from the project root")
+    code = dvc("repro", "--force")
+    if code != 0:
+        print(f"reprocheck: FAIL: `dvc repro --force` exited {code}")
+        return 1
+    new = yaml.safe_load(Path(LOCK).read_text(encoding="utf-8")) or {}
+    clean = dvc("status", "-q", quiet=True) == 0
+    if old == new and clean:
+        print(f"reprocheck: ok: {LOCK} reproduced exactly; dvc status clean")
+        return 0
+    verdict = compare_locks(old, new, tolerance, cache_reader(),
+                            lambda out: Path(out.path).read_bytes())
+    for line in verdict.lines:
+        print(line)
+    if not clean:
+        print("reprocheck: FAIL: `dvc status -q` is not clean after the repro")
+        return 1
+    if verdict.exact:
+        # Same hashes, other bytes of the lock moved (layout, key order): still the same run.
+        print(f"reprocheck: ok: every hash in {LOCK} reproduced; dvc status clean")
+        return 0
+    if verdict.within_tolerance:
+        print(f"reprocheck: ok: drift within tolerance {tolerance:g}: only float outputs "
+              f"moved and every number stays within it (expected across CPU families, whose "
+              f"BLAS kernels differ)")
+        return 0
+    print(f"reprocheck: FAIL: {LOCK} not reproduced (see the lines above)")
+    return 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m sparktrain.reprocheck",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tolerance", type=float, default=1e-4,
+                        help="relative tolerance for numbers in drifted float outputs "
+                             "(default 1e-4)")
+    args = parser.parse_args(argv)
+    try:
+        if not args.tolerance >= 0:
+            raise SparkError(f"--tolerance must be >= 0, got {args.tolerance}")
+        return check(args.tolerance)
+    except SparkError as err:
+        print(f"reprocheck: error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

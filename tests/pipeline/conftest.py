@@ -1,0 +1,131 @@
+"""The real dvc on temporary git copies of the project.
+
+One template copy (committed, no out/) is made per session, and one fresh
+`dvc repro` of it is shared: a test that changes something works on a `cp -a`
+of that repro instead of running the pipeline again.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sparktrain.sparkbc_e2e import GIT_IDENTITY, copy_project
+
+REPO = Path(__file__).resolve().parents[2]
+VENV_BIN = REPO / ".venv" / "bin"
+STAGES = ("decode-bc", "train-status", "step", "eval")
+DECLARED_NAMES = {"program.json", "status.json", "weights.safetensors", "checkpoint.json",
+                  "ARTIFACT", "eval.json", "loss.png"}
+
+
+def tool_env(repo: Path) -> dict:
+    """PATH with the venv first (the stages are `python stages/X.py`), analytics off,
+    and the copy's own package first on sys.path: the editable install points at
+    the working tree, which is not the copy under test."""
+    env = dict(os.environ)
+    bin_dir = VENV_BIN if VENV_BIN.is_dir() else Path(sys.executable).parent
+    env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
+    env["DVC_NO_ANALYTICS"] = "1"
+    env["PYTHONPATH"] = str(repo)
+    env.update(GIT_IDENTITY)
+    return env
+
+
+def run(repo: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    """A command in `repo`, stdout and stderr together in .stdout."""
+    return subprocess.run(list(args), cwd=repo, env=tool_env(repo), stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, timeout=timeout)
+
+
+def dvc(repo: Path, *args: str, check: bool = True, timeout: float = 300):
+    done = run(repo, "dvc", *args, timeout=timeout)
+    if check:
+        assert done.returncode == 0, f"dvc {' '.join(args)} exited {done.returncode}:\n{done.stdout}"
+    return done
+
+
+def dvc_json(repo: Path, *args: str):
+    """The parsed stdout of `dvc ... --json`; dvc's warnings go to stderr."""
+    done = subprocess.run(["dvc", *args, "--json"], cwd=repo, env=tool_env(repo),
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, f"dvc {' '.join(args)} exited {done.returncode}:\n{done.stderr}"
+    return json.loads(done.stdout)
+
+
+def git(repo: Path, *args: str) -> str:
+    done = run(repo, "git", *args)
+    assert done.returncode == 0, f"git {' '.join(args)}:\n{done.stdout}"
+    return done.stdout
+
+
+def ran_stages(output: str) -> set[str]:
+    return set(re.findall(r"^Running stage '([^']+)'", output, flags=re.M))
+
+
+def clone(src: Path, dest: Path) -> Path:
+    """`cp -a`: the repository with its out/, cache and lock, as they are."""
+    subprocess.run(["cp", "-a", str(src), str(dest)], check=True)
+    return dest
+
+
+def _lookup(params: dict, dotted: str):
+    value = params
+    for part in dotted.split("."):
+        value = value[part]
+    return value
+
+
+def declared_outputs(repo: Path) -> list[str]:
+    """Every outs/metrics/plots path of dvc.yaml, with ${...} filled from params.yaml."""
+    pipeline = yaml.safe_load((repo / "dvc.yaml").read_text())
+    params = yaml.safe_load((repo / "params.yaml").read_text())
+    paths = []
+    for stage in pipeline["stages"].values():
+        for kind in ("outs", "metrics", "plots"):
+            for entry in stage.get(kind) or []:
+                path = entry if isinstance(entry, str) else next(iter(entry))
+                paths.append(re.sub(r"\$\{([^}]+)\}", lambda m: str(_lookup(params, m[1])), path))
+    return sorted(paths)
+
+
+def sha256_of(repo: Path, paths) -> dict[str, str]:
+    return {p: hashlib.sha256((repo / p).read_bytes()).hexdigest() for p in paths}
+
+
+def lock_outs(lock: dict) -> dict[str, tuple[str, str]]:
+    """path -> (stage, md5) for every output in a parsed dvc.lock."""
+    return {out["path"]: (stage, out["md5"])
+            for stage, entry in lock["stages"].items() for out in entry.get("outs") or []}
+
+
+@pytest.fixture(scope="session")
+def template_repo(tmp_path_factory) -> Path:
+    """The project's files, committed in a new git repo; nothing run yet."""
+    return copy_project(REPO, tmp_path_factory.mktemp("template") / "repo")
+
+
+@pytest.fixture(scope="session")
+def fresh_repro(template_repo, tmp_path_factory):
+    """(repo, output) of one `dvc repro` in a fresh copy; tests only read it."""
+    repo = clone(template_repo, tmp_path_factory.mktemp("fresh") / "repo")
+    done = dvc(repo, "repro")
+    return repo, done.stdout
+
+
+@pytest.fixture
+def repro_copy(fresh_repro, tmp_path) -> Path:
+    """A private `cp -a` of the fresh repro, free to change."""
+    return clone(fresh_repro[0], tmp_path / "repo")
+
+
+@pytest.fixture
+def template_copy(template_repo, tmp_path) -> Path:
+    return clone(template_repo, tmp_path / "repo")

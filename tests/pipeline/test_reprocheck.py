@@ -1,0 +1,143 @@
+"""`python -m sparktrain.reprocheck`: the comparison on its own, then the whole
+check on a copy whose lock was committed after a repro."""
+from __future__ import annotations
+
+import copy
+import json
+import sys
+
+import pytest
+import yaml
+
+from sparktrain.reprocheck import compare_json, compare_locks
+
+from .conftest import git, run
+
+LOCK = {"stages": {
+    "decode-bc": {"cmd": "python stages/decode_bc.py",
+                  "deps": [{"path": "data/p.sparkbc", "md5": "p0"}],
+                  "outs": [{"path": "out/program.json", "hash": "md5", "md5": "a0"}]},
+    "eval": {"cmd": "python stages/eval.py",
+             "deps": [{"path": "out/program.json", "md5": "a0"}],
+             "outs": [{"path": "out/eval.json", "hash": "md5", "md5": "e0"},
+                      {"path": "out/loss.png", "hash": "md5", "md5": "g0"}]},
+}}
+EVAL = {"loss": 4.75620, "families": {"chat": {"loss": 4.1157}}, "n": 10,
+        "weights_sha256": "aa" * 32, "samples": ["hi"]}
+
+
+def _moved(**md5s) -> dict:
+    lock = copy.deepcopy(LOCK)
+    for stage in lock["stages"].values():
+        for item in stage["outs"] + stage["deps"]:
+            name = item["path"].rsplit("/", 1)[1]
+            item["md5"] = md5s.get(name.replace(".", "_"), item["md5"])
+    return lock
+
+
+def _verdict(new_lock, new_eval, tolerance=1e-4):
+    return compare_locks(LOCK, new_lock, tolerance,
+                         read_old=lambda out: json.dumps(EVAL).encode(),
+                         read_new=lambda out: json.dumps(new_eval).encode())
+
+
+def test_identical_locks_are_exact():
+    verdict = _verdict(copy.deepcopy(LOCK), EVAL)
+    assert verdict.exact and not verdict.lines
+
+
+def test_float_drift_within_tolerance_names_the_output_and_stage():
+    drifted = dict(EVAL, loss=4.75620 * (1 + 1e-6), weights_sha256="bb" * 32)
+    verdict = _verdict(_moved(eval_json="e1", loss_png="g1"), drifted)
+    assert not verdict.exact and verdict.within_tolerance
+    assert any("out/eval.json (stage eval)" in ln and "within tolerance" in ln
+               for ln in verdict.lines), verdict.lines
+    assert any("out/loss.png (stage eval)" in ln for ln in verdict.lines)
+
+
+def test_float_drift_beyond_tolerance_fails():
+    drifted = dict(EVAL, families={"chat": {"loss": 4.2}})
+    verdict = _verdict(_moved(eval_json="e1"), drifted)
+    assert not verdict.within_tolerance
+    assert "beyond tolerance" in verdict.lines[0]
+
+
+def test_a_non_float_output_moving_fails():
+    verdict = _verdict(_moved(program_json="a1"), EVAL)
+    assert not verdict.within_tolerance
+    assert any("out/program.json (stage decode-bc)" in ln for ln in verdict.lines)
+
+
+def test_a_text_change_in_a_metrics_file_fails():
+    verdict = _verdict(_moved(eval_json="e1"), dict(EVAL, samples=["ho"]))
+    assert not verdict.within_tolerance and "non-numeric" in verdict.lines[0]
+
+
+def test_a_moved_source_dep_is_named():
+    lock = copy.deepcopy(LOCK)
+    lock["stages"]["decode-bc"]["deps"][0]["md5"] = "p1"
+    verdict = _verdict(lock, EVAL)
+    assert verdict.lines == ["input moved: stage decode-bc: deps differs from the committed lock"]
+
+
+def test_relative_comparison_of_numbers():
+    assert compare_json({"a": [1.0, 0.0]}, {"a": [1.0 + 1e-9, 0.0]})[0] < 1e-8
+    assert compare_json({"a": 2.0}, {"a": 1.0})[0] == 0.5
+    assert compare_json({"a": 1}, {"b": 1})[1]
+
+
+def _reprocheck(cwd, *args):
+    return run(cwd, sys.executable, "-m", "sparktrain.reprocheck", *args)
+
+
+def test_outside_a_git_repo_is_a_one_line_error(tmp_path):
+    done = _reprocheck(tmp_path)
+    assert done.returncode == 2
+    assert done.stdout.count("\n") == 1 and "not inside a git repository" in done.stdout
+
+
+def test_without_a_committed_lock_is_a_one_line_error(template_copy):
+    git(template_copy, "rm", "-q", "--cached", "--ignore-unmatch", "dvc.lock")
+    git(template_copy, "commit", "-q", "--allow-empty", "-m", "no lock")
+    done = _reprocheck(template_copy)
+    assert done.returncode == 2, done.stdout
+    assert done.stdout.count("\n") == 1 and "no dvc.lock committed" in done.stdout
+
+
+@pytest.mark.e2e
+def test_check_passes_on_a_committed_repro(repro_copy):
+    git(repro_copy, "add", "-A")
+    git(repro_copy, "commit", "-q", "-m", "lock")
+    done = _reprocheck(repro_copy)
+    assert done.returncode == 0, done.stdout
+    assert "reproduced exactly" in done.stdout
+    assert "Running stage 'step'" in done.stdout, "the check forces a full repro"
+
+
+@pytest.mark.e2e
+def test_check_reports_drift_within_tolerance(repro_copy):
+    """A lock committed on 'another CPU': eval.json's loss off by 1e-7 relative."""
+    eval_path = "out/train/job-dry-001/eval.json"
+    metrics = json.loads((repro_copy / eval_path).read_text())
+    metrics["loss"] *= 1 + 1e-7
+    fake = json.dumps(metrics).encode()
+    fake_md5 = "00" + "f" * 30
+    blob = repro_copy / ".dvc" / "cache" / "files" / "md5" / fake_md5[:2] / fake_md5[2:]
+    blob.parent.mkdir(parents=True, exist_ok=True)
+    blob.write_bytes(fake)
+    lock = yaml.safe_load((repro_copy / "dvc.lock").read_text())
+    for out in lock["stages"]["eval"]["outs"]:
+        if out["path"] == eval_path:
+            out["md5"] = fake_md5
+    (repro_copy / "dvc.lock").write_text(yaml.safe_dump(lock, sort_keys=False))
+    git(repro_copy, "add", "-A")
+    git(repro_copy, "commit", "-q", "-m", "lock from another machine")
+
+    done = _reprocheck(repro_copy, "--tolerance", "1e-4")
+    assert done.returncode == 0, done.stdout
+    assert f"drifted: {eval_path} (stage eval)" in done.stdout
+    assert "drift within tolerance" in done.stdout
+
+    strict = _reprocheck(repro_copy, "--tolerance", "1e-9")
+    assert strict.returncode == 1, strict.stdout
+    assert "beyond tolerance" in strict.stdout

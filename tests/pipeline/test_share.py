@@ -1,0 +1,84 @@
+"""Sweeps, sharing through a remote, metrics and plots: the real dvc, offline."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from .conftest import dvc, dvc_json, git, ran_stages, run
+
+pytestmark = pytest.mark.e2e
+
+EVAL_METRICS = ("loss", "perplexity", "next_token_accuracy", "exact_match")
+
+
+def _commit_lock(repo) -> None:
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "lock after repro")
+
+
+def _experiments(shown: list) -> list[dict]:
+    """The experiment records of `dvc exp show --json` (DVC 3 layout)."""
+    found = []
+    for baseline in shown:
+        for exp in baseline.get("experiments") or []:
+            found.extend(rev["data"] for rev in exp.get("revs") or [] if rev.get("data"))
+    return found
+
+
+def test_queued_grid_gives_one_result_per_point(repro_copy):
+    _commit_lock(repro_copy)
+    dvc(repro_copy, "exp", "run", "--queue", "-S", "step.lr=0.05,0.1")
+    dvc(repro_copy, "exp", "run", "--run-all", timeout=240)
+    shown = dvc_json(repro_copy, "exp", "show")
+    results = {}
+    for exp in _experiments(shown):
+        lr = exp["params"]["params.yaml"]["data"]["step"]["lr"]
+        metrics = exp["metrics"]["out/train/job-dry-001/eval.json"]["data"]
+        results.setdefault(lr, []).append(metrics)
+    assert sorted(results) == [0.05, 0.1], shown
+    assert all(len(v) == 1 for v in results.values()), results
+    assert all(isinstance(m[0]["loss"], float) for m in results.values())
+    assert results[0.05][0]["loss"] != results[0.1][0]["loss"]
+
+
+def test_push_then_pull_in_another_clone_needs_no_rerun(repro_copy, tmp_path):
+    remote = tmp_path / "remote"
+    dvc(repro_copy, "remote", "add", "-d", "local", str(remote))
+    _commit_lock(repro_copy)
+    dvc(repro_copy, "push")
+    other = tmp_path / "other"
+    done = run(tmp_path, "git", "clone", "-q", str(repro_copy), str(other))
+    assert done.returncode == 0, done.stdout
+    assert not (other / "out").exists()
+    dvc(other, "pull")
+    assert dvc(other, "status", "-q", check=False).returncode == 0
+    again = dvc(other, "repro")
+    assert ran_stages(again.stdout) == set(), again.stdout
+    assert "is cached" not in again.stdout
+
+
+def test_metrics_show_lists_the_eval_metrics(fresh_repro):
+    repo, _ = fresh_repro
+    shown = dvc_json(repo, "metrics", "show")
+    files = shown[""]["data"]
+    assert list(files) == ["out/train/job-dry-001/eval.json"]
+    metrics = files["out/train/job-dry-001/eval.json"]["data"]
+    for name in EVAL_METRICS:
+        assert isinstance(metrics[name], (int, float)), name
+
+
+def test_plots_show_json_returns_the_loss_curve_offline(fresh_repro, tmp_path):
+    repo, _ = fresh_repro
+    ckpt_path = "out/train/job-dry-001/checkpoint.json"
+    curve = json.loads((repo / ckpt_path).read_text())["loss_curve"]
+    # -o keeps the rendered images out of the shared repro.
+    shown = dvc_json(repo, "plots", "show", "-o", str(tmp_path / "plots"))
+    # An empty list anywhere in checkpoint.json (e.g. `frozen_tensors: []`) makes dvc's
+    # datapoint finder fail with "'NoneType' object has no attribute 'keys'".
+    assert not shown.get("errors"), shown["errors"]
+    [plot] = shown["data"][ckpt_path]
+    points = plot["content"]["data"]["values"]
+    assert [(p["outer"], p["loss"]) for p in points] == \
+        [(c["outer"], c["loss"]) for c in curve]
+    assert "https://" not in json.dumps(plot["content"]["data"])
