@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from sparktrain.errors import SparkError
-from sparktrain.fsutil import canonical_json, write_json
+from sparktrain.fsutil import sha256_file, write_json
 
 PARAMS = "params.yaml"
 
@@ -95,7 +95,7 @@ def evaluate(params_path: str = PARAMS) -> Path:
     metrics = run_eval(tensors, cfg, pairs, batch_size=params.eval.batch_size,
                        max_new=params.eval.max_new, n_samples=params.eval.n_samples)
     metrics["data"] = params.eval.data
-    metrics["weights_sha256"] = meta.get("weights_sha256") or _sha(weights)
+    metrics["weights_sha256"] = sha256_file(weights)
     path = folder / "eval.json"
     write_json(path, metrics)
     ckpt = read_json(folder / "checkpoint.json") or {}
@@ -103,11 +103,6 @@ def evaluate(params_path: str = PARAMS) -> Path:
     heldout = [{"outer": curve[-1]["outer"], "loss": metrics["loss"]}] if curve else None
     write_loss_png(folder / "loss.png", curve, heldout=heldout)
     return path
-
-
-def _sha(path) -> str:
-    from sparktrain.fsutil import sha256_file
-    return sha256_file(path)
 
 
 def main(stage, name: str) -> int:
@@ -124,6 +119,3 @@ def main(stage, name: str) -> int:
         return 2
     print(f"stage {name}: wrote {Path(path).as_posix()}", file=sys.stderr)
     return 0
-
-
-__all__ = ["decode_bc", "train_status", "step", "evaluate", "main", "canonical_json"]

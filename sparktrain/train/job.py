@@ -98,8 +98,6 @@ def read_program(path):
 def validate_job(job: Job) -> Job:
     check_job_id(job.job)
     check_out(job.out)
-    if os.path.basename(os.path.normpath(job.out)) != job.job:
-        raise SparkError(f"out {job.out!r} does not end in the job id {job.job!r}")
     check_method(job.method)
     check_dataset(job.dataset)
     if job.base_is_weights and not Path(job.base).is_file():
