@@ -75,10 +75,13 @@ def _block_forward(x, params, cfg, L):
     w_qkv = np.concatenate([w["q"], w["k"], w["v"]])              # (C + 2 KV hd, C)
     h, c_n1 = layers.rmsnorm_forward(x, w["attn_norm"])            # (B, T, C)
     qkv, c_qkv = layers.linear_forward(h, w_qkv)                   # (B, T, (H + 2 KV) hd)
-    qkv = qkv.reshape(B, T, H + 2 * KV, hd).transpose(0, 2, 1, 3)  # (B, H + 2 KV, T, hd) view
-    qk, c_rope = layers.rope_forward(qkv[:, :H + KV])              # (B, H + KV, T, hd)
-    v = np.ascontiguousarray(qkv[:, H + KV:])                      # (B, KV, T, hd)
-    y, c_att = layers.attention_forward(qk[:, :H], qk[:, H:], v)   # (B, H, T, hd)
+    qkv = qkv.reshape(B, T, H + 2 * KV, hd)                        # (B, T, H + 2 KV, hd)
+    qk, c_rope = layers.rope_forward(qkv[:, :, :H + KV])           # (B, T, H + KV, hd)
+    q = qk[:, :, :H].transpose(0, 2, 1, 3)                         # (B, H, T, hd) view
+    # contiguous k, v: the batched matmuls over them run faster than on views
+    k = np.ascontiguousarray(qk[:, :, H:].transpose(0, 2, 1, 3))   # (B, KV, T, hd)
+    v = np.ascontiguousarray(qkv[:, :, H + KV:].transpose(0, 2, 1, 3))  # (B, KV, T, hd)
+    y, c_att = layers.attention_forward(q, k, v)                   # (B, H, T, hd)
     y = y.transpose(0, 2, 1, 3).reshape(B, T, C)                   # (B, T, C) heads concatenated
     att_out, c_o = layers.linear_forward(y, w["o"])                # (B, T, C)
     x = x + att_out                                                # (B, T, C)
@@ -106,11 +109,14 @@ def _block_backward(dx, cache, cfg, L, grads):
     dy = dy.reshape(B, T, H, hd).transpose(0, 2, 1, 3)             # (B, H, T, hd)
     # y = attention(q, k, v)
     dq, dk, dv = layers.attention_backward(dy, c_att)              # (B, H|KV, T, hd)
-    # qk = rope(qkv[:, :H + KV])
-    dqk = layers.rope_backward(np.concatenate([dq, dk], axis=1), c_rope)  # (B, H + KV, T, hd)
     dqkv = np.empty((B, T, H + 2 * KV, hd), dtype=dx.dtype)        # (B, T, H + 2 KV, hd)
-    dqkv[:, :, :H + KV] = dqk.transpose(0, 2, 1, 3)
+    # v = qkv[:, :, H + KV:]
     dqkv[:, :, H + KV:] = dv.transpose(0, 2, 1, 3)
+    # q, k = views of qk ; qk = rope(qkv[:, :, :H + KV])
+    dqk = np.empty((B, T, H + KV, hd), dtype=dx.dtype)             # (B, T, H + KV, hd)
+    dqk[:, :, :H] = dq.transpose(0, 2, 1, 3)
+    dqk[:, :, H:] = dk.transpose(0, 2, 1, 3)
+    layers.rope_backward(dqk, c_rope, out=dqkv[:, :, :H + KV])
     # qkv = h @ w_qkv.T
     dh, dw_qkv = layers.linear_backward(dqkv.reshape(B, T, -1), c_qkv)  # (B, T, C)
     kv = KV * hd

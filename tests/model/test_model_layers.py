@@ -54,7 +54,7 @@ def test_embedding_backward_with_repeated_ids():
 
 def test_rope_backward():
     rng = _rng()
-    inputs = {"u": rng.standard_normal((2, 3, 5, 6))}
+    inputs = {"u": rng.standard_normal((2, 5, 3, 6))}
     _check(layers.rope_forward, inputs,
            lambda layers_backward, cache: {"u": layers.rope_backward(layers_backward, cache)})
 
@@ -127,21 +127,32 @@ def test_cross_entropy_backward_with_mask():
 
 
 def rope_naive(u):
-    """TRAINING.md's rope, one position and one pair at a time."""
-    T, hd = u.shape[-2:]
+    """TRAINING.md's rope, one position and one pair at a time; u (B, T, heads, hd)."""
+    T, hd = u.shape[1], u.shape[-1]
     out = np.empty_like(u)
     for p in range(T):
         for i in range(hd // 2):
             a = p * 10000.0 ** (-2 * i / hd)
-            x, y = u[..., p, i], u[..., p, i + hd // 2]
-            out[..., p, i] = x * np.cos(a) - y * np.sin(a)
-            out[..., p, i + hd // 2] = x * np.sin(a) + y * np.cos(a)
+            x, y = u[:, p, :, i], u[:, p, :, i + hd // 2]
+            out[:, p, :, i] = x * np.cos(a) - y * np.sin(a)
+            out[:, p, :, i + hd // 2] = x * np.sin(a) + y * np.cos(a)
     return out
 
 
 def test_rope_matches_spec_formula():
-    u = _rng().standard_normal((2, 3, 7, 8))
+    u = _rng().standard_normal((2, 7, 3, 8))
     np.testing.assert_allclose(layers.rope_forward(u)[0], rope_naive(u), rtol=0, atol=1e-12)
+    # a strided view (as the model passes it) gives the same result
+    wide = _rng(1).standard_normal((2, 7, 5, 8))
+    wide[:, :, :3] = u
+    np.testing.assert_array_equal(layers.rope_forward(wide[:, :, :3])[0], layers.rope_forward(u)[0])
+    # rope_backward can write into a strided view
+    dout = _rng(2).standard_normal(u.shape)
+    _, cache = layers.rope_forward(u)
+    buf = np.zeros((2, 7, 5, 8))
+    layers.rope_backward(dout, cache, out=buf[:, :, 1:4])
+    np.testing.assert_array_equal(buf[:, :, 1:4], layers.rope_backward(dout, cache))
+    assert not buf[:, :, [0, 4]].any()
 
 
 @pytest.mark.parametrize("shape", [(2, 4, 5, 3, 2), (1, 4, 6, 4, 4), (2, 6, 4, 2, 3)])
@@ -176,7 +187,8 @@ def test_float32_stays_float32():
     assert all(g.dtype == np.float32 for g in layers.rmsnorm_backward(out, cache))
     q = rng.standard_normal((2, 4, 4, 2)).astype(np.float32)
     kv = rng.standard_normal((2, 2, 4, 2)).astype(np.float32)
-    rq, _ = layers.rope_forward(q)
+    rq, c = layers.rope_forward(q)
+    assert layers.rope_backward(rq, c).dtype == np.float32
     y, c = layers.attention_forward(rq, kv, kv)
     assert rq.dtype == y.dtype == np.float32
     assert all(g.dtype == np.float32 for g in layers.attention_backward(y, c))
