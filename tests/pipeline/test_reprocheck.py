@@ -107,7 +107,7 @@ def test_without_a_committed_lock_is_a_one_line_error(template_copy):
 @pytest.mark.e2e
 def test_check_passes_on_a_committed_repro(repro_copy):
     git(repro_copy, "add", "-A")
-    git(repro_copy, "commit", "-q", "-m", "lock")
+    git(repro_copy, "commit", "-q", "--allow-empty", "-m", "lock")
     done = _reprocheck(repro_copy)
     assert done.returncode == 0, done.stdout
     assert "reproduced exactly" in done.stdout
@@ -131,7 +131,7 @@ def test_check_reports_drift_within_tolerance(repro_copy):
             out["md5"] = fake_md5
     (repro_copy / "dvc.lock").write_text(yaml.safe_dump(lock, sort_keys=False))
     git(repro_copy, "add", "-A")
-    git(repro_copy, "commit", "-q", "-m", "lock from another machine")
+    git(repro_copy, "commit", "-q", "--allow-empty", "-m", "lock from another machine")
 
     done = _reprocheck(repro_copy, "--tolerance", "1e-4")
     assert done.returncode == 0, done.stdout

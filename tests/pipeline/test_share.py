@@ -14,7 +14,7 @@ EVAL_METRICS = ("loss", "perplexity", "next_token_accuracy", "exact_match")
 
 def _commit_lock(repo) -> None:
     git(repo, "add", "-A")
-    git(repo, "commit", "-q", "-m", "lock after repro")
+    git(repo, "commit", "-q", "--allow-empty", "-m", "lock after repro")
 
 
 def _experiments(shown: list) -> list[dict]:
