@@ -125,9 +125,8 @@ def _summary(result) -> dict:
 
 
 def cmd_run(args) -> int:
-    from sparktrain.bc.program import operand_values, train_decls
     from sparktrain.bc.vm import execute
-    from sparktrain.train.job import check_job_id, job_from_program, read_program
+    from sparktrain.train.job import check_job_id, job_from_train, read_program
     from sparktrain.train import outputs
     from sparktrain.train.plan import dry_accept
 
@@ -143,9 +142,8 @@ def cmd_run(args) -> int:
         return declared[job_id]
 
     def on_train(ins, ops):
-        out = ops[2]
-        job_id = Path(out).name
-        job = job_from_program(args.program, job_id, program)
+        job = job_from_train(args.program, *ops)
+        job_id = job.job
         declared[job_id] = job
         plan = dry_accept(job, cfg, step.batch_size)
         return {"op": "TRAIN", "job": job_id, "state": "declared", "trained": False,

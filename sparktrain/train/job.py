@@ -1,7 +1,6 @@
 """A job: the TRAIN declaration of a program, checked before a file is touched."""
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -83,9 +82,17 @@ def job_from_program(program_path: str, job_id: str, program=None) -> Job:
         known = ", ".join(sorted({d.job for d in decls})) or "none"
         raise SparkError(f"program {program_path} has no TRAIN for job {job_id!r} "
                          f"(jobs declared: {known})")
-    decl = matches[-1]
-    return validate_job(Job(job=decl.job, dataset=decl.dataset, base=decl.base, out=decl.out,
-                            method=decl.method, bind=decl.bind, program=str(program_path),
+    d = matches[-1]
+    return job_from_train(program_path, d.dataset, d.base, d.out, d.method, d.bind)
+
+
+def job_from_train(program_path: str, dataset: str, base: str, out: str, method: str,
+                   bind: str | None) -> Job:
+    """A Job from one TRAIN's operands (its id is the last component of `out`)."""
+    from sparktrain.bc.program import job_of
+
+    return validate_job(Job(job=job_of(out), dataset=dataset, base=base, out=out, method=method,
+                            bind=bind, program=str(program_path),
                             sparkbc_sha256=sha256_file(program_path)))
 
 
@@ -108,8 +115,9 @@ def validate_job(job: Job) -> Job:
 def adhoc_job(dataset: str, out: str, base: str | None) -> Job:
     """`spark train --dataset D --out DIR`: no program, so no `out/` confinement
     beyond a safe job id (the folder's name)."""
-    name = os.path.basename(os.path.normpath(out))
-    check_job_id(name)
+    from sparktrain.bc.program import job_of
+
+    name = check_job_id(job_of(out))
     check_dataset(dataset)
     job = Job(job=name, dataset=dataset, base=base or FRESH_INIT, out=out)
     if job.base_is_weights and not Path(job.base).is_file():
