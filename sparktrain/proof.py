@@ -20,7 +20,7 @@ from sparktrain.errors import SparkError
 from sparktrain.fsutil import canonical_json, sha256_file
 
 # The scale proof's budget: chosen so it finishes within 10 minutes here.
-SCALE_KNOBS = dict(outer=40, inner=100, lr=0.1, batch_size=16, clip=1.0, momentum=0.9, seed=0)
+SCALE_KNOBS = dict(outer=80, inner=100, lr=0.1, batch_size=16, clip=1.0, momentum=0.9, seed=0)
 COPY_BAR = 0.5
 
 

@@ -97,54 +97,69 @@ _ROPE_CACHE: dict[tuple[int, int, int, str], tuple[np.ndarray, np.ndarray]] = {}
 
 
 def rope_tables(T, heads, hd, dtype):
-    """cos and signed sin, (T, heads * hd), for positions 0..T-1; cached.
+    """cos and sin, (T, heads * hd/2), for positions 0..T-1; cached.
 
-    Per head, cos is [cos a, cos a] and sin is [-sin a, +sin a] over the two
-    halves, tiled over heads so rope's products run over whole rows. Angles are
-    computed in float64 once, then cast.
+    Column h * hd/2 + i holds angle p * f_i of pair i of head h, matching the
+    planes layout of rope_forward. Angles are computed in float64 once, then cast.
     """
     key = (T, heads, hd, np.dtype(dtype).str)
     if key not in _ROPE_CACHE:
         freqs = ROPE_BASE ** (-2.0 * np.arange(hd // 2) / hd)  # (hd/2,) f_i = 10000^(-2i/hd)
         angle = np.arange(T)[:, None] * freqs[None, :]       # (T, hd/2) a = p * f_i
-        cos = np.concatenate([np.cos(angle), np.cos(angle)], axis=1)   # (T, hd)
-        sin = np.concatenate([-np.sin(angle), np.sin(angle)], axis=1)  # (T, hd)
-        cos = np.ascontiguousarray(np.tile(cos, heads), dtype=dtype)   # (T, heads*hd)
-        sin = np.ascontiguousarray(np.tile(sin, heads), dtype=dtype)
+        cos = np.ascontiguousarray(np.tile(np.cos(angle), heads), dtype=dtype)  # (T, heads*hd/2)
+        sin = np.ascontiguousarray(np.tile(np.sin(angle), heads), dtype=dtype)
         cos.flags.writeable = sin.flags.writeable = False
         _ROPE_CACHE[key] = (cos, sin)
     return _ROPE_CACHE[key]
 
 
-def _halves(x, hd):
-    """View of x (..., heads*hd) as (..., heads, 2, hd/2)."""
-    return x.reshape(*x.shape[:-1], -1, 2, hd // 2)
-
-
-def rope_forward(u):
-    """Rotate pairs (u_i, u_{i+hd/2}) by angle p * f_i; u (B, T, heads, hd), any strides.
-
-    (u_i, u_j) -> (u_i cos a - u_j sin a,  u_j cos a + u_i sin a),  j = i + hd/2,
-    i.e. out = u * cos + swap_halves(u) * [-sin, +sin].
-    """
+def to_planes(u):
+    """(B, T, heads, hd) -> (2, B, T, heads * hd/2): first halves, second halves."""
     B, T, heads, hd = u.shape
-    cos, sin = rope_tables(T, heads, hd, u.dtype)            # (T, heads*hd)
-    flat = u.reshape(B, T, heads * hd)                       # (B, T, heads*hd) view
-    out = flat * cos                                         # (B, T, heads*hd)
-    rot = _halves(flat, hd)[..., ::-1, :] * _halves(sin, hd)  # (B, T, heads, 2, hd/2)
-    out += rot.reshape(out.shape)
-    return out.reshape(B, T, heads, hd), (cos, sin)
+    return np.ascontiguousarray(
+        u.reshape(B, T, heads, 2, hd // 2).transpose(3, 0, 1, 2, 4)).reshape(2, B, T, -1)
 
 
-def rope_backward(dout, cache, out=None):
-    """Returns du (B, T, heads, hd), written into `out` when given."""
+def from_planes(p, hd):
+    """Inverse of to_planes: (2, B, T, heads * hd/2) -> (B, T, heads, hd)."""
+    _, B, T, X = p.shape
+    return np.ascontiguousarray(
+        p.reshape(2, B, T, X * 2 // hd, hd // 2).transpose(1, 2, 3, 0, 4)).reshape(B, T, -1, hd)
+
+
+def rope_forward(u, hd):
+    """Rotate pairs (u_i, u_{i+hd/2}) of every head by angle p * f_i.
+
+    u (2, B, T, heads * hd/2) holds the two halves of every head as two planes
+    (see to_planes), so each product runs over whole contiguous rows:
+      out1 = u1 cos a - u2 sin a,   out2 = u2 cos a + u1 sin a.
+    """
+    _, B, T, X = u.shape
+    cos, sin = rope_tables(T, X * 2 // hd, hd, u.dtype)     # (T, X)
+    u1, u2 = u[0], u[1]                                      # (B, T, X)
+    out = np.empty_like(u)                                   # (2, B, T, X)
+    tmp = u2 * sin                                           # (B, T, X)
+    np.multiply(u1, cos, out=out[0])
+    out[0] -= tmp
+    np.multiply(u1, sin, out=tmp)
+    np.multiply(u2, cos, out=out[1])
+    out[1] += tmp
+    return out, (cos, sin)
+
+
+def rope_backward(dout, cache):
+    """Returns du (2, B, T, heads * hd/2)."""
     cos, sin = cache
-    B, T, heads, hd = dout.shape
-    # out = u * cos + swap(u) * sin  =>  du = dout * cos + swap(dout * sin)
-    du = np.multiply(dout, cos.reshape(T, heads, hd), out=out)   # (B, T, heads, hd)
-    dsin = dout * sin.reshape(T, heads, hd)                  # (B, T, heads, hd)
-    du_halves = _halves(du.reshape(B, T, heads * hd), hd)    # (B, T, heads, 2, hd/2) view
-    du_halves += _halves(dsin.reshape(B, T, heads * hd), hd)[..., ::-1, :]
+    d1, d2 = dout[0], dout[1]                                # (B, T, X)
+    # out1 = u1 cos - u2 sin ; out2 = u2 cos + u1 sin
+    #   => du1 = d1 cos + d2 sin ; du2 = d2 cos - d1 sin
+    du = np.empty_like(dout)                                 # (2, B, T, X)
+    tmp = d2 * sin                                           # (B, T, X)
+    np.multiply(d1, cos, out=du[0])
+    du[0] += tmp
+    np.multiply(d1, sin, out=tmp)
+    np.multiply(d2, cos, out=du[1])
+    du[1] -= tmp
     return du
 
 

@@ -63,67 +63,86 @@ def _layer_names(L: int) -> dict[str, str]:
             ("attn_norm", "q", "k", "v", "o", "mlp_norm", "mlp_gate", "mlp_up", "mlp_down")}
 
 
+def _qk_planes(w_q, w_k, half):
+    """Stacked q and k weights, rows regrouped as rope's two planes: (2, X, C).
+
+    Plane p, row h * half + i is row h * hd + p * half + i of [Wq; Wk], so one
+    batched matmul gives the first and the second halves of every head as two
+    contiguous (N, X) planes, X = (n_head + n_kv_head) * hd/2.
+    """
+    w_qk = np.concatenate([w_q, w_k])                              # ((H + KV) hd, C)
+    heads, C = w_qk.shape[0] // (2 * half), w_qk.shape[1]
+    return np.ascontiguousarray(
+        w_qk.reshape(heads, 2, half, C).transpose(1, 0, 2, 3)).reshape(2, heads * half, C)
+
+
 def _block_forward(x, params, cfg, L):
     """One pre-norm block: x (B, T, C) -> (B, T, C), cache.
 
-    q, k and v come out of one matmul against the stacked (C + 2 kv, C) weight,
-    and rope turns q and k in one call (they are adjacent heads of that output).
+    q and k come out of one batched matmul as rope's two planes (_qk_planes);
+    after rope they are regrouped per head, (B, heads, T, hd), for attention.
     """
     w = {k: params[n] for k, n in _layer_names(L).items()}
     B, T, C = x.shape
     H, KV, hd = cfg.n_head, cfg.n_kv_head, cfg.head_dim
-    w_qkv = np.concatenate([w["q"], w["k"], w["v"]])              # (C + 2 KV hd, C)
+    half, N = hd // 2, B * T
+    w_planes = _qk_planes(w["q"], w["k"], half)                   # (2, X, C)
     h, c_n1 = layers.rmsnorm_forward(x, w["attn_norm"])            # (B, T, C)
-    qkv, c_qkv = layers.linear_forward(h, w_qkv)                   # (B, T, (H + 2 KV) hd)
-    qkv = qkv.reshape(B, T, H + 2 * KV, hd)                        # (B, T, H + 2 KV, hd)
-    qk, c_rope = layers.rope_forward(qkv[:, :, :H + KV])           # (B, T, H + KV, hd)
-    q = qk[:, :, :H].transpose(0, 2, 1, 3)                         # (B, H, T, hd) view
-    # contiguous k, v: the batched matmuls over them run faster than on views
-    k = np.ascontiguousarray(qk[:, :, H:].transpose(0, 2, 1, 3))   # (B, KV, T, hd)
-    v = np.ascontiguousarray(qkv[:, :, H + KV:].transpose(0, 2, 1, 3))  # (B, KV, T, hd)
-    y, c_att = layers.attention_forward(q, k, v)                   # (B, H, T, hd)
+    h2 = h.reshape(N, C)                                           # (N, C)
+    qk = np.matmul(h2, w_planes.transpose(0, 2, 1))                # (2, N, X) = h @ [Wq; Wk].T
+    qk, c_rope = layers.rope_forward(qk.reshape(2, B, T, -1), hd)  # (2, B, T, X)
+    heads = np.ascontiguousarray(qk.reshape(2, B, T, H + KV, half).transpose(1, 3, 2, 0, 4))
+    heads = heads.reshape(B, H + KV, T, hd)                        # (B, H + KV, T, hd)
+    v = h2 @ w["v"].T                                              # (N, KV hd)
+    v = np.ascontiguousarray(v.reshape(B, T, KV, hd).transpose(0, 2, 1, 3))  # (B, KV, T, hd)
+    y, c_att = layers.attention_forward(heads[:, :H], heads[:, H:], v)  # (B, H, T, hd)
     y = y.transpose(0, 2, 1, 3).reshape(B, T, C)                   # (B, T, C) heads concatenated
     att_out, c_o = layers.linear_forward(y, w["o"])                # (B, T, C)
     x = x + att_out                                                # (B, T, C)
-    h2, c_n2 = layers.rmsnorm_forward(x, w["mlp_norm"])            # (B, T, C)
+    h2n, c_n2 = layers.rmsnorm_forward(x, w["mlp_norm"])           # (B, T, C)
     mlp_out, c_mlp = layers.swiglu_forward(
-        h2.reshape(B * T, C), w["mlp_gate"], w["mlp_up"], w["mlp_down"])  # (N, C)
+        h2n.reshape(N, C), w["mlp_gate"], w["mlp_up"], w["mlp_down"])  # (N, C)
     x = x + mlp_out.reshape(B, T, C)                               # (B, T, C)
-    return x, (c_n1, c_qkv, c_rope, c_att, c_o, c_n2, c_mlp)
+    return x, (c_n1, h2, w_planes, w["v"], c_rope, c_att, c_o, c_n2, c_mlp)
 
 
 def _block_backward(dx, cache, cfg, L, grads):
     """Reverse of _block_forward; writes this layer's grads, returns dx (B, T, C)."""
-    c_n1, c_qkv, c_rope, c_att, c_o, c_n2, c_mlp = cache
+    c_n1, h2, w_planes, w_v, c_rope, c_att, c_o, c_n2, c_mlp = cache
     names = _layer_names(L)
     B, T, C = dx.shape
     H, KV, hd = cfg.n_head, cfg.n_kv_head, cfg.head_dim
-    # x = x + mlp_out ; mlp_out = swiglu(h2)
-    dh2, grads[names["mlp_gate"]], grads[names["mlp_up"]], grads[names["mlp_down"]] = \
-        layers.swiglu_backward(dx.reshape(B * T, C), c_mlp)        # (N, C)
-    # h2 = rmsnorm(x, mlp_norm)
-    dxn, grads[names["mlp_norm"]] = layers.rmsnorm_backward(dh2.reshape(B, T, C), c_n2)
+    half, N = hd // 2, B * T
+    # x = x + mlp_out ; mlp_out = swiglu(h2n)
+    dh2n, grads[names["mlp_gate"]], grads[names["mlp_up"]], grads[names["mlp_down"]] = \
+        layers.swiglu_backward(dx.reshape(N, C), c_mlp)            # (N, C)
+    # h2n = rmsnorm(x, mlp_norm)
+    dxn, grads[names["mlp_norm"]] = layers.rmsnorm_backward(dh2n.reshape(B, T, C), c_n2)
     dx = dx + dxn                                                  # (B, T, C)
     # x = x + att_out ; att_out = y @ Wo.T
     dy, grads[names["o"]] = layers.linear_backward(dx, c_o)        # (B, T, C)
     dy = dy.reshape(B, T, H, hd).transpose(0, 2, 1, 3)             # (B, H, T, hd)
-    # y = attention(q, k, v)
+    # y = attention(heads[:, :H], heads[:, H:], v)
     dq, dk, dv = layers.attention_backward(dy, c_att)              # (B, H|KV, T, hd)
-    dqkv = np.empty((B, T, H + 2 * KV, hd), dtype=dx.dtype)        # (B, T, H + 2 KV, hd)
-    # v = qkv[:, :, H + KV:]
-    dqkv[:, :, H + KV:] = dv.transpose(0, 2, 1, 3)
-    # q, k = views of qk ; qk = rope(qkv[:, :, :H + KV])
-    dqk = np.empty((B, T, H + KV, hd), dtype=dx.dtype)             # (B, T, H + KV, hd)
-    dqk[:, :, :H] = dq.transpose(0, 2, 1, 3)
-    dqk[:, :, H:] = dk.transpose(0, 2, 1, 3)
-    layers.rope_backward(dqk, c_rope, out=dqkv[:, :, :H + KV])
-    # qkv = h @ w_qkv.T
-    dh, dw_qkv = layers.linear_backward(dqkv.reshape(B, T, -1), c_qkv)  # (B, T, C)
-    kv = KV * hd
-    grads[names["q"]], grads[names["k"]], grads[names["v"]] = \
-        dw_qkv[:C], dw_qkv[C:C + kv], dw_qkv[C + kv:]
+    # v = (h2 @ Wv.T) regrouped per head
+    dv2 = dv.transpose(0, 2, 1, 3).reshape(N, KV * hd)             # (N, KV hd)
+    grads[names["v"]] = dv2.T @ h2                                 # (KV hd, C)
+    dh = dv2 @ w_v                                                 # (N, C)
+    # heads = planes regrouped per head
+    dheads = np.empty((B, H + KV, T, 2, half), dtype=dx.dtype)     # (B, H + KV, T, 2, half)
+    dheads[:, :H] = dq.reshape(B, H, T, 2, half)
+    dheads[:, H:] = dk.reshape(B, KV, T, 2, half)
+    dqk = np.ascontiguousarray(dheads.transpose(3, 0, 2, 1, 4)).reshape(2, B, T, -1)
+    # qk = rope(planes)
+    dqk = layers.rope_backward(dqk, c_rope).reshape(2, N, -1)      # (2, N, X)
+    # planes = h2 @ w_planes.T (per plane)
+    dw_planes = np.matmul(dqk.transpose(0, 2, 1), h2)              # (2, X, C)
+    dh += dqk[0] @ w_planes[0]
+    dh += dqk[1] @ w_planes[1]
+    dw_qk = dw_planes.reshape(2, H + KV, half, C).transpose(1, 0, 2, 3).reshape(-1, C)
+    grads[names["q"]], grads[names["k"]] = dw_qk[:H * hd], dw_qk[H * hd:]
     # h = rmsnorm(x, attn_norm)
-    dxn, grads[names["attn_norm"]] = layers.rmsnorm_backward(dh, c_n1)
+    dxn, grads[names["attn_norm"]] = layers.rmsnorm_backward(dh.reshape(B, T, C), c_n1)
     return dx + dxn
 
 

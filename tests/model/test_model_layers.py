@@ -54,7 +54,7 @@ def test_embedding_backward_with_repeated_ids():
 
 def test_rope_backward():
     rng = _rng()
-    inputs = {"u": rng.standard_normal((2, 5, 3, 6))}
+    inputs = {"u": layers.to_planes(rng.standard_normal((2, 5, 3, 6))), "hd": 6}
     _check(layers.rope_forward, inputs,
            lambda layers_backward, cache: {"u": layers.rope_backward(layers_backward, cache)})
 
@@ -140,19 +140,17 @@ def rope_naive(u):
 
 
 def test_rope_matches_spec_formula():
-    u = _rng().standard_normal((2, 7, 3, 8))
-    np.testing.assert_allclose(layers.rope_forward(u)[0], rope_naive(u), rtol=0, atol=1e-12)
-    # a strided view (as the model passes it) gives the same result
-    wide = _rng(1).standard_normal((2, 7, 5, 8))
-    wide[:, :, :3] = u
-    np.testing.assert_array_equal(layers.rope_forward(wide[:, :, :3])[0], layers.rope_forward(u)[0])
-    # rope_backward can write into a strided view
-    dout = _rng(2).standard_normal(u.shape)
-    _, cache = layers.rope_forward(u)
-    buf = np.zeros((2, 7, 5, 8))
-    layers.rope_backward(dout, cache, out=buf[:, :, 1:4])
-    np.testing.assert_array_equal(buf[:, :, 1:4], layers.rope_backward(dout, cache))
-    assert not buf[:, :, [0, 4]].any()
+    u = _rng().standard_normal((2, 7, 3, 8))                 # (B, T, heads, hd)
+    out, _ = layers.rope_forward(layers.to_planes(u), 8)
+    np.testing.assert_allclose(layers.from_planes(out, 8), rope_naive(u), rtol=0, atol=1e-12)
+
+
+def test_planes_round_trip():
+    u = _rng(2).standard_normal((2, 5, 3, 6))
+    p = layers.to_planes(u)
+    assert p.shape == (2, 2, 5, 9)
+    np.testing.assert_array_equal(p[0].reshape(2, 5, 3, 3), u[..., :3])
+    np.testing.assert_array_equal(layers.from_planes(p, 6), u)
 
 
 @pytest.mark.parametrize("shape", [(2, 4, 5, 3, 2), (1, 4, 6, 4, 4), (2, 6, 4, 2, 3)])
@@ -187,8 +185,9 @@ def test_float32_stays_float32():
     assert all(g.dtype == np.float32 for g in layers.rmsnorm_backward(out, cache))
     q = rng.standard_normal((2, 4, 4, 2)).astype(np.float32)
     kv = rng.standard_normal((2, 2, 4, 2)).astype(np.float32)
-    rq, c = layers.rope_forward(q)
-    assert layers.rope_backward(rq, c).dtype == np.float32
+    rp, c = layers.rope_forward(layers.to_planes(q), 2)
+    assert layers.rope_backward(rp, c).dtype == np.float32
+    rq = layers.from_planes(rp, 2).transpose(0, 2, 1, 3)
     y, c = layers.attention_forward(rq, kv, kv)
     assert rq.dtype == y.dtype == np.float32
     assert all(g.dtype == np.float32 for g in layers.attention_backward(y, c))
