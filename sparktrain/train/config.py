@@ -62,8 +62,8 @@ class Params:
     step: StepConfig
     eval: EvalConfig
 
-    def model_config(self, **overrides) -> ModelConfig:
-        return model_config(self.scale, self.scales, train_attn=self.step.train_attn, **overrides)
+    def model_config(self) -> ModelConfig:
+        return model_config(self.scale, self.scales, train_attn=self.step.train_attn)
 
 
 def model_config(scale: str, scales: dict | None = None, *, train_attn: bool = True,
@@ -95,8 +95,7 @@ def _check_type(key: str, value, want):
     return float(value) if want is float else value
 
 
-_TYPES = {"int": int, "float": float, "bool": bool, "str": str,
-          "int | None": int, "Optional[int]": int}
+_TYPES = {"int": int, "float": float, "bool": bool, "str": str, "int | None": int}
 
 
 def build_dataclass(cls, section: dict, prefix: str):

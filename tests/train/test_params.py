@@ -1,0 +1,63 @@
+"""params.yaml: typos and wrong types are named before anything runs."""
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from sparktrain.errors import SparkError
+from sparktrain.train.config import StepConfig, load_params
+
+BASE = {
+    "job": "job-dry-001", "program": "data/programs/train-step.sparkbc", "scale": "tiny",
+    "scales": {"tiny": {"dim": 32, "n_layer": 2, "n_head": 4, "n_kv_head": 2, "seq_len": 64}},
+    "step": {"outer": 4, "inner": 8, "step": 1, "lr": 0.1},
+    "eval": {"data": "data/eval/tiny_heldout.jsonl"},
+}
+
+
+def _load(tmp_path, **changes):
+    doc = yaml.safe_load(yaml.safe_dump(BASE))
+    for dotted, value in changes.items():
+        *path, last = dotted.split("__")
+        node = doc
+        for key in path:
+            node = node[key]
+        node[last] = value
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return load_params(path)
+
+
+def test_the_committed_params_load():
+    p = load_params("params.yaml")
+    assert p.step.outer == 4 and p.step.inner == 8 and p.step.step == 1
+    assert p.model_config().dim == 32
+
+
+def test_defaults_and_ints_for_floats(tmp_path):
+    p = _load(tmp_path, step__lr=1)
+    assert p.step.lr == 1.0 and isinstance(p.step.lr, float)
+    assert p.step.momentum == StepConfig().momentum
+
+
+@pytest.mark.parametrize("changes, needle", [
+    ({"step__oter": 4}, "unknown key step.oter"),
+    ({"evel": {}}, "unknown key evel"),
+    ({"step__lr": "fast"}, "step.lr must be float"),
+    ({"step__outer": True}, "step.outer must be int"),
+    ({"step__train_attn": "yes"}, "step.train_attn must be bool"),
+    ({"scales__tiny__dimm": 3}, "unknown key scales.tiny.dimm"),
+    ({"scale": "huge"}, "unknown scale 'huge'"),
+    ({"scales__tiny__dim": 30}, "not divisible by n_head"),
+    ({"step__momentum": 1.5}, "step.momentum"),
+])
+def test_mistakes_are_named(tmp_path, changes, needle):
+    with pytest.raises(SparkError, match=needle.replace("(", r"\(").replace(".", r"\.")):
+        _load(tmp_path, **changes)
+
+
+def test_not_yaml(tmp_path):
+    path = tmp_path / "params.yaml"
+    path.write_text("step: [unclosed\n")
+    with pytest.raises(SparkError, match="not valid YAML"):
+        load_params(path)
