@@ -7,6 +7,8 @@ import os
 import tempfile
 from pathlib import Path
 
+from sparktrain.errors import SparkError
+
 
 def canonical_json(obj) -> str:
     """Sorted keys, fixed separators, a trailing newline: same object, same bytes."""
@@ -41,6 +43,19 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
 
 def write_json(path: str | os.PathLike, obj) -> None:
     atomic_write_text(path, canonical_json(obj))
+
+
+def read_input(path: str | os.PathLike, what: str) -> bytes:
+    """The bytes of a file the user named; missing, a folder or unreadable is one line."""
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except FileNotFoundError:
+        raise SparkError(f"cannot read {os.fspath(path)}: the {what} does not exist") from None
+    except IsADirectoryError:
+        raise SparkError(f"cannot read {os.fspath(path)}: the {what} path is a folder") from None
+    except OSError as err:
+        raise SparkError(f"cannot read {os.fspath(path)}: {err.strerror or err}") from None
 
 
 def sha256_bytes(data: bytes) -> str:

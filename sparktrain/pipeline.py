@@ -79,8 +79,8 @@ def step(params_path: str = PARAMS) -> Path:
 def evaluate(params_path: str = PARAMS) -> Path:
     """eval.json on the held-out file, and loss.png (training curve + held-out loss)."""
     from sparktrain.eval.metrics import evaluate as run_eval
-    from sparktrain.eval.plot import write_loss_png
-    from sparktrain.model.weights import check_params, config_from_meta, load_weights
+    from sparktrain.eval.plot import heldout_points, write_loss_png
+    from sparktrain.model.weights import load_model
     from sparktrain.train.config import load_params
     from sparktrain.train.data import load_pairs
     from sparktrain.train.outputs import read_json
@@ -88,9 +88,7 @@ def evaluate(params_path: str = PARAMS) -> Path:
     params = load_params(params_path)
     folder = job_folder(params.job)
     weights = folder / "weights.safetensors"
-    tensors, meta = load_weights(weights)
-    cfg = config_from_meta(meta, weights)
-    check_params(tensors, cfg, weights)
+    tensors, cfg, _ = load_model(weights)
     pairs = load_pairs(params.eval.data)
     metrics = run_eval(tensors, cfg, pairs, batch_size=params.eval.batch_size,
                        max_new=params.eval.max_new, n_samples=params.eval.n_samples)
@@ -100,7 +98,7 @@ def evaluate(params_path: str = PARAMS) -> Path:
     write_json(path, metrics)
     ckpt = read_json(folder / "checkpoint.json") or {}
     curve = ckpt.get("loss_curve") or []
-    heldout = [{"outer": curve[-1]["outer"], "loss": metrics["loss"]}] if curve else None
+    heldout = heldout_points(metrics, curve, path) if curve else None
     write_loss_png(folder / "loss.png", curve, heldout=heldout)
     return path
 

@@ -53,11 +53,10 @@ def check_trained(folder: Path) -> dict:
 
 def _eval(folder: Path, data: str, max_new: int | None = None) -> dict:
     from sparktrain.eval.metrics import evaluate
-    from sparktrain.model.weights import config_from_meta, load_weights
+    from sparktrain.model.weights import load_model
     from sparktrain.train.data import load_pairs
 
-    params, meta = load_weights(folder / "weights.safetensors")
-    cfg = config_from_meta(meta)
+    params, cfg, _ = load_model(folder / "weights.safetensors")
     return evaluate(params, cfg, load_pairs(data), max_new=max_new, n_samples=5)
 
 

@@ -12,7 +12,8 @@ from sparktrain.bc import codec
 from sparktrain.bc.codec import RECOMPILE, U16, Cursor
 from sparktrain.bc.opcodes import HALT
 from sparktrain.bc.program import Instruction, Program
-from sparktrain.errors import BytecodeError, SparkError
+from sparktrain.errors import BytecodeError
+from sparktrain.fsutil import read_input
 
 
 def iter_instructions(code: bytes, base: int = 0) -> Iterator[Instruction]:
@@ -77,12 +78,8 @@ def decode(data: bytes) -> Program:
 
 
 def read_bytes(path: str | os.PathLike) -> bytes:
-    """A file's bytes; a missing or unreadable file is a one-line SparkError."""
-    try:
-        with open(path, "rb") as f:
-            return f.read()
-    except OSError as err:
-        raise SparkError(f"cannot read {os.fspath(path)}: {err.strerror or err}") from None
+    """A program file's bytes; a missing or unreadable file is a one-line SparkError."""
+    return read_input(path, "program")
 
 
 def read_program(path: str | os.PathLike) -> tuple[Program, bytes]:

@@ -52,26 +52,13 @@ def register(sub) -> None:
 
 # ------------------------------------------------------------------ helpers
 
-def load_model(path):
-    """(params, cfg, meta) of a Spark weights file, checked against its own arch."""
-    from sparktrain.model.weights import check_params, config_from_meta, load_weights
-
-    params, meta = load_weights(path)
-    cfg = config_from_meta(meta, path)
-    check_params(params, cfg, path)
-    return params, cfg, meta
-
-
 def _read_json(path, what: str):
     from sparktrain.errors import SparkError
+    from sparktrain.fsutil import read_input
 
+    data = read_input(path, what)
     try:
-        with open(path, "rb") as f:
-            return json.loads(f.read().decode("utf-8"))
-    except FileNotFoundError:
-        raise SparkError(f"{what} {path} does not exist") from None
-    except IsADirectoryError:
-        raise SparkError(f"{what} {path} is a folder, not a JSON file") from None
+        return json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
         raise SparkError(f"{what} {path} is not JSON ({str(err).splitlines()[0]})") from None
 
@@ -87,6 +74,7 @@ def _positive(value: int, flag: str) -> None:
 
 def cmd_eval(args) -> int:
     from sparktrain.eval.metrics import evaluate
+    from sparktrain.model.weights import load_model
     from sparktrain.fsutil import canonical_json, sha256_bytes, write_json
     from sparktrain.train.data import parse_pairs, read_dataset_bytes
 
@@ -135,6 +123,7 @@ def format_table(m: dict) -> str:
 
 def cmd_generate(args) -> int:
     from sparktrain.eval.generate import generate, prompt_context
+    from sparktrain.model.weights import load_model
 
     _positive(args.max_new, "--max-new")
     params, cfg, _ = load_model(args.weights)
@@ -166,7 +155,7 @@ def cmd_make_data(args) -> int:
 
 def cmd_plot(args) -> int:
     from sparktrain.errors import SparkError
-    from sparktrain.eval.plot import write_loss_png
+    from sparktrain.eval.plot import heldout_points, write_loss_png
 
     ckpt = _read_json(args.checkpoint, "checkpoint")
     curve = ckpt.get("loss_curve") if isinstance(ckpt, dict) else None
@@ -178,29 +167,3 @@ def cmd_plot(args) -> int:
     write_loss_png(args.out, curve, heldout)
     print(f"wrote {args.out}")
     return 0
-
-
-def heldout_points(ev, curve: list, path) -> list:
-    """Held-out losses from an eval JSON, placed at the last outer pass.
-
-    Accepts `spark eval --json` output (a top-level "loss"), an object of such
-    results (one point each), or an explicit "heldout" list of {outer, loss}.
-    """
-    from sparktrain.errors import SparkError
-
-    last = max((c.get("outer", i) for i, c in enumerate(curve) if isinstance(c, dict)),
-               default=len(curve) - 1)
-    if isinstance(ev, dict):
-        if isinstance(ev.get("heldout"), list):
-            return ev["heldout"]
-        if _is_number(ev.get("loss")):
-            return [{"outer": last, "loss": ev["loss"]}]
-        nested = [v["loss"] for _, v in sorted(ev.items())
-                  if isinstance(v, dict) and _is_number(v.get("loss"))]
-        if nested:
-            return [{"outer": last, "loss": x} for x in nested]
-    raise SparkError(f"eval file {path} has no held-out 'loss' to plot")
-
-
-def _is_number(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)

@@ -160,3 +160,27 @@ def write_loss_png(path: str | os.PathLike, loss_curve: Sequence,
     data = png_bytes(render(loss_curve, heldout))
     atomic_write_bytes(path, data)
     return data
+
+
+def heldout_points(ev, curve: Sequence, path) -> list:
+    """Held-out losses from an eval JSON, placed at the last outer pass.
+
+    Accepts `spark eval --json` output (a top-level "loss"), an object of such
+    results (one point each), or an explicit "heldout" list of {outer, loss}.
+    """
+    last = max((c.get("outer", i) for i, c in enumerate(curve) if isinstance(c, dict)),
+               default=len(curve) - 1)
+    if isinstance(ev, dict):
+        if isinstance(ev.get("heldout"), list):
+            return ev["heldout"]
+        if _is_number(ev.get("loss")):
+            return [{"outer": last, "loss": ev["loss"]}]
+        nested = [v["loss"] for _, v in sorted(ev.items())
+                  if isinstance(v, dict) and _is_number(v.get("loss"))]
+        if nested:
+            return [{"outer": last, "loss": x} for x in nested]
+    raise SparkError(f"eval file {path} has no held-out 'loss' to plot")
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)

@@ -11,7 +11,7 @@ import os
 import numpy as np
 
 from sparktrain.errors import SparkError
-from sparktrain.fsutil import atomic_write_bytes
+from sparktrain.fsutil import atomic_write_bytes, read_input
 from sparktrain.model.config import ModelConfig, param_shapes
 
 META_KEY = "spark"
@@ -36,13 +36,7 @@ def load_weights(path: str | os.PathLike) -> tuple[dict[str, np.ndarray], dict]:
     from safetensors import SafetensorError
     from safetensors.numpy import load
 
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except FileNotFoundError:
-        raise SparkError(f"weights file {path} does not exist") from None
-    except IsADirectoryError:
-        raise SparkError(f"weights path {path} is a folder, not a .safetensors file") from None
+    data = read_input(path, "weights file")
     try:
         tensors = load(data)
         meta = _metadata(data)
@@ -57,6 +51,14 @@ def load_weights(path: str | os.PathLike) -> tuple[dict[str, np.ndarray], dict]:
         raise SparkError(f"{path}: the '{META_KEY}' metadata is not JSON") from None
     params = {name: np.asarray(a, dtype=np.float32) for name, a in tensors.items()}
     return params, spark_meta
+
+
+def load_model(path: str | os.PathLike) -> tuple[dict[str, np.ndarray], ModelConfig, dict]:
+    """(params, cfg, meta) of a Spark weights file, checked against its own arch."""
+    params, meta = load_weights(path)
+    cfg = config_from_meta(meta, path)
+    check_params(params, cfg, path)
+    return params, cfg, meta
 
 
 def config_from_meta(meta: dict, path: str | os.PathLike = "weights") -> ModelConfig:

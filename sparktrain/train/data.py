@@ -13,7 +13,7 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from sparktrain.errors import SparkError
-from sparktrain.fsutil import sha256_bytes
+from sparktrain.fsutil import read_input, sha256_bytes
 from sparktrain.model.batch import PoolBatch, TokenBatch
 
 # Byte values that never occur in UTF-8, so they cannot collide with text.
@@ -55,15 +55,7 @@ class Dataset:
 # ---------------------------------------------------------------- JSONL rows
 
 def read_dataset_bytes(path: str | os.PathLike) -> bytes:
-    try:
-        with open(path, "rb") as f:
-            return f.read()
-    except FileNotFoundError:
-        raise SparkError(f"dataset {path} does not exist") from None
-    except IsADirectoryError:
-        raise SparkError(f"dataset {path} is a folder, not a JSONL file") from None
-    except PermissionError:
-        raise SparkError(f"dataset {path} is not readable (permission denied)") from None
+    return read_input(path, "dataset")
 
 
 def load_pairs(path: str | os.PathLike) -> list[Pair]:
