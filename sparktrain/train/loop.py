@@ -56,11 +56,16 @@ class MinibatchSampler:
         return idx
 
 
-def dataset_loss(params, cfg: ModelConfig, dataset: Dataset) -> float:
+def loss_batches(cfg: ModelConfig, dataset: Dataset) -> list:
+    """The whole dataset in file order, padded once and reused for every measurement."""
+    return list(iter_batches(dataset, LOSS_BATCH, pool=not cfg.train_attn))
+
+
+def dataset_loss(params, cfg: ModelConfig, batches) -> float:
     from sparktrain.model.transformer import batch_loss
 
     total, count = 0.0, 0
-    for batch in iter_batches(dataset, LOSS_BATCH, pool=not cfg.train_attn):
+    for batch in batches:
         s, c = batch_loss(params, cfg, batch)
         total += s
         count += c
@@ -123,9 +128,10 @@ def run_step(job: Job, step: StepConfig, cfg: ModelConfig, *, progress=_progress
     make_batch = pool_batch if not cfg.train_attn else token_batch
     full_batch = make_batch(dataset.encoded) if step.batch_size >= dataset.n else None
     sampler = MinibatchSampler(dataset.n, step.batch_size, step.seed)
+    whole = loss_batches(cfg, dataset)
 
     t0 = time.perf_counter()
-    loss_before = dataset_loss(params, cfg, dataset)
+    loss_before = dataset_loss(params, cfg, whole)
     _finite_or_fail(loss_before, "loss_before", "at start")
     curve = [{"outer": 0, "loss": loss_before, "phase": "start"}]
     progress(f"[{job.job}] start  loss {loss_before:.4f}  {dataset.n} pairs, "
@@ -154,7 +160,7 @@ def run_step(job: Job, step: StepConfig, cfg: ModelConfig, *, progress=_progress
             tokens = _batch_tokens(batch)
             tokens_seen += tokens
             flops_seen += tokens * flops_per_token(cfg, _batch_len(batch))
-        loss_k = dataset_loss(params, cfg, dataset)
+        loss_k = dataset_loss(params, cfg, whole)
         _finite_or_fail(loss_k, "dataset loss", f"after outer {k}")
         curve.append({"outer": k, "loss": loss_k, "phase": "after_outer"})
         elapsed = time.perf_counter() - t0
