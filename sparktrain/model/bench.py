@@ -54,9 +54,9 @@ def sgd_step(params, grads, lr):
 
 
 def run_bench(scale: str, batch_size: int | None = None, steps: int = 10,
-              progress=None) -> dict:
-    cfg = SCALES[scale]
-    batch_size = batch_size or DEFAULT_BATCH[scale]
+              progress=None, cfg=None) -> dict:
+    cfg = cfg or SCALES[scale]
+    batch_size = batch_size or DEFAULT_BATCH.get(scale, 16)
     params = init_params(cfg, BENCH_SEED, b"bench")
     batch = synthetic_batch(batch_size, cfg.seq_len)
     peak = matmul_peak()

@@ -19,8 +19,12 @@ def register(sub) -> None:
         "bench", help="time training micro-steps and report model FLOP/s utilisation",
         description="Time loss_and_grads + SGD on synthetic full-length batches and report "
                     "tokens/s and model FLOP/s over the float32 matmul peak of this process.")
-    p.add_argument("--scale", choices=("tiny", "large"), default="tiny",
-                   help="model scale (default tiny)")
+    p.add_argument("--scale", default="tiny",
+                   help="a built-in scale (tiny, large) or a row of --params' scales "
+                        "(default tiny)")
+    p.add_argument("--params", default=None,
+                   help="params.yaml whose scales table to use (default: ./params.yaml "
+                        "when it exists)")
     p.add_argument("--batch-size", type=_positive_int, default=None,
                    help="sequences per step (default: tiny 8, large 16)")
     p.add_argument("--steps", type=_positive_int, default=10,
@@ -32,8 +36,10 @@ def register(sub) -> None:
 def _bench(args) -> int:
     from sparktrain.fsutil import canonical_json
     from sparktrain.model.bench import format_report, run_bench, stderr_progress
+    from sparktrain.train.config import scale_config
 
+    cfg = scale_config(args.scale, args.params)
     result = run_bench(args.scale, args.batch_size, args.steps,
-                       progress=None if args.json else stderr_progress)
+                       progress=None if args.json else stderr_progress, cfg=cfg)
     print(canonical_json(result) if args.json else format_report(result))
     return 0

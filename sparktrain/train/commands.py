@@ -8,30 +8,18 @@ from pathlib import Path
 
 from sparktrain.errors import SparkError
 
-KNOBS = (  # (flag, dest, type, help)
-    ("--outer", "outer", int, "outer passes (default 4)"),
-    ("--inner", "inner", int, "SGD micro-steps per outer pass (default 8)"),
-    ("--step", "step", int, "step_n to stamp (default 1, or the base's step_n + 1)"),
-    ("--lr", "lr", float, "learning rate"),
-    ("--batch-size", "batch_size", int, "pairs per micro-step"),
-    ("--seed", "seed", int, "init and minibatch seed"),
-    ("--clip", "clip", float, "global gradient-norm clip, 0 = off"),
-    ("--momentum", "momentum", float, "SGD momentum, 0 = plain SGD"),
-)
 ARCH = (("--dim", "dim"), ("--n-layer", "n_layer"), ("--n-head", "n_head"),
         ("--n-kv-head", "n_kv_head"), ("--seq-len", "seq_len"))
 
 
 def _add_knobs(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("training knobs (override params.yaml's step section)")
-    for flag, dest, typ, help_ in KNOBS:
-        g.add_argument(flag, dest=dest, type=typ, default=None, help=help_)
-    g.add_argument("--no-train-attn", dest="train_attn", action="store_const", const=False,
-                   default=None, help="mean-pool fallback model (embed + lm_head only)")
-    g.add_argument("--no-train-embed", dest="train_embed", action="store_const", const=False,
-                   default=None, help="freeze spark.embed.weight")
+    from sparktrain.train.config import add_step_flags
+
+    add_step_flags(p)
     a = p.add_argument_group("architecture")
-    a.add_argument("--scale", choices=("tiny", "large"), default=None, help="model scale (default tiny)")
+    a.add_argument("--scale", default=None,
+                   help="a built-in scale (tiny, large) or a row of params.yaml's scales "
+                        "(default: params.yaml's scale, else tiny)")
     for flag, dest in ARCH:
         a.add_argument(flag, dest=dest, type=int, default=None, help=f"override the scale's {dest}")
     p.add_argument("--params", default=None,
@@ -63,7 +51,8 @@ def register(sub) -> None:
     p = sub.add_parser("status", help="print a job's real state as JSON",
                        description="Print the state of out/train/JOB (declared, trained, failed) "
                                    "with its losses, eval metrics and timings.")
-    p.add_argument("job", help="job id, or a job folder")
+    p.add_argument("job", nargs="?", default=None,
+                   help="job id, or a job folder (default: params.yaml's job)")
     p.add_argument("--summary", action="store_true",
                    help="a few human lines (losses, eval metrics, files) instead of JSON")
     p.set_defaults(func=cmd_status)
@@ -71,15 +60,14 @@ def register(sub) -> None:
 
 def resolve_configs(args, params_path: str | None, default_params: bool):
     """(StepConfig, ModelConfig) from defaults < params.yaml < flags."""
-    from sparktrain.train.config import StepConfig, load_params, model_config, override
+    from sparktrain.train.config import StepConfig, load_params, model_config, step_from_flags
 
     step, scale, scales = StepConfig(), "tiny", None
     path = params_path or ("params.yaml" if default_params and Path("params.yaml").exists() else None)
     if path:
         params = load_params(path)
         step, scale, scales = params.step, params.scale, params.scales
-    step = override(step, **{d: getattr(args, d) for _, d, _, _ in KNOBS},
-                    train_attn=args.train_attn, train_embed=args.train_embed).validate()
+    step = step_from_flags(step, args)
     cfg = model_config(args.scale or scale, scales, train_attn=step.train_attn,
                        **{d: getattr(args, d) for _, d in ARCH})
     return step, cfg
@@ -170,10 +158,15 @@ def cmd_status(args) -> int:
     from sparktrain.train import outputs
     from sparktrain.train.job import check_job_id
 
-    folder = Path(args.job)
+    job = args.job
+    if job is None:
+        from sparktrain.train.config import load_params
+
+        job = load_params("params.yaml").job
+    folder = Path(job)
     if not folder.is_dir():
-        check_job_id(args.job)
-        folder = Path("out/train") / args.job
+        check_job_id(job)
+        folder = Path("out/train") / job
     if not folder.is_dir():
         raise SparkError(f"no job folder {folder} (run the pipeline or `spark run` first)")
     state = outputs.job_state(folder)

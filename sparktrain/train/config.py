@@ -1,168 +1,264 @@
-"""The STEP knobs and params.yaml: one typed config, guarded overrides.
+"""params.yaml and the STEP knobs: one typed definition, validated by pydantic.
 
-Unknown keys and wrong types raise a one-line SparkError naming the key
-(`step.oter`), before any training starts (nanoGPT configurator's guard rails).
+`StepConfig` is the single definition of a training knob: its fields (type,
+default, bounds, help text) drive params.yaml validation, the `spark train` /
+`spark run` flags (`add_step_flags`) and the checkpoint's record of the run
+(`step_record`). Unknown keys and wrong types raise one line naming the key
+(`params: unknown key step.oter`) before anything runs (nanoGPT's configurator
+guard rails). See docs/pipeline.md for the file as a whole.
 """
 from __future__ import annotations
 
+import argparse
 import dataclasses
-from dataclasses import dataclass, fields
+import math
 from pathlib import Path
+from typing import Annotated, Optional
+
+import yaml
+from pydantic import BeforeValidator, ConfigDict, Field, StrictBool, StrictInt, StrictStr
+from pydantic import ValidationError
+from pydantic.dataclasses import dataclass
 
 from sparktrain.errors import SparkError
 from sparktrain.model.config import SCALES, ModelConfig
+from sparktrain.train.job import check_job_id
 
 ARCH_KEYS = ("dim", "n_layer", "n_head", "n_kv_head", "seq_len")
+STRICT = ConfigDict(extra="forbid")
 
 
-@dataclass(frozen=True)
+def _as_float(value):
+    """A YAML number, or a string that spells one: PyYAML reads `1e-3` as a string,
+    and `dvc exp run -S step.lr=1e-3` writes it that way."""
+    if isinstance(value, bool):
+        raise ValueError(f"must be float, got bool {value!r}")
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            raise ValueError(f"must be float, got str {value!r}") from None
+    if not isinstance(value, (int, float)):
+        raise ValueError(f"must be float, got {type(value).__name__} {value!r}")
+    if not math.isfinite(value):
+        raise ValueError(f"must be a finite number, got {value!r}")
+    return float(value)
+
+
+Float = Annotated[float, BeforeValidator(_as_float)]
+Count = Annotated[StrictInt, Field(ge=1)]
+
+
+@dataclass(frozen=True, config=STRICT)
 class StepConfig:
-    outer: int = 4            # passes; the whole-dataset loss is logged after each
-    inner: int = 8            # SGD micro-steps per pass
-    step: int | None = None   # step_n stamped into the weights; None: 1, or base's step_n + 1
-    lr: float = 0.1           # SGD learning rate
-    batch_size: int = 8       # pairs per micro-step (>= n: whole dataset in file order)
-    seed: int = 0             # init and minibatch permutation
-    clip: float = 1.0         # global gradient-norm clip; 0 = off
-    momentum: float = 0.9     # heavy-ball momentum; 0 = plain SGD
-    train_attn: bool = True   # False: the mean-pool fallback model
-    train_embed: bool = True  # False: spark.embed.weight stays frozen
+    outer: Count = Field(4, description="outer passes; the whole-dataset loss is logged after each")
+    inner: Count = Field(8, description="SGD micro-steps per outer pass")
+    step: Optional[Count] = Field(None, description="step_n stamped into the weights "
+                                                    "(default 1, or the base's step_n + 1)")
+    lr: Float = Field(0.1, gt=0, description="learning rate")
+    batch_size: Count = Field(8, description="pairs per micro-step (>= rows: the whole "
+                                             "dataset in file order)")
+    seed: StrictInt = Field(0, ge=0, description="init and minibatch seed")
+    clip: Float = Field(1.0, ge=0, description="global gradient-norm clip, 0 = off")
+    momentum: Float = Field(0.9, ge=0, lt=1, description="SGD momentum, 0 = plain SGD")
+    train_attn: StrictBool = Field(True, description="false: the mean-pool fallback model "
+                                                     "(embed + lm_head only)")
+    train_embed: StrictBool = Field(True, description="false: spark.embed.weight stays "
+                                                      "frozen")
 
     def validate(self) -> "StepConfig":
-        for name in ("outer", "inner", "batch_size"):
-            if getattr(self, name) < 1:
-                raise SparkError(f"step.{name} must be >= 1, got {getattr(self, name)}")
-        if self.step is not None and self.step < 1:
-            raise SparkError(f"step.step must be >= 1, got {self.step}")
-        if not self.lr > 0:
-            raise SparkError(f"step.lr must be > 0, got {self.lr}")
-        if self.clip < 0:
-            raise SparkError(f"step.clip must be >= 0 (0 = off), got {self.clip}")
-        if not 0 <= self.momentum < 1:
-            raise SparkError(f"step.momentum must be in [0, 1), got {self.momentum}")
-        if self.seed < 0:
-            raise SparkError(f"step.seed must be >= 0, got {self.seed}")
+        """Construction already validated every field; kept for call sites that
+        build a config from parts and want to say so."""
         return self
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=STRICT)
 class EvalConfig:
-    data: str = "data/eval/tiny_heldout.jsonl"  # held-out JSONL (never training rows)
-    batch_size: int = 64                        # pairs per forward
-    max_new: int = 48                           # generation cap for exact_match
-    n_samples: int = 3                          # generated samples kept in eval.json
+    data: StrictStr = Field("data/eval/tiny_heldout.jsonl",
+                            description="held-out JSONL (never training rows)")
+    batch_size: Count = Field(64, description="pairs per forward")
+    max_new: Annotated[StrictInt, Field(ge=1, le=4096)] = Field(
+        48, description="generation cap for exact_match")
+    n_samples: Annotated[StrictInt, Field(ge=0, le=1000)] = Field(
+        3, description="generated samples kept in the eval output")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=STRICT)
+class ScaleRow:
+    """A row of params.yaml's `scales`: a new scale (all five keys) or an
+    override of some keys of a built-in one (model/config.py SCALES)."""
+    dim: Optional[StrictInt] = None
+    n_layer: Optional[StrictInt] = None
+    n_head: Optional[StrictInt] = None
+    n_kv_head: Optional[StrictInt] = None
+    seq_len: Optional[StrictInt] = None
+
+    def given(self) -> dict:
+        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+
+
+def _job_id(value):
+    try:
+        return check_job_id(value)
+    except SparkError as err:
+        raise ValueError(str(err)) from None
+
+
+@dataclass(frozen=True, config=STRICT)
 class Params:
-    job: str
-    program: str
-    scale: str
-    scales: dict
-    step: StepConfig
-    eval: EvalConfig
+    job: Annotated[StrictStr, BeforeValidator(_job_id)]
+    program: StrictStr
+    scale: StrictStr = "tiny"
+    scales: dict[StrictStr, ScaleRow] = Field(default_factory=dict)
+    step: StepConfig = Field(default_factory=StepConfig)
+    eval: EvalConfig = Field(default_factory=EvalConfig)
 
     def model_config(self) -> ModelConfig:
         return model_config(self.scale, self.scales, train_attn=self.step.train_attn)
 
 
+def scale_table(scales: dict | None = None) -> dict[str, dict]:
+    """The one scale table: the built-in rows, with params.yaml's rows over them."""
+    table = {name: {k: getattr(cfg, k) for k in ARCH_KEYS} for name, cfg in SCALES.items()}
+    for name, row in (scales or {}).items():
+        given = row.given() if isinstance(row, ScaleRow) else dict(row)
+        table[name] = {**table.get(name, {}), **given}
+    return table
+
+
 def model_config(scale: str, scales: dict | None = None, *, train_attn: bool = True,
                  **overrides) -> ModelConfig:
     """The arch of a named scale, with per-knob overrides (None = keep)."""
-    table = {k: v.to_dict() if isinstance(v, ModelConfig) else dict(v)
-             for k, v in (scales or SCALES).items()}
+    table = scale_table(scales)
     if scale not in table:
         raise SparkError(f"unknown scale {scale!r}; known: {', '.join(sorted(table))}")
+    missing = [k for k in ARCH_KEYS if k not in table[scale]]
+    if missing:
+        raise SparkError(f"params: scales.{scale} is not a built-in scale, so it needs "
+                         f"{', '.join(missing)} too")
     arch = {k: table[scale][k] for k in ARCH_KEYS}
     arch.update({k: v for k, v in overrides.items() if v is not None})
     return ModelConfig(**arch, train_attn=train_attn).validate()
 
 
-def _check_type(key: str, value, want):
-    """Strict YAML types: bool is not an int, an int is accepted for a float."""
-    if want is bool:
-        ok = isinstance(value, bool)
-    elif want is int:
-        ok = isinstance(value, int) and not isinstance(value, bool)
-    elif want is float:
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-    elif want is str:
-        ok = isinstance(value, str)
-    else:
-        ok = True
-    if not ok:
-        raise SparkError(f"params: {key} must be {want.__name__}, got {type(value).__name__} {value!r}")
-    return float(value) if want is float else value
+def scale_config(scale: str, params_path: str | None = None, *, train_attn: bool = True,
+                 **overrides) -> ModelConfig:
+    """`--scale NAME` of a CLI command: the built-in table, extended by the scales of
+    `params_path` (default: ./params.yaml when it exists)."""
+    path = params_path or ("params.yaml" if Path("params.yaml").is_file() else None)
+    scales = load_params(path).scales if path else None
+    return model_config(scale, scales, train_attn=train_attn, **overrides)
 
 
-_TYPES = {"int": int, "float": float, "bool": bool, "str": str, "int | None": int}
+def _one_line(err: ValidationError, section: str = "") -> str:
+    """pydantic's first error as `params: <dotted key> <what is wrong>`."""
+    e = err.errors()[0]
+    key = ".".join(str(part) for part in ((section,) if section else ()) + tuple(e["loc"]))
+    kind, got = e["type"], e.get("input")
+    if kind in ("unexpected_keyword_argument", "extra_forbidden"):
+        return f"params: unknown key {key}"
+    if kind == "missing_argument" or kind == "missing":
+        return f"params: missing key {key}"
+    shown = f"{type(got).__name__} {got!r}"
+    if kind in ("int_type", "int_parsing", "int_from_float"):
+        return f"params: {key} must be int, got {shown}"
+    if kind == "bool_type":
+        return f"params: {key} must be bool, got {shown}"
+    if kind == "string_type":
+        return f"params: {key} must be str, got {shown}"
+    if kind in ("dict_type", "dataclass_type", "dataclass_args_type"):
+        return f"params: {key} must be a mapping, got {shown}"
+    bounds = {"greater_than": ">", "greater_than_equal": ">=", "less_than": "<",
+              "less_than_equal": "<="}
+    if kind in bounds:
+        limit = next(iter(e["ctx"].values()))
+        return f"params: {key} must be {bounds[kind]} {limit}, got {got!r}"
+    msg = str(e["msg"]).removeprefix("Value error, ")
+    return f"params: {key} {msg}" if msg.startswith("must") else f"params: {key}: {msg}"
 
 
-def build_dataclass(cls, section: dict, prefix: str):
-    """cls(**section) with every key known and every value of its declared type."""
-    if not isinstance(section, dict):
-        raise SparkError(f"params: {prefix} must be a mapping, got {type(section).__name__}")
-    known = {f.name: f for f in fields(cls)}
-    for key in section:
-        if key not in known:
-            raise SparkError(f"params: unknown key {prefix}.{key} "
-                             f"(known: {', '.join(known)})")
-    values = {}
-    for key, value in section.items():
-        f = known[key]
-        if value is None and "None" in str(f.type):
-            values[key] = None
-            continue
-        values[key] = _check_type(f"{prefix}.{key}", value, _TYPES[str(f.type)])
-    return cls(**values)
-
-
-TOP_KEYS = ("job", "program", "scale", "scales", "step", "eval")
+def parse_params(raw) -> Params:
+    if not isinstance(raw, dict):
+        raise SparkError("params: expected a mapping of params")
+    # an empty section (`eval:` with nothing under it) means its defaults
+    raw = {k: v for k, v in raw.items() if not (v is None and k in ("scales", "step", "eval"))}
+    try:
+        params = Params(**raw)
+    except ValidationError as err:
+        raise SparkError(_one_line(err)) from None
+    except TypeError as err:  # a key that is not an identifier, e.g. `1: x`
+        raise SparkError(f"params: {err}") from None
+    params.model_config()  # the scale's name and arch are checked now, not mid-run
+    return params
 
 
 def load_params(path: str | Path = "params.yaml") -> Params:
-    import yaml
+    from sparktrain.fsutil import read_input
 
     path = Path(path)
+    text = read_input(path, "params file")
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise SparkError(f"{path} does not exist") from None
+        raw = yaml.safe_load(text)
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
         raise SparkError(f"{path}{where}: not valid YAML ({getattr(err, 'problem', err)})") from None
-    if not isinstance(raw, dict):
-        raise SparkError(f"{path}: expected a mapping of params")
-    for key in raw:
-        if key not in TOP_KEYS:
-            raise SparkError(f"params: unknown key {key} (known: {', '.join(TOP_KEYS)})")
-    for key in ("job", "program", "scale"):
-        if key not in raw:
-            raise SparkError(f"params: missing key {key}")
-        _check_type(key, raw[key], str)
-    scales = raw.get("scales") or {k: v.to_dict() for k, v in SCALES.items()}
-    if not isinstance(scales, dict):
-        raise SparkError("params: scales must be a mapping of scale name -> arch")
-    for name, arch in scales.items():
-        if not isinstance(arch, dict):
-            raise SparkError(f"params: scales.{name} must be a mapping")
-        for key, value in arch.items():
-            if key not in ARCH_KEYS:
-                raise SparkError(f"params: unknown key scales.{name}.{key} "
-                                 f"(known: {', '.join(ARCH_KEYS)})")
-            _check_type(f"scales.{name}.{key}", value, int)
-        missing = [k for k in ARCH_KEYS if k not in arch]
-        if missing:
-            raise SparkError(f"params: scales.{name} lacks {', '.join(missing)}")
-    step = build_dataclass(StepConfig, raw.get("step") or {}, "step").validate()
-    ev = build_dataclass(EvalConfig, raw.get("eval") or {}, "eval")
-    params = Params(job=raw["job"], program=raw["program"], scale=raw["scale"],
-                    scales=scales, step=step, eval=ev)
-    params.model_config()  # validates the scale name and its arch now, not mid-run
-    return params
+    return parse_params(raw)
+
+
+def step_record(step: StepConfig) -> dict:
+    """The knobs as the checkpoint records them (step_n is recorded on its own)."""
+    return {k: v for k, v in dataclasses.asdict(step).items() if k != "step"}
+
+
+def step_fields():
+    return StepConfig.__pydantic_fields__.items()
+
+
+def add_step_flags(parser: argparse.ArgumentParser) -> None:
+    """One flag per StepConfig field: `--batch-size`, `--no-train-attn`, ...; the
+    default None means "keep params.yaml's value"."""
+    group = parser.add_argument_group("training knobs (override params.yaml's step section)")
+    for name, info in step_fields():
+        flag = "--" + name.replace("_", "-")
+        if info.default is True:
+            group.add_argument(f"--no-{name.replace('_', '-')}", dest=name,
+                               action="store_const", const=False, default=None,
+                               help=f"set step.{name} to false (default true): "
+                                    f"{info.description}")
+            continue
+        kind = float if "float" in str(info.annotation) else int
+        shown = "" if info.default is None else f" (default {info.default})"
+        group.add_argument(flag, dest=name, type=_flag_type(name, kind), default=None,
+                           metavar=name.upper(), help=f"{info.description}{shown}")
+
+
+def _flag_type(name: str, kind):
+    def convert(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"--{name.replace('_', '-')} must be "
+                                             f"{kind.__name__}, got {text!r}") from None
+        if kind is float and not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"--{name.replace('_', '-')} must be a finite "
+                                             f"number, got {text!r}")
+        return value
+    return convert
+
+
+def step_from_flags(base: StepConfig, args: argparse.Namespace) -> StepConfig:
+    """`base` with the flags the user gave (not None) replacing its fields."""
+    changes = {name: getattr(args, name) for name, _ in step_fields()
+               if getattr(args, name, None) is not None}
+    return override(base, **changes)
 
 
 def override(cfg, **changes):
-    """dataclasses.replace with the None values dropped (CLI flags not given)."""
-    return dataclasses.replace(cfg, **{k: v for k, v in changes.items() if v is not None})
+    """dataclasses.replace with the None values dropped, re-validated; a bad
+    value is one line naming the knob."""
+    try:
+        return dataclasses.replace(cfg, **{k: v for k, v in changes.items() if v is not None})
+    except ValidationError as err:
+        section = {StepConfig: "step", EvalConfig: "eval"}.get(type(cfg), "")
+        raise SparkError(_one_line(err, section)) from None

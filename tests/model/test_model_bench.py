@@ -24,12 +24,28 @@ def test_bench_text_names_threads(capsys):
     assert "BLAS threads" in out and "utilisation" in out
 
 
-@pytest.mark.parametrize("argv", [["--scale", "huge"], ["--batch-size", "0"], ["--steps", "x"]])
+@pytest.mark.parametrize("argv", [["--batch-size", "0"], ["--steps", "x"]])
 def test_bench_bad_flags_exit_2(argv, capsys):
     with pytest.raises(SystemExit) as exc:
         main(["bench", *argv])
     assert exc.value.code == 2
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+def test_bench_unknown_scale_is_one_line(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # no params.yaml: the built-in table only
+    assert main(["bench", "--scale", "huge"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "unknown scale 'huge'" in err[0] and "large, tiny" in err[0]
+
+
+def test_bench_takes_a_scale_of_the_params_file(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "params.yaml").write_text(
+        "job: j\nprogram: p.sparkbc\nscales:\n  mini: {dim: 16, n_layer: 1, n_head: 2, "
+        "n_kv_head: 1, seq_len: 16}\n")
+    assert main(["bench", "--scale", "mini", "--steps", "1", "--json"]) == 0
+    assert '"dim": 16' in capsys.readouterr().out
 
 
 def test_synthetic_batch_is_fixed_and_full():
