@@ -14,7 +14,7 @@ help:
 	@echo "make test       set up, run the whole test suite"
 	@echo "make test-sparkbc   only the SPARK_BC toolchain tests"
 	@echo "make spark-sgd-proof        train the default program's tiny job and check it"
-	@echo "make spark-sgd-proof-scale  the large-scale proof (about 10 minutes)"
+	@echo "make spark-sgd-proof-scale  the large-scale proof (about 5 minutes)"
 	@echo "make sparkbc-e2e   spark run and dvc repro give the same weights"
 	@echo "make repro-check   force-repro and diff dvc.lock (copy into your CI)"
 	@echo "make bench         tokens/s and model FLOP/s utilisation"
@@ -39,24 +39,24 @@ test-sparkbc: $(STAMP)
 clean:
 	rm -rf out .pytest_cache .hypothesis
 
-# The stage commands are `python stages/...`: the venv must come first on PATH.
+# dvc.yaml runs the stages as `python -m stages.X`: the venv must come first on PATH.
 DVC := PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/dvc
 
 run: $(STAMP)
 	$(DVC) repro
-	@$(BIN)/spark status --summary job-dry-001
+	@$(BIN)/spark status --summary
 
 spark-sgd-proof: $(STAMP)
-	$(PY) -m sparktrain.proof tiny
+	$(PY) tools/proof.py tiny
 
 spark-sgd-proof-scale: $(STAMP)
-	$(PY) -m sparktrain.proof scale
+	$(PY) tools/proof.py scale
 
 sparkbc-e2e: $(STAMP)
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(PY) -m sparktrain.sparkbc_e2e
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(PY) tools/sparkbc_e2e.py
 
 repro-check: $(STAMP)
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(PY) -m sparktrain.reprocheck
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/spark repro-check
 
 bench: $(STAMP)
 	$(BIN)/spark bench --scale tiny

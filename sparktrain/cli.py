@@ -19,6 +19,7 @@ COMMAND_MODULES = (
     "sparktrain.train.commands",   # train, run, status
     "sparktrain.model.commands",   # bench
     "sparktrain.eval.commands",    # eval, generate, make-data, plot
+    "sparktrain.repro.commands",   # repro-check
 )
 
 

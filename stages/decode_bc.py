@@ -1,7 +1,32 @@
-"""DVC stage decode-bc: decode the program and resolve the TRAIN of params.job."""
-import sys
+"""DVC stage decode-bc: decode the program and resolve the TRAIN of params.job.
 
-from sparktrain.pipeline import decode_bc, main
+Writes out/train/<job>/program.json: the program as `spark dump --json` shows
+it, plus the resolved and validated TRAIN under "job".
+"""
+import sys
+from pathlib import Path
+
+from sparktrain.bc.dump import dump_json
+from sparktrain.errors import SparkError
+from sparktrain.fsutil import write_json
+from sparktrain.train.job import job_from_program, read_program
+from stages.common import job_folder, params, run
+
+
+def decode_bc() -> Path:
+    p = params()
+    program = read_program(p.program)
+    job = job_from_program(p.program, p.job, program)
+    want = job_folder(job.job).as_posix()
+    if Path(job.out).as_posix().rstrip("/") != want:
+        raise SparkError(f"the pipeline writes under {want}; the TRAIN for {job.job!r} has "
+                         f"out {job.out!r}")
+    doc = dump_json(program)
+    doc["job"] = job.to_dict()
+    path = job_folder(job.job) / "program.json"
+    write_json(path, doc)
+    return path
+
 
 if __name__ == "__main__":
-    sys.exit(main(decode_bc, "decode-bc"))
+    sys.exit(run("decode-bc", decode_bc))

@@ -1,7 +1,32 @@
-"""DVC stage eval: held-out metrics (eval.json) and the loss picture."""
+"""DVC stage eval: held-out metrics (eval.json) and the loss picture (loss.png)."""
 import sys
+from pathlib import Path
 
-from sparktrain.pipeline import evaluate, main
+from sparktrain.eval.metrics import evaluate
+from sparktrain.eval.plot import heldout_points, write_loss_png
+from sparktrain.fsutil import sha256_file, write_json
+from sparktrain.model.weights import load_model
+from sparktrain.train.data import load_pairs
+from sparktrain.train.outputs import read_json
+from stages.common import job_folder, params, run
+
+
+def eval_stage() -> Path:
+    p = params()
+    folder = job_folder(p.job)
+    weights = folder / "weights.safetensors"
+    tensors, cfg, _ = load_model(weights)
+    metrics = evaluate(tensors, cfg, load_pairs(p.eval.data), batch_size=p.eval.batch_size,
+                       max_new=p.eval.max_new, n_samples=p.eval.n_samples)
+    metrics["data"] = p.eval.data
+    metrics["weights_sha256"] = sha256_file(weights)
+    path = folder / "eval.json"
+    write_json(path, metrics)
+    curve = (read_json(folder / "checkpoint.json") or {}).get("loss_curve") or []
+    heldout = heldout_points(metrics, curve, path) if curve else None
+    write_loss_png(folder / "loss.png", curve, heldout=heldout)
+    return path
+
 
 if __name__ == "__main__":
-    sys.exit(main(evaluate, "eval"))
+    sys.exit(run("eval", eval_stage))

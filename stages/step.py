@@ -1,7 +1,31 @@
-"""DVC stage step: STEP: numpy SGD, writes weights, checkpoint and ARTIFACT."""
-import sys
+"""DVC stage step: STEP: numpy SGD; writes weights.safetensors, checkpoint.json and
+ARTIFACT under out/train/<job>/ (perf.json too, undeclared: timings vary).
 
-from sparktrain.pipeline import step, main
+DVC deletes a stage's outputs before it runs it. When training fails, the
+previous good outputs are copied back from the DVC cache (as dvc.lock records
+them), so the workspace keeps the last trained model and its metrics agree.
+"""
+import sys
+from pathlib import Path
+
+from sparktrain.errors import TrainingFailed
+from sparktrain.repro.lock import restore_outputs
+from sparktrain.train.loop import run_failed, run_step
+from stages.common import load_job, params, run
+
+STAGE = "step"
+
+
+def step() -> Path:
+    p = params()
+    job = load_job(p)
+    try:
+        run_step(job, p.step, p.model_config())
+    except TrainingFailed as err:
+        run_failed(job, err, p.step)
+        raise TrainingFailed(f"{err}; {restore_outputs(STAGE)}") from None
+    return job.out_dir / "checkpoint.json"
+
 
 if __name__ == "__main__":
-    sys.exit(main(step, "step"))
+    sys.exit(run(STAGE, step))

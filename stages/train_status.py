@@ -1,7 +1,17 @@
-"""DVC stage train-status: TRAIN's dry accept: validate the job and write its plan."""
+"""DVC stage train-status: TRAIN's dry accept: validate the job and write its plan
+(out/train/<job>/status.json: arch, parameter count, dataset size, FLOPs)."""
 import sys
+from pathlib import Path
 
-from sparktrain.pipeline import train_status, main
+from sparktrain.train.plan import job_plan, write_status
+from stages.common import load_job, params, run
+
+
+def train_status() -> Path:
+    p = params()
+    job = load_job(p)
+    return write_status(job, job_plan(job, p.model_config(), p.step.batch_size))
+
 
 if __name__ == "__main__":
-    sys.exit(main(train_status, "train-status"))
+    sys.exit(run("train-status", train_status))

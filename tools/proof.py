@@ -1,8 +1,9 @@
 """`make spark-sgd-proof[-scale]`: train a program's job for real, then check
 every claim its outputs make against the files themselves.
 
-    python -m sparktrain.proof tiny    # default program, tiny scale, params.yaml knobs
-    python -m sparktrain.proof scale   # large scale on the task families (~10 min)
+    python tools/proof.py tiny                  # params.yaml's job, scale and knobs
+    python tools/proof.py scale [--scale NAME]  # large (or any scale of params.yaml)
+                                                # on the task families (~5 min)
 
 Exit 0 only when the loss fell, trained=true, not_sgd=false, claim=false and
 the weights on disk hash to the checkpoint's weights_sha256 (and, for scale,
@@ -17,7 +18,14 @@ import time
 from pathlib import Path
 
 from sparktrain.errors import SparkError
+from sparktrain.eval.metrics import evaluate
 from sparktrain.fsutil import canonical_json, sha256_file
+from sparktrain.model.weights import load_model, load_weights
+from sparktrain.train.config import StepConfig, load_params, model_config
+from sparktrain.train.data import load_pairs
+from sparktrain.train.job import job_from_program
+from sparktrain.train.loop import run_step
+from sparktrain.train.outputs import parse_artifact
 
 # The scale proof's budget: chosen so it finishes within 10 minutes here.
 SCALE_KNOBS = dict(outer=80, inner=100, lr=0.1, batch_size=16, clip=1.0, momentum=0.9, seed=0)
@@ -26,9 +34,6 @@ COPY_BAR = 0.5
 
 def check_trained(folder: Path) -> dict:
     """Assert the claims of a STEP's outputs; returns the checkpoint."""
-    from sparktrain.model.weights import load_weights
-    from sparktrain.train.outputs import parse_artifact
-
     ckpt = json.loads((folder / "checkpoint.json").read_text())
     art = parse_artifact((folder / "ARTIFACT").read_text())
     _, meta = load_weights(folder / "weights.safetensors")
@@ -52,19 +57,11 @@ def check_trained(folder: Path) -> dict:
 
 
 def _eval(folder: Path, data: str, max_new: int | None = None) -> dict:
-    from sparktrain.eval.metrics import evaluate
-    from sparktrain.model.weights import load_model
-    from sparktrain.train.data import load_pairs
-
     params, cfg, _ = load_model(folder / "weights.safetensors")
     return evaluate(params, cfg, load_pairs(data), max_new=max_new, n_samples=5)
 
 
 def proof_tiny() -> int:
-    from sparktrain.train.config import load_params
-    from sparktrain.train.job import job_from_program
-    from sparktrain.train.loop import run_step
-
     params = load_params("params.yaml")
     job = job_from_program(params.program, params.job)
     print(f"training {job.job} from {job.program} ({params.scale})")
@@ -80,16 +77,12 @@ def proof_tiny() -> int:
     return 0
 
 
-def proof_scale(program: str, job_id: str, heldout: str, knobs: dict) -> int:
-    from sparktrain.model.config import SCALES
-    from sparktrain.train.config import StepConfig
-    from sparktrain.train.job import job_from_program
-    from sparktrain.train.loop import run_step
-
+def proof_scale(program: str, job_id: str, heldout: str, knobs: dict, scale: str) -> int:
     job = job_from_program(program, job_id)
     step = StepConfig(**knobs)
-    cfg = SCALES["large"]
-    print(f"training {job.job} (large) with {knobs}")
+    scales = load_params("params.yaml").scales if Path("params.yaml").is_file() else None
+    cfg = model_config(scale, scales)
+    print(f"training {job.job} ({scale}) with {knobs}")
     t0 = time.perf_counter()
     run_step(job, step, cfg)
     ckpt = check_trained(job.out_dir)
@@ -111,15 +104,17 @@ def proof_scale(program: str, job_id: str, heldout: str, knobs: dict) -> int:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m sparktrain.proof", description=__doc__,
+    p = argparse.ArgumentParser(prog="tools/proof.py", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("which", choices=("tiny", "scale"))
+    p.add_argument("--scale", default="large",
+                   help="for `scale`: a built-in scale or a row of params.yaml's scales")
     args = p.parse_args(argv)
     try:
         if args.which == "tiny":
             return proof_tiny()
         return proof_scale("data/programs/train-scale.sparkbc", "job-scale-001",
-                           "data/eval/scale_heldout.jsonl", SCALE_KNOBS)
+                           "data/eval/scale_heldout.jsonl", SCALE_KNOBS, args.scale)
     except SparkError as err:
         print(f"proof: error: {err}", file=sys.stderr)
         return getattr(err, "exit_code", 2)

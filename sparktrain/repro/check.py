@@ -1,6 +1,4 @@
-"""The reproducibility check to copy into CI.
-
-    python -m sparktrain.reprocheck [--tolerance 1e-4]
+"""`spark repro-check`: the reproducibility check to copy into CI.
 
 Runs `dvc repro --force`, then compares the new dvc.lock with the committed one
 (`git show HEAD:dvc.lock`), parsed rather than diffed as text:
@@ -16,38 +14,32 @@ Runs `dvc repro --force`, then compares the new dvc.lock with the committed one
 
 A changed input (cmd, deps, params) means the working tree is not the commit
 that recorded the lock: exit 1, naming it. Usage mistakes: one line, exit 2.
+See docs/pipeline.md.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import math
-import os
 import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
 import yaml
+from safetensors.numpy import load
 
 from sparktrain.errors import SparkError
+from sparktrain.repro.lock import LOCK, Output, cache_dir, cached_blob, outputs, read_lock
+from sparktrain.repro.workspace import tool_env
 
-LOCK = "dvc.lock"
 # JSON strings under these keys are hashes of other outputs: they move with the floats.
 HASH_KEY_MARK = "sha256"
 # The outputs computed with BLAS floats, which may move in the last bits on
 # another CPU family; every other output must be reproduced byte for byte.
 FLOAT_OUTPUT_NAMES = ("checkpoint.json", "eval.json", "weights.safetensors")
 PICTURE_SUFFIXES = (".png", ".svg")
-
-
-@dataclass(frozen=True)
-class Output:
-    path: str
-    stage: str
-    md5: str | None
-    legacy: bool  # a DVC 2 lock entry (no `hash: md5`): the cache's old layout
 
 
 @dataclass
@@ -67,14 +59,6 @@ class Verdict:
 
 
 # --- reading the two locks -------------------------------------------------
-
-def outputs(lock: dict) -> dict[str, Output]:
-    found = {}
-    for stage, entry in (lock.get("stages") or {}).items():
-        for out in entry.get("outs") or []:
-            found[out["path"]] = Output(out["path"], stage, out.get("md5"), "hash" not in out)
-    return found
-
 
 def inputs(lock: dict) -> dict[str, dict]:
     """Per stage, what the run was made from: cmd, params and the deps that are
@@ -141,9 +125,6 @@ def compare_json(old, new, where: str = "") -> tuple[float, list[str]]:
 
 def compare_safetensors(old: bytes, new: bytes) -> tuple[float, list[str]]:
     """Tensors: max |a - b| relative to the tensor's scale; metadata as JSON."""
-    import numpy as np
-    from safetensors.numpy import load
-
     old_t, new_t = load(old), load(new)
     if set(old_t) != set(new_t):
         return 0.0, [f"tensor names differ ({sorted(set(old_t) ^ set(new_t))})"]
@@ -242,13 +223,6 @@ def committed_lock() -> dict:
     return yaml.safe_load(shown.stdout) or {}
 
 
-def tool_env() -> dict:
-    """This interpreter's bin first on PATH: the stages run as `python stages/X.py`."""
-    env = dict(os.environ)
-    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
-    return env
-
-
 def dvc(*args: str, quiet: bool = False) -> int:
     """Run dvc with its output on stderr, so stdout holds only the verdict."""
     cmd = [sys.executable, "-m", "dvc", *args]
@@ -258,16 +232,11 @@ def dvc(*args: str, quiet: bool = False) -> int:
 
 
 def cache_reader() -> Callable[[Output], bytes | None]:
-    listed = subprocess.run([sys.executable, "-m", "dvc", "cache", "dir"], env=tool_env(),
-                            capture_output=True, text=True)
-    cache = Path(listed.stdout.strip() or ".dvc/cache")
+    cache = cache_dir()
 
     def read(out: Output) -> bytes | None:
-        if not out.md5:
-            return None
-        folder = cache if out.legacy else cache / "files" / "md5"
-        blob = folder / out.md5[:2] / out.md5[2:]
-        return blob.read_bytes() if blob.is_file() else None
+        blob = cached_blob(out, cache)
+        return blob.read_bytes() if blob else None
 
     return read
 
@@ -278,48 +247,28 @@ def check(tolerance: float) -> int:
         raise SparkError("no dvc.yaml here; run the check from the project root")
     code = dvc("repro", "--force")
     if code != 0:
-        print(f"reprocheck: FAIL: `dvc repro --force` exited {code}")
+        print(f"repro-check: FAIL: `dvc repro --force` exited {code}")
         return 1
-    new = yaml.safe_load(Path(LOCK).read_text(encoding="utf-8")) or {}
+    new = read_lock(LOCK)
     clean = dvc("status", "-q", quiet=True) == 0
     if old == new and clean:
-        print(f"reprocheck: ok: {LOCK} reproduced exactly; dvc status clean")
+        print(f"repro-check: ok: {LOCK} reproduced exactly; dvc status clean")
         return 0
     verdict = compare_locks(old, new, tolerance, cache_reader(),
                             lambda out: Path(out.path).read_bytes())
     for line in verdict.lines:
         print(line)
     if not clean:
-        print("reprocheck: FAIL: `dvc status -q` is not clean after the repro")
+        print("repro-check: FAIL: `dvc status -q` is not clean after the repro")
         return 1
     if verdict.exact:
         # Same hashes, other bytes of the lock moved (layout, key order): still the same run.
-        print(f"reprocheck: ok: every hash in {LOCK} reproduced; dvc status clean")
+        print(f"repro-check: ok: every hash in {LOCK} reproduced; dvc status clean")
         return 0
     if verdict.within_tolerance:
-        print(f"reprocheck: ok: drift within tolerance {tolerance:g}: only float outputs "
+        print(f"repro-check: ok: drift within tolerance {tolerance:g}: only float outputs "
               f"moved and every number stays within it (expected across CPU families, whose "
               f"BLAS kernels differ)")
         return 0
-    print(f"reprocheck: FAIL: {LOCK} not reproduced (see the lines above)")
+    print(f"repro-check: FAIL: {LOCK} not reproduced (see the lines above)")
     return 1
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m sparktrain.reprocheck",
-                                     description=__doc__.split("\n\n")[0])
-    parser.add_argument("--tolerance", type=float, default=1e-4,
-                        help="relative tolerance for numbers in drifted float outputs "
-                             "(default 1e-4)")
-    args = parser.parse_args(argv)
-    try:
-        if not args.tolerance >= 0:
-            raise SparkError(f"--tolerance must be >= 0, got {args.tolerance}")
-        return check(args.tolerance)
-    except SparkError as err:
-        print(f"reprocheck: error: {err}", file=sys.stderr)
-        return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -11,42 +11,41 @@ import json
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-from sparktrain.sparkbc_e2e import GIT_IDENTITY, copy_project
+from sparktrain.repro.workspace import copy_project, tool_env as library_tool_env
 
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = REPO / ".venv" / "bin"
-STAGES = ("decode-bc", "train-status", "step", "eval")
+TRAINING_STAGES = ("decode-bc", "train-status", "step", "eval")
+STAGES = ("check-params",) + TRAINING_STAGES
 DECLARED_NAMES = {"program.json", "status.json", "weights.safetensors", "checkpoint.json",
                   "ARTIFACT", "eval.json", "loss.png"}
 
 
-def tool_env(repo: Path) -> dict:
-    """PATH with the venv first (the stages are `python stages/X.py`), analytics off,
-    and the copy's own package first on sys.path: the editable install points at
-    the working tree, which is not the copy under test."""
-    env = dict(os.environ)
-    bin_dir = VENV_BIN if VENV_BIN.is_dir() else Path(sys.executable).parent
-    env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
-    env["DVC_NO_ANALYTICS"] = "1"
-    env["PYTHONPATH"] = str(repo)
-    env.update(GIT_IDENTITY)
+def tool_env(repo: Path, extra: dict | None = None) -> dict:
+    """The library's tool environment, with the venv's bin (not only this
+    interpreter's) first on PATH and the copy's own package first on sys.path."""
+    env = library_tool_env(repo, extra)
+    if VENV_BIN.is_dir():
+        env["PATH"] = f"{VENV_BIN}{os.pathsep}{env['PATH']}"
     return env
 
 
-def run(repo: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+def run(repo: Path, *args: str, timeout: float = 300,
+        env: dict | None = None) -> subprocess.CompletedProcess:
     """A command in `repo`, stdout and stderr together in .stdout."""
-    return subprocess.run(list(args), cwd=repo, env=tool_env(repo), stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True, timeout=timeout)
+    return subprocess.run(list(args), cwd=repo, env=env or tool_env(repo),
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          timeout=timeout)
 
 
-def dvc(repo: Path, *args: str, check: bool = True, timeout: float = 300):
-    done = run(repo, "dvc", *args, timeout=timeout)
+def dvc(repo: Path, *args: str, check: bool = True, timeout: float = 300,
+        env: dict | None = None):
+    done = run(repo, "dvc", *args, timeout=timeout, env=env)
     if check:
         assert done.returncode == 0, f"dvc {' '.join(args)} exited {done.returncode}:\n{done.stdout}"
     return done
@@ -83,17 +82,27 @@ def _lookup(params: dict, dotted: str):
     return value
 
 
-def declared_outputs(repo: Path) -> list[str]:
-    """Every outs/metrics/plots path of dvc.yaml, with ${...} filled from params.yaml."""
+OUT_KINDS = ("outs", "metrics", "plots")
+
+
+def stage_paths(repo: Path, kinds=OUT_KINDS) -> dict[str, list[str]]:
+    """Per stage, the paths of dvc.yaml's `kinds` entries, ${...} filled from params.yaml."""
     pipeline = yaml.safe_load((repo / "dvc.yaml").read_text())
     params = yaml.safe_load((repo / "params.yaml").read_text())
-    paths = []
-    for stage in pipeline["stages"].values():
-        for kind in ("outs", "metrics", "plots"):
+    found = {}
+    for name, stage in pipeline["stages"].items():
+        paths = []
+        for kind in kinds:
             for entry in stage.get(kind) or []:
                 path = entry if isinstance(entry, str) else next(iter(entry))
                 paths.append(re.sub(r"\$\{([^}]+)\}", lambda m: str(_lookup(params, m[1])), path))
-    return sorted(paths)
+        found[name] = paths
+    return found
+
+
+def declared_outputs(repo: Path) -> list[str]:
+    """Every outs/metrics/plots path of dvc.yaml, with ${...} filled from params.yaml."""
+    return sorted(p for paths in stage_paths(repo).values() for p in paths)
 
 
 def sha256_of(repo: Path, paths) -> dict[str, str]:

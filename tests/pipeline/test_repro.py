@@ -9,9 +9,10 @@ import warnings
 import pytest
 import yaml
 
-from sparktrain.reprocheck import FLOAT_OUTPUT_NAMES, Output, compare_output, moved_inputs
+from sparktrain.repro.check import compare_locks
+from sparktrain.repro.lock import Output, cached_blob
 
-from .conftest import (DECLARED_NAMES, REPO, STAGES, clone, declared_outputs, dvc, git,
+from .conftest import (DECLARED_NAMES, REPO, STAGES, TRAINING_STAGES, clone, declared_outputs, dvc, git,
                        lock_outs, ran_stages, run, sha256_of)
 
 pytestmark = pytest.mark.e2e
@@ -22,7 +23,8 @@ FLOAT_TOLERANCE = 1e-4
 
 def test_fresh_repro_runs_every_stage_and_writes_every_declared_output(fresh_repro):
     repo, output = fresh_repro
-    assert ran_stages(output) == set(STAGES), output
+    # check-params writes nothing: a clone whose dvc.lock records its inputs skips it
+    assert ran_stages(output) == set(TRAINING_STAGES), output
     declared = declared_outputs(repo)
     assert {p.rsplit("/", 1)[1] for p in declared} == DECLARED_NAMES
     for path in declared:
@@ -51,7 +53,8 @@ def test_changing_lr_reruns_step_and_eval_only(repro_copy):
     new_lr = 0.05 if old_lr != 0.05 else 0.02
     _edit(repro_copy / "params.yaml", f"  lr: {old_lr}", f"  lr: {new_lr}")
     done = dvc(repro_copy, "repro")
-    assert ran_stages(done.stdout) == {"step", "eval"}, done.stdout
+    # check-params tracks the whole params.yaml; of the training stages, only step and eval
+    assert ran_stages(done.stdout) == {"check-params", "step", "eval"}, done.stdout
 
 
 def test_editing_the_dataset_reruns_train_status_onward(repro_copy):
@@ -76,7 +79,7 @@ def test_editing_the_program_reruns_everything(repro_copy):
     assert made.returncode == 0, made.stdout
     assert compiled.read_bytes() != before
     done = dvc(repro_copy, "repro")
-    assert ran_stages(done.stdout) == set(STAGES), done.stdout
+    assert ran_stages(done.stdout) == set(TRAINING_STAGES), done.stdout
 
 
 def test_two_fresh_clones_give_byte_identical_outputs(fresh_repro, template_copy):
@@ -90,8 +93,8 @@ def test_two_fresh_clones_give_byte_identical_outputs(fresh_repro, template_copy
 
 def _committed_blob(out: Output) -> bytes | None:
     """The committed output from the lead's DVC cache, when it is there."""
-    blob = REPO / ".dvc" / "cache" / "files" / "md5" / out.md5[:2] / out.md5[2:]
-    return blob.read_bytes() if blob.is_file() else None
+    blob = cached_blob(out, REPO / ".dvc" / "cache")
+    return blob.read_bytes() if blob else None
 
 
 def test_committed_lock_is_reproduced(tmp_path):
@@ -107,32 +110,19 @@ def test_committed_lock_is_reproduced(tmp_path):
     dvc(repo, "repro")
     assert dvc(repo, "status", "-q", check=False).returncode == 0
     fresh = yaml.safe_load((repo / "dvc.lock").read_text())
-    # Sources, params and commands: the same, or the committed lock is stale.
-    assert not moved_inputs(committed, fresh)
-
-    old, new = lock_outs(committed), lock_outs(fresh)
-    assert set(old) == set(new)
-    moved = sorted(p for p in old if old[p] != new[p])
-    exact_stages = {"decode-bc", "train-status"}
-    assert not [p for p in moved if old[p][0] in exact_stages], \
-        f"outputs of decode-bc/train-status must be reproduced exactly: {moved}"
-    if not moved:
-        return
-    # step/eval floats come from BLAS, whose kernels differ between CPU families.
-    for path in moved:
-        stage, md5 = old[path]
-        if path.endswith(".png"):
-            continue
-        assert path.endswith(FLOAT_OUTPUT_NAMES), f"{path} (stage {stage}) is not a float output"
-        blob = _committed_blob(Output(path, stage, md5, legacy=False))
-        if blob is None:
-            pytest.skip(f"hashes moved on this machine ({', '.join(moved)}) and the committed "
-                        f"{path} is not in {REPO}/.dvc/cache to compare its numbers")
-        worst, other = compare_output(path, blob, (repo / path).read_bytes())
-        assert not other, f"{path}: non-numeric change {other[:3]}"
-        assert worst <= FLOAT_TOLERANCE, f"{path}: max relative error {worst:.3g}"
-    warnings.warn(f"float outputs moved within {FLOAT_TOLERANCE:g} on this machine "
-                  f"(another CPU family than the recorder?): {', '.join(moved)}")
+    # The same comparison as `spark repro-check`: inputs must match, decode-bc and
+    # train-status outputs exactly, step/eval floats within the tolerance (BLAS
+    # kernels differ between CPU families).
+    verdict = compare_locks(committed, fresh, FLOAT_TOLERANCE, _committed_blob,
+                            lambda out: (repo / out.path).read_bytes())
+    missing = [line for line in verdict.lines if "not in the DVC cache" in line]
+    if missing:
+        pytest.skip(f"hashes moved on this machine and the committed copies are not in "
+                    f"{REPO}/.dvc/cache to compare numbers: {missing[0]}")
+    assert verdict.within_tolerance, "\n".join(verdict.lines)
+    if not verdict.exact:
+        warnings.warn(f"float outputs moved within {FLOAT_TOLERANCE:g} on this machine "
+                      f"(another CPU family than the recorder?): {verdict.lines}")
 
 
 def test_status_is_clean_after_a_repro_and_git_sees_only_the_lock(fresh_repro, tmp_path):

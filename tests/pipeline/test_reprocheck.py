@@ -1,15 +1,14 @@
-"""`python -m sparktrain.reprocheck`: the comparison on its own, then the whole
+"""`spark repro-check`: the comparison on its own, then the whole
 check on a copy whose lock was committed after a repro."""
 from __future__ import annotations
 
 import copy
 import json
-import sys
 
 import pytest
 import yaml
 
-from sparktrain.reprocheck import compare_json, compare_locks
+from sparktrain.repro.check import compare_json, compare_locks
 
 from .conftest import git, run
 
@@ -87,7 +86,7 @@ def test_relative_comparison_of_numbers():
 
 
 def _reprocheck(cwd, *args):
-    return run(cwd, sys.executable, "-m", "sparktrain.reprocheck", *args)
+    return run(cwd, "spark", "repro-check", *args)
 
 
 def test_outside_a_git_repo_is_a_one_line_error(tmp_path):

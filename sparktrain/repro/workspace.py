@@ -1,0 +1,59 @@
+"""The environment a tool subprocess (dvc, spark, git) runs in, and a copy of the
+project in a fresh git repository: shared by `spark repro-check`, tools/ and tests."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from sparktrain.errors import SparkError
+
+# Left behind by earlier runs or by the environment; never part of a copy.
+NOT_COPIED = (".venv/", "out/", ".dvc/cache/", ".dvc/tmp/", "tmp/")
+GIT_IDENTITY = {"GIT_AUTHOR_NAME": "spark", "GIT_AUTHOR_EMAIL": "spark@localhost",
+                "GIT_COMMITTER_NAME": "spark", "GIT_COMMITTER_EMAIL": "spark@localhost"}
+
+
+def tool_env(repo: str | os.PathLike | None = None, extra: dict | None = None) -> dict:
+    """os.environ with this interpreter's bin first on PATH (dvc runs the stages
+    as `python -m stages.X`, which must be this venv's python), DVC analytics off
+    and a git identity for commits. With `repo`, that checkout's package comes
+    first on sys.path: an editable install points at another working tree."""
+    env = dict(os.environ)
+    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
+    env["DVC_NO_ANALYTICS"] = "1"
+    for key, value in GIT_IDENTITY.items():
+        env.setdefault(key, value)
+    if repo is not None:
+        env["PYTHONPATH"] = str(repo)
+    env.update(extra or {})
+    return env
+
+
+def project_files(root: Path) -> list[str]:
+    """Tracked and untracked-but-not-ignored files, as git lists them."""
+    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=root,
+                            capture_output=True, text=True)
+    if listed.returncode != 0:
+        raise SparkError(f"{root} is not a git checkout of the project: {listed.stderr.strip()}")
+    names = [n for n in listed.stdout.split("\0") if n]
+    return sorted(n for n in names
+                  if not n.startswith(NOT_COPIED) and (root / n).is_file())
+
+
+def copy_project(root: str | os.PathLike, dest: str | os.PathLike) -> Path:
+    """A fresh one-commit git repository at `dest` holding the project's files."""
+    root, dest = Path(root), Path(dest)
+    for name in project_files(root):
+        target = dest / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(root / name, target)
+    git = ["git", "-c", "init.defaultBranch=main"]
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "project copy"]):
+        done = subprocess.run(git + args, cwd=dest, env=tool_env(), capture_output=True,
+                              text=True)
+        if done.returncode != 0:
+            raise SparkError(f"git {args[0]} in {dest} failed: {done.stderr.strip()}")
+    return dest

@@ -1,0 +1,57 @@
+"""What the stage scripts share: their params, the job folder, one-line errors.
+
+Every stage declares this file in dvc.yaml right after its own script. See
+docs/pipeline.md for the stages, their files and how their deps are checked.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Callable
+
+from sparktrain.errors import SparkError, TrainingFailed
+from sparktrain.fsutil import read_input
+from sparktrain.train.config import Params, load_params
+from sparktrain.train.job import Job, validate_job
+
+PARAMS = "params.yaml"
+
+
+def params() -> Params:
+    """The whole params.yaml, validated: a typo anywhere stops every stage."""
+    return load_params(PARAMS)
+
+
+def job_folder(job_id: str) -> Path:
+    return Path("out/train") / job_id
+
+
+def load_job(p: Params) -> Job:
+    """The TRAIN that decode-bc resolved, re-checked (the file may have been edited)."""
+    path = job_folder(p.job) / "program.json"
+    try:
+        doc = json.loads(read_input(path, "decoded program"))
+        job = Job(**doc["job"])
+    except (ValueError, TypeError, KeyError):
+        raise SparkError(f"{path} is not a decoded program; run the decode-bc stage "
+                         f"(`dvc repro decode-bc`)") from None
+    if job.job != p.job:
+        raise SparkError(f"{path} holds job {job.job!r}, params.yaml asks for {p.job!r}")
+    return validate_job(job)
+
+
+def run(name: str, stage: Callable[[], object]) -> int:
+    """Run one stage: exit 0 with the path written, 1 when training failed,
+    2 with one line for a user mistake."""
+    try:
+        path = stage()
+    except TrainingFailed as err:
+        print(f"stage {name}: training failed: {err}", file=sys.stderr)
+        return 1
+    except SparkError as err:
+        print(f"stage {name}: error: {err}", file=sys.stderr)
+        return 2
+    if path is not None:
+        print(f"stage {name}: wrote {Path(path).as_posix()}", file=sys.stderr)
+    return 0
