@@ -24,7 +24,7 @@ def eval_stage() -> Path:
     write_json(path, metrics)
     curve = (read_json(folder / "checkpoint.json") or {}).get("loss_curve") or []
     heldout = heldout_points(metrics, curve, path) if curve else None
-    write_loss_png(folder / "loss.png", curve, heldout=heldout)
+    write_loss_png(folder / "loss.png", curve, heldout=heldout, job=p.job, scale=p.scale)
     return path
 
 

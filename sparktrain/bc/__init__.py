@@ -1,4 +1,4 @@
-"""SPARK_BC: the bytecode of a training program (spec: SPARK_BC.md).
+"""SPARK_BC: the bytecode of a training program (docs/sparkbc.md).
 
 bytes --decode--> Program --encode--> bytes;  .spark source --compile--> bytes.
 The opcode table is data (opcodes.py); the VM executes only the train family

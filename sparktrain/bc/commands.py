@@ -10,7 +10,7 @@ from pathlib import Path
 def register(sub) -> None:
     p = sub.add_parser("compile", help="compile a .spark source to SPARK_BC bytes",
                        description="Compile a .spark source to a .sparkbc program "
-                                   "(byte-exact; see SPARK_BC.md).")
+                                   "(byte-exact; see docs/sparkbc.md).")
     p.add_argument("source", metavar="SRC", help=".spark source file")
     p.add_argument("-o", "--output", metavar="OUT",
                    help="output .sparkbc file (default: SRC with the .sparkbc suffix)")

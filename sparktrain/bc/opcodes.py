@@ -1,6 +1,6 @@
 """The SPARK_BC v1 opcode table, as data; every lookup map is derived from it.
 
-Operand names are the spec's where it gives them; elsewhere they are
+Operand names are the ones docs/sparkbc.md gives; elsewhere they are
 positional (`arg0`, `arg1`, ...), since this project only decodes and dumps
 those opcodes. 0x08, 0x0B and 0x0C are unassigned, hence unknown.
 """

@@ -42,10 +42,12 @@ def register(sub) -> None:
     p.set_defaults(func=cmd_make_data)
 
     p = sub.add_parser("plot", help="draw a checkpoint's loss curve as a PNG",
-                       description="Training loss per outer pass (blue), optional held-out "
-                                   "loss from an eval JSON (red).")
+                       description="Training loss per outer pass (blue) and, with --eval, "
+                                   "the held-out loss (red), titled with the checkpoint's job "
+                                   "and scale.")
     p.add_argument("--checkpoint", required=True, help="out/train/JOB/checkpoint.json")
-    p.add_argument("--eval", default=None, help="eval JSON whose loss is drawn as a point")
+    p.add_argument("--eval", default=None,
+                   help="eval JSON whose loss is drawn at the last outer pass")
     p.add_argument("-o", "--out", required=True, help="PNG file to write")
     p.set_defaults(func=cmd_plot)
 
@@ -155,7 +157,7 @@ def cmd_make_data(args) -> int:
 
 def cmd_plot(args) -> int:
     from sparktrain.errors import SparkError
-    from sparktrain.eval.plot import heldout_points, write_loss_png
+    from sparktrain.eval.plot import heldout_points, scale_label, write_loss_png
 
     ckpt = _read_json(args.checkpoint, "checkpoint")
     curve = ckpt.get("loss_curve") if isinstance(ckpt, dict) else None
@@ -164,6 +166,7 @@ def cmd_plot(args) -> int:
     heldout = None
     if args.eval:
         heldout = heldout_points(_read_json(args.eval, "eval file"), curve, args.eval)
-    write_loss_png(args.out, curve, heldout)
+    job = ckpt.get("job") if isinstance(ckpt.get("job"), str) else None
+    write_loss_png(args.out, curve, heldout, job=job, scale=scale_label(ckpt.get("arch")))
     print(f"wrote {args.out}")
     return 0

@@ -1,4 +1,4 @@
-"""Held-out metrics (TRAINING.md "Eval"), all computed from the model itself.
+"""Held-out metrics (docs/outputs.md "eval.json"), all computed from the model itself.
 
 Teacher-forced numbers come from one batched forward per batch (the same
 forward_logits / pool_logits that training uses); exact match comes from greedy

@@ -27,7 +27,7 @@ EVAL_FILE = "data/eval/scale_heldout.jsonl"
 DEFAULT_SEED = 0
 
 # family -> prompt prefix; also how eval names the family of a row without a
-# "family" key. "Say exactly: " marks a copy probe (TRAINING.md, Eval).
+# "family" key. "Say exactly: " marks a copy probe (docs/outputs.md, eval.json).
 PREFIXES = {
     "copy": "Say exactly: ",
     "reverse": "Reverse: ",

@@ -93,7 +93,7 @@ def flops_per_token(cfg: ModelConfig, seq_len: int | None = None) -> int:
 
 
 def param_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
-    """The tensor table of TRAINING.md, in a fixed order: the names are the keys
+    """The tensor table of docs/training.md, in a fixed order: the names are the keys
     of the params dict, the grads dict, the optimizer state and the file."""
     d, v = cfg.dim, cfg.vocab
     shapes: dict[str, tuple[int, ...]] = {"spark.embed.weight": (v, d)}

@@ -1,4 +1,4 @@
-"""Forward/backward layer pairs of the Spark decoder (TRAINING.md "Model").
+"""Forward/backward layer pairs of the Spark decoder (docs/training.md, "The model").
 
 Each `xxx_forward(...)` returns `(out, cache)`; the matching
 `xxx_backward(dout, cache)` returns the gradients of its inputs and weights.

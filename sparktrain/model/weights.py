@@ -1,4 +1,4 @@
-"""weights.safetensors: F32 tensors under their spec names plus ONE metadata key.
+"""weights.safetensors: F32 tensors under their names (docs/training.md) plus ONE metadata key.
 
 The `spark` key holds canonical JSON (sorted keys). One key only, because the
 safetensors writer orders several metadata keys differently from run to run.

@@ -1,6 +1,6 @@
 """The dataset: JSONL rows -> (prompt, completion) pairs -> byte tokens -> padded batches.
 
-TRAINING.md "Dataset (JSONL)" and "Tokens" fix the format; this module is the
+docs/training.md "Dataset rows" and "Tokens" fix the format; this module is the
 only place that turns text into token ids, so training and eval agree on it.
 """
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The compiler: the spec's compatibility vector, the interning rule, the grammar."""
+"""The compiler: the compatibility vector of docs/sparkbc.md, the interning rule, the grammar."""
 import hashlib
 from pathlib import Path
 

@@ -1,4 +1,4 @@
-"""Every malformed input named by SPARK_BC.md and every source mistake: its own
+"""Every malformed input named by docs/sparkbc.md and every source mistake: its own
 test of the exception type and offset (line:col), and its own CLI test (one
 stderr line, exit 2, no traceback, no output file).
 

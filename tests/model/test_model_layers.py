@@ -127,7 +127,7 @@ def test_cross_entropy_backward_with_mask():
 
 
 def rope_naive(u):
-    """TRAINING.md's rope, one position and one pair at a time; u (B, T, heads, hd)."""
+    """docs/training.md's rope, one position and one pair at a time; u (B, T, heads, hd)."""
     T, hd = u.shape[1], u.shape[-1]
     out = np.empty_like(u)
     for p in range(T):
