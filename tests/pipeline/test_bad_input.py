@@ -2,11 +2,12 @@
 says what is wrong in one stderr line without a traceback, nothing trains."""
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
 
-from .conftest import dvc
+from .conftest import dvc, run
 
 pytestmark = pytest.mark.e2e
 
@@ -38,3 +39,42 @@ def test_bad_params_fail_in_one_line_before_training(template_copy, line, replac
     assert "exited with 2" in done.stdout, "a user mistake exits 2"
     assert not list(template_copy.glob("**/weights.safetensors")), "no training may run"
     assert not list(template_copy.glob("**/ARTIFACT"))
+
+
+def test_a_job_id_climbing_out_is_refused_by_every_stage(repro_copy):
+    """`dvc repro -s eval` alone (decode-bc, which used to be the only check, skipped)."""
+    params = repro_copy / "params.yaml"
+    params.write_text(params.read_text().replace("job: job-dry-001", "job: ../../../evil"))
+    before = {p for p in repro_copy.parent.rglob("*") if p.is_file()}
+    done = dvc(repro_copy, "repro", "-s", "eval", check=False)
+    assert done.returncode != 0, done.stdout
+    assert "Traceback" not in done.stdout
+    written = {p for p in repro_copy.parent.rglob("*") if p.is_file()} - before
+    outside = [p for p in written if repro_copy not in p.parents]
+    assert outside == [], f"written outside the project: {outside}"
+    assert not [p for p in written if p.name in ("eval.json", "loss.png")]
+    # DVC may refuse the templated paths first; each stage refuses the id by itself too
+    for stage in ("check_params", "decode_bc", "train_status", "step", "eval"):
+        alone = run(repro_copy, "python", "-m", f"stages.{stage}")
+        assert alone.returncode == 2, alone.stdout
+        assert alone.stdout.count("\n") == 1 and "../../../evil" in alone.stdout, alone.stdout
+    written = {p for p in repro_copy.parent.rglob("*") if p.is_file()} - before
+    assert [p for p in written if repro_copy not in p.parents] == []
+
+
+def test_a_failed_step_keeps_the_previous_outputs(repro_copy):
+    """DVC deletes a stage's outputs before it runs it; a failed step puts the
+    last good ones back (from the DVC cache) and `spark status` stays true."""
+    folder = repro_copy / "out" / "train" / "job-dry-001"
+    names = ("weights.safetensors", "checkpoint.json", "ARTIFACT", "eval.json", "loss.png")
+    before = {n: (folder / n).read_bytes() for n in names}
+    params = repro_copy / "params.yaml"
+    params.write_text(params.read_text().replace("  lr: 0.1", "  lr: 1.0e-30"))
+    done = dvc(repro_copy, "repro", check=False)
+    assert done.returncode != 0 and "exited with 1" in done.stdout, done.stdout
+    assert "training failed" in done.stdout and "restored from the DVC cache" in done.stdout
+    assert {n: (folder / n).read_bytes() for n in names} == before
+    status = run(repro_copy, "spark", "status", "job-dry-001")
+    state = json.loads(status.stdout)
+    assert state["state"] == "failed" and state["weights_verified"] is True
+    assert "failure" in state and state["eval"]
