@@ -13,10 +13,10 @@ from sparktrain.repro.check import compare_json, compare_locks
 from .conftest import git, run
 
 LOCK = {"stages": {
-    "decode-bc": {"cmd": "python stages/decode_bc.py",
+    "decode-bc": {"cmd": "python -m stages.decode_bc",
                   "deps": [{"path": "data/p.sparkbc", "md5": "p0"}],
                   "outs": [{"path": "out/program.json", "hash": "md5", "md5": "a0"}]},
-    "eval": {"cmd": "python stages/eval.py",
+    "eval": {"cmd": "python -m stages.eval",
              "deps": [{"path": "out/program.json", "md5": "a0"}],
              "outs": [{"path": "out/eval.json", "hash": "md5", "md5": "e0"},
                       {"path": "out/loss.png", "hash": "md5", "md5": "g0"}]},
