@@ -8,20 +8,29 @@ Three renames cannot be atomic together, so `commit_files` journals them:
 2. `.commit` (itself written atomically) lists the names: the point of no return;
 3. each pending file is renamed over its target; then `.commit` is removed.
 
-`recover(folder)`, called before any read, rolls a journal forward when
-`.commit` exists and drops stray pending files when it does not, so a reader
-sees either the whole old set or the whole new one.
+One writer at a time: a writer holds an exclusive, non-blocking `flock` on
+`.lock` inside the folder for as long as its process works on the job; a
+second writer gets one line and changes nothing. Only the lock holder
+repairs (`recover`): it rolls a journal forward, and only ever touches the
+job's own files by their fixed names. Readers (`job_state`) never modify a
+folder; they read a journalled set as it will be once rolled forward.
 """
 from __future__ import annotations
 
+import errno
+import fcntl
 import json
 import os
 from pathlib import Path
 
-from sparktrain.fsutil import atomic_write_bytes, canonical_json, sha256_file
+from sparktrain.errors import SparkError
+from sparktrain.fsutil import atomic_write_bytes, canonical_json, read_input, sha256_file
 
 JOURNAL = ".commit"
+LOCK = ".lock"
+JOB_FILES = ("ARTIFACT", "checkpoint.json", "weights.safetensors")  # the journalled set
 _kill_hook = os.environ.get("SPARK_TEST_CRASH_AT")  # tests only: simulate SIGKILL mid-commit
+_held: dict[str, int] = {}  # resolved folder -> fd of its locked .lock, for this process
 
 
 def _pending(folder: Path, name: str) -> Path:
@@ -34,9 +43,54 @@ def _crash_point(where: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
+def lock_job(folder: str | os.PathLike) -> None:
+    """Become the only writer of `folder` until this process exits (or unlock_job).
+
+    Re-entrant within a process. Creates the folder. The lock file stays: a
+    lock file that is removed can be locked twice.
+    """
+    folder = Path(folder)
+    key = _key(folder)
+    if key in _held:
+        return
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd = os.open(folder / LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+    except OSError as err:
+        raise SparkError(f"cannot write job folder {folder.as_posix()}: "
+                         f"{err.strerror or err}") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as err:
+        os.close(fd)
+        if err.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            raise SparkError(f"job folder {folder.as_posix()} is in use by another spark process "
+                             "(its .lock is held); wait for that run to finish") from None
+        raise SparkError(f"cannot lock job folder {folder.as_posix()}: "
+                         f"{err.strerror or err}") from None
+    _held[key] = fd
+
+
+def unlock_job(folder: str | os.PathLike) -> None:
+    fd = _held.pop(_key(Path(folder)), None)
+    if fd is not None:
+        os.close(fd)  # closing the last descriptor releases the flock
+
+
+def holds_lock(folder: str | os.PathLike) -> bool:
+    return _key(Path(folder)) in _held
+
+
+def _key(folder: Path) -> str:
+    return os.path.realpath(folder)
+
+
 def commit_files(folder: str | os.PathLike, files: dict[str, bytes]) -> None:
     folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
+    unknown = sorted(set(files) - set(JOB_FILES))
+    if unknown:
+        raise ValueError(f"commit_files only journals {JOB_FILES}, not {unknown}")
+    lock_job(folder)
     recover(folder)
     for name, data in files.items():
         atomic_write_bytes(_pending(folder, name), data)
@@ -50,23 +104,49 @@ def commit_files(folder: str | os.PathLike, files: dict[str, bytes]) -> None:
     os.unlink(folder / JOURNAL)
 
 
-def recover(folder: str | os.PathLike) -> None:
-    folder = Path(folder)
+def journal_names(folder: Path) -> list[str]:
+    """The job files a `.commit` names; only our fixed names count, anything else
+    (not JSON, not a list, other names, a FIFO) is no journal of ours."""
     journal = folder / JOURNAL
-    if journal.exists():
-        try:
-            names = json.loads(journal.read_text())
-        except (OSError, ValueError):
-            names = []
-        for name in names:
-            pending = _pending(folder, name)
-            if pending.exists():
-                os.replace(pending, folder / name)
-        _fsync_dir(folder)
-        journal.unlink(missing_ok=True)
-    if folder.is_dir():
-        for stray in folder.glob(".*.pending"):
-            stray.unlink(missing_ok=True)
+    if not journal.is_file():
+        return []
+    try:
+        names = json.loads(read_input(journal, "job file"))
+    except (SparkError, ValueError, RecursionError):
+        return []
+    if not isinstance(names, list):
+        return []
+    return [n for n in JOB_FILES if n in names]
+
+
+def recover(folder: str | os.PathLike) -> None:
+    """Roll an interrupted commit forward (or drop one that never reached its
+    journal). Only the lock holder may: it takes the lock first."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return
+    lock_job(folder)
+    journal = folder / JOURNAL
+    for name in journal_names(folder):
+        pending = _pending(folder, name)
+        if pending.is_file() and not pending.is_symlink():
+            os.replace(pending, folder / name)
+    _fsync_dir(folder)
+    if journal.is_file() or journal.is_symlink():
+        journal.unlink()
+    for name in JOB_FILES:
+        pending = _pending(folder, name)
+        if pending.is_file() or pending.is_symlink():
+            pending.unlink()
+
+
+def current_file(folder: Path, name: str, journal: list[str]) -> Path:
+    """Where `name` of a job reads from: its pending file while a journal names it."""
+    if name in journal:
+        pending = _pending(folder, name)
+        if pending.is_file():
+            return pending
+    return folder / name
 
 
 def _fsync_dir(folder: Path) -> None:
@@ -119,60 +199,80 @@ def parse_artifact(text: str) -> dict:
 
 def read_json(path: Path):
     try:
-        return json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        return json.loads(read_input(path, "job file").decode("utf-8"))
+    except (SparkError, ValueError, RecursionError):
         return None
+
+
+def _verified_sha(path: Path, want) -> bool:
+    try:
+        return path.is_file() and sha256_file(path) == want
+    except SparkError:
+        return False
 
 
 def job_state(folder: str | os.PathLike, job_id: str | None = None) -> dict:
     """The real state of a job folder: declared, trained, failed (or absent).
 
     `trained` is reported only when checkpoint.json says so AND the weights
-    file on disk hashes to the checkpoint's weights_sha256.
+    file on disk hashes to the checkpoint's weights_sha256; held-out metrics
+    only when eval.json was measured on those very weights. Reads only: an
+    interrupted commit is read as it will be once its writer rolls it forward.
     """
     folder = Path(folder)
-    recover(folder)
+    journal = journal_names(folder) if folder.is_dir() else []
     job_id = job_id or folder.name
     state: dict = {"job": job_id, "out": folder.as_posix(), "state": "absent"}
     status = read_json(folder / "status.json")
-    if status is not None:
+    if isinstance(status, dict):
         state["state"] = "declared"
         for key in ("dataset", "base", "method", "arch", "n_params"):
             if key in status:
                 state[key] = status[key]
-    artifact = folder / "ARTIFACT"
-    if artifact.exists():
-        art = parse_artifact(artifact.read_text(encoding="utf-8", errors="replace"))
-        state["artifact"] = art
+    artifact = current_file(folder, "ARTIFACT", journal)
+    if artifact.is_file():
+        try:
+            text = read_input(artifact, "job file").decode("utf-8", errors="replace")
+        except SparkError:
+            text = ""
+        state["artifact"] = parse_artifact(text)
         if state["state"] == "absent":
             state["state"] = "declared"
-    ckpt = read_json(folder / "checkpoint.json")
-    weights = folder / "weights.safetensors"
-    if ckpt is not None and ckpt.get("trained") is True:
-        ok = weights.exists() and sha256_file(weights) == ckpt.get("weights_sha256")
-        state.update(state="trained" if ok else "failed", step_n=ckpt.get("step_n"),
+    ckpt = read_json(current_file(folder, "checkpoint.json", journal))
+    weights = current_file(folder, "weights.safetensors", journal)
+    verified = False
+    if isinstance(ckpt, dict) and ckpt.get("trained") is True:
+        verified = _verified_sha(weights, ckpt.get("weights_sha256"))
+        state.update(state="trained" if verified else "failed", step_n=ckpt.get("step_n"),
                      loss_before=ckpt.get("loss_before"), loss_after=ckpt.get("loss_after"),
                      weights=ckpt.get("weights"), weights_sha256=ckpt.get("weights_sha256"),
-                     weights_verified=ok)
-        if not ok:
+                     weights_verified=verified)
+        if not verified:
             state["reason"] = "weights file missing or its sha256 differs from checkpoint.json"
     failed = read_json(folder / "failed.json")
-    if failed is not None:
+    if isinstance(failed, dict):
         state["state"] = "failed"
         state["failure"] = failed
     perf = read_json(folder / "perf.json")
-    if perf is not None:
+    if isinstance(perf, dict):
         state["perf"] = perf
     ev = read_json(folder / "eval.json")
-    if ev is not None:
-        state["eval"] = {k: ev.get(k) for k in ("loss", "perplexity", "next_token_accuracy",
-                                                "copy_recall", "exact_match") if k in ev}
+    if isinstance(ev, dict):
+        if verified and ev.get("weights_sha256", ckpt.get("weights_sha256")) == \
+                ckpt.get("weights_sha256"):
+            state["eval"] = {k: ev.get(k) for k in ("loss", "perplexity", "next_token_accuracy",
+                                                    "copy_recall", "exact_match") if k in ev}
+        else:
+            state["eval_stale"] = ("eval.json was not measured on verified weights in this "
+                                   "folder; its metrics are not shown")
     return state
 
 
 def write_failure(folder: Path, info: dict) -> None:
+    lock_job(folder)
     atomic_write_bytes(Path(folder) / "failed.json", canonical_json(info).encode())
 
 
 def clear_failure(folder: Path) -> None:
+    lock_job(folder)
     (Path(folder) / "failed.json").unlink(missing_ok=True)

@@ -35,6 +35,7 @@ def job_plan(job: Job, cfg: ModelConfig, batch_size: int) -> dict:
 
 def write_status(job: Job, plan: dict, path: str | Path | None = None) -> Path:
     path = Path(path) if path else job.out_dir / "status.json"
+    outputs.lock_job(path.parent)
     outputs.atomic_write_bytes(path, canonical_json(plan).encode())
     return path
 
@@ -43,6 +44,7 @@ def dry_accept(job: Job, cfg: ModelConfig, batch_size: int) -> dict:
     """`spark run`'s TRAIN: status.json, and an ARTIFACT stub unless the job is
     already trained (a dry accept never downgrades a trained job's marker)."""
     plan = job_plan(job, cfg, batch_size)
+    outputs.lock_job(job.out_dir)
     write_status(job, plan)
     state = outputs.job_state(job.out_dir, job.job)
     if state["state"] != "trained":

@@ -13,7 +13,7 @@ import pytest
 from sparkhelp import SPARK, run_spark
 from sparktrain.fsutil import sha256_file
 from sparktrain.model.weights import load_weights
-from sparktrain.train.outputs import job_state
+from sparktrain.train.outputs import job_state, recover, unlock_job
 
 TRAIN = ["train", "--dataset", "data/train/dataset.jsonl", "--out", "out/j", "--outer", "1",
          "--inner", "2"]
@@ -43,8 +43,13 @@ def test_kill_inside_the_commit(project, trained, point):
     assert rc == -signal.SIGKILL
     # Raw files, before any reader repairs anything: still the old, matching pair.
     assert _consistent(folder)["weights_sha256"] == old["weights_sha256"]
-    state = job_state(folder)  # readers roll the journal forward (or back) first
+    before = sorted((p.name, p.read_bytes()) for p in folder.iterdir() if p.is_file())
+    state = job_state(folder)  # a reader reads the journalled set as it will be, changing nothing
     assert state["state"] == "trained" and state["weights_verified"]
+    assert sorted((p.name, p.read_bytes()) for p in folder.iterdir() if p.is_file()) == before
+    recover(folder)            # the next writer (the lock holder) rolls forward or back
+    unlock_job(folder)
+    assert job_state(folder)["weights_sha256"] == state["weights_sha256"]
     new = _consistent(folder)
     if point == "mid-rename":   # past the point of no return: the new set is complete
         assert new["seed"] == 7 and new["weights_sha256"] != old["weights_sha256"]
