@@ -8,6 +8,7 @@ leaves the previous outputs untouched.
 """
 from __future__ import annotations
 
+import math
 import sys
 import time
 from dataclasses import dataclass, field
@@ -105,6 +106,40 @@ def _finite_or_fail(value: float, what: str, where: str) -> None:
                              "(lower step.lr or set step.clip); previous outputs kept")
 
 
+BLOWUP = 2.0  # an outer-pass loss above BLOWUP x the starting loss: the run blew up
+
+
+def check_knobs(step: StepConfig) -> None:
+    """Knobs that parse as floats but cannot train (nan, inf) fail before any work."""
+    for name in ("lr", "clip", "momentum"):
+        value = getattr(step, name)
+        if not math.isfinite(value):
+            raise SparkError(f"step.{name} must be a finite number, got {value}")
+
+
+def check_learned(curve: list[dict], vocab: int) -> None:
+    """What a run must show before `trained=true` may be claimed.
+
+    The loss fell; no outer pass blew up far above the start; and the end is
+    better than predicting the uniform distribution over the vocabulary
+    (ln vocab), which is where a diverged network collapses to.
+    """
+    loss_before, loss_after = curve[0]["loss"], curve[-1]["loss"]
+    uniform = math.log(vocab)
+    for point in curve[1:]:
+        if point["loss"] > BLOWUP * loss_before:
+            raise TrainingFailed(f"loss blew up to {point['loss']:.4f} after outer "
+                                 f"{point['outer']} (start {loss_before:.4f}); training diverged "
+                                 "(lower step.lr or set step.clip); previous outputs kept")
+    if not loss_after < loss_before:
+        raise TrainingFailed(f"loss did not fall: loss_after {loss_after:.6f} >= loss_before "
+                             f"{loss_before:.6f}; previous outputs kept (try another step.lr)")
+    if not loss_after < uniform:
+        raise TrainingFailed(f"loss_after {loss_after:.4f} is no better than the uniform "
+                             f"distribution (ln {vocab} = {uniform:.4f}); the run learned "
+                             "nothing (lower step.lr?); previous outputs kept")
+
+
 def _progress(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
@@ -115,6 +150,7 @@ def run_step(job: Job, step: StepConfig, cfg: ModelConfig, *, progress=_progress
     from sparktrain.model.transformer import loss_and_grads
 
     step.validate()
+    check_knobs(step)
     cfg.validate()
     salt = bytes.fromhex(job.sparkbc_sha256) if job.sparkbc_sha256 else b""
     dataset = load_dataset(job.dataset, cfg.seq_len)
@@ -129,6 +165,7 @@ def run_step(job: Job, step: StepConfig, cfg: ModelConfig, *, progress=_progress
     full_batch = make_batch(dataset.encoded) if step.batch_size >= dataset.n else None
     sampler = MinibatchSampler(dataset.n, step.batch_size, step.seed)
     whole = loss_batches(cfg, dataset)
+    outputs.lock_job(job.out_dir)  # the only writer of this job until the process exits
 
     t0 = time.perf_counter()
     loss_before = dataset_loss(params, cfg, whole)
@@ -171,9 +208,7 @@ def run_step(job: Job, step: StepConfig, cfg: ModelConfig, *, progress=_progress
     changed = [n for n in trainable if not np.array_equal(start[n], params[n])]
     if not changed:
         raise TrainingFailed("no weight changed during training; nothing to claim")
-    if not loss_after < loss_before:
-        raise TrainingFailed(f"loss did not fall: loss_after {loss_after:.6f} >= loss_before "
-                             f"{loss_before:.6f}; previous outputs kept (try another step.lr)")
+    check_learned(curve, cfg.vocab)
 
     arch = cfg.to_dict()
     meta = {"job": job.job, "step_n": step_n, "trained": True, "not_sgd": False, "arch": arch,
