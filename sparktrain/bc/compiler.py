@@ -10,7 +10,7 @@ import re
 from typing import Callable, NamedTuple
 
 from sparktrain.bc.opcodes import BY_NAME
-from sparktrain.bc.program import CONST_STR, VERSION, Program, layout_code
+from sparktrain.bc.program import CONST_STR, MAX_INSTRUCTIONS, VERSION, Program, layout_code
 from sparktrain.bc.writer import encode
 from sparktrain.errors import SourceError
 
@@ -241,6 +241,8 @@ def compile_program(text: str, filename: str = "<source>") -> Program:
             continue
         opcode, values = parsed
         assert BY_NAME[opcode].n_operands == len(values)
+        if len(ops) + 1 >= MAX_INSTRUCTIONS:       # HALT takes the last slot
+            raise _error(where, 1, f"more than {MAX_INSTRUCTIONS} instructions in one program")
         ops.append((opcode, pool.operands(opcode, values, where)))
     ops.append(("HALT", ()))
     strings = tuple(pool.index)             # dicts keep insertion (= interning) order

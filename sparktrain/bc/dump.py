@@ -9,10 +9,26 @@ import json
 
 from sparktrain.bc.codec import encode_instruction
 from sparktrain.bc.opcodes import BY_CODE
-from sparktrain.bc.program import (CONST_KINDS, MAGIC, Instruction, Program, const_value,
-                                   operand_values, train_decls)
+from sparktrain.bc.program import (CONST_KINDS, MAGIC, MAX_OUTPUT_BYTES, Instruction, Program,
+                                   const_value, operand_values, train_decls)
 from sparktrain.bc.writer import encode
+from sparktrain.errors import SparkError
 from sparktrain.fsutil import sha256_bytes
+
+PER_INSTRUCTION = 256  # bytes a listed instruction costs besides its operand values
+
+
+def check_dump_size(program: Program) -> None:
+    """Refuse, before building anything, a listing far larger than the file:
+    every use of a const repeats its string, so a small file can ask for gigabytes."""
+    value_bytes = [len(s.encode("utf-8")) for s in program.strings]
+    size = sum(value_bytes) * 2
+    for ins in program.code:
+        size += PER_INSTRUCTION + sum(value_bytes[program.consts[i][1]] for i in ins.operands)
+        if size > MAX_OUTPUT_BYTES:
+            raise SparkError(f"the listing of this program would be over {MAX_OUTPUT_BYTES:,} "
+                             f"bytes (const strings repeated at instruction code+{ins.offset}); "
+                             "not printed")
 
 
 def xrefs(program: Program) -> dict[int, list[int]]:
@@ -33,6 +49,7 @@ def _hex(ins: Instruction) -> str:
 
 
 def dump_json(program: Program) -> dict:
+    check_dump_size(program)
     data = encode(program)
     values = {ins.offset: operand_values(program, ins) for ins in program.code}
     return {
@@ -62,6 +79,7 @@ def _instruction_line(program: Program, ins: Instruction) -> str:
 
 
 def dump_text(program: Program) -> str:
+    check_dump_size(program)
     data = encode(program)
     lines = [f"SPARK_BC v{program.version}  {len(data)} bytes  sha256 {sha256_bytes(data)}",
              "", "sections:"]

@@ -20,6 +20,10 @@ HEADER_SIZE = len(MAGIC) + 1       # magic + u8 version
 COUNT_SIZE = 2                     # u16 nstrings / nconsts / string nbytes
 CONST_SIZE = 3                     # u8 kind + u16 payload
 CODE_LEN_SIZE = 4                  # u32 ncode
+# Bounds on what one program may ask of us, so memory and output stay
+# proportional to the file: instructions decoded, and bytes a dump or a run prints.
+MAX_INSTRUCTIONS = 1 << 16
+MAX_OUTPUT_BYTES = 64 << 20
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from typing import Iterator
 from sparktrain.bc import codec
 from sparktrain.bc.codec import RECOMPILE, U16, Cursor
 from sparktrain.bc.opcodes import HALT
-from sparktrain.bc.program import Instruction, Program
+from sparktrain.bc.program import MAX_INSTRUCTIONS, Instruction, Program
 from sparktrain.errors import BytecodeError
 from sparktrain.fsutil import read_input
 
@@ -43,6 +43,9 @@ def _decode_code(code: bytes, base: int, nconsts: int) -> tuple[Instruction, ...
                             base)
     out = []
     for ins in iter_instructions(code, base):
+        if len(out) == MAX_INSTRUCTIONS:
+            raise BytecodeError(f"more than {MAX_INSTRUCTIONS} instructions; spark does not "
+                                f"decode programs that long", base + ins.offset)
         _check_operands(ins, nconsts, base)
         out.append(ins)
         # Checked before the generator decodes further, so junk after HALT is

@@ -14,7 +14,7 @@ import sys
 from typing import Callable, TextIO
 
 from sparktrain.bc.opcodes import BY_NAME
-from sparktrain.bc.program import Instruction, Program, operand_values
+from sparktrain.bc.program import MAX_OUTPUT_BYTES, Instruction, Program, operand_values
 from sparktrain.errors import SparkError
 
 Handler = Callable[[Instruction, tuple[str, ...]], dict]
@@ -22,6 +22,7 @@ Handler = Callable[[Instruction, tuple[str, ...]], dict]
 HANDLED = ("TRAIN", "STEP", "TRAIN_STATUS")          # dispatched to handlers
 BUILTIN = ("HALT", "MODEL", "LET", "PRINT")          # run by the Machine itself
 EXECUTABLE = BUILTIN + HANDLED
+RESULT_BYTES = 4096  # a bound on one printed handler result (a JSON line of a job's state)
 
 
 def compact_json(value) -> str:
@@ -38,7 +39,8 @@ def _binds(ins: Instruction, values: tuple[str, ...]) -> str | None:
 
 def check_executable(program: Program) -> None:
     """Reject, before running anything, what would stop the run halfway."""
-    bound: set[str] = set()
+    bound: dict[str, int] = {}   # name -> bytes a PRINT of it writes
+    printed = 0
     for ins in program.code:
         values = operand_values(program, ins)
         if ins.name not in EXECUTABLE:
@@ -47,9 +49,15 @@ def check_executable(program: Program) -> None:
         if ins.name == "PRINT" and values[0] not in bound:
             raise SparkError(f"PRINT at code+{ins.offset} prints {values[0]!r}, which no earlier "
                              "instruction binds; bind it with `-> name` or `let`")
+        printed += RESULT_BYTES if ins.name in HANDLED else 0
+        if ins.name == "PRINT":
+            printed += bound[values[0]]
+        if printed > MAX_OUTPUT_BYTES:
+            raise SparkError(f"program would print over {MAX_OUTPUT_BYTES:,} bytes (at "
+                             f"{ins.name} code+{ins.offset}); not run")
         name = _binds(ins, values)
         if name is not None:
-            bound.add(name)
+            bound[name] = len(values[1].encode("utf-8")) + 1 if ins.name == "LET" else RESULT_BYTES
 
 
 class Machine:
