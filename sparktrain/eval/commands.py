@@ -77,20 +77,19 @@ def _positive(value: int, flag: str) -> None:
 def cmd_eval(args) -> int:
     from sparktrain.eval.metrics import evaluate
     from sparktrain.model.weights import load_model
-    from sparktrain.fsutil import canonical_json, sha256_bytes, write_json
-    from sparktrain.train.data import parse_pairs, read_dataset_bytes
+    from sparktrain.fsutil import canonical_json, write_json
+    from sparktrain.train.data import read_pairs
 
     _positive(args.batch_size, "--batch-size")
     if args.max_new is not None:
         _positive(args.max_new, "--max-new")
     if args.samples < 0:
         _positive(args.samples, "--samples")
-    data = read_dataset_bytes(args.data)
-    pairs = parse_pairs(data, args.data)
+    pairs, data_sha256 = read_pairs(args.data)
     params, cfg, _ = load_model(args.weights)
     result = evaluate(params, cfg, pairs, batch_size=args.batch_size, max_new=args.max_new,
                       n_samples=args.samples)
-    result.update(data=str(args.data), data_sha256=sha256_bytes(data), weights=str(args.weights))
+    result.update(data=str(args.data), data_sha256=data_sha256, weights=str(args.weights))
     if args.out:
         write_json(args.out, result)
     if args.json:

@@ -5,15 +5,17 @@ only place that turns text into token ids, so training and eval agree on it.
 """
 from __future__ import annotations
 
+import hashlib
+import io
 import json
 import os
 from dataclasses import dataclass
-from typing import Iterator, Sequence
+from typing import BinaryIO, Iterator, Sequence
 
 import numpy as np
 
 from sparktrain.errors import SparkError
-from sparktrain.fsutil import read_input, sha256_bytes
+from sparktrain.fsutil import open_input, read_input, size_cap
 from sparktrain.model.batch import PoolBatch, TokenBatch
 
 # Byte values that never occur in UTF-8, so they cannot collide with text.
@@ -33,10 +35,10 @@ class Pair:
 
 @dataclass(frozen=True)
 class Encoded:
-    tokens: np.ndarray   # (L,) int64, L <= seq_len + 1
+    tokens: np.ndarray   # (L,) uint8 (byte tokens, held small), L <= seq_len + 1
     mask: np.ndarray     # (L-1,) float32, 1.0 where target tokens[i+1] is counted
     truncated: bool      # the full sequence was longer than seq_len + 1
-    context: np.ndarray  # (<= seq_len,) int64, pool mode: last seq_len of [BOS]+prompt+[SEP]
+    context: np.ndarray  # (<= seq_len,) uint8, pool mode: last seq_len of [BOS]+prompt+[SEP]
     first_target: int    # pool mode target: first completion byte, or EOS if empty
 
 
@@ -60,12 +62,45 @@ def read_dataset_bytes(path: str | os.PathLike) -> bytes:
 
 def load_pairs(path: str | os.PathLike) -> list[Pair]:
     """Every usable row of a JSONL file, in file order; SparkError on the first bad one."""
-    return parse_pairs(read_dataset_bytes(path), path)
+    return read_pairs(path)[0]
+
+
+def read_pairs(path: str | os.PathLike) -> tuple[list[Pair], str]:
+    """(pairs, sha256 of the file), streamed row by row: the file is never held whole."""
+    digest = hashlib.sha256()
+    with open_input(path, "dataset") as f:
+        pairs = _pairs_of(f, path, digest)
+    return pairs, digest.hexdigest()
 
 
 def parse_pairs(data: bytes, path: str | os.PathLike = "<data>") -> list[Pair]:
+    return _pairs_of(io.BytesIO(data), path, hashlib.sha256())
+
+
+def _rows(f: BinaryIO, path, digest) -> Iterator[tuple[int, bytes]]:
+    """(line number, bytes) of each line, refusing one longer than the row cap
+    before reading the rest of it."""
+    cap = size_cap("dataset row")
+    lineno = 0
+    while True:
+        try:
+            raw = f.readline(cap + 1)
+        except OSError as err:
+            raise SparkError(f"cannot read {path}: {err.strerror or err}") from None
+        if not raw:
+            return
+        lineno += 1
+        digest.update(raw)
+        body = raw[:-1] if raw.endswith(b"\n") else raw
+        if len(body) > cap:
+            raise SparkError(f"{path}:{lineno}: row is longer than the {cap:,}-byte limit "
+                             "(raise it with SPARK_MAX_ROW_MB)")
+        yield lineno, body
+
+
+def _pairs_of(f: BinaryIO, path, digest) -> list[Pair]:
     pairs = []
-    for lineno, raw in enumerate(data.split(b"\n"), start=1):
+    for lineno, raw in _rows(f, path, digest):
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as err:
@@ -84,6 +119,10 @@ def _parse_row(text: str, where: str, lineno: int) -> Pair:
         row = json.loads(text)
     except json.JSONDecodeError as err:
         raise SparkError(f"{where}: not JSON ({err.msg} at column {err.colno})") from None
+    except RecursionError:
+        raise SparkError(f"{where}: JSON nested too deeply") from None
+    except ValueError as err:  # e.g. an integer of more digits than Python converts
+        raise SparkError(f"{where}: not usable JSON ({str(err).splitlines()[0]})") from None
     if not isinstance(row, dict):
         raise SparkError(f"{where}: a row must be a JSON object, got {type(row).__name__}")
     if "messages" in row:
@@ -96,7 +135,18 @@ def _parse_row(text: str, where: str, lineno: int) -> Pair:
     family = row.get("family")
     if family is not None and not isinstance(family, str):
         raise SparkError(f"{where}: 'family' must be a string, got {type(family).__name__}")
+    for key, value in (("prompt", prompt), ("completion", completion), ("family", family or "")):
+        _encodable(value, key, where)
     return Pair(prompt, completion, lineno, family)
+
+
+def _encodable(text: str, key: str, where: str) -> None:
+    """JSON may spell a lone surrogate (\\ud800); it has no UTF-8 bytes to train on."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise SparkError(f"{where}: the {key} holds a lone surrogate at character "
+                         f"{err.start}, which is not text") from None
 
 
 def _text_field(row: dict, key: str, where: str) -> str:
@@ -136,16 +186,16 @@ def _chat_row(messages, where: str) -> tuple[str, str]:
 
 def prompt_tokens(prompt: str) -> np.ndarray:
     """[BOS] + utf8(prompt) + [SEP]: what the model sees before the completion."""
-    body = np.frombuffer(prompt.encode("utf-8"), dtype=np.uint8).astype(np.int64)
-    return np.concatenate([[BOS], body, [SEP]]).astype(np.int64)
+    body = np.frombuffer(prompt.encode("utf-8"), dtype=np.uint8)
+    return np.concatenate([[BOS], body, [SEP]]).astype(np.uint8)
 
 
 def encode_pair(pair: Pair, seq_len: int) -> Encoded:
     if seq_len < 1:
         raise SparkError(f"seq_len must be at least 1, got {seq_len}")
     head = prompt_tokens(pair.prompt)                                      # (P,)
-    body = np.frombuffer(pair.completion.encode("utf-8"), dtype=np.uint8).astype(np.int64)
-    tokens = np.concatenate([head, body, [EOS]]).astype(np.int64)          # (L,)
+    body = np.frombuffer(pair.completion.encode("utf-8"), dtype=np.uint8)
+    tokens = np.concatenate([head, body, [EOS]]).astype(np.uint8)          # (L,)
     sep_at = len(head) - 1
     # mask[i] is for target tokens[i+1]: counted when that index is after the SEP.
     mask = (np.arange(1, len(tokens)) > sep_at).astype(np.float32)        # (L-1,)
@@ -154,16 +204,17 @@ def encode_pair(pair: Pair, seq_len: int) -> Encoded:
         start = len(tokens) - (seq_len + 1)
         tokens, mask = tokens[start:], mask[start:]  # mask keeps the original decision
     first = int(body[0]) if len(body) else EOS
-    return Encoded(tokens, mask, truncated, head[-seq_len:], first)
+    # copies, so a long row's full array is not kept alive by a short view
+    return Encoded(tokens.copy(), mask.copy(), truncated, head[-seq_len:].copy(), first)
 
 
 def load_dataset(path: str | os.PathLike, seq_len: int) -> Dataset:
-    data = read_dataset_bytes(path)
-    pairs = tuple(parse_pairs(data, path))
+    pairs_list, sha = read_pairs(path)
+    pairs = tuple(pairs_list)
     encoded = tuple(encode_pair(p, seq_len) for p in pairs)
     return Dataset(
         path=str(path),
-        sha256=sha256_bytes(data),
+        sha256=sha,
         pairs=pairs,
         encoded=encoded,
         n=len(pairs),

@@ -39,7 +39,7 @@ def test_both_row_shapes_blank_lines_and_family(tmp_path):
 
 def test_exact_tokens_and_mask_of_a_small_pair():
     e = encode_pair(Pair("ab", "c", 1), seq_len=16)
-    assert e.tokens.dtype == np.int64
+    assert e.tokens.dtype == np.uint8  # byte tokens held small; batches widen to int64
     assert e.tokens.tolist() == [BOS, ord("a"), ord("b"), SEP, ord("c"), EOS]
     # targets: a b SEP c EOS -> only c and EOS are after the SEP
     assert e.mask.tolist() == [0, 0, 0, 1, 1]
