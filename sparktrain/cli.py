@@ -12,7 +12,7 @@ import importlib
 import sys
 
 from sparktrain import __version__
-from sparktrain.errors import SparkError
+from sparktrain.errors import SparkError, printable
 
 COMMAND_MODULES = (
     "sparktrain.bc.commands",      # compile, dump
@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except SparkError as err:
-        print(f"spark: error: {err}", file=sys.stderr)
+        print(f"spark: error: {printable(str(err))}", file=sys.stderr)
         return getattr(err, "exit_code", 2)
     except KeyboardInterrupt:
         print("spark: interrupted", file=sys.stderr)

@@ -30,8 +30,17 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     A reader (or a crash) sees either the old file or the new one, never half.
     """
     path = Path(path)
+    try:
+        _atomic_write(path, data)
+    except OSError as err:
+        raise SparkError(f"cannot write {os.fspath(path)}: {err.strerror or err}") from None
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    if path.is_dir():
+        raise IsADirectoryError(21, "it is a folder")
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name[:64]}.", suffix=".tmp", dir=path.parent)
     try:
         os.fchmod(fd, 0o666 & ~current_umask())  # mkstemp makes 0600; honour the umask
         with os.fdopen(fd, "wb") as f:

@@ -15,7 +15,7 @@ from typing import Callable, TextIO
 
 from sparktrain.bc.opcodes import BY_NAME
 from sparktrain.bc.program import MAX_OUTPUT_BYTES, Instruction, Program, operand_values
-from sparktrain.errors import SparkError
+from sparktrain.errors import SparkError, printable
 
 Handler = Callable[[Instruction, tuple[str, ...]], dict]
 
@@ -84,7 +84,9 @@ class Machine:
 
     def op_print(self, ins, values) -> None:
         value = self.bindings[values[0]]
-        print(value if isinstance(value, str) else compact_json(value), file=self.out)
+        text = value if isinstance(value, str) else compact_json(value)
+        isatty = getattr(self.out, "isatty", None)
+        print(printable(text, keep="\n\t") if isatty and isatty() else text, file=self.out)
 
     def op_handled(self, ins, values) -> None:
         handler = self.handlers.get(ins.name)

@@ -5,6 +5,7 @@ Handlers import numpy and the model lazily so `spark --help` stays fast.
 from __future__ import annotations
 
 import json
+import math
 import sys
 
 
@@ -26,10 +27,14 @@ def register(sub) -> None:
                        description="Greedy (temperature 0) or sampled continuation, stopping at "
                                    "EOS or after --max-new bytes.")
     p.add_argument("--weights", required=True, help="weights.safetensors written by training")
-    p.add_argument("--max-new", type=int, default=64, help="most bytes to generate (default 64)")
+    p.add_argument("--max-new", type=int, default=64,
+                   help="most bytes to generate (default 64, at most 4096)")
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     p.add_argument("--top-k", type=int, default=0, help="sample among the k likeliest (0 = all)")
     p.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
+    p.add_argument("--raw", action="store_true",
+                   help="print the text exactly, control bytes included, even on a terminal "
+                        "(when stdout is not a terminal it always is)")
     p.add_argument("prompt", help="the user text")
     p.set_defaults(func=cmd_generate)
 
@@ -61,7 +66,9 @@ def _read_json(path, what: str):
     data = read_input(path, what)
     try:
         return json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+    except RecursionError:
+        raise SparkError(f"{what} {path} is not JSON (nested too deeply)") from None
+    except (UnicodeDecodeError, ValueError) as err:
         raise SparkError(f"{what} {path} is not JSON ({str(err).splitlines()[0]})") from None
 
 
@@ -83,6 +90,7 @@ def cmd_eval(args) -> int:
     _positive(args.batch_size, "--batch-size")
     if args.max_new is not None:
         _positive(args.max_new, "--max-new")
+        args.max_new = _cap_max_new(args.max_new)
     if args.samples < 0:
         _positive(args.samples, "--samples")
     pairs, data_sha256 = read_pairs(args.data)
@@ -122,11 +130,24 @@ def format_table(m: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _cap_max_new(value: int) -> int:
+    from sparktrain.eval.generate import MAX_NEW
+
+    if value > MAX_NEW:
+        print(f"spark: note: --max-new {value} capped at {MAX_NEW}", file=sys.stderr)
+        return MAX_NEW
+    return value
+
+
 def cmd_generate(args) -> int:
+    from sparktrain.errors import SparkError, printable
     from sparktrain.eval.generate import generate, prompt_context
     from sparktrain.model.weights import load_model
 
     _positive(args.max_new, "--max-new")
+    args.max_new = _cap_max_new(args.max_new)
+    if args.seed < 0:
+        raise SparkError(f"--seed must be >= 0, got {args.seed}")
     params, cfg, _ = load_model(args.weights)
     _, truncated = prompt_context(args.prompt, cfg.seq_len)  # also rejects an empty prompt
     if truncated:
@@ -136,7 +157,8 @@ def cmd_generate(args) -> int:
         print("spark: note: mean-pool model, it predicts one byte", file=sys.stderr)
     [text] = generate(params, cfg, [args.prompt], max_new=args.max_new,
                       temperature=args.temperature, top_k=args.top_k, seed=args.seed)
-    print(text)
+    # on a terminal, control bytes are shown escaped, never executed
+    print(text if args.raw or not sys.stdout.isatty() else printable(text, keep="\n\t"))
     return 0
 
 
@@ -162,6 +184,11 @@ def cmd_plot(args) -> int:
     curve = ckpt.get("loss_curve") if isinstance(ckpt, dict) else None
     if not isinstance(curve, list) or not curve:
         raise SparkError(f"checkpoint {args.checkpoint} has no 'loss_curve' list")
+    for i, point in enumerate(curve):
+        loss = point.get("loss") if isinstance(point, dict) else None
+        if isinstance(loss, bool) or not isinstance(loss, (int, float)) or not math.isfinite(loss):
+            raise SparkError(f"checkpoint {args.checkpoint}: loss_curve[{i}] has no finite "
+                             "'loss' number")
     heldout = None
     if args.eval:
         heldout = heldout_points(_read_json(args.eval, "eval file"), curve, args.eval)

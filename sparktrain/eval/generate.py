@@ -18,12 +18,18 @@ from sparktrain.model.config import ModelConfig
 from sparktrain.train.data import EOS, PAD, prompt_tokens
 
 GEN_BATCH = 64
+MAX_NEW = 4096  # most new bytes one prompt may ask for: a model that never emits EOS stops here
 
 
 def prompt_context(prompt: str, seq_len: int) -> tuple[np.ndarray, bool]:
     """([BOS] + prompt + [SEP] cut to the last seq_len tokens, whether it was cut)."""
     if not isinstance(prompt, str) or not prompt:
         raise SparkError("prompt is empty; give the text to continue")
+    try:
+        prompt.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise SparkError(f"prompt is not valid UTF-8 text (character {err.start}); "
+                         "byte tokens are the UTF-8 bytes of text") from None
     tokens = prompt_tokens(prompt)
     return tokens[-seq_len:], len(tokens) > seq_len
 
@@ -92,8 +98,10 @@ def decode(tokens: Sequence[int]) -> str:
 def generate(params, cfg: ModelConfig, prompts: Sequence[str], *, max_new: int = 64,
              temperature: float = 0.0, top_k: int = 0, seed: int = 0) -> list[str]:
     """Continue each prompt; stops at EOS or after max_new bytes."""
-    if max_new < 0:
-        raise SparkError(f"max_new must be >= 0, got {max_new}")
+    if not 0 <= max_new <= MAX_NEW:
+        raise SparkError(f"max_new must be in [0, {MAX_NEW}], got {max_new}")
+    if seed < 0:
+        raise SparkError(f"seed must be >= 0, got {seed}")
     if temperature < 0 or not np.isfinite(temperature):
         raise SparkError(f"temperature must be >= 0, got {temperature}")
     if top_k < 0:

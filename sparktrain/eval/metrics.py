@@ -14,7 +14,7 @@ from typing import Sequence
 import numpy as np
 
 from sparktrain.errors import SparkError
-from sparktrain.eval.generate import decode, generate_tokens
+from sparktrain.eval.generate import MAX_NEW, decode, generate_tokens
 from sparktrain.eval.tasks import COPY_PREFIX, family_of
 from sparktrain.model.config import ModelConfig
 from sparktrain.train.data import EOS, Encoded, Pair, encode_pair, pool_batch, token_batch
@@ -40,8 +40,8 @@ def evaluate(params, cfg: ModelConfig, pairs: Sequence[Pair], *, batch_size: int
         raise SparkError("no rows to evaluate")
     if batch_size < 1:
         raise SparkError(f"batch_size must be at least 1, got {batch_size}")
-    if max_new is not None and max_new < 1:
-        raise SparkError(f"max_new must be at least 1, got {max_new}")
+    if max_new is not None and not 1 <= max_new <= MAX_NEW:
+        raise SparkError(f"max_new must be in [1, {MAX_NEW}], got {max_new}")
     encoded = [encode_pair(p, cfg.seq_len) for p in pairs]
     stats = _teacher_forced(params, cfg, encoded, batch_size)
     expected = [p.completion.encode("utf-8") for p in pairs]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import fields
 
 import numpy as np
 
@@ -47,10 +48,24 @@ def load_weights(path: str | os.PathLike) -> tuple[dict[str, np.ndarray], dict]:
                          f"(no '{META_KEY}' metadata key)")
     try:
         spark_meta = json.loads(meta[META_KEY])
-    except json.JSONDecodeError:
+    except (ValueError, RecursionError):
         raise SparkError(f"{path}: the '{META_KEY}' metadata is not JSON") from None
-    params = {name: np.asarray(a, dtype=np.float32) for name, a in tensors.items()}
-    return params, spark_meta
+    if not isinstance(spark_meta, dict):
+        raise SparkError(f"{path}: the '{META_KEY}' metadata must be a JSON object, "
+                         f"got {type(spark_meta).__name__}")
+    check_tensors(tensors, path)
+    return dict(tensors), spark_meta
+
+
+def check_tensors(tensors: dict[str, np.ndarray], path="weights") -> None:
+    """The one check every weights reader shares: F32 only (no silent casts of
+    int or bool tensors) and every value finite (NaN weights generate garbage)."""
+    for name, a in tensors.items():
+        if a.dtype != np.float32:
+            raise SparkError(f"{path}: tensor {name} is {a.dtype}; Spark weights are F32 only")
+        if not np.isfinite(a).all():
+            raise SparkError(f"{path}: tensor {name} holds NaN or infinite values; "
+                             "these weights come from a diverged run")
 
 
 def load_model(path: str | os.PathLike) -> tuple[dict[str, np.ndarray], ModelConfig, dict]:
@@ -65,6 +80,12 @@ def config_from_meta(meta: dict, path: str | os.PathLike = "weights") -> ModelCo
     arch = meta.get("arch")
     if not isinstance(arch, dict):
         raise SparkError(f"{path}: metadata has no 'arch' object")
+    missing = [f.name for f in fields(ModelConfig) if f.name not in arch]
+    if missing:
+        raise SparkError(f"{path}: arch in metadata lacks {', '.join(missing)}")
+    if not isinstance(arch["train_attn"], bool):
+        raise SparkError(f"{path}: arch train_attn must be true or false, "
+                         f"got {arch['train_attn']!r}")
     try:
         return ModelConfig.from_dict(arch).validate()
     except TypeError as err:

@@ -11,6 +11,7 @@ from sparktrain.fsutil import sha256_file
 SUPPORTED_METHODS = ("spark_distill_cpu",)
 FRESH_INIT = "fresh-init"
 _JOB_ID = re.compile(r"[A-Za-z0-9._-]+")
+MAX_OUT_CHARS = 1024  # an `out` path longer than this is a crafted one, not a job folder
 
 
 @dataclass(frozen=True)
@@ -41,16 +42,24 @@ class Job:
 
 
 def check_job_id(job: str) -> str:
-    if not isinstance(job, str) or not _JOB_ID.fullmatch(job) or job in (".", ".."):
-        raise SparkError(f"job id {job!r} is not a safe single path component "
-                         "([A-Za-z0-9._-]+, not '.' or '..')")
+    if (not isinstance(job, str) or not _JOB_ID.fullmatch(job) or job in (".", "..")
+            or len(job) > 255):
+        shown = job if not isinstance(job, str) or len(job) <= 80 else job[:40] + "..."
+        raise SparkError(f"job id {shown!r} is not a safe single path component "
+                         "([A-Za-z0-9._-]+, at most 255 characters, not '.' or '..')")
     return job
 
 
 def check_out(out: str, root: Path | None = None) -> str:
     """`out` must resolve inside the project's out/ folder."""
+    if len(out) > MAX_OUT_CHARS or any(len(part.encode("utf-8")) > 255 for part in out.split("/")):
+        raise SparkError(f"out path of {len(out)} characters is too long (at most "
+                         f"{MAX_OUT_CHARS}, each folder name at most 255 bytes)")
     root = (root or Path.cwd()).resolve()
-    target = (root / out).resolve()
+    try:
+        target = (root / out).resolve()
+    except (OSError, RuntimeError) as err:
+        raise SparkError(f"out {out[:80]!r}... cannot be resolved ({err})") from None
     out_root = root / "out"
     if target == out_root or out_root not in target.parents:
         raise SparkError(f"out {out!r} resolves outside the project's out/ folder")

@@ -1,0 +1,36 @@
+"""Shared helpers of the reliability tests: a trained job, folder snapshots."""
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from sparkhelp import ROOT, run_spark
+
+FAST = ["--outer", "1", "--inner", "2"]
+TRAIN = ["train", "--dataset", "data/train/dataset.jsonl"]
+
+
+def snapshot(folder):
+    """Every file under `folder` (dot files included) with its bytes."""
+    return {p.relative_to(folder).as_posix(): p.read_bytes()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def copy_project(dest):
+    for sub in ("data", "params.yaml"):
+        src = ROOT / sub
+        if src.is_dir():
+            shutil.copytree(src, dest / sub)
+        else:
+            shutil.copy(src, dest / sub)
+    return dest
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A project with one quickly trained job at out/j: (project, weights path)."""
+    project = copy_project(tmp_path_factory.mktemp("rel"))
+    rc, _, err = run_spark(TRAIN + ["--out", "out/j"] + FAST, cwd=project)
+    assert rc == 0, err
+    return project, project / "out/j/weights.safetensors"
