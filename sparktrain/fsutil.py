@@ -139,6 +139,24 @@ def open_input(path: str | os.PathLike, what: str):
         raise
 
 
+def check_regular(path: str | os.PathLike, what: str) -> None:
+    """The checks of `open_input` without opening: exists, a regular file, within its cap."""
+    name = os.fspath(path)
+    try:
+        st = os.stat(name)
+    except FileNotFoundError:
+        raise SparkError(f"{what} {name} does not exist") from None
+    except OSError as err:
+        raise SparkError(f"cannot read {name}: {err.strerror or err}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise SparkError(f"cannot read {name}: the {what} is {_kind_of(st.st_mode)}, "
+                         "not a regular file")
+    cap = size_cap(what)
+    if cap is not None and st.st_size > cap:
+        raise SparkError(f"cannot read {name}: the {what} is {st.st_size:,} bytes, above "
+                         f"the {cap:,}-byte limit" + _raise_hint(what))
+
+
 def _raise_hint(what: str) -> str:
     env = SIZE_CAPS.get(what, (None, None))[1]
     return f" (raise it with {env})" if env else ""

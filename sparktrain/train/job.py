@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from sparktrain.errors import SparkError
-from sparktrain.fsutil import sha256_file
+from sparktrain.fsutil import check_regular, sha256_file
 
 SUPPORTED_METHODS = ("spark_distill_cpu",)
 FRESH_INIT = "fresh-init"
@@ -73,8 +73,7 @@ def check_method(method: str) -> str:
 
 
 def check_dataset(dataset: str) -> str:
-    if not Path(dataset).is_file():
-        raise SparkError(f"dataset {dataset} does not exist")
+    check_regular(dataset, "dataset")
     return dataset
 
 
