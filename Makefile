@@ -7,12 +7,13 @@ PY     := $(BIN)/python
 STAMP  := $(VENV)/.installed-stamp
 
 .PHONY: help setup run test test-sparkbc test-fast spark-sgd-proof spark-sgd-proof-scale \
-        sparkbc-e2e repro-check bench clean
+        sparkbc-e2e repro-check bench clean test-hf
 
 help:
 	@echo "make run        set up, run the default job (dvc repro), print a summary"
 	@echo "make test       set up, run the whole test suite"
 	@echo "make test-sparkbc   only the SPARK_BC toolchain tests"
+	@echo "make test-hf       install the hf extra (torch, transformers) and run the export proofs"
 	@echo "make spark-sgd-proof        train the default program's tiny job and check it"
 	@echo "make spark-sgd-proof-scale  the large-scale proof (about 5 minutes)"
 	@echo "make sparkbc-e2e   spark run and dvc repro give the same weights"
@@ -35,6 +36,11 @@ test-fast: $(STAMP)
 
 test-sparkbc: $(STAMP)
 	$(PY) -m pytest -q tests/bc
+
+# torch + transformers only here: `make test` never downloads them.
+test-hf: $(STAMP)
+	$(PY) -m pip install -q -e '.[dev,hf]'
+	$(PY) -m pytest -q tests/export
 
 clean:
 	rm -rf out .pytest_cache .hypothesis

@@ -20,6 +20,7 @@ COMMAND_MODULES = (
     "sparktrain.model.commands",   # bench
     "sparktrain.eval.commands",    # eval, generate, make-data, plot
     "sparktrain.repro.commands",   # repro-check
+    "sparktrain.export.commands",  # export, import
 )
 
 

@@ -1,0 +1,57 @@
+"""`spark export` and `spark import` (the export area's commands)."""
+from __future__ import annotations
+
+FORMATS_OUT = ("hf", "gguf")
+FORMATS_IN = ("hf",)
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "export", help="write trained weights as a Hugging Face Llama folder or a GGUF file",
+        description="Export Spark weights for the Llama ecosystem: --to hf writes a folder "
+                    "that transformers loads as LlamaForCausalLM (config, model.safetensors, "
+                    "tokenizer); --to gguf writes one file llama.cpp runs.")
+    p.add_argument("out", metavar="OUT", help="output folder (hf) or .gguf file (gguf)")
+    p.add_argument("--to", required=True, choices=FORMATS_OUT, help="the format to write")
+    p.add_argument("--weights", required=True, help="Spark weights.safetensors to export")
+    p.add_argument("--tokenizer", default=None,
+                   help="tokenizer.json the model was trained with (default: the byte "
+                        "tokenizer, id = byte value)")
+    p.add_argument("--force", action="store_true",
+                   help="replace OUT when it exists and is not empty")
+    p.set_defaults(func=_export)
+
+    p = sub.add_parser(
+        "import", help="turn a Hugging Face Llama folder into Spark weights",
+        description="Read a Llama-compatible Hugging Face folder (config.json + "
+                    "model.safetensors) and write Spark weights, a base for further training.")
+    p.add_argument("folder", metavar="DIR", help="the Hugging Face model folder")
+    p.add_argument("--from", dest="source", required=True, choices=FORMATS_IN,
+                   help="the format to read")
+    p.add_argument("--out", required=True, help="Spark weights file to write")
+    p.add_argument("--force", action="store_true", help="replace --out when it exists")
+    p.set_defaults(func=_import)
+
+
+def _export(args) -> int:
+    if args.to == "hf":
+        from sparktrain.export.hf import export_hf
+
+        names = export_hf(args.weights, args.out, args.tokenizer, args.force)
+        print(f"wrote {args.out}: {', '.join(names)}")
+    else:
+        from sparktrain.export.gguf import export_gguf
+
+        export_gguf(args.weights, args.out, args.tokenizer, args.force)
+        print(f"wrote {args.out}")
+    return 0
+
+
+def _import(args) -> int:
+    from sparktrain.export.hf import import_hf
+
+    meta = import_hf(args.folder, args.out, args.force)
+    arch = meta["arch"]
+    print(f"wrote {args.out}: dim {arch['dim']}, {arch['n_layer']} layers, "
+          f"{arch['n_head']} heads, {arch['n_kv_head']} kv heads, seq_len {arch['seq_len']}")
+    return 0

@@ -1,0 +1,83 @@
+"""GGUF for llama.cpp, written by the `gguf` package (llama.cpp's own writer).
+
+Architecture `llama`, every tensor float32 (file type ALL_F32), names from
+mapping.TENSORS. llama.cpp's llama rotates interleaved pairs (u_2i, u_2i+1)
+where Spark and Hugging Face rotate halves, so q and k rows are permuted
+(mapping.rope_interleave), as llama.cpp's convert_hf_to_gguf.py does. The
+vocabulary is tokenizer.json's as a `gpt2` (byte-level BPE) vocabulary.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+import gguf
+import numpy as np
+
+from sparktrain.export.mapping import name_map, require_attention, rope_interleave
+from sparktrain.export.publish import check_target, publish_file
+from sparktrain.export.tokenizer import gguf_vocab, special_ids, tokenizer_json
+from sparktrain.model.config import ModelConfig
+from sparktrain.model.layers import RMS_EPS, ROPE_BASE
+from sparktrain.model.weights import load_model
+
+ARCH = "llama"
+META_KEY = "spark.metadata"   # the weights' `spark` metadata, canonical JSON
+
+
+def gguf_tensors(params: dict[str, np.ndarray], cfg: ModelConfig) -> dict[str, np.ndarray]:
+    """GGUF name -> float32 tensor, q/k rows in llama.cpp's interleaved rope order."""
+    heads = {"q": cfg.n_head, "k": cfg.n_kv_head}
+    out = {}
+    for spark, name in name_map(cfg, "gguf").items():
+        w = np.ascontiguousarray(params[spark], dtype=np.float32)
+        kind = spark.rsplit(".", 2)[-2]                       # spark.layers.L.<kind>.weight
+        if spark.startswith("spark.layers.") and kind in heads:
+            w = rope_interleave(w, heads[kind])
+        out[name] = w
+    return out
+
+
+def write_gguf(path: str | os.PathLike, params, cfg: ModelConfig, meta: dict, tok_text: str) -> None:
+    tokens, types, merges = gguf_vocab(tok_text)
+    ids = special_ids(tok_text)
+    w = gguf.GGUFWriter(path, ARCH)
+    w.add_name(str(meta.get("job") or "spark"))
+    w.add_string(META_KEY, json.dumps(meta, sort_keys=True, separators=(",", ":")))
+    w.add_file_type(gguf.LlamaFileType.ALL_F32)
+    w.add_vocab_size(cfg.vocab)
+    w.add_context_length(cfg.seq_len)
+    w.add_embedding_length(cfg.dim)
+    w.add_block_count(cfg.n_layer)
+    w.add_feed_forward_length(4 * cfg.dim)
+    w.add_head_count(cfg.n_head)
+    w.add_head_count_kv(cfg.n_kv_head)
+    w.add_rope_dimension_count(cfg.head_dim)
+    w.add_rope_freq_base(ROPE_BASE)
+    w.add_layer_norm_rms_eps(RMS_EPS)
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("default")
+    w.add_token_list(tokens)
+    w.add_token_types(types)
+    w.add_token_merges(merges)
+    w.add_bos_token_id(ids["bos"])
+    w.add_sep_token_id(ids["sep"])
+    w.add_eos_token_id(ids["eos"])
+    w.add_pad_token_id(ids["eos"])
+    w.add_add_bos_token(True)
+    w.add_add_eos_token(False)
+    for name, tensor in gguf_tensors(params, cfg).items():
+        w.add_tensor(name, tensor)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def export_gguf(weights: str | os.PathLike, out: str | os.PathLike,
+                tokenizer: str | os.PathLike | None = None, force: bool = False) -> None:
+    out = check_target(out, force)
+    params, cfg, meta = load_model(weights)
+    require_attention(cfg, weights)
+    tok_text = tokenizer_json(cfg, tokenizer)
+    publish_file(lambda tmp: write_gguf(tmp, params, cfg, meta, tok_text), out)

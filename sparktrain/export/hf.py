@@ -1,0 +1,233 @@
+"""Hugging Face Llama folders: export Spark weights to one, import one as Spark weights.
+
+The folder holds what `AutoModelForCausalLM.from_pretrained` and `AutoTokenizer`
+read with no network: config.json, generation_config.json, model.safetensors
+(tensor names from mapping.TENSORS), tokenizer.json and tokenizer_config.json.
+config.json also carries the weights' `spark` metadata (`spark_metadata`), so
+export then import gives back the same bytes.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+from safetensors import SafetensorError
+from safetensors.numpy import load as load_safetensors
+from safetensors.numpy import save as save_safetensors
+
+from sparktrain.errors import SparkError
+from sparktrain.export.mapping import name_map, require_attention
+from sparktrain.export.publish import check_target, publish_dir, publish_file
+from sparktrain.export.tokenizer import special_ids, tokenizer_config, tokenizer_json
+from sparktrain.fsutil import canonical_json, read_input
+from sparktrain.model.config import ModelConfig, param_shapes
+from sparktrain.model.layers import RMS_EPS, ROPE_BASE
+from sparktrain.model.weights import check_params, config_from_meta, load_model, weights_bytes
+
+META_FIELD = "spark_metadata"   # config.json key holding the weights' `spark` metadata
+MODEL_FILE = "model.safetensors"
+INDEX_FILE = "model.safetensors.index.json"
+IGNORED_SUFFIX = "rotary_emb.inv_freq"   # a buffer some checkpoints save; derived, not learned
+READABLE_DTYPES = ("float32", "float16")
+
+
+# ------------------------------------------------------------------- config
+
+def hf_config(cfg: ModelConfig, meta: dict, ids: dict[str, int]) -> dict:
+    """config.json of a LlamaForCausalLM that computes exactly the Spark forward."""
+    return {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "vocab_size": cfg.vocab,
+        "hidden_size": cfg.dim,
+        "intermediate_size": 4 * cfg.dim,
+        "num_hidden_layers": cfg.n_layer,
+        "num_attention_heads": cfg.n_head,
+        "num_key_value_heads": cfg.n_kv_head,
+        "head_dim": cfg.head_dim,
+        "hidden_act": "silu",
+        "max_position_embeddings": cfg.seq_len,
+        "rms_norm_eps": RMS_EPS,
+        "rope_theta": ROPE_BASE,                       # transformers 4.x
+        "rope_scaling": None,
+        "rope_parameters": {"rope_type": "default", "rope_theta": ROPE_BASE},  # 5.x
+        "attention_bias": False,
+        "mlp_bias": False,
+        "tie_word_embeddings": False,
+        "bos_token_id": ids["bos"],
+        "eos_token_id": ids["eos"],
+        "pad_token_id": ids["eos"],
+        "torch_dtype": "float32",
+        "initializer_range": 0.02,
+        "use_cache": True,
+        META_FIELD: meta,
+    }
+
+
+def generation_config(ids: dict[str, int]) -> dict:
+    """Greedy by default, stop at EOS: what `spark generate` does at temperature 0."""
+    return {"bos_token_id": ids["bos"], "eos_token_id": ids["eos"],
+            "pad_token_id": ids["eos"], "do_sample": False}
+
+
+def spark_config(conf: dict, where: str) -> ModelConfig:
+    """The ModelConfig of a Llama config.json, or one line saying what does not fit."""
+    def get(key, default=None):
+        return conf.get(key, default)
+
+    if get("model_type") != "llama" and "LlamaForCausalLM" not in (get("architectures") or []):
+        raise SparkError(f"{where}: model_type {get('model_type')!r} is not llama")
+    for key in ("attention_bias", "mlp_bias"):
+        if get(key):
+            raise SparkError(f"{where}: {key} is true; Spark layers have no bias terms")
+    if get("tie_word_embeddings", False):
+        raise SparkError(f"{where}: tie_word_embeddings is true; Spark's lm_head is untied")
+    if get("hidden_act", "silu") != "silu":
+        raise SparkError(f"{where}: hidden_act {get('hidden_act')!r}; Spark's MLP is SwiGLU (silu)")
+    _check_rope(conf, where)
+    eps = get("rms_norm_eps", 1e-6)
+    if not isinstance(eps, (int, float)) or abs(eps - RMS_EPS) > 1e-12:
+        raise SparkError(f"{where}: rms_norm_eps {eps!r}; Spark's RMSNorm uses {RMS_EPS}")
+    try:
+        dim, heads = int(get("hidden_size")), int(get("num_attention_heads"))
+        kv = int(get("num_key_value_heads") or heads)
+        cfg = ModelConfig(dim=dim, n_layer=int(get("num_hidden_layers")), n_head=heads,
+                          n_kv_head=kv, seq_len=int(get("max_position_embeddings")),
+                          vocab=int(get("vocab_size")))
+    except (TypeError, ValueError):
+        raise SparkError(f"{where}: hidden_size, num_hidden_layers, num_attention_heads, "
+                         "max_position_embeddings and vocab_size must be integers") from None
+    if get("intermediate_size") != 4 * dim:
+        raise SparkError(f"{where}: intermediate_size {get('intermediate_size')!r}; "
+                         f"Spark's MLP is 4 x hidden_size = {4 * dim}")
+    if get("head_dim") not in (None, dim // heads):
+        raise SparkError(f"{where}: head_dim {get('head_dim')!r}; Spark's is hidden_size / "
+                         f"num_attention_heads = {dim // heads}")
+    try:
+        return cfg.validate()
+    except SparkError as err:
+        raise SparkError(f"{where}: {err}") from None
+
+
+def _check_rope(conf: dict, where: str) -> None:
+    params = conf.get("rope_parameters")
+    if params is not None:
+        kind, theta = params.get("rope_type", "default"), params.get("rope_theta", ROPE_BASE)
+    else:
+        scaling = conf.get("rope_scaling")
+        kind = (scaling or {}).get("rope_type", (scaling or {}).get("type", "default"))
+        theta = conf.get("rope_theta", ROPE_BASE)
+    if kind != "default":
+        raise SparkError(f"{where}: RoPE scaling {kind!r}; Spark uses plain RoPE")
+    if theta != ROPE_BASE:
+        raise SparkError(f"{where}: rope_theta {theta!r}; Spark uses {ROPE_BASE:g}")
+
+
+# ------------------------------------------------------------------- export
+
+def export_hf(weights: str | os.PathLike, out: str | os.PathLike,
+              tokenizer: str | os.PathLike | None = None, force: bool = False) -> list[str]:
+    """Write the Hugging Face folder; returns the file names written."""
+    out = check_target(out, force, folder=True)
+    params, cfg, meta = load_model(weights)
+    require_attention(cfg, weights)
+    tok_text = tokenizer_json(cfg, tokenizer)
+    ids = special_ids(tok_text)
+    names = name_map(cfg, "hf")
+    tensors = {names[n]: np.ascontiguousarray(params[n], dtype=np.float32) for n in names}
+    files = {
+        "config.json": canonical_json(hf_config(cfg, meta, ids)).encode(),
+        "generation_config.json": canonical_json(generation_config(ids)).encode(),
+        MODEL_FILE: save_safetensors(tensors, metadata={"format": "pt"}),
+        "tokenizer.json": tok_text.encode(),
+        "tokenizer_config.json": canonical_json(tokenizer_config(tok_text, cfg)).encode(),
+    }
+    publish_dir(files, out)
+    return sorted(files)
+
+
+# ------------------------------------------------------------------- import
+
+def import_hf(folder: str | os.PathLike, out: str | os.PathLike, force: bool = False) -> dict:
+    """Read a Llama folder and write Spark weights; returns the metadata written."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise SparkError(f"{os.fspath(folder)} is not a folder; give the Hugging Face model folder")
+    out = check_target(out, force)
+    conf = _read_json(folder / "config.json", "config.json")
+    cfg = spark_config(conf, os.fspath(folder / "config.json"))
+    meta = _import_meta(conf, cfg, folder)
+    hf_tensors = _read_tensors(folder)
+    params = _spark_params(hf_tensors, cfg, folder)
+    check_params(params, cfg, folder)
+    data = weights_bytes(params, meta)
+    publish_file(lambda tmp: Path(tmp).write_bytes(data), out)
+    return meta
+
+
+def _import_meta(conf: dict, cfg: ModelConfig, folder: Path) -> dict:
+    """The exported `spark` metadata when present (must agree with the Llama fields),
+    else a fresh record for a foreign checkpoint."""
+    meta = conf.get(META_FIELD)
+    if meta is None:
+        return {"arch": cfg.to_dict(), "step_n": 0, "trained": False, "imported_from": "hf"}
+    if not isinstance(meta, dict):
+        raise SparkError(f"{folder / 'config.json'}: {META_FIELD} is not an object")
+    if config_from_meta(meta, folder / "config.json") != cfg:
+        raise SparkError(f"{folder / 'config.json'}: {META_FIELD}.arch disagrees with the "
+                         "Llama fields of the same file")
+    return meta
+
+
+def _read_json(path: Path, what: str) -> dict:
+    try:
+        obj = json.loads(read_input(path, what))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise SparkError(f"{os.fspath(path)} is not JSON ({err})") from None
+    if not isinstance(obj, dict):
+        raise SparkError(f"{os.fspath(path)} is not a JSON object")
+    return obj
+
+
+def _read_tensors(folder: Path) -> dict[str, np.ndarray]:
+    """All tensors of model.safetensors, or of the shards an index names."""
+    if (folder / MODEL_FILE).exists() or not (folder / INDEX_FILE).exists():
+        files = [folder / MODEL_FILE]
+    else:
+        index = _read_json(folder / INDEX_FILE, "index")
+        files = [folder / f for f in sorted(set((index.get("weight_map") or {}).values()))]
+    tensors: dict[str, np.ndarray] = {}
+    for path in files:
+        data = read_input(path, "model file")
+        try:
+            tensors.update(load_safetensors(data))
+        except (SafetensorError, ValueError, TypeError) as err:
+            raise SparkError(f"{os.fspath(path)} is not a readable safetensors file "
+                             f"({str(err).splitlines()[0]}); float32 and float16 are read") from None
+    return tensors
+
+
+def _spark_params(hf_tensors: dict[str, np.ndarray], cfg: ModelConfig,
+                  folder: Path) -> dict[str, np.ndarray]:
+    names, shapes = name_map(cfg, "hf"), param_shapes(cfg)
+    spark_of = {hf: spark for spark, hf in names.items()}
+    for hf in sorted(hf_tensors):
+        if hf.endswith(".bias"):
+            raise SparkError(f"{os.fspath(folder)}: tensor {hf} is a bias; Spark layers have none")
+        if hf not in spark_of and not hf.endswith(IGNORED_SUFFIX):
+            raise SparkError(f"{os.fspath(folder)}: tensor {hf} has no Spark counterpart")
+    params = {}
+    for spark, hf in names.items():
+        if hf not in hf_tensors:
+            raise SparkError(f"{os.fspath(folder)} lacks tensor {hf}")
+        a = hf_tensors[hf]
+        if a.dtype.name not in READABLE_DTYPES:
+            raise SparkError(f"{os.fspath(folder)}: tensor {hf} is {a.dtype.name}; "
+                             f"{' and '.join(READABLE_DTYPES)} are read")
+        if tuple(a.shape) != shapes[spark]:
+            raise SparkError(f"{os.fspath(folder)}: tensor {hf} has shape {tuple(a.shape)}, "
+                             f"config.json implies {shapes[spark]}")
+        params[spark] = np.ascontiguousarray(a, dtype=np.float32)
+    return params

@@ -1,0 +1,119 @@
+"""The tokenizer that travels with an exported model, built with the `tokenizers` library.
+
+The byte tokenizer: id = byte value for every byte that UTF-8 text can hold,
+so the model's embedding rows line up. A ByteLevel *normalizer* turns the text's
+UTF-8 bytes into GPT-2's printable byte alphabet, and a BPE model with no merges
+looks up each of those characters: one token per byte. The three bytes UTF-8
+never uses are the specials, named so Hugging Face and llama.cpp can show them:
+0xFD `<|bos|>`, 0xFE `<|sep|>`, 0xFF `<|eos|>`. The post-processor writes
+Spark's prompt format, [BOS] + prompt + [SEP], when special tokens are asked for.
+
+A tokenizer.json given on the command line (e.g. a byte-level BPE) is taken as
+is, provided its vocabulary is the model's.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, processors
+
+from sparktrain.errors import SparkError
+from sparktrain.fsutil import read_input
+from sparktrain.model.config import ModelConfig
+from sparktrain.train.data import BOS, EOS, SEP
+
+SPECIALS = {BOS: "<|bos|>", SEP: "<|sep|>", EOS: "<|eos|>"}
+# One merge that never fires: 0xFD twice. The gguf writer refuses an empty
+# array and llama.cpp refuses a BPE vocab without the merges key; UTF-8 text
+# never holds 0xFD, so this rule changes no tokenization.
+GGUF_NULL_MERGE = "ý ý"
+GGUF_NORMAL, GGUF_CONTROL = 1, 3     # llama.cpp token types
+
+
+def bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's byte -> printable character table (the ByteLevel alphabet)."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1),
+                 *range(ord("®"), ord("ÿ") + 1)]
+    table, extra = {}, 0
+    for b in range(256):
+        if b in printable:
+            table[b] = chr(b)
+        else:
+            table[b] = chr(256 + extra)
+            extra += 1
+    return table
+
+
+def byte_tokenizer() -> Tokenizer:
+    chars = bytes_to_unicode()
+    vocab = {SPECIALS.get(b, chars[b]): b for b in range(256)}
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tok.normalizer = normalizers.ByteLevel()
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens([AddedToken(SPECIALS[b], special=True) for b in sorted(SPECIALS)])
+    tok.post_processor = processors.TemplateProcessing(
+        single=f"{SPECIALS[BOS]} $A {SPECIALS[SEP]}",
+        special_tokens=[(SPECIALS[BOS], BOS), (SPECIALS[SEP], SEP)])
+    return tok
+
+
+def tokenizer_json(cfg: ModelConfig, path: str | os.PathLike | None) -> str:
+    """The tokenizer.json text: the byte tokenizer, or the file at `path` checked
+    against the model's vocabulary."""
+    if path is None:
+        return byte_tokenizer().to_str()
+    text = read_input(path, "tokenizer").decode("utf-8", errors="replace")
+    try:
+        tok = Tokenizer.from_str(text)
+    except Exception as err:  # the library raises its own types for every parse error
+        raise SparkError(f"{os.fspath(path)} is not a tokenizers tokenizer.json "
+                         f"({str(err).splitlines()[0] if str(err) else type(err).__name__})"
+                         ) from None
+    size = tok.get_vocab_size(with_added_tokens=True)
+    if size != cfg.vocab:
+        raise SparkError(f"{os.fspath(path)} has {size} tokens but the weights' vocab is "
+                         f"{cfg.vocab}; give the tokenizer the model was trained with")
+    return text
+
+
+def special_ids(tok_text: str) -> dict[str, int]:
+    """bos/sep/eos ids: the tokenizer's `<|bos|>`-style tokens, else the byte values."""
+    tok = Tokenizer.from_str(tok_text)
+    ids = {}
+    for name, byte in (("bos", BOS), ("sep", SEP), ("eos", EOS)):
+        found = tok.token_to_id(SPECIALS[byte])
+        ids[name] = byte if found is None else found
+    return ids
+
+
+def tokenizer_config(tok_text: str, cfg: ModelConfig) -> dict:
+    """tokenizer_config.json for transformers' AutoTokenizer (the fast tokenizer)."""
+    tok = Tokenizer.from_str(tok_text)
+    ids = special_ids(tok_text)
+    conf = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": cfg.seq_len,
+            "clean_up_tokenization_spaces": False, "padding_side": "left"}
+    for name, i in ids.items():
+        conf[f"{name}_token"] = tok.id_to_token(i)
+    conf["pad_token"] = conf["eos_token"]   # Spark pads with EOS too
+    return conf
+
+
+def gguf_vocab(tok_text: str) -> tuple[list[str], list[int], list[str]]:
+    """(tokens by id, llama.cpp token types, merges) of a byte-level BPE tokenizer.json."""
+    data = json.loads(tok_text)
+    model = data.get("model") or {}
+    if model.get("type") != "BPE":
+        raise SparkError(f"GGUF export needs a byte-level BPE tokenizer, this one is a "
+                         f"{model.get('type')!r} model")
+    vocab = dict(model.get("vocab") or {})
+    for added in data.get("added_tokens") or []:
+        vocab.setdefault(added["content"], added["id"])
+    by_id = sorted((i, t) for t, i in vocab.items())
+    if [i for i, _ in by_id] != list(range(len(by_id))):
+        raise SparkError("GGUF export needs token ids 0..n-1 without gaps")
+    control = {a["content"] for a in data.get("added_tokens") or [] if a.get("special")}
+    tokens = [t for _, t in by_id]
+    types = [GGUF_CONTROL if t in control else GGUF_NORMAL for t in tokens]
+    merges = [m if isinstance(m, str) else " ".join(m) for m in model.get("merges") or []]
+    return tokens, types, merges or [GGUF_NULL_MERGE]
