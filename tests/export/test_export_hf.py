@@ -266,3 +266,11 @@ def test_a_given_tokenizer_is_copied_as_is(tmp_path):
     (tmp_path / "tok.json").write_text(text)
     export_hf(w, tmp_path / "out", tmp_path / "tok.json")
     assert (tmp_path / "out" / "tokenizer.json").read_text() == text
+
+
+def test_literal_special_text_stays_bytes_when_asked(exported):
+    _, out, _ = exported
+    tok = Tokenizer.from_file(str(out / "tokenizer.json"))
+    assert tok.encode("a<|eos|>", add_special_tokens=False).ids == [97, 0xFF]
+    tok.encode_special_tokens = True
+    assert tok.encode("a<|eos|>", add_special_tokens=False).ids == list(b"a<|eos|>")
