@@ -1,6 +1,8 @@
 """`spark export --to hf` / `spark import --from hf` with the light libraries only:
 the folder's names, shapes, config values and tokenizer; the byte-identical round trip."""
 import json
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -274,3 +276,12 @@ def test_literal_special_text_stays_bytes_when_asked(exported):
     assert tok.encode("a<|eos|>", add_special_tokens=False).ids == [97, 0xFF]
     tok.encode_special_tokens = True
     assert tok.encode("a<|eos|>", add_special_tokens=False).ids == list(b"a<|eos|>")
+
+
+def test_export_and_import_never_load_torch():
+    """The light path: `make test` installs no torch, and export must not need it."""
+    code = ("import sys, sparktrain.export.hf, sparktrain.export.gguf, sparktrain.export.commands;"
+            "bad = [m for m in ('torch', 'transformers') if m in sys.modules];"
+            "sys.exit(f'loaded {bad}' if bad else 0)")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
