@@ -24,7 +24,8 @@ from sparktrain.export.tokenizer import special_ids, tokenizer_config, tokenizer
 from sparktrain.fsutil import canonical_json, read_input
 from sparktrain.model.config import ModelConfig, param_shapes
 from sparktrain.model.layers import RMS_EPS, ROPE_BASE
-from sparktrain.model.weights import check_params, config_from_meta, load_model, weights_bytes
+from sparktrain.model.weights import (check_params, check_tensors, config_from_meta, load_model,
+                                      weights_bytes)
 
 META_FIELD = "spark_metadata"   # config.json key holding the weights' `spark` metadata
 MODEL_FILE = "model.safetensors"
@@ -162,6 +163,7 @@ def import_hf(folder: str | os.PathLike, out: str | os.PathLike, force: bool = F
     hf_tensors = _read_tensors(folder)
     params = _spark_params(hf_tensors, cfg, folder)
     check_params(params, cfg, folder)
+    check_tensors(params, folder)
     data = weights_bytes(params, meta)
     publish_file(lambda tmp: Path(tmp).write_bytes(data), out)
     return meta
@@ -200,7 +202,7 @@ def _read_tensors(folder: Path) -> dict[str, np.ndarray]:
         files = [folder / f for f in sorted(set((index.get("weight_map") or {}).values()))]
     tensors: dict[str, np.ndarray] = {}
     for path in files:
-        data = read_input(path, "model file")
+        data = read_input(path, "weights file")
         try:
             tensors.update(load_safetensors(data))
         except (SafetensorError, ValueError, TypeError) as err:

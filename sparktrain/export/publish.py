@@ -7,6 +7,7 @@ import tempfile
 from pathlib import Path
 
 from sparktrain.errors import SparkError
+from sparktrain.fsutil import current_umask
 
 
 def check_target(path: str | os.PathLike, force: bool, folder: bool = False) -> Path:
@@ -30,7 +31,7 @@ def publish_dir(files: dict[str, bytes], out: Path) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
     try:
-        tmp.chmod(0o777 & ~_umask())
+        tmp.chmod(0o777 & ~current_umask())
         for name, data in sorted(files.items()):
             (tmp / name).write_bytes(data)
         _swap_in(tmp, out)
@@ -46,7 +47,7 @@ def publish_file(write, out: Path) -> None:
     os.close(fd)
     try:
         write(tmp)
-        os.chmod(tmp, 0o666 & ~_umask())
+        os.chmod(tmp, 0o666 & ~current_umask())
         _swap_in(Path(tmp), out)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -62,10 +63,3 @@ def _swap_in(new: Path, out: Path) -> None:
     os.replace(out, old / "x")
     os.replace(new, out)
     shutil.rmtree(old, ignore_errors=True)
-
-
-def _umask() -> int:
-    """The process umask (read by setting it, then putting it back)."""
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask

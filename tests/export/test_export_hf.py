@@ -285,3 +285,13 @@ def test_export_and_import_never_load_torch():
             "sys.exit(f'loaded {bad}' if bad else 0)")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
+
+
+def test_a_checkpoint_holding_nan_is_refused(exported, tmp_path):
+    _, out, _ = exported
+    tensors = load_file(out / "model.safetensors")
+    tensors["model.norm.weight"][3] = np.nan
+    save_file(tensors, out / "model.safetensors", metadata={"format": "pt"})
+    rc, _, err = run_spark(["import", "--from", "hf", out, "--out", tmp_path / "w.safetensors"])
+    assert_one_line_error(rc, err, "NaN")
+    assert not (tmp_path / "w.safetensors").exists()
