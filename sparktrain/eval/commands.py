@@ -142,6 +142,7 @@ def _cap_max_new(value: int) -> int:
 def cmd_generate(args) -> int:
     from sparktrain.errors import SparkError, printable
     from sparktrain.eval.generate import generate, prompt_context
+    from sparktrain.model.config import build_model
     from sparktrain.model.weights import load_model
 
     _positive(args.max_new, "--max-new")
@@ -153,8 +154,10 @@ def cmd_generate(args) -> int:
     if truncated:
         print(f"spark: note: prompt is longer than the {cfg.seq_len}-token context; "
               f"keeping its last {cfg.seq_len} tokens", file=sys.stderr)
-    if not cfg.train_attn:
-        print("spark: note: mean-pool model, it predicts one byte", file=sys.stderr)
+    model = build_model(cfg)
+    if model.max_new_tokens is not None:
+        print(f"spark: note: {model.name} model, it predicts at most {model.max_new_tokens} "
+              f"byte(s)", file=sys.stderr)
     [text] = generate(params, cfg, [args.prompt], max_new=args.max_new,
                       temperature=args.temperature, top_k=args.top_k, seed=args.seed)
     # on a terminal, control bytes are shown escaped, never executed

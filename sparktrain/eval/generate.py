@@ -14,8 +14,9 @@ from typing import Sequence
 import numpy as np
 
 from sparktrain.errors import SparkError
-from sparktrain.model.config import ModelConfig
-from sparktrain.train.data import EOS, PAD, prompt_tokens
+from sparktrain.model.batch import PAD
+from sparktrain.model.config import ModelConfig, build_model
+from sparktrain.train.data import EOS, prompt_tokens
 
 GEN_BATCH = 64
 MAX_NEW = 4096  # most new bytes one prompt may ask for: a model that never emits EOS stops here
@@ -56,15 +57,14 @@ def generate_tokens(params, cfg: ModelConfig, contexts: Sequence[np.ndarray],
                     rng: np.random.Generator | None = None) -> list[list[int]]:
     """New tokens for each context (EOS not included), at most caps[i] of them.
 
-    Attention model: the window slides once a row is longer than seq_len.
-    Mean-pool model: it only ever predicts the first completion byte, so at
-    most one token comes out.
+    The window slides once a row is longer than seq_len. A model kind with a
+    max_new_tokens (the mean-pool model: 1) stops there.
     """
-    from sparktrain.model.transformer import forward_logits, pool_logits
-
+    model = build_model(cfg)
     seqs = [list(int(t) for t in c) for c in contexts]
     out: list[list[int]] = [[] for _ in seqs]
-    caps = [min(int(c), 1) if not cfg.train_attn else int(c) for c in caps]
+    limit = model.max_new_tokens
+    caps = [int(c) if limit is None else min(int(c), limit) for c in caps]
     active = [i for i, c in enumerate(caps) if c > 0]
     while active:
         windows = [seqs[i][-cfg.seq_len:] for i in active]
@@ -72,12 +72,7 @@ def generate_tokens(params, cfg: ModelConfig, contexts: Sequence[np.ndarray],
         grid = np.full((len(active), int(lens.max())), PAD, dtype=np.int64)  # (A, T)
         for r, w in enumerate(windows):
             grid[r, :len(w)] = w
-        if cfg.train_attn:
-            logits = forward_logits(params, cfg, grid)             # (A, T, V)
-            last = logits[np.arange(len(active)), lens - 1]        # (A, V) own last position
-        else:
-            live = (np.arange(grid.shape[1]) < lens[:, None]).astype(np.float32)  # (A, T)
-            last = pool_logits(params, cfg, grid, live)            # (A, V)
+        last = model.next_logits(params, grid, lens)              # (A, V)
         nxt = pick_next(last, temperature, top_k, rng)             # (A,)
         still = []
         for i, tok in zip(active, nxt.tolist()):

@@ -1,7 +1,7 @@
 """Held-out metrics (docs/outputs.md "eval.json"), all computed from the model itself.
 
-Teacher-forced numbers come from one batched forward per batch (the same
-forward_logits / pool_logits that training uses); exact match comes from greedy
+Teacher-forced numbers come from one batched forward per batch (the model's
+scored_logits, the forward that training uses); exact match comes from greedy
 generation. Per-row sums are gathered first and added in file order in
 float64, so the same weights and rows always give the same dict.
 """
@@ -16,8 +16,9 @@ import numpy as np
 from sparktrain.errors import SparkError
 from sparktrain.eval.generate import MAX_NEW, decode, generate_tokens
 from sparktrain.eval.tasks import COPY_PREFIX, family_of
-from sparktrain.model.config import ModelConfig
-from sparktrain.train.data import EOS, Encoded, Pair, encode_pair, pool_batch, token_batch
+from sparktrain.model.base import Model
+from sparktrain.model.config import ModelConfig, build_model
+from sparktrain.train.data import EOS, Encoded, Pair, encode_pair
 
 SIG_DIGITS = 8
 
@@ -42,8 +43,9 @@ def evaluate(params, cfg: ModelConfig, pairs: Sequence[Pair], *, batch_size: int
         raise SparkError(f"batch_size must be at least 1, got {batch_size}")
     if max_new is not None and not 1 <= max_new <= MAX_NEW:
         raise SparkError(f"max_new must be in [1, {MAX_NEW}], got {max_new}")
+    model = build_model(cfg)
     encoded = [encode_pair(p, cfg.seq_len) for p in pairs]
-    stats = _teacher_forced(params, cfg, encoded, batch_size)
+    stats = _teacher_forced(params, model, encoded, batch_size)
     expected = [p.completion.encode("utf-8") for p in pairs]
     generated = _greedy(params, cfg, encoded, expected, batch_size, max_new)
     match = np.array([g == e for g, e in zip(generated, expected)], dtype=np.float64)
@@ -52,7 +54,7 @@ def evaluate(params, cfg: ModelConfig, pairs: Sequence[Pair], *, batch_size: int
     result = _summary(stats, match, np.ones(len(pairs), dtype=bool))
     copy_total = stats.copy_total[copy_rows].sum()
     result.update(
-        mode="attn" if cfg.train_attn else "pool",
+        mode=model.name,
         n_truncated=sum(e.truncated for e in encoded),
         n_copy_probes=int(copy_rows.sum()),
         copy_recall=_r(stats.copy_correct[copy_rows].sum() / copy_total) if copy_total else None,
@@ -85,12 +87,9 @@ def _summary(stats: _RowStats, match: np.ndarray, rows: np.ndarray) -> dict:
     }
 
 
-def _teacher_forced(params, cfg, encoded: list[Encoded], batch_size: int) -> _RowStats:
-    parts = []
-    for start in range(0, len(encoded), batch_size):
-        chunk = encoded[start:start + batch_size]
-        parts.append(_attn_rows(params, cfg, chunk) if cfg.train_attn
-                     else _pool_rows(params, cfg, chunk))
+def _teacher_forced(params, model: Model, encoded: list[Encoded], batch_size: int) -> _RowStats:
+    parts = [_row_stats(params, model, encoded[start:start + batch_size])
+             for start in range(0, len(encoded), batch_size)]
     return _RowStats(*(np.concatenate(col) for col in zip(*parts)))
 
 
@@ -102,33 +101,16 @@ def _log_softmax_at(logits: np.ndarray, targets: np.ndarray) -> np.ndarray:
     return np.take_along_axis(z, targets[..., None], axis=-1)[..., 0] - lse
 
 
-def _attn_rows(params, cfg, chunk: list[Encoded]):
-    from sparktrain.model.transformer import forward_logits
-
-    batch = token_batch(chunk)
-    logits = forward_logits(params, cfg, batch.inputs)             # (B, T, V)
-    mask = batch.mask.astype(np.float64)                           # (B, T)
-    ce = -_log_softmax_at(logits, batch.targets)                   # (B, T)
-    right = (np.argmax(logits, axis=-1) == batch.targets)          # (B, T)
-    # Completion bytes = counted targets except each row's last one (the EOS).
-    last = np.array([len(e.tokens) - 2 for e in chunk])            # (B,)
-    byte_mask = mask.copy()
-    byte_mask[np.arange(len(chunk)), last] = 0.0
+def _row_stats(params, model: Model, chunk: list[Encoded]):
+    """The _RowStats columns of one batch of rows."""
+    logits, targets, mask = model.scored_logits(params, model.make_batch(chunk))  # (B, T, V)
+    mask = np.asarray(mask, dtype=np.float64)                      # (B, T)
+    ce = -_log_softmax_at(logits, targets)                         # (B, T)
+    right = (np.argmax(logits, axis=-1) == targets)                # (B, T)
+    # Completion bytes = counted targets but the EOS (text never holds the EOS byte).
+    byte_mask = mask * (targets != EOS)                            # (B, T)
     return ((ce * mask).sum(axis=1), mask.sum(axis=1), (right * mask).sum(axis=1),
             (right * byte_mask).sum(axis=1), byte_mask.sum(axis=1))
-
-
-def _pool_rows(params, cfg, chunk: list[Encoded]):
-    from sparktrain.model.transformer import pool_logits
-
-    batch = pool_batch(chunk)
-    logits = pool_logits(params, cfg, batch.context, batch.context_mask)  # (B, V)
-    ce = -_log_softmax_at(logits, batch.target)                    # (B,)
-    right = (np.argmax(logits, axis=-1) == batch.target).astype(np.float64)  # (B,)
-    ones = np.ones(len(chunk))
-    # The single target is the first completion byte (an EOS only for an empty completion).
-    is_byte = np.array([e.first_target != EOS for e in chunk], dtype=np.float64)
-    return ce, ones, right, right * is_byte, is_byte
 
 
 def _greedy(params, cfg, encoded, expected, batch_size, max_new) -> list[bytes]:

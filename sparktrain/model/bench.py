@@ -15,8 +15,7 @@ import numpy as np
 
 from sparktrain import BLAS_THREADS
 from sparktrain.model.batch import TokenBatch
-from sparktrain.model.config import SCALES, flops_per_token, n_params
-from sparktrain.model.transformer import init_params, loss_and_grads
+from sparktrain.model.config import SCALES, build_model
 
 DEFAULT_BATCH = {"tiny": 8, "large": 16}
 BENCH_SEED = 1234
@@ -56,14 +55,15 @@ def sgd_step(params, grads, lr):
 def run_bench(scale: str, batch_size: int | None = None, steps: int = 10,
               progress=None, cfg=None) -> dict:
     cfg = cfg or SCALES[scale]
+    model = build_model(cfg)
     batch_size = batch_size or DEFAULT_BATCH.get(scale, 16)
-    params = init_params(cfg, BENCH_SEED, b"bench")
+    params = model.init_params(BENCH_SEED, b"bench")
     batch = synthetic_batch(batch_size, cfg.seq_len)
     peak = matmul_peak()
     times = []
     for i in range(WARMUP_STEPS + steps):
         t0 = time.perf_counter()
-        loss, grads = loss_and_grads(params, cfg, batch)
+        loss, grads = model.loss_and_grads(params, batch)
         sgd_step(params, grads, BENCH_LR)
         dt = time.perf_counter() - t0
         if i >= WARMUP_STEPS:
@@ -73,13 +73,13 @@ def run_bench(scale: str, batch_size: int | None = None, steps: int = 10,
     step_s = float(np.median(times))
     tokens = batch_size * cfg.seq_len
     tok_s = tokens / step_s
-    model_flops = tok_s * flops_per_token(cfg)
+    model_flops = tok_s * model.flops_per_token()
     return {
-        "scale": scale, "arch": cfg.to_dict(), "n_params": n_params(cfg),
+        "scale": scale, "arch": cfg.to_dict(), "n_params": model.n_params,
         "batch_size": batch_size, "seq_len": cfg.seq_len, "steps": steps,
         "warmup_steps": WARMUP_STEPS, "blas_threads": BLAS_THREADS,
         "median_step_s": step_s, "min_step_s": float(min(times)),
-        "tokens_per_s": tok_s, "flops_per_token": flops_per_token(cfg),
+        "tokens_per_s": tok_s, "flops_per_token": model.flops_per_token(),
         "model_flops_per_s": model_flops, "matmul_peak_flops_per_s": peak,
         "utilisation": model_flops / peak, "final_loss": float(loss),
     }

@@ -1,9 +1,16 @@
-"""Model architecture: one typed config, the scale table, size and FLOP counts."""
+"""Model architecture: one typed config, the scale table, and the model it builds.
+
+`build_model` is the one place that turns the config's `train_attn` into a
+model kind; size, FLOPs and tensor names all come from that kind's shape table.
+"""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
 
 from sparktrain.errors import SparkError
+from sparktrain.model.base import Model
+from sparktrain.model.meanpool import MeanPool
+from sparktrain.model.transformer import Transformer
 
 VOCAB = 256
 MAX_PARAMS = 200_000_000
@@ -38,18 +45,10 @@ class ModelConfig:
             raise SparkError(f"vocab must be {VOCAB} (byte-level tokens), got {self.vocab}")
         if self.seq_len > MAX_SEQ_LEN:
             raise SparkError(f"seq_len {self.seq_len} is above the limit of {MAX_SEQ_LEN}")
-        if self.train_attn:
-            if self.dim % self.n_head:
-                raise SparkError(f"dim {self.dim} is not divisible by n_head {self.n_head}")
-            if self.n_head % self.n_kv_head:
-                raise SparkError(
-                    f"n_head {self.n_head} is not a multiple of n_kv_head {self.n_kv_head}")
-            if self.head_dim % 2:
-                raise SparkError(
-                    f"head dim {self.head_dim} (dim/n_head) is odd; RoPE needs an even head dim")
-        if n_params(self) > MAX_PARAMS:
+        size = build_model(self).n_params  # the kind checks its own architecture
+        if size > MAX_PARAMS:
             raise SparkError(
-                f"model would have {n_params(self):,} parameters, above the limit of {MAX_PARAMS:,}")
+                f"model would have {size:,} parameters, above the limit of {MAX_PARAMS:,}")
         return self
 
     def to_dict(self) -> dict:
@@ -70,46 +69,22 @@ SCALES: dict[str, ModelConfig] = {
 }
 
 
-def n_params(cfg: ModelConfig) -> int:
-    """Number of trainable scalars (all tensors in the weights file)."""
-    d = cfg.dim
-    embed_head = 2 * cfg.vocab * d
-    if not cfg.train_attn:
-        return embed_head
-    kv = cfg.n_kv_head * (d // max(cfg.n_head, 1))
-    per_layer = 2 * d + 2 * d * d + 2 * kv * d + 3 * 4 * d * d
-    return embed_head + d + cfg.n_layer * per_layer
-
-
-def flops_per_token(cfg: ModelConfig, seq_len: int | None = None) -> int:
-    """Training FLOPs per token: 6 x params plus attention (nanoGPT's estimate_mfu).
-
-    Attention adds 12 * n_layer * dim * T per token (QK^T and att@V, forward
-    and backward), with T the sequence length actually processed.
-    """
-    t = cfg.seq_len if seq_len is None else seq_len
-    attn = 12 * cfg.n_layer * cfg.dim * t if cfg.train_attn else 0
-    return 6 * n_params(cfg) + attn
+def build_model(cfg: ModelConfig) -> Model:
+    """The model kind of this config: the attention decoder, or the mean-pool fallback."""
+    return Transformer(cfg) if cfg.train_attn else MeanPool(cfg)
 
 
 def param_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
     """The tensor table of docs/training.md, in a fixed order: the names are the keys
     of the params dict, the grads dict, the optimizer state and the file."""
-    d, v = cfg.dim, cfg.vocab
-    shapes: dict[str, tuple[int, ...]] = {"spark.embed.weight": (v, d)}
-    if cfg.train_attn:
-        kv = cfg.kv_dim
-        for L in range(cfg.n_layer):
-            p = f"spark.layers.{L}."
-            shapes[p + "attn_norm.weight"] = (d,)
-            shapes[p + "q.weight"] = (d, d)
-            shapes[p + "k.weight"] = (kv, d)
-            shapes[p + "v.weight"] = (kv, d)
-            shapes[p + "o.weight"] = (d, d)
-            shapes[p + "mlp_norm.weight"] = (d,)
-            shapes[p + "mlp_gate.weight"] = (4 * d, d)
-            shapes[p + "mlp_up.weight"] = (4 * d, d)
-            shapes[p + "mlp_down.weight"] = (d, 4 * d)
-        shapes["spark.final_norm.weight"] = (d,)
-    shapes["spark.lm_head.weight"] = (v, d)
-    return shapes
+    return build_model(cfg).param_shapes()
+
+
+def n_params(cfg: ModelConfig) -> int:
+    """Number of trainable scalars: the sum over param_shapes."""
+    return build_model(cfg).n_params
+
+
+def flops_per_token(cfg: ModelConfig, seq_len: int | None = None) -> int:
+    """Training FLOPs per token at sequence length seq_len (default cfg.seq_len)."""
+    return build_model(cfg).flops_per_token(seq_len)

@@ -10,6 +10,7 @@ hd head dim, V vocab, N = B * T rows.
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 
@@ -17,12 +18,60 @@ RMS_EPS = 1e-5
 ROPE_BASE = 10000.0
 
 
+class EmbeddingCache(NamedTuple):
+    ids: np.ndarray        # (...) int
+    vocab: int
+
+
+class RmsNormCache(NamedTuple):
+    xhat: np.ndarray       # (..., C) x * rstd
+    rstd: np.ndarray       # (..., 1)
+    weight: np.ndarray     # (C,)
+
+
+class LinearCache(NamedTuple):
+    x2: np.ndarray         # (N, in) input, leading axes flattened
+    weight: np.ndarray     # (out, in)
+
+
+class RopeCache(NamedTuple):
+    cos: np.ndarray        # (T, X)
+    sin: np.ndarray        # (T, X)
+
+
+class AttentionCache(NamedTuple):
+    qs: np.ndarray         # (B, KV, G*T, hd) scaled q, grouped by kv head
+    k: np.ndarray          # (B, KV, T, hd)
+    v: np.ndarray          # (B, KV, T, hd)
+    e: np.ndarray          # (B, KV, G*T, T) unnormalised softmax
+    r: np.ndarray          # (B, KV, G*T, 1) 1 / row sums
+    y: np.ndarray          # (B, KV, G*T, hd) output
+
+
+class SwigluCache(NamedTuple):
+    h: np.ndarray          # (N, C) input
+    g: np.ndarray          # (N, F) gate pre-activation
+    u: np.ndarray          # (N, F) up
+    sig: np.ndarray        # (N, F) sigmoid(g)
+    silu: np.ndarray       # (N, F) g * sig
+    a: np.ndarray          # (N, F) silu * u
+    w_gu: np.ndarray       # (2, F, C) gate and up weights stacked
+    w_down: np.ndarray     # (C, F)
+
+
+class CrossEntropyCache(NamedTuple):
+    probs: np.ndarray      # (N, V) softmax, reused in place by the backward
+    targets: np.ndarray    # (N,)
+    weights: np.ndarray    # (N,)
+    denom: float
+
+
 # ----------------------------------------------------------------- embedding
 
 def embedding_forward(ids, weight):
     """Row lookup: ids (...) int -> (..., C)."""
     out = weight[ids]                                        # (..., C)
-    return out, (ids, weight.shape[0])
+    return out, EmbeddingCache(ids, weight.shape[0])
 
 
 def embedding_backward(dout, cache):
@@ -50,7 +99,7 @@ def rmsnorm_forward(x, weight):
     rstd = 1.0 / np.sqrt(ms)                                 # (..., 1)
     xhat = x * rstd                                          # (..., C)
     out = xhat * weight                                      # (..., C)
-    return out, (xhat, rstd, weight)
+    return out, RmsNormCache(xhat, rstd, weight)
 
 
 def rmsnorm_backward(dout, cache):
@@ -78,7 +127,7 @@ def linear_forward(x, weight):
     """
     x2 = x.reshape(-1, x.shape[-1])                          # (N, in)
     out = x2 @ weight.T                                      # (N, out)
-    return out.reshape(*x.shape[:-1], weight.shape[0]), (x2, weight)
+    return out.reshape(*x.shape[:-1], weight.shape[0]), LinearCache(x2, weight)
 
 
 def linear_backward(dout, cache):
@@ -113,25 +162,12 @@ def rope_tables(T, heads, hd, dtype):
     return _ROPE_CACHE[key]
 
 
-def to_planes(u):
-    """(B, T, heads, hd) -> (2, B, T, heads * hd/2): first halves, second halves."""
-    B, T, heads, hd = u.shape
-    return np.ascontiguousarray(
-        u.reshape(B, T, heads, 2, hd // 2).transpose(3, 0, 1, 2, 4)).reshape(2, B, T, -1)
-
-
-def from_planes(p, hd):
-    """Inverse of to_planes: (2, B, T, heads * hd/2) -> (B, T, heads, hd)."""
-    _, B, T, X = p.shape
-    return np.ascontiguousarray(
-        p.reshape(2, B, T, X * 2 // hd, hd // 2).transpose(1, 2, 3, 0, 4)).reshape(B, T, -1, hd)
-
-
 def rope_forward(u, hd):
     """Rotate pairs (u_i, u_{i+hd/2}) of every head by angle p * f_i.
 
     u (2, B, T, heads * hd/2) holds the two halves of every head as two planes
-    (see to_planes), so each product runs over whole contiguous rows:
+    (plane p, column h * hd/2 + i = element p * hd/2 + i of head h), so each
+    product runs over whole contiguous rows:
       out1 = u1 cos a - u2 sin a,   out2 = u2 cos a + u1 sin a.
     """
     _, B, T, X = u.shape
@@ -144,7 +180,7 @@ def rope_forward(u, hd):
     np.multiply(u1, sin, out=tmp)
     np.multiply(u2, cos, out=out[1])
     out[1] += tmp
-    return out, (cos, sin)
+    return out, RopeCache(cos, sin)
 
 
 def rope_backward(dout, cache):
@@ -215,7 +251,7 @@ def attention_forward(q, k, v):
     r = 1.0 / (e @ ones)                                     # (B, KV, G*T, 1) 1 / row sum
     y = e @ v                                                # (B, KV, G*T, hd)
     y *= r                                                   # att @ v, att = e * r
-    return y.reshape(B, H, T, hd), (qs, k, v, e, r, y)
+    return y.reshape(B, H, T, hd), AttentionCache(qs, k, v, e, r, y)
 
 
 def attention_backward(dy, cache):
@@ -244,22 +280,6 @@ def attention_backward(dy, cache):
     return dq.reshape(dy.shape), dk, dv
 
 
-def attention_naive(q, k, v):
-    """Reference for attention_forward: per-head loops, explicit masked softmax."""
-    B, H, T, hd = q.shape
-    G = H // k.shape[1]
-    y = np.zeros_like(q)
-    for b in range(B):
-        for j in range(H):
-            kj, vj = k[b, j // G], v[b, j // G]              # (T, hd)
-            for t in range(T):
-                scores = np.array([q[b, j, t] @ kj[s] / np.sqrt(hd) for s in range(t + 1)])
-                w = np.exp(scores - scores.max())
-                w /= w.sum()
-                y[b, j, t] = sum(w[s] * vj[s] for s in range(t + 1))
-    return y
-
-
 # ---------------------------------------------------------------- swiglu mlp
 
 def swiglu_forward(h, w_gate, w_up, w_down):
@@ -279,7 +299,7 @@ def swiglu_forward(h, w_gate, w_up, w_down):
     silu = g * sig                                           # (N, F)
     a = silu * u                                             # (N, F)
     out = a @ w_down.T                                       # (N, C)
-    return out, (h, g, u, sig, silu, a, w_gu, w_down)
+    return out, SwigluCache(h, g, u, sig, silu, a, w_gu, w_down)
 
 
 def swiglu_backward(dout, cache):
@@ -322,7 +342,7 @@ def cross_entropy_forward(logits, targets, weights, denom):
     probs *= (1 / z)[:, None]
     nll = np.log(z) - picked                                 # (N,)
     loss = float(np.dot(weights.astype(np.float64), nll.astype(np.float64))) / denom
-    return loss, (probs, targets, weights, denom)
+    return loss, CrossEntropyCache(probs, targets, weights, denom)
 
 
 def cross_entropy_backward(cache):

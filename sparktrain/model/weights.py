@@ -10,6 +10,8 @@ import os
 from dataclasses import fields
 
 import numpy as np
+from safetensors import SafetensorError
+from safetensors.numpy import load, save
 
 from sparktrain.errors import SparkError
 from sparktrain.fsutil import atomic_write_bytes, read_input
@@ -19,8 +21,6 @@ META_KEY = "spark"
 
 
 def weights_bytes(params: dict[str, np.ndarray], meta: dict) -> bytes:
-    from safetensors.numpy import save
-
     tensors = {name: np.ascontiguousarray(a, dtype=np.float32) for name, a in params.items()}
     return save(tensors, metadata={META_KEY: json.dumps(meta, sort_keys=True, separators=(",", ":"))})
 
@@ -34,9 +34,6 @@ def save_weights(path: str | os.PathLike, params: dict[str, np.ndarray], meta: d
 
 def load_weights(path: str | os.PathLike) -> tuple[dict[str, np.ndarray], dict]:
     """Read a Spark weights file: (params as float32, the `spark` metadata dict)."""
-    from safetensors import SafetensorError
-    from safetensors.numpy import load
-
     data = read_input(path, "weights file")
     try:
         tensors = load(data)

@@ -1,7 +1,8 @@
-"""The dataset: JSONL rows -> (prompt, completion) pairs -> byte tokens -> padded batches.
+"""The dataset: JSONL rows -> (prompt, completion) pairs -> byte tokens.
 
 docs/training.md "Dataset rows" and "Tokens" fix the format; this module is the
 only place that turns text into token ids, so training and eval agree on it.
+The model pads tokenised rows into its own batches (model/batch.py).
 """
 from __future__ import annotations
 
@@ -10,19 +11,18 @@ import io
 import json
 import os
 from dataclasses import dataclass
-from typing import BinaryIO, Iterator, Sequence
+from typing import BinaryIO, Callable, Iterator, Sequence, TypeVar
 
 import numpy as np
 
 from sparktrain.errors import SparkError
 from sparktrain.fsutil import open_input, read_input, size_cap
-from sparktrain.model.batch import PoolBatch, TokenBatch
 
 # Byte values that never occur in UTF-8, so they cannot collide with text.
+# (EOS doubles as right padding in the model's batches: model/batch.py PAD.)
 BOS, SEP, EOS = 0xFD, 0xFE, 0xFF
-# Right padding. Its value never matters (mask 0, causal attention), EOS is just
-# a byte that text never contains.
-PAD = EOS
+
+Batch = TypeVar("Batch")
 
 
 @dataclass(frozen=True)
@@ -226,42 +226,13 @@ def load_dataset(path: str | os.PathLike, seq_len: int) -> Dataset:
 
 # ---------------------------------------------------------------- batches
 
-def token_batch(encoded: Sequence[Encoded]) -> TokenBatch:
-    """Inputs tokens[:-1], targets tokens[1:], right-padded to the longest row."""
-    if not encoded:
-        raise ValueError("token_batch needs at least one row")
-    T = max(len(e.tokens) - 1 for e in encoded)
-    B = len(encoded)
-    inputs = np.full((B, T), PAD, dtype=np.int64)   # (B, T)
-    targets = np.full((B, T), PAD, dtype=np.int64)  # (B, T)
-    mask = np.zeros((B, T), dtype=np.float32)       # (B, T)
-    for b, e in enumerate(encoded):
-        n = len(e.tokens) - 1
-        inputs[b, :n] = e.tokens[:-1]
-        targets[b, :n] = e.tokens[1:]
-        mask[b, :n] = e.mask
-    return TokenBatch(inputs, targets, mask)
+def iter_batches(rows: Sequence[Encoded], batch_size: int,
+                 make_batch: Callable[[Sequence[Encoded]], Batch]) -> Iterator[Batch]:
+    """Consecutive batches in file order (the last may be smaller): whole-set losses.
 
-
-def pool_batch(encoded: Sequence[Encoded]) -> PoolBatch:
-    """Prompt contexts right-padded to the longest, one target per row."""
-    if not encoded:
-        raise ValueError("pool_batch needs at least one row")
-    T = max(len(e.context) for e in encoded)
-    B = len(encoded)
-    context = np.full((B, T), PAD, dtype=np.int64)  # (B, T)
-    context_mask = np.zeros((B, T), dtype=np.float32)  # (B, T)
-    for b, e in enumerate(encoded):
-        context[b, :len(e.context)] = e.context
-        context_mask[b, :len(e.context)] = 1.0
-    target = np.array([e.first_target for e in encoded], dtype=np.int64)  # (B,)
-    return PoolBatch(context, context_mask, target)
-
-
-def iter_batches(dataset: Dataset, batch_size: int, pool: bool) -> Iterator[TokenBatch | PoolBatch]:
-    """Consecutive batches in file order (the last may be smaller): whole-set losses."""
+    make_batch is the model's (Model.make_batch), so the layout fits the model kind.
+    """
     if batch_size < 1:
         raise SparkError(f"batch_size must be at least 1, got {batch_size}")
-    make = pool_batch if pool else token_batch
-    for start in range(0, dataset.n, batch_size):
-        yield make(dataset.encoded[start:start + batch_size])
+    for start in range(0, len(rows), batch_size):
+        yield make_batch(rows[start:start + batch_size])

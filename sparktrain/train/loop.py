@@ -18,11 +18,13 @@ import numpy as np
 from sparktrain import BLAS_THREADS
 from sparktrain.errors import SparkError, TrainingFailed
 from sparktrain.fsutil import canonical_json, sha256_bytes
-from sparktrain.model.config import ModelConfig, flops_per_token, n_params
+from sparktrain.model.base import Model
+from sparktrain.model.bench import matmul_peak as measure_matmul_peak
+from sparktrain.model.config import ModelConfig, build_model
 from sparktrain.model.weights import check_params, config_from_meta, load_weights, weights_bytes
 from sparktrain.train import outputs
 from sparktrain.train.config import StepConfig
-from sparktrain.train.data import Dataset, iter_batches, load_dataset, pool_batch, token_batch
+from sparktrain.train.data import Dataset, iter_batches, load_dataset
 from sparktrain.train.job import Job
 
 EMBED = "spark.embed.weight"
@@ -57,34 +59,31 @@ class MinibatchSampler:
         return idx
 
 
-def loss_batches(cfg: ModelConfig, dataset: Dataset) -> list:
+def loss_batches(model: Model, dataset: Dataset) -> list:
     """The whole dataset in file order, padded once and reused for every measurement."""
-    return list(iter_batches(dataset, LOSS_BATCH, pool=not cfg.train_attn))
+    return list(iter_batches(dataset.encoded, LOSS_BATCH, model.make_batch))
 
 
-def dataset_loss(params, cfg: ModelConfig, batches) -> float:
-    from sparktrain.model.transformer import batch_loss
-
+def dataset_loss(model: Model, params, batches) -> float:
     total, count = 0.0, 0
     for batch in batches:
-        s, c = batch_loss(params, cfg, batch)
+        s, c = model.batch_loss(params, batch)
         total += s
         count += c
     return total / max(count, 1)
 
 
-def initial_params(job: Job, cfg: ModelConfig, seed: int, salt: bytes):
+def initial_params(job: Job, model: Model, seed: int, salt: bytes):
     """(params, base step_n): the base weights when `base` is a file, else fresh init."""
-    from sparktrain.model.transformer import init_params
-
     if not job.base_is_weights:
-        return init_params(cfg, seed, salt, dtype=np.float32), 0
+        return model.init_params(seed, salt, dtype=np.float32), 0
     params, meta = load_weights(job.base)
     base_cfg = config_from_meta(meta, job.base)
-    if base_cfg.train_attn != cfg.train_attn:
+    base_model = build_model(base_cfg)
+    if base_model.name != model.name:
         raise SparkError(f"base {job.base} was trained with train_attn={base_cfg.train_attn}, "
-                         f"this run has train_attn={cfg.train_attn}")
-    check_params(params, cfg, job.base)
+                         f"this run has train_attn={model.cfg.train_attn}")
+    check_params(params, model.cfg, job.base)
     step_n = meta.get("step_n", 0)
     if not isinstance(step_n, int) or isinstance(step_n, bool) or step_n < 0:
         raise SparkError(f"base {job.base}: metadata step_n {step_n!r} is not a count")
@@ -145,131 +144,187 @@ def _progress(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def run_step(job: Job, step: StepConfig, cfg: ModelConfig, *, progress=_progress,
-             matmul_peak=None) -> StepResult:
-    """Train `job` and commit weights.safetensors + checkpoint.json + ARTIFACT."""
-    from sparktrain.model.transformer import loss_and_grads
+# ------------------------------------------------------------------ set-up
 
+@dataclass
+class _Run:
+    """Everything the loop reads and the SGD state it updates."""
+    job: Job
+    step: StepConfig
+    model: Model
+    dataset: Dataset
+    params: dict[str, np.ndarray]
+    base_step: int
+    step_n: int
+    trainable: list[str]
+    start: dict[str, np.ndarray]     # trainable tensors before training
+    velocity: dict[str, np.ndarray]  # momentum buffers, keyed like params
+    sampler: MinibatchSampler
+    full_batch: object | None        # the whole dataset when one batch holds it
+    whole: list                      # loss_batches: the whole-dataset loss
+
+    def next_batch(self):
+        if self.full_batch is not None:
+            return self.full_batch
+        return self.model.make_batch([self.dataset.encoded[j] for j in self.sampler.next()])
+
+
+def _set_up(job: Job, step: StepConfig, cfg: ModelConfig) -> _Run:
     step.validate()
     check_knobs(step)
     cfg.validate()
+    model = build_model(cfg)
     salt = bytes.fromhex(job.sparkbc_sha256) if job.sparkbc_sha256 else b""
     dataset = load_dataset(job.dataset, cfg.seq_len)
-    params, base_step = initial_params(job, cfg, step.seed, salt)
+    params, base_step = initial_params(job, model, step.seed, salt)
     step_n = resolve_step_n(step.step, base_step, job.base)
     trainable = [n for n in params if step.train_embed or n != EMBED]
     if not trainable:
         raise SparkError("nothing to train: train_embed=false freezes the only trained tensor")
-    start = {n: params[n].copy() for n in trainable}
-    velocity = {n: np.zeros_like(params[n]) for n in trainable}
-    make_batch = pool_batch if not cfg.train_attn else token_batch
-    full_batch = make_batch(dataset.encoded) if step.batch_size >= dataset.n else None
-    sampler = MinibatchSampler(dataset.n, step.batch_size, step.seed)
-    whole = loss_batches(cfg, dataset)
+    run = _Run(
+        job=job, step=step, model=model, dataset=dataset, params=params,
+        base_step=base_step, step_n=step_n, trainable=trainable,
+        start={n: params[n].copy() for n in trainable},
+        velocity={n: np.zeros_like(params[n]) for n in trainable},
+        sampler=MinibatchSampler(dataset.n, step.batch_size, step.seed),
+        full_batch=model.make_batch(dataset.encoded) if step.batch_size >= dataset.n else None,
+        whole=loss_batches(model, dataset))
     outputs.lock_job(job.out_dir)  # the only writer of this job until the process exits
+    return run
 
-    t0 = time.perf_counter()
-    loss_before = dataset_loss(params, cfg, whole)
+
+# ---------------------------------------------------------------- the loop
+
+@dataclass
+class _Log:
+    """What the loop did: the loss curve and the counters of checkpoint and perf."""
+    t0: float
+    curve: list[dict] = field(default_factory=list)
+    train_seconds: float = 0.0
+    tokens_seen: int = 0
+    flops_seen: int = 0
+    clipped: int = 0
+
+
+def _train(run: _Run, progress) -> _Log:
+    """Outer passes of inner micro-steps, the whole-dataset loss before and after each pass."""
+    step, job = run.step, run.job
+    log = _Log(t0=time.perf_counter())
+    loss_before = dataset_loss(run.model, run.params, run.whole)
     _finite_or_fail(loss_before, "loss_before", "at start")
-    curve = [{"outer": 0, "loss": loss_before, "phase": "start"}]
-    progress(f"[{job.job}] start  loss {loss_before:.4f}  {dataset.n} pairs, "
-             f"{n_params(cfg):,} params, {step.outer}x{step.inner} micro-steps")
-    train_seconds, tokens_seen, flops_seen, clipped = 0.0, 0, 0, 0
+    log.curve.append({"outer": 0, "loss": loss_before, "phase": "start"})
+    progress(f"[{job.job}] start  loss {loss_before:.4f}  {run.dataset.n} pairs, "
+             f"{run.model.n_params:,} params, {step.outer}x{step.inner} micro-steps")
     for k in range(1, step.outer + 1):
         for i in range(step.inner):
-            batch = full_batch if full_batch is not None else make_batch(
-                [dataset.encoded[j] for j in sampler.next()])
-            ts = time.perf_counter()
-            loss, grads = loss_and_grads(params, cfg, batch)
-            where = f"at outer {k} micro-step {i + 1}"
-            _finite_or_fail(loss, "minibatch loss", where)
-            norm = float(np.sqrt(sum(float(np.dot(g.ravel(), g.ravel()))
-                                     for n, g in grads.items() if n in velocity)))
-            _finite_or_fail(norm, "gradient norm", where)
-            scale = 1.0
-            if step.clip > 0 and norm > step.clip:
-                scale, clipped = step.clip / norm, clipped + 1
-            for n in trainable:
-                v = velocity[n]
-                v *= step.momentum
-                v += grads[n] * np.float32(scale)
-                params[n] -= np.float32(step.lr) * v
-            train_seconds += time.perf_counter() - ts
-            tokens = _batch_tokens(batch)
-            tokens_seen += tokens
-            flops_seen += tokens * flops_per_token(cfg, _batch_len(batch))
-        loss_k = dataset_loss(params, cfg, whole)
+            _micro_step(run, log, run.next_batch(), f"at outer {k} micro-step {i + 1}")
+        loss_k = dataset_loss(run.model, run.params, run.whole)
         _finite_or_fail(loss_k, "dataset loss", f"after outer {k}")
-        curve.append({"outer": k, "loss": loss_k, "phase": "after_outer"})
-        elapsed = time.perf_counter() - t0
+        log.curve.append({"outer": k, "loss": loss_k, "phase": "after_outer"})
+        elapsed = time.perf_counter() - log.t0
         progress(f"[{job.job}] outer {k}/{step.outer}  loss {loss_k:.4f}  "
-                 f"{tokens_seen / max(train_seconds, 1e-9):,.0f} tok/s  {elapsed:.1f}s")
+                 f"{log.tokens_seen / max(log.train_seconds, 1e-9):,.0f} tok/s  {elapsed:.1f}s")
+    return log
 
-    loss_after = curve[-1]["loss"]
-    changed = [n for n in trainable if not np.array_equal(start[n], params[n])]
+
+def _micro_step(run: _Run, log: _Log, batch, where: str) -> None:
+    """One SGD update with momentum and global-norm clipping, timed."""
+    step, params, velocity = run.step, run.params, run.velocity
+    ts = time.perf_counter()
+    loss, grads = run.model.loss_and_grads(params, batch)
+    _finite_or_fail(loss, "minibatch loss", where)
+    norm = float(np.sqrt(sum(float(np.dot(g.ravel(), g.ravel()))
+                             for n, g in grads.items() if n in velocity)))
+    _finite_or_fail(norm, "gradient norm", where)
+    scale = 1.0
+    if step.clip > 0 and norm > step.clip:
+        scale, log.clipped = step.clip / norm, log.clipped + 1
+    for n in run.trainable:
+        v = velocity[n]
+        v *= step.momentum
+        v += grads[n] * np.float32(scale)
+        params[n] -= np.float32(step.lr) * v
+    log.train_seconds += time.perf_counter() - ts
+    log.tokens_seen += batch.n_tokens
+    log.flops_seen += batch.n_tokens * run.model.flops_per_token(batch.width)
+
+
+def changed_tensors(run: _Run) -> list[str]:
+    """The names of the trained tensors that changed; TrainingFailed if none did."""
+    changed = [n for n in run.trainable if not np.array_equal(run.start[n], run.params[n])]
     if not changed:
         raise TrainingFailed("no weight changed during training; nothing to claim")
-    check_learned(curve, cfg.vocab)
+    return changed
 
-    arch = cfg.to_dict()
-    meta = {"job": job.job, "step_n": step_n, "trained": True, "not_sgd": False, "arch": arch,
-            "loss_before": loss_before, "loss_after": loss_after,
-            "sparkbc_sha256": job.sparkbc_sha256, "dataset_sha256": dataset.sha256,
-            "base": job.base}
-    wbytes = weights_bytes(params, meta)
-    wsha = sha256_bytes(wbytes)
-    checkpoint = {
-        "job": job.job, "step_n": step_n, "loss_before": loss_before, "loss_after": loss_after,
-        "loss_curve": curve, "outer": step.outer, "inner": step.inner, "lr": step.lr,
-        "batch_size": step.batch_size, "seed": step.seed, "clip": step.clip,
-        "momentum": step.momentum, "train_attn": cfg.train_attn, "train_embed": step.train_embed,
-        "dataset": job.dataset, "dataset_sha256": dataset.sha256, "dataset_n": dataset.n,
-        "dataset_tokens": dataset.n_tokens, "truncated": dataset.n_truncated, "arch": arch,
-        "n_params": n_params(cfg), "trained_tensors": len(changed),
-        "frozen_tensors": ",".join(sorted(set(params) - set(trainable))),
-        "micro_steps": step.outer * step.inner, "clipped_steps": clipped,
-        "tokens_seen": tokens_seen, "weights": job.rel("weights.safetensors"),
-        "weights_sha256": wsha, "sparkbc_sha256": job.sparkbc_sha256, "program": job.program,
-        "method": job.method, "base": job.base, "base_step_n": base_step,
-        "blas_threads": BLAS_THREADS, "trained": True, "not_sgd": False, "sgd": True,
-        "claim": False, "device": "cpu",
+
+# -------------------------------------------------------------- the record
+
+def _weights_meta(run: _Run, log: _Log) -> dict:
+    job = run.job
+    return {"job": job.job, "step_n": run.step_n, "trained": True, "not_sgd": False,
+            "arch": run.model.cfg.to_dict(), "loss_before": log.curve[0]["loss"],
+            "loss_after": log.curve[-1]["loss"], "sparkbc_sha256": job.sparkbc_sha256,
+            "dataset_sha256": run.dataset.sha256, "base": job.base}
+
+
+def _checkpoint(run: _Run, log: _Log, changed: list[str], weights_sha256: str) -> dict:
+    """checkpoint.json: a contract (TRAINING.md), its keys and values fixed."""
+    job, step, dataset, cfg = run.job, run.step, run.dataset, run.model.cfg
+    return {
+        "job": job.job, "step_n": run.step_n, "loss_before": log.curve[0]["loss"],
+        "loss_after": log.curve[-1]["loss"], "loss_curve": log.curve, "outer": step.outer,
+        "inner": step.inner, "lr": step.lr, "batch_size": step.batch_size, "seed": step.seed,
+        "clip": step.clip, "momentum": step.momentum, "train_attn": cfg.train_attn,
+        "train_embed": step.train_embed, "dataset": job.dataset,
+        "dataset_sha256": dataset.sha256, "dataset_n": dataset.n,
+        "dataset_tokens": dataset.n_tokens, "truncated": dataset.n_truncated,
+        "arch": cfg.to_dict(), "n_params": run.model.n_params, "trained_tensors": len(changed),
+        "frozen_tensors": ",".join(sorted(set(run.params) - set(run.trainable))),
+        "micro_steps": step.outer * step.inner, "clipped_steps": log.clipped,
+        "tokens_seen": log.tokens_seen, "weights": job.rel("weights.safetensors"),
+        "weights_sha256": weights_sha256, "sparkbc_sha256": job.sparkbc_sha256,
+        "program": job.program, "method": job.method, "base": job.base,
+        "base_step_n": run.base_step, "blas_threads": BLAS_THREADS, "trained": True,
+        "not_sgd": False, "sgd": True, "claim": False, "device": "cpu",
     }
+
+
+# -------------------------------------------------------------- the commit
+
+def _commit(run: _Run, log: _Log, changed: list[str], matmul_peak) -> StepResult:
+    """Write weights + checkpoint + ARTIFACT as one commit, then perf.json beside them."""
+    job = run.job
+    wbytes = weights_bytes(run.params, _weights_meta(run, log))
+    wsha = sha256_bytes(wbytes)
+    checkpoint = _checkpoint(run, log, changed, wsha)
     files = {"weights.safetensors": wbytes,
              "checkpoint.json": canonical_json(checkpoint).encode(),
-             "ARTIFACT": outputs.sgd_artifact(job, step_n).encode()}
+             "ARTIFACT": outputs.sgd_artifact(job, run.step_n).encode()}
     outputs.commit_files(job.out_dir, files)
     outputs.clear_failure(job.out_dir)
-    perf = _perf(cfg, train_seconds, time.perf_counter() - t0, tokens_seen, flops_seen,
-                 matmul_peak)
+    perf = _perf(log.train_seconds, time.perf_counter() - log.t0, log.tokens_seen,
+                 log.flops_seen, matmul_peak)
     outputs.atomic_write_bytes(job.out_dir / "perf.json", canonical_json(perf).encode())
     return StepResult(checkpoint=checkpoint, perf=perf, weights_sha256=wsha, files=files)
 
 
-def _batch_tokens(batch) -> int:
-    mask = getattr(batch, "context_mask", None)
-    if mask is not None:
-        return int(mask.sum())
-    # input positions that are real tokens: everything up to each row's last counted target
-    m = batch.mask
-    last = m.shape[1] - np.argmax(m[:, ::-1] > 0, axis=1)
-    return int(np.where(m.any(axis=1), last, 0).sum())
+def run_step(job: Job, step: StepConfig, cfg: ModelConfig, *, progress=_progress,
+             matmul_peak=None) -> StepResult:
+    """Train `job` and commit weights.safetensors + checkpoint.json + ARTIFACT."""
+    run = _set_up(job, step, cfg)
+    log = _train(run, progress)
+    changed = changed_tensors(run)
+    check_learned(log.curve, cfg.vocab)
+    return _commit(run, log, changed, matmul_peak)
 
 
-def _batch_len(batch) -> int:
-    arr = getattr(batch, "inputs", None)
-    if arr is None:
-        arr = batch.context
-    return int(arr.shape[1])
-
-
-def _perf(cfg, train_seconds, total_seconds, tokens, flops, matmul_peak) -> dict:
+def _perf(train_seconds, total_seconds, tokens, flops, matmul_peak) -> dict:
     perf = {"train_seconds": round(train_seconds, 4), "total_seconds": round(total_seconds, 4),
             "tokens": tokens, "tokens_per_s": round(tokens / max(train_seconds, 1e-9), 1),
             "model_flops_per_s": round(flops / max(train_seconds, 1e-9), 1),
             "blas_threads": BLAS_THREADS}
     if matmul_peak is None:
-        from sparktrain.model.bench import matmul_peak as measure_peak
-        matmul_peak = measure_peak()
+        matmul_peak = measure_matmul_peak()
     if matmul_peak:
         perf["matmul_peak_flops_per_s"] = round(matmul_peak, 1)
         perf["mfu"] = round(perf["model_flops_per_s"] / matmul_peak, 4)

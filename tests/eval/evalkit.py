@@ -37,6 +37,7 @@ def copy_oracle_logits(params, cfg, inputs):
 
 @pytest.fixture
 def oracle(monkeypatch):
-    """Replace the model's forward with copy_oracle_logits (import this fixture by name)."""
-    import sparktrain.model.transformer as tr
-    monkeypatch.setattr(tr, "forward_logits", copy_oracle_logits)
+    """Swap the attention model's forward for copy_oracle_logits (import this fixture by name)."""
+    from sparktrain.model.transformer import Transformer
+    monkeypatch.setattr(Transformer, "forward_logits",
+                        lambda self, params, inputs: copy_oracle_logits(params, self.cfg, inputs))

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from sparktrain.cli import main
-from sparktrain.model.transformer import init_params
+from sparktrain.model.config import build_model
 from sparktrain.model.weights import save_weights
 
 from evalkit import SMALL
@@ -18,7 +18,8 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.fixture
 def weights(tmp_path):
     path = tmp_path / "w.safetensors"
-    save_weights(path, init_params(SMALL, seed=0), {"arch": SMALL.to_dict(), "step_n": 1})
+    params = build_model(SMALL).init_params(seed=0)
+    save_weights(path, params, {"arch": SMALL.to_dict(), "step_n": 1})
     return path
 
 
@@ -86,7 +87,7 @@ def test_errors_are_one_line_exit_2(capsys, tmp_path, weights, heldout):
     import numpy as np
     save_file({"x": np.zeros(2, np.float32)}, str(foreign))
     wrong_shape = tmp_path / "wrong.safetensors"
-    params = init_params(SMALL, seed=0)
+    params = build_model(SMALL).init_params(seed=0)
     params["spark.embed.weight"] = params["spark.embed.weight"][:, :8]
     save_weights(wrong_shape, params, {"arch": SMALL.to_dict()})
     bad_rows = tmp_path / "bad.jsonl"

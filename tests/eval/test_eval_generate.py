@@ -4,7 +4,7 @@ import pytest
 
 from sparktrain.errors import SparkError
 from sparktrain.eval.generate import decode, generate, generate_tokens, pick_next, prompt_context
-from sparktrain.model.transformer import forward_logits, init_params
+from sparktrain.model.config import build_model
 from sparktrain.train.data import BOS, EOS, SEP
 
 from evalkit import SMALL, SMALL_POOL, oracle  # noqa: F401 (fixture)
@@ -16,7 +16,7 @@ def naive_greedy(params, cfg, prompt, max_new):
     out = []
     for _ in range(max_new):
         window = np.array([seq[-cfg.seq_len:]])
-        tok = int(np.argmax(forward_logits(params, cfg, window)[0, -1]))
+        tok = int(np.argmax(build_model(cfg).forward_logits(params, window)[0, -1]))
         if tok == EOS:
             break
         seq.append(tok)
@@ -25,7 +25,7 @@ def naive_greedy(params, cfg, prompt, max_new):
 
 
 def test_batched_greedy_equals_naive_loop_with_padding_and_sliding_window():
-    params = init_params(SMALL, seed=5)
+    params = build_model(SMALL).init_params(seed=5)
     prompts = ["a", "Say exactly: abc", "a somewhat longer prompt here"]  # lengths differ
     got = generate(params, SMALL, prompts, max_new=12)
     assert got == [naive_greedy(params, SMALL, p, 12) for p in prompts]
@@ -46,13 +46,13 @@ def test_long_prompt_keeps_its_last_tokens():
     assert cut and len(ctx) == SMALL.seq_len and ctx[-1] == SEP
     assert bytes(ctx[-5:-1].tolist()) == b"tail"
     assert not prompt_context("short", SMALL.seq_len)[1]
-    params = init_params(SMALL, seed=6)
+    params = build_model(SMALL).init_params(seed=6)
     [tokens] = generate_tokens(params, SMALL, [ctx], [4])
     assert generate(params, SMALL, [prompt], max_new=4) == [decode(tokens)]
 
 
 def test_sampling_is_seeded_and_top_k_one_is_greedy():
-    params = init_params(SMALL, seed=7)
+    params = build_model(SMALL).init_params(seed=7)
     prompts = ["Say exactly: abc", "hello"]
     a = generate(params, SMALL, prompts, max_new=8, temperature=5.0, seed=1)
     assert generate(params, SMALL, prompts, max_new=8, temperature=5.0, seed=1) == a
@@ -69,13 +69,13 @@ def test_pick_next_top_k_only_draws_the_k_likeliest():
 
 
 def test_pool_model_generates_one_byte():
-    params = init_params(SMALL_POOL, seed=8)
+    params = build_model(SMALL_POOL).init_params(seed=8)
     [text] = generate(params, SMALL_POOL, ["Say exactly: ab"], max_new=10)
     assert len(text) <= 1
 
 
 def test_bad_arguments():
-    params = init_params(SMALL, seed=0)
+    params = build_model(SMALL).init_params(seed=0)
     with pytest.raises(SparkError, match="prompt is empty"):
         generate(params, SMALL, [""])
     with pytest.raises(SparkError, match="temperature"):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from sparktrain.eval.metrics import evaluate
 from sparktrain.model.config import SCALES
-from sparktrain.model.transformer import init_params
+from sparktrain.model.config import build_model
 from sparktrain.model.weights import load_weights
 from sparktrain.train.config import StepConfig
 from sparktrain.train.data import load_pairs
@@ -17,7 +17,7 @@ def test_large_scale_short_budget_lowers_heldout_loss(project, monkeypatch):
     job = job_from_program("data/programs/train-scale.sparkbc", "job-scale-001")
     cfg = SCALES["large"]
     heldout = load_pairs("data/eval/scale_heldout.jsonl")
-    start = init_params(cfg, 0, bytes.fromhex(job.sparkbc_sha256))
+    start = build_model(cfg).init_params(0, bytes.fromhex(job.sparkbc_sha256))
     before = evaluate(start, cfg, heldout, max_new=1, n_samples=0)["loss"]
     res = run_step(job, StepConfig(outer=2, inner=10, lr=0.1, batch_size=16), cfg,
                    progress=lambda line: None, matmul_peak=1e9)

@@ -57,10 +57,10 @@ def test_synthetic_batch_is_fixed_and_full():
 
 def test_sgd_step_moves_every_tensor():
     from sparktrain.model.config import SCALES
-    from sparktrain.model.transformer import init_params, loss_and_grads
+    from sparktrain.model.config import build_model
     cfg = SCALES["tiny"]
-    params = init_params(cfg, 0)
+    params = build_model(cfg).init_params(0)
     before = {n: p.copy() for n, p in params.items()}
-    _, grads = loss_and_grads(params, cfg, bench.synthetic_batch(2, cfg.seq_len))
+    _, grads = build_model(cfg).loss_and_grads(params, bench.synthetic_batch(2, cfg.seq_len))
     bench.sgd_step(params, grads, 0.1)
     assert all(not np.array_equal(before[n], params[n]) for n in params)

@@ -6,6 +6,8 @@ import pytest
 from sparktrain.model import layers
 
 from .gradcheck import TOL, check_tensors
+from .reference import (attention_naive, embedding_backward_naive, from_planes, rope_naive,
+                        swiglu_naive, to_planes)
 
 
 def _rng(seed=0):
@@ -54,7 +56,7 @@ def test_embedding_backward_with_repeated_ids():
 
 def test_rope_backward():
     rng = _rng()
-    inputs = {"u": layers.to_planes(rng.standard_normal((2, 5, 3, 6))), "hd": 6}
+    inputs = {"u": to_planes(rng.standard_normal((2, 5, 3, 6))), "hd": 6}
     _check(layers.rope_forward, inputs,
            lambda layers_backward, cache: {"u": layers.rope_backward(layers_backward, cache)})
 
@@ -78,7 +80,7 @@ def test_attention_backward_with_large_scores():
     assert not layers._scores_are_small(inputs["q"] / 2, inputs["k"])
     y, _ = layers.attention_forward(**inputs)
     assert np.isfinite(y).all()
-    np.testing.assert_allclose(y, layers.attention_naive(**inputs), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(y, attention_naive(**inputs), rtol=0, atol=1e-12)
     _check(layers.attention_forward, inputs,
            lambda layers_backward, cache: dict(zip("qkv", layers.attention_backward(
                layers_backward, cache))))
@@ -126,31 +128,18 @@ def test_cross_entropy_backward_with_mask():
     assert loss == pytest.approx(-(logp[np.arange(6), targets] * weights).sum() / 4, rel=1e-13)
 
 
-def rope_naive(u):
-    """docs/training.md's rope, one position and one pair at a time; u (B, T, heads, hd)."""
-    T, hd = u.shape[1], u.shape[-1]
-    out = np.empty_like(u)
-    for p in range(T):
-        for i in range(hd // 2):
-            a = p * 10000.0 ** (-2 * i / hd)
-            x, y = u[:, p, :, i], u[:, p, :, i + hd // 2]
-            out[:, p, :, i] = x * np.cos(a) - y * np.sin(a)
-            out[:, p, :, i + hd // 2] = x * np.sin(a) + y * np.cos(a)
-    return out
-
-
 def test_rope_matches_spec_formula():
     u = _rng().standard_normal((2, 7, 3, 8))                 # (B, T, heads, hd)
-    out, _ = layers.rope_forward(layers.to_planes(u), 8)
-    np.testing.assert_allclose(layers.from_planes(out, 8), rope_naive(u), rtol=0, atol=1e-12)
+    out, _ = layers.rope_forward(to_planes(u), 8)
+    np.testing.assert_allclose(from_planes(out, 8), rope_naive(u), rtol=0, atol=1e-12)
 
 
 def test_planes_round_trip():
     u = _rng(2).standard_normal((2, 5, 3, 6))
-    p = layers.to_planes(u)
+    p = to_planes(u)
     assert p.shape == (2, 2, 5, 9)
     np.testing.assert_array_equal(p[0].reshape(2, 5, 3, 3), u[..., :3])
-    np.testing.assert_array_equal(layers.from_planes(p, 6), u)
+    np.testing.assert_array_equal(from_planes(p, 6), u)
 
 
 @pytest.mark.parametrize("shape", [(2, 4, 5, 3, 2), (1, 4, 6, 4, 4), (2, 6, 4, 2, 3)])
@@ -161,7 +150,7 @@ def test_attention_matches_naive_reference(shape):
     k = rng.standard_normal((B, KV, T, hd))
     v = rng.standard_normal((B, KV, T, hd))
     fast, _ = layers.attention_forward(q, k, v)
-    np.testing.assert_allclose(fast, layers.attention_naive(q, k, v), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(fast, attention_naive(q, k, v), rtol=0, atol=1e-12)
 
 
 def test_attention_is_causal():
@@ -185,9 +174,34 @@ def test_float32_stays_float32():
     assert all(g.dtype == np.float32 for g in layers.rmsnorm_backward(out, cache))
     q = rng.standard_normal((2, 4, 4, 2)).astype(np.float32)
     kv = rng.standard_normal((2, 2, 4, 2)).astype(np.float32)
-    rp, c = layers.rope_forward(layers.to_planes(q), 2)
+    rp, c = layers.rope_forward(to_planes(q), 2)
     assert layers.rope_backward(rp, c).dtype == np.float32
-    rq = layers.from_planes(rp, 2).transpose(0, 2, 1, 3)
+    rq = from_planes(rp, 2).transpose(0, 2, 1, 3)
     y, c = layers.attention_forward(rq, kv, kv)
     assert rq.dtype == y.dtype == np.float32
     assert all(g.dtype == np.float32 for g in layers.attention_backward(y, c))
+
+
+def test_embedding_backward_matches_scatter_add():
+    rng = _rng(6)
+    ids = rng.integers(0, 9, (3, 7))
+    dout = rng.standard_normal((3, 7, 5)).astype(np.float32)
+    _, cache = layers.embedding_forward(ids, np.zeros((9, 5), np.float32))
+    fast = layers.embedding_backward(dout, cache)
+    assert fast.dtype == np.float32
+    np.testing.assert_allclose(fast, embedding_backward_naive(dout, ids, 9), rtol=1e-6, atol=1e-6)
+
+
+def test_swiglu_matches_separate_matmuls():
+    rng = _rng(7)
+    h, wg, wu, wd = (rng.standard_normal(s) for s in ((6, 4), (16, 4), (16, 4), (4, 16)))
+    out, _ = layers.swiglu_forward(h, wg, wu, wd)
+    np.testing.assert_allclose(out, swiglu_naive(h, wg, wu, wd), rtol=1e-12, atol=1e-12)
+
+
+def test_caches_are_named():
+    rng = _rng()
+    _, c = layers.attention_forward(*(rng.standard_normal((1, 2, 3, 2)) for _ in range(3)))
+    assert c._fields == ("qs", "k", "v", "e", "r", "y")
+    _, c = layers.rmsnorm_forward(rng.standard_normal((2, 4)), np.ones(4))
+    assert c.rstd.shape == (2, 1)

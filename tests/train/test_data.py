@@ -5,8 +5,9 @@ import numpy as np
 import pytest
 
 from sparktrain.errors import SparkError
-from sparktrain.train.data import (BOS, EOS, PAD, SEP, Pair, encode_pair, iter_batches,
-                                   load_dataset, load_pairs, pool_batch, token_batch)
+from sparktrain.model.batch import PAD, PoolBatch, TokenBatch
+from sparktrain.train.data import (BOS, EOS, SEP, Pair, encode_pair, iter_batches, load_dataset,
+                                   load_pairs)
 
 
 def write(tmp_path, text, name="d.jsonl"):
@@ -74,7 +75,7 @@ def test_truncation_keeps_last_tokens_and_original_mask():
 def test_token_batch_padding_layout():
     a = encode_pair(Pair("a", "b", 1), 16)       # 5 tokens -> 4 positions
     b = encode_pair(Pair("abc", "de", 2), 16)    # 8 tokens -> 7 positions
-    batch = token_batch([a, b])
+    batch = TokenBatch.from_rows([a, b])
     assert batch.inputs.shape == batch.targets.shape == batch.mask.shape == (2, 7)
     assert batch.inputs[0].tolist() == [BOS, ord("a"), SEP, ord("b"), PAD, PAD, PAD]
     assert batch.targets[0].tolist() == [ord("a"), SEP, ord("b"), EOS, PAD, PAD, PAD]
@@ -83,17 +84,20 @@ def test_token_batch_padding_layout():
     assert batch.targets[1].tolist() == [ord("a"), ord("b"), ord("c"), SEP, ord("d"), ord("e"), EOS]
     assert batch.mask[1].tolist() == [0, 0, 0, 0, 1, 1, 1]
     assert batch.n_counted == 5
+    assert batch.n_tokens == 4 + 7 and batch.width == 7  # row 0 ends at its EOS target
+    assert PAD == EOS  # padding is a byte that text never holds
 
 
 def test_pool_batch_layout():
     a = encode_pair(Pair("a", "b", 1), 16)
     b = encode_pair(Pair("abc", "de", 2), 16)
-    pb = pool_batch([a, b])
+    pb = PoolBatch.from_rows([a, b])
     assert pb.context.tolist() == [[BOS, ord("a"), SEP, PAD, PAD],
                                    [BOS, ord("a"), ord("b"), ord("c"), SEP]]
     assert pb.context_mask.tolist() == [[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]]
     assert pb.target.tolist() == [ord("b"), ord("d")]
     assert pb.n_counted == 2
+    assert pb.n_tokens == 3 + 5 and pb.width == 5
 
 
 def test_load_dataset_counts_and_iter_batches(tmp_path):
@@ -106,13 +110,13 @@ def test_load_dataset_counts_and_iter_batches(tmp_path):
     assert ds.n_truncated == 3  # prompt of i bytes -> i + 4 tokens, > 6 for i >= 3
     import hashlib
     assert ds.sha256 == hashlib.sha256(p.read_bytes()).hexdigest()
-    batches = list(iter_batches(ds, 2, pool=False))
+    batches = list(iter_batches(ds.encoded, 2, TokenBatch.from_rows))
     assert [b.inputs.shape[0] for b in batches] == [2, 2, 1]
     assert sum(b.n_counted for b in batches) == ds.n_counted
-    pools = list(iter_batches(ds, 3, pool=True))
+    pools = list(iter_batches(ds.encoded, 3, PoolBatch.from_rows))
     assert [p.target.shape[0] for p in pools] == [3, 2]
     with pytest.raises(SparkError, match="batch_size"):
-        list(iter_batches(ds, 0, pool=False))
+        list(iter_batches(ds.encoded, 0, TokenBatch.from_rows))
 
 
 @pytest.mark.parametrize("line, needle", [

@@ -53,11 +53,11 @@ def test_default_tiny_job_learns(project, monkeypatch):
 
 
 def test_every_tensor_changes_and_frozen_embed_stays(project, monkeypatch):
-    from sparktrain.model.transformer import init_params
+    from sparktrain.model.config import build_model
 
     job, res = _train(project, monkeypatch, StepConfig(train_embed=False, outer=1, inner=2))
     salt = bytes.fromhex(job.sparkbc_sha256)
-    init = init_params(TINY, 0, salt)
+    init = build_model(TINY).init_params(0, salt)
     trained, _ = load_weights(project / job.out / "weights.safetensors")
     for name in init:
         same = np.array_equal(init[name], trained[name])

@@ -40,10 +40,10 @@ def test_bad_dataset_is_one_line_exit_2_nothing_written(project, rows, needle):
 
 def _base(project, mutate):
     from sparktrain.model.config import SCALES
-    from sparktrain.model.transformer import init_params
+    from sparktrain.model.config import build_model
     from sparktrain.model.weights import save_weights
 
-    params = init_params(SCALES["tiny"], 0)
+    params = build_model(SCALES["tiny"]).init_params(0)
     meta = {"arch": SCALES["tiny"].to_dict(), "step_n": 1}
     mutate(params, meta)
     path = project / "out/base/weights.safetensors"

@@ -1,0 +1,133 @@
+"""The model interface: what training, eval and generation ask of a model kind.
+
+Two kinds implement it: transformer.Transformer (the attention model) and
+meanpool.MeanPool (the fallback); config.build_model picks one from the
+config, once. Everything a kind does not define here is derived from its one
+shape table, `param_shapes`: the size, the FLOPs and the initial weights.
+
+The params dict is keyed by the safetensors names in param_shapes order; the
+grads dict and the optimizer state use the same keys, shapes and dtype.
+
+Init (deterministic from seed and salt, salt = the program's sha256):
+  rng = PCG64(SeedSequence([seed, w0, w1, w2, w3])), w = the first four
+  little-endian uint32 words of sha256(salt). Tensors are drawn in
+  param_shapes order, in float64, then cast to the working dtype:
+  - norm weights: 1 (nothing drawn);
+  - every matrix: normal(0, 0.02) as in GPT-2 / nanoGPT, except the two
+    projections that write into the residual stream (`o`, `mlp_down`), whose
+    std is 0.02 / sqrt(2 * n_layer) so the residual's variance does not grow
+    with depth (nanoGPT's `c_proj` scaling).
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+from typing import TYPE_CHECKING, Sequence
+
+import numpy as np
+
+from sparktrain.errors import SparkError
+
+if TYPE_CHECKING:  # config.py builds the kinds, so it imports this module, not the reverse
+    from sparktrain.model.config import ModelConfig
+
+INIT_STD = 0.02
+RESIDUAL_OUT = ("o.weight", "mlp_down.weight")
+
+
+def init_rng(seed: int, salt: bytes = b"") -> np.random.Generator:
+    if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) or seed < 0:
+        raise SparkError(f"seed must be a non-negative integer, got {seed!r}")
+    words = np.frombuffer(hashlib.sha256(salt).digest()[:16], dtype="<u4")
+    return np.random.Generator(np.random.PCG64(
+        np.random.SeedSequence([int(seed), *(int(w) for w in words)])))
+
+
+class Model:
+    """One model kind over one architecture.
+
+    A kind sets `name` (eval.json's mode), `batch_type` (what `make_batch`
+    builds), `max_new_tokens` (the most tokens it can generate, None for no
+    limit) and implements the methods that raise NotImplementedError below.
+    """
+    name: str
+    batch_type: type
+    max_new_tokens: int | None = None
+
+    def __init__(self, cfg: ModelConfig):
+        self.cfg = cfg
+
+    # ------------------------------------------------------- the shape table
+
+    def param_shapes(self) -> dict[str, tuple[int, ...]]:
+        """Every tensor's safetensors name and shape, in a fixed order (TRAINING.md "Tensors")."""
+        raise NotImplementedError
+
+    @property
+    def n_params(self) -> int:
+        """Number of trainable scalars (all tensors in the weights file)."""
+        return sum(math.prod(shape) for shape in self.param_shapes().values())
+
+    def flops_per_token(self, seq_len: int | None = None) -> int:
+        """Training FLOPs per token: 6 x params (forward 2, backward 4: nanoGPT's
+        estimate_mfu) plus what the kind spends mixing positions, with T the
+        sequence length actually processed."""
+        t = self.cfg.seq_len if seq_len is None else seq_len
+        return 6 * self.n_params + self.mixing_flops_per_token(t)
+
+    def mixing_flops_per_token(self, seq_len: int) -> int:
+        """FLOPs per token that no weight accounts for (attention's QK^T and att@V)."""
+        return 0
+
+    def init_params(self, seed: int, salt: bytes = b"",
+                    dtype=np.float32) -> dict[str, np.ndarray]:
+        """Fresh weights, keys and order of param_shapes(); see the module docstring."""
+        rng = init_rng(seed, salt)
+        resid_std = INIT_STD / np.sqrt(2 * self.cfg.n_layer)
+        params = {}
+        for name, shape in self.param_shapes().items():
+            if len(shape) == 1:
+                params[name] = np.ones(shape, dtype=dtype)
+                continue
+            std = resid_std if name.endswith(RESIDUAL_OUT) else INIT_STD
+            params[name] = (rng.standard_normal(shape) * std).astype(dtype)
+        return params
+
+    # ------------------------------------------------------- batches, maths
+
+    def make_batch(self, rows: Sequence):
+        """Padded arrays of tokenised rows (train.data.Encoded), in this kind's layout."""
+        return self.batch_type.from_rows(rows)
+
+    def check_batch(self, batch) -> None:
+        if not isinstance(batch, self.batch_type):
+            raise TypeError(f"the {self.name} model needs a {self.batch_type.__name__}, "
+                            f"got {type(batch).__name__}")
+
+    def loss_and_grads(self, params, batch) -> tuple[float, dict[str, np.ndarray]]:
+        """Mean CE over the batch's counted targets and its gradient for every tensor
+        (keys and order of params). A batch with no counted target: loss 0, zero grads."""
+        raise NotImplementedError
+
+    def batch_loss(self, params, batch) -> tuple[float, int]:
+        """Forward only: (sum of CE over counted targets, accumulated in float64; count)."""
+        raise NotImplementedError
+
+    def scored_logits(self, params, batch) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Forward only: (logits (B, T, V), targets (B, T), mask (B, T)) at every
+        position the loss can score, mask 1.0 where it does (T = 1 for one target a row)."""
+        raise NotImplementedError
+
+    def next_logits(self, params, windows: np.ndarray, lens: np.ndarray) -> np.ndarray:
+        """Logits of the token after each window: windows (A, T) right-padded,
+        lens (A,) their real lengths -> (A, V)."""
+        raise NotImplementedError
+
+
+def mean_denom(weights) -> float:
+    """The mean's denominator: the counted weight, at least 1 (an empty batch has loss 0)."""
+    return max(float(weights.sum(dtype=np.float64)), 1.0)
+
+
+def sum_denom(weights) -> float:
+    return 1.0

@@ -1,0 +1,88 @@
+"""The mean-pool fallback (TRAINING.md "Mean-pool fallback"): embed the prompt
+context, average it over its real tokens, project with lm_head. It predicts one
+byte per pair, the first of the completion, and has two tensors."""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from sparktrain.model import layers
+from sparktrain.model.base import Model, mean_denom, sum_denom
+from sparktrain.model.batch import PoolBatch
+
+
+class PoolCache(NamedTuple):
+    embed: layers.EmbeddingCache
+    pool: np.ndarray                 # (B, T) mean_pool's weights
+    lm_head: layers.LinearCache
+
+
+class PoolLossCache(NamedTuple):
+    forward: PoolCache
+    ce: layers.CrossEntropyCache
+
+
+class MeanPool(Model):
+    name = "pool"
+    batch_type = PoolBatch
+    max_new_tokens = 1    # it only ever predicts the first completion byte
+
+    def param_shapes(self) -> dict[str, tuple[int, ...]]:
+        d, v = self.cfg.dim, self.cfg.vocab
+        return {"spark.embed.weight": (v, d), "spark.lm_head.weight": (v, d)}
+
+    def _forward(self, params, context, context_mask):
+        """context (B, T) int, context_mask (B, T) -> logits (B, V), PoolCache."""
+        dtype = params["spark.embed.weight"].dtype
+        mask = np.asarray(context_mask, dtype=dtype)                   # (B, T)
+        e, c_emb = layers.embedding_forward(np.asarray(context), params["spark.embed.weight"])
+        h, c_pool = layers.mean_pool_forward(e, mask)                  # (B, C)
+        logits, c_head = layers.linear_forward(h, params["spark.lm_head.weight"])  # (B, V)
+        return logits, PoolCache(c_emb, c_pool, c_head)
+
+    def _backward(self, dlogits, cache: PoolCache) -> dict[str, np.ndarray]:
+        grads: dict[str, np.ndarray] = {}
+        # logits = h @ lm_head.T
+        dh, grads["spark.lm_head.weight"] = layers.linear_backward(dlogits, cache.lm_head)
+        # h = mean_pool(e, mask)
+        de = layers.mean_pool_backward(dh, cache.pool)                 # (B, T, C)
+        # e = embed[context]
+        grads["spark.embed.weight"] = layers.embedding_backward(de, cache.embed)
+        return grads
+
+    def _loss_forward(self, params, batch: PoolBatch, denom_of):
+        dtype = params["spark.embed.weight"].dtype
+        logits, c_fwd = self._forward(params, batch.context, batch.context_mask)  # (B, V)
+        weights = np.ones(logits.shape[0], dtype=dtype)                # (B,) one target per pair
+        loss, c_ce = layers.cross_entropy_forward(
+            logits, np.asarray(batch.target).reshape(-1), weights, denom_of(weights))
+        return loss, PoolLossCache(c_fwd, c_ce)
+
+    def loss_and_grads(self, params, batch):
+        self.check_batch(batch)
+        loss, cache = self._loss_forward(params, batch, mean_denom)
+        # loss = cross_entropy(logits, target)
+        dlogits = layers.cross_entropy_backward(cache.ce)              # (B, V)
+        grads = self._backward(dlogits, cache.forward)
+        return loss, {name: grads[name] for name in params}
+
+    def batch_loss(self, params, batch):
+        self.check_batch(batch)
+        loss, _ = self._loss_forward(params, batch, sum_denom)
+        return loss, batch.n_counted
+
+    def pool_logits(self, params, context, context_mask) -> np.ndarray:
+        """context (B, T) int, context_mask (B, T) -> logits (B, 256)."""
+        logits, _ = self._forward(params, context, context_mask)
+        return logits
+
+    def scored_logits(self, params, batch):
+        self.check_batch(batch)
+        logits = self.pool_logits(params, batch.context, batch.context_mask)  # (B, V)
+        target = np.asarray(batch.target)                              # (B,)
+        return logits[:, None], target[:, None], np.ones((len(target), 1))  # T = 1
+
+    def next_logits(self, params, windows, lens):
+        live = (np.arange(windows.shape[1]) < lens[:, None]).astype(np.float32)  # (A, T)
+        return self.pool_logits(params, windows, live)                 # (A, V)
