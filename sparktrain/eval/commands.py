@@ -142,7 +142,7 @@ def _cap_max_new(value: int) -> int:
 def cmd_generate(args) -> int:
     from sparktrain.errors import SparkError, printable
     from sparktrain.eval.generate import generate, prompt_context
-    from sparktrain.model.config import build_model
+    from sparktrain.model.build import build_model
     from sparktrain.model.weights import load_model
 
     _positive(args.max_new, "--max-new")

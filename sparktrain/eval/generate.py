@@ -15,7 +15,8 @@ import numpy as np
 
 from sparktrain.errors import SparkError
 from sparktrain.model.batch import PAD
-from sparktrain.model.config import ModelConfig, build_model
+from sparktrain.model.build import build_model
+from sparktrain.model.config import ModelConfig
 from sparktrain.train.data import EOS, prompt_tokens
 
 GEN_BATCH = 64

@@ -17,7 +17,8 @@ from sparktrain.errors import SparkError
 from sparktrain.eval.generate import MAX_NEW, decode, generate_tokens
 from sparktrain.eval.tasks import COPY_PREFIX, family_of
 from sparktrain.model.base import Model
-from sparktrain.model.config import ModelConfig, build_model
+from sparktrain.model.build import build_model
+from sparktrain.model.config import ModelConfig
 from sparktrain.train.data import EOS, Encoded, Pair, encode_pair
 
 SIG_DIGITS = 8

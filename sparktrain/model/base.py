@@ -1,9 +1,9 @@
 """The model interface: what training, eval and generation ask of a model kind.
 
 Two kinds implement it: transformer.Transformer (the attention model) and
-meanpool.MeanPool (the fallback); config.build_model picks one from the
-config, once. Everything a kind does not define here is derived from its one
-shape table, `param_shapes`: the size, the FLOPs and the initial weights.
+meanpool.MeanPool (the fallback); build.build_model makes the one a config
+names. Each extends its architecture (config.py: rules, shape table, size,
+FLOPs) with the maths; the initial weights come from the shape table too.
 
 The params dict is keyed by the safetensors names in param_shapes order; the
 grads dict and the optimizer state use the same keys, shapes and dtype.
@@ -21,15 +21,12 @@ Init (deterministic from seed and salt, salt = the program's sha256):
 from __future__ import annotations
 
 import hashlib
-import math
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
 import numpy as np
 
 from sparktrain.errors import SparkError
-
-if TYPE_CHECKING:  # config.py builds the kinds, so it imports this module, not the reverse
-    from sparktrain.model.config import ModelConfig
+from sparktrain.model.config import Arch
 
 INIT_STD = 0.02
 RESIDUAL_OUT = ("o.weight", "mlp_down.weight")
@@ -43,41 +40,16 @@ def init_rng(seed: int, salt: bytes = b"") -> np.random.Generator:
         np.random.SeedSequence([int(seed), *(int(w) for w in words)])))
 
 
-class Model:
-    """One model kind over one architecture.
+class Model(Arch):
+    """One model kind over one config: its architecture (name, param_shapes,
+    n_params, flops_per_token) and the maths below.
 
-    A kind sets `name` (eval.json's mode), `batch_type` (what `make_batch`
-    builds), `max_new_tokens` (the most tokens it can generate, None for no
-    limit) and implements the methods that raise NotImplementedError below.
+    A kind also sets `batch_type` (what `make_batch` builds) and
+    `max_new_tokens` (the most tokens it can generate, None for no limit), and
+    implements the methods that raise NotImplementedError.
     """
-    name: str
     batch_type: type
     max_new_tokens: int | None = None
-
-    def __init__(self, cfg: ModelConfig):
-        self.cfg = cfg
-
-    # ------------------------------------------------------- the shape table
-
-    def param_shapes(self) -> dict[str, tuple[int, ...]]:
-        """Every tensor's safetensors name and shape, in a fixed order (TRAINING.md "Tensors")."""
-        raise NotImplementedError
-
-    @property
-    def n_params(self) -> int:
-        """Number of trainable scalars (all tensors in the weights file)."""
-        return sum(math.prod(shape) for shape in self.param_shapes().values())
-
-    def flops_per_token(self, seq_len: int | None = None) -> int:
-        """Training FLOPs per token: 6 x params (forward 2, backward 4: nanoGPT's
-        estimate_mfu) plus what the kind spends mixing positions, with T the
-        sequence length actually processed."""
-        t = self.cfg.seq_len if seq_len is None else seq_len
-        return 6 * self.n_params + self.mixing_flops_per_token(t)
-
-    def mixing_flops_per_token(self, seq_len: int) -> int:
-        """FLOPs per token that no weight accounts for (attention's QK^T and att@V)."""
-        return 0
 
     def init_params(self, seed: int, salt: bytes = b"",
                     dtype=np.float32) -> dict[str, np.ndarray]:

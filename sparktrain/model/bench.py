@@ -15,7 +15,8 @@ import numpy as np
 
 from sparktrain import BLAS_THREADS
 from sparktrain.model.batch import TokenBatch
-from sparktrain.model.config import SCALES, build_model
+from sparktrain.model.build import build_model
+from sparktrain.model.config import SCALES
 
 DEFAULT_BATCH = {"tiny": 8, "large": 16}
 BENCH_SEED = 1234

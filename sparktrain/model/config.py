@@ -1,16 +1,18 @@
-"""Model architecture: one typed config, the scale table, and the model it builds.
+"""Model architecture: one typed config, the scale table, and the two model
+kinds as the config sees them: their rules and their one shape table.
 
-`build_model` is the one place that turns the config's `train_attn` into a
-model kind; size, FLOPs and tensor names all come from that kind's shape table.
+`ModelConfig.kind` is the one place the config's `train_attn` picks a kind.
+Sizes, FLOPs and tensor names all come from that kind's `param_shapes`. The
+maths of each kind extend these classes (transformer.Transformer,
+meanpool.MeanPool; build.build_model makes one). This module needs nothing but
+the config, so checking params never loads the model code.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, fields
 
 from sparktrain.errors import SparkError
-from sparktrain.model.base import Model
-from sparktrain.model.meanpool import MeanPool
-from sparktrain.model.transformer import Transformer
 
 VOCAB = 256
 MAX_PARAMS = 200_000_000
@@ -35,6 +37,11 @@ class ModelConfig:
     def kv_dim(self) -> int:
         return self.n_kv_head * self.head_dim
 
+    @property
+    def kind(self) -> type[Arch]:
+        """The model kind this config describes."""
+        return AttentionArch if self.train_attn else MeanPoolArch
+
     def validate(self) -> "ModelConfig":
         """Raise SparkError (one line) for an architecture we cannot build."""
         for f in ("dim", "n_layer", "n_head", "n_kv_head", "seq_len"):
@@ -45,7 +52,7 @@ class ModelConfig:
             raise SparkError(f"vocab must be {VOCAB} (byte-level tokens), got {self.vocab}")
         if self.seq_len > MAX_SEQ_LEN:
             raise SparkError(f"seq_len {self.seq_len} is above the limit of {MAX_SEQ_LEN}")
-        size = build_model(self).n_params  # the kind checks its own architecture
+        size = self.kind(self).n_params  # the kind checks its own rules first
         if size > MAX_PARAMS:
             raise SparkError(
                 f"model would have {size:,} parameters, above the limit of {MAX_PARAMS:,}")
@@ -69,22 +76,101 @@ SCALES: dict[str, ModelConfig] = {
 }
 
 
-def build_model(cfg: ModelConfig) -> Model:
-    """The model kind of this config: the attention decoder, or the mean-pool fallback."""
-    return Transformer(cfg) if cfg.train_attn else MeanPool(cfg)
+# ------------------------------------------------------------- model kinds
+
+class Arch:
+    """A model kind over one config: its rules (checked on construction) and its
+    shape table, from which its size and FLOPs are computed."""
+    name: str  # eval.json's mode
+
+    def __init__(self, cfg: ModelConfig):
+        self.cfg = cfg
+        self.check()
+
+    def check(self) -> None:
+        """Raise SparkError for a config this kind cannot build."""
+
+    def param_shapes(self) -> dict[str, tuple[int, ...]]:
+        """The tensor table of TRAINING.md, in a fixed order: the names are the keys
+        of the params dict, the grads dict, the optimizer state and the file."""
+        raise NotImplementedError
+
+    @property
+    def n_params(self) -> int:
+        """Number of trainable scalars (all tensors in the weights file)."""
+        return sum(math.prod(shape) for shape in self.param_shapes().values())
+
+    def flops_per_token(self, seq_len: int | None = None) -> int:
+        """Training FLOPs per token: 6 x params (forward 2, backward 4: nanoGPT's
+        estimate_mfu) plus what the kind spends mixing positions, with T the
+        sequence length actually processed (default seq_len)."""
+        t = self.cfg.seq_len if seq_len is None else seq_len
+        return 6 * self.n_params + self.mixing_flops_per_token(t)
+
+    def mixing_flops_per_token(self, seq_len: int) -> int:
+        """FLOPs per token that no weight accounts for."""
+        return 0
+
+
+LAYER_TENSORS = ("attn_norm", "q", "k", "v", "o", "mlp_norm", "mlp_gate", "mlp_up", "mlp_down")
+
+
+def layer_names(L: int) -> dict[str, str]:
+    """Short name -> safetensors name of layer L's tensors."""
+    return {k: f"spark.layers.{L}.{k}.weight" for k in LAYER_TENSORS}
+
+
+class AttentionArch(Arch):
+    """Pre-norm decoder: embed -> n_layer x (GQA attention with RoPE, SwiGLU MLP)
+    -> final norm -> lm_head."""
+    name = "attn"
+
+    def check(self) -> None:
+        cfg = self.cfg
+        if cfg.dim % cfg.n_head:
+            raise SparkError(f"dim {cfg.dim} is not divisible by n_head {cfg.n_head}")
+        if cfg.n_head % cfg.n_kv_head:
+            raise SparkError(f"n_head {cfg.n_head} is not a multiple of n_kv_head {cfg.n_kv_head}")
+        if cfg.head_dim % 2:
+            raise SparkError(
+                f"head dim {cfg.head_dim} (dim/n_head) is odd; RoPE needs an even head dim")
+
+    def param_shapes(self) -> dict[str, tuple[int, ...]]:
+        cfg = self.cfg
+        d, v, kv = cfg.dim, cfg.vocab, cfg.kv_dim
+        layer = {"attn_norm": (d,), "q": (d, d), "k": (kv, d), "v": (kv, d), "o": (d, d),
+                 "mlp_norm": (d,), "mlp_gate": (4 * d, d), "mlp_up": (4 * d, d),
+                 "mlp_down": (d, 4 * d)}
+        shapes: dict[str, tuple[int, ...]] = {"spark.embed.weight": (v, d)}
+        for L in range(cfg.n_layer):
+            for key, name in layer_names(L).items():
+                shapes[name] = layer[key]
+        shapes["spark.final_norm.weight"] = (d,)
+        shapes["spark.lm_head.weight"] = (v, d)
+        return shapes
+
+    def mixing_flops_per_token(self, seq_len: int) -> int:
+        """QK^T and att@V: 2 matmuls x 2 FLOPs x 3 (forward + backward) x dim x T a layer."""
+        return 12 * self.cfg.n_layer * self.cfg.dim * seq_len
+
+
+class MeanPoolArch(Arch):
+    """Mean of the prompt's embeddings -> lm_head: one predicted byte per pair."""
+    name = "pool"
+
+    def param_shapes(self) -> dict[str, tuple[int, ...]]:
+        d, v = self.cfg.dim, self.cfg.vocab
+        return {"spark.embed.weight": (v, d), "spark.lm_head.weight": (v, d)}
 
 
 def param_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
-    """The tensor table of docs/training.md, in a fixed order: the names are the keys
-    of the params dict, the grads dict, the optimizer state and the file."""
-    return build_model(cfg).param_shapes()
+    return cfg.kind(cfg).param_shapes()
 
 
 def n_params(cfg: ModelConfig) -> int:
-    """Number of trainable scalars: the sum over param_shapes."""
-    return build_model(cfg).n_params
+    """The sum over param_shapes."""
+    return cfg.kind(cfg).n_params
 
 
 def flops_per_token(cfg: ModelConfig, seq_len: int | None = None) -> int:
-    """Training FLOPs per token at sequence length seq_len (default cfg.seq_len)."""
-    return build_model(cfg).flops_per_token(seq_len)
+    return cfg.kind(cfg).flops_per_token(seq_len)

@@ -10,6 +10,7 @@ import numpy as np
 from sparktrain.model import layers
 from sparktrain.model.base import Model, mean_denom, sum_denom
 from sparktrain.model.batch import PoolBatch
+from sparktrain.model.config import MeanPoolArch
 
 
 class PoolCache(NamedTuple):
@@ -23,14 +24,9 @@ class PoolLossCache(NamedTuple):
     ce: layers.CrossEntropyCache
 
 
-class MeanPool(Model):
-    name = "pool"
+class MeanPool(MeanPoolArch, Model):
     batch_type = PoolBatch
     max_new_tokens = 1    # it only ever predicts the first completion byte
-
-    def param_shapes(self) -> dict[str, tuple[int, ...]]:
-        d, v = self.cfg.dim, self.cfg.vocab
-        return {"spark.embed.weight": (v, d), "spark.lm_head.weight": (v, d)}
 
     def _forward(self, params, context, context_mask):
         """context (B, T) int, context_mask (B, T) -> logits (B, V), PoolCache."""

@@ -11,12 +11,10 @@ from typing import NamedTuple
 
 import numpy as np
 
-from sparktrain.errors import SparkError
 from sparktrain.model import layers
 from sparktrain.model.base import Model, mean_denom, sum_denom
 from sparktrain.model.batch import TokenBatch
-
-LAYER_TENSORS = ("attn_norm", "q", "k", "v", "o", "mlp_norm", "mlp_gate", "mlp_up", "mlp_down")
+from sparktrain.model.config import AttentionArch, layer_names
 
 
 class BlockCache(NamedTuple):
@@ -45,10 +43,6 @@ class LossCache(NamedTuple):
     ce: layers.CrossEntropyCache
 
 
-def _layer_names(L: int) -> dict[str, str]:
-    return {k: f"spark.layers.{L}.{k}.weight" for k in LAYER_TENSORS}
-
-
 def _qk_planes(w_q, w_k, half):
     """Stacked q and k weights, rows regrouped as rope's two planes: (2, X, C).
 
@@ -62,39 +56,9 @@ def _qk_planes(w_q, w_k, half):
         w_qk.reshape(heads, 2, half, C).transpose(1, 0, 2, 3)).reshape(2, heads * half, C)
 
 
-class Transformer(Model):
-    """Pre-norm decoder: embed -> n_layer x (GQA attention with RoPE, SwiGLU MLP)
-    -> final norm -> lm_head, trained on every counted next byte."""
-    name = "attn"
+class Transformer(AttentionArch, Model):
+    """The attention decoder's maths, trained on every counted next byte."""
     batch_type = TokenBatch
-
-    def __init__(self, cfg):
-        super().__init__(cfg)
-        if cfg.dim % cfg.n_head:
-            raise SparkError(f"dim {cfg.dim} is not divisible by n_head {cfg.n_head}")
-        if cfg.n_head % cfg.n_kv_head:
-            raise SparkError(f"n_head {cfg.n_head} is not a multiple of n_kv_head {cfg.n_kv_head}")
-        if cfg.head_dim % 2:
-            raise SparkError(
-                f"head dim {cfg.head_dim} (dim/n_head) is odd; RoPE needs an even head dim")
-
-    def param_shapes(self) -> dict[str, tuple[int, ...]]:
-        cfg = self.cfg
-        d, v, kv = cfg.dim, cfg.vocab, cfg.kv_dim
-        layer = {"attn_norm": (d,), "q": (d, d), "k": (kv, d), "v": (kv, d), "o": (d, d),
-                 "mlp_norm": (d,), "mlp_gate": (4 * d, d), "mlp_up": (4 * d, d),
-                 "mlp_down": (d, 4 * d)}
-        shapes: dict[str, tuple[int, ...]] = {"spark.embed.weight": (v, d)}
-        for L in range(cfg.n_layer):
-            for key, name in _layer_names(L).items():
-                shapes[name] = layer[key]
-        shapes["spark.final_norm.weight"] = (d,)
-        shapes["spark.lm_head.weight"] = (v, d)
-        return shapes
-
-    def mixing_flops_per_token(self, seq_len: int) -> int:
-        """QK^T and att@V: 2 matmuls x 2 FLOPs x 3 (forward + backward) x dim x T a layer."""
-        return 12 * self.cfg.n_layer * self.cfg.dim * seq_len
 
     # --------------------------------------------------------------- block
 
@@ -104,7 +68,7 @@ class Transformer(Model):
         q and k come out of one batched matmul as rope's two planes (_qk_planes);
         after rope they are regrouped per head, (B, heads, T, hd), for attention.
         """
-        w = {k: params[n] for k, n in _layer_names(L).items()}
+        w = {k: params[n] for k, n in layer_names(L).items()}
         B, T, C = x.shape
         H, KV, hd = self.cfg.n_head, self.cfg.n_kv_head, self.cfg.head_dim
         half, N = hd // 2, B * T
@@ -129,7 +93,7 @@ class Transformer(Model):
 
     def _block_backward(self, dx, cache: BlockCache, L, grads):
         """Reverse of _block_forward; writes this layer's grads, returns dx (B, T, C)."""
-        names = _layer_names(L)
+        names = layer_names(L)
         B, T, C = dx.shape
         H, KV, hd = self.cfg.n_head, self.cfg.n_kv_head, self.cfg.head_dim
         half, N = hd // 2, B * T

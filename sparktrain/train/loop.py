@@ -20,7 +20,8 @@ from sparktrain.errors import SparkError, TrainingFailed
 from sparktrain.fsutil import canonical_json, sha256_bytes
 from sparktrain.model.base import Model
 from sparktrain.model.bench import matmul_peak as measure_matmul_peak
-from sparktrain.model.config import ModelConfig, build_model
+from sparktrain.model.build import build_model
+from sparktrain.model.config import ModelConfig
 from sparktrain.model.weights import check_params, config_from_meta, load_weights, weights_bytes
 from sparktrain.train import outputs
 from sparktrain.train.config import StepConfig
@@ -79,8 +80,7 @@ def initial_params(job: Job, model: Model, seed: int, salt: bytes):
         return model.init_params(seed, salt, dtype=np.float32), 0
     params, meta = load_weights(job.base)
     base_cfg = config_from_meta(meta, job.base)
-    base_model = build_model(base_cfg)
-    if base_model.name != model.name:
+    if base_cfg.kind is not model.cfg.kind:
         raise SparkError(f"base {job.base} was trained with train_attn={base_cfg.train_attn}, "
                          f"this run has train_attn={model.cfg.train_attn}")
     check_params(params, model.cfg, job.base)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from sparktrain.cli import main
-from sparktrain.model.config import build_model
+from sparktrain.model.build import build_model
 from sparktrain.model.weights import save_weights
 
 from evalkit import SMALL

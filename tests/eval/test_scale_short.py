@@ -3,8 +3,8 @@ task families, a small budget, and held-out loss must fall."""
 from __future__ import annotations
 
 from sparktrain.eval.metrics import evaluate
+from sparktrain.model.build import build_model
 from sparktrain.model.config import SCALES
-from sparktrain.model.config import build_model
 from sparktrain.model.weights import load_weights
 from sparktrain.train.config import StepConfig
 from sparktrain.train.data import load_pairs

@@ -56,8 +56,8 @@ def test_synthetic_batch_is_fixed_and_full():
 
 
 def test_sgd_step_moves_every_tensor():
+    from sparktrain.model.build import build_model
     from sparktrain.model.config import SCALES
-    from sparktrain.model.config import build_model
     cfg = SCALES["tiny"]
     params = build_model(cfg).init_params(0)
     before = {n: p.copy() for n, p in params.items()}

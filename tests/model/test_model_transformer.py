@@ -9,8 +9,9 @@ import pytest
 from sparktrain.errors import SparkError
 from sparktrain.model.base import Model
 from sparktrain.model.batch import PoolBatch, TokenBatch
-from sparktrain.model.config import (SCALES, ModelConfig, build_model, flops_per_token, n_params,
-                                     param_shapes)
+from sparktrain.model.build import build_model
+from sparktrain.model.config import (SCALES, AttentionArch, MeanPoolArch, ModelConfig,
+                                     flops_per_token, n_params, param_shapes)
 from sparktrain.model.meanpool import MeanPool
 from sparktrain.model.transformer import Transformer
 
@@ -206,6 +207,9 @@ def test_build_model_picks_the_kind_once():
     assert isinstance(ATTN, Transformer) and ATTN.name == "attn" and ATTN.cfg is ATTN_CFG
     assert isinstance(POOL, MeanPool) and POOL.name == "pool" and POOL.cfg is POOL_CFG
     assert ATTN.max_new_tokens is None and POOL.max_new_tokens == 1
+    # train_attn is read once, by ModelConfig.kind; the maths extend that architecture
+    assert ATTN_CFG.kind is AttentionArch and POOL_CFG.kind is MeanPoolArch
+    assert isinstance(ATTN, AttentionArch) and isinstance(POOL, MeanPoolArch)
     # every method of the interface is the kind's own, none left to the base
     for name in ("param_shapes", "loss_and_grads", "batch_loss", "scored_logits", "next_logits"):
         for kind in (Transformer, MeanPool):

@@ -53,7 +53,7 @@ def test_default_tiny_job_learns(project, monkeypatch):
 
 
 def test_every_tensor_changes_and_frozen_embed_stays(project, monkeypatch):
-    from sparktrain.model.config import build_model
+    from sparktrain.model.build import build_model
 
     job, res = _train(project, monkeypatch, StepConfig(train_embed=False, outer=1, inner=2))
     salt = bytes.fromhex(job.sparkbc_sha256)
@@ -143,6 +143,11 @@ def test_pool_fallback_trains_only_embed_and_head(project, monkeypatch):
     params, _ = load_weights(project / "out/pool/weights.safetensors")
     assert sorted(params) == ["spark.embed.weight", "spark.lm_head.weight"]
     assert res.checkpoint["loss_after"] < res.checkpoint["loss_before"]
+    assert res.checkpoint["train_attn"] is False and res.checkpoint["n_params"] == 2 * 256 * 32
+    # an attention run cannot continue from the mean-pool weights
+    onto = adhoc_job("data/train/dataset.jsonl", "out/attn", "out/pool/weights.safetensors")
+    with pytest.raises(SparkError, match="trained with train_attn=False"):
+        run_step(onto, StepConfig(), TINY, **QUIET)
 
 
 def test_sampler_whole_dataset_in_file_order_and_seeded_epochs():

@@ -39,8 +39,8 @@ def test_bad_dataset_is_one_line_exit_2_nothing_written(project, rows, needle):
 
 
 def _base(project, mutate):
+    from sparktrain.model.build import build_model
     from sparktrain.model.config import SCALES
-    from sparktrain.model.config import build_model
     from sparktrain.model.weights import save_weights
 
     params = build_model(SCALES["tiny"]).init_params(0)
