@@ -91,7 +91,7 @@ class Arch:
         """Raise SparkError for a config this kind cannot build."""
 
     def param_shapes(self) -> dict[str, tuple[int, ...]]:
-        """The tensor table of TRAINING.md, in a fixed order: the names are the keys
+        """The tensor table of docs/training.md, in a fixed order: the names are the keys
         of the params dict, the grads dict, the optimizer state and the file."""
         raise NotImplementedError
 

@@ -1,4 +1,4 @@
-"""The mean-pool fallback (TRAINING.md "Mean-pool fallback"): embed the prompt
+"""The mean-pool fallback (docs/training.md "Mean-pool fallback"): embed the prompt
 context, average it over its real tokens, project with lm_head. It predicts one
 byte per pair, the first of the completion, and has two tensors."""
 from __future__ import annotations

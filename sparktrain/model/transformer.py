@@ -1,6 +1,6 @@
 """The Spark decoder: forward, loss and hand-written backward in numpy.
 
-Math and tensor names: TRAINING.md "Model", "Tensors". The params dict is
+Math and tensor names: docs/training.md "The model", "Tensors". The params dict is
 keyed by the safetensors names (param_shapes order); the grads dict uses the
 same keys, shapes and dtype. All work happens in the dtype of the params
 (float32 in training, float64 in the gradient tests). Init: base.py.

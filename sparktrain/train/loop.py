@@ -268,7 +268,7 @@ def _weights_meta(run: _Run, log: _Log) -> dict:
 
 
 def _checkpoint(run: _Run, log: _Log, changed: list[str], weights_sha256: str) -> dict:
-    """checkpoint.json: a contract (TRAINING.md), its keys and values fixed."""
+    """checkpoint.json: a contract (docs/outputs.md), its keys and values fixed."""
     job, step, dataset, cfg = run.job, run.step, run.dataset, run.model.cfg
     return {
         "job": job.job, "step_n": run.step_n, "loss_before": log.curve[0]["loss"],
