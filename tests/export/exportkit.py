@@ -6,7 +6,7 @@ import json
 import numpy as np
 
 from sparktrain.model.config import ModelConfig
-from sparktrain.model.transformer import init_params
+from sparktrain.model.build import build_model
 from sparktrain.model.weights import save_weights
 from sparkhelp import ROOT
 
@@ -19,7 +19,7 @@ TEXTS = ["hello world", "  two  spaces\n\ttab", "what is 2+2?", "é, ü, ß, 日
 def write_weights(path, cfg: ModelConfig = SMALL, seed: int = 3, **meta) -> dict:
     """A Spark weights file of cfg's arch; returns its params. Norm weights are
     perturbed so a swapped norm tensor would show."""
-    params = init_params(cfg, seed, b"export-test")
+    params = build_model(cfg).init_params(seed, b"export-test")
     rng = np.random.default_rng(seed)
     for name, a in params.items():
         if a.ndim == 1:

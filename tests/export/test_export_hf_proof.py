@@ -13,7 +13,7 @@ transformers = pytest.importorskip("transformers")
 from sparktrain.eval.generate import generate                     # noqa: E402
 from sparktrain.export import gguf as gguf_export                  # noqa: E402
 from sparktrain.export.hf import export_hf                         # noqa: E402
-from sparktrain.model.transformer import forward_logits            # noqa: E402
+from sparktrain.model.build import build_model                     # noqa: E402
 from sparktrain.model.weights import load_model                    # noqa: E402
 from sparkhelp import ROOT, run_spark                              # noqa: E402
 
@@ -57,7 +57,7 @@ def logits_gap(model, params, cfg, grid, lens):
     with torch.no_grad():
         hf = model(torch.tensor(grid), attention_mask=torch.tensor(mask.astype(np.int64)))
     hf = hf.logits.float().numpy()[mask]
-    spark = forward_logits(params, cfg, grid)[mask]
+    spark = build_model(cfg).forward_logits(params, grid)[mask]
     return float(np.abs(hf - spark).max() / np.abs(spark).max())
 
 
@@ -132,7 +132,7 @@ def test_llama_cpp_runs_the_gguf(trained, tmp_path):
         llm.reset()
         llm.eval(ids)
         got = np.array(llm.scores[:len(ids)])
-        want = forward_logits(params, cfg, np.array([ids]))[0]
+        want = build_model(cfg).forward_logits(params, np.array([ids]))[0]
         worst = max(worst, float(np.abs(got - want).max() / np.abs(want).max()))
     print(f"\nllama.cpp: max |logit diff| / max |logit| = {worst:.3e}")
     assert worst < REL_TOL

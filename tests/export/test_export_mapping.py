@@ -6,6 +6,8 @@ from sparktrain.export.mapping import TENSORS, name_map, rope_deinterleave, rope
 from sparktrain.model import layers
 from sparktrain.model.config import SCALES, ModelConfig, param_shapes
 
+from model.reference import from_planes, to_planes  # tests/model, the planes layout helpers
+
 CONFIGS = [SCALES["tiny"], SCALES["large"], ModelConfig(dim=48, n_layer=3, n_head=6, n_kv_head=3),
            ModelConfig(dim=16, n_layer=1, n_head=2, n_kv_head=2)]
 
@@ -44,9 +46,9 @@ def interleaved_rope(u, base=layers.ROPE_BASE):
 def spark_rope(u):
     """The project's own rope on (T, heads, hd), through its planes layout."""
     T, heads, hd = u.shape
-    planes = layers.to_planes(u[None])                       # (2, 1, T, heads hd/2)
+    planes = to_planes(u[None])                       # (2, 1, T, heads hd/2)
     out, _ = layers.rope_forward(planes, hd)
-    return layers.from_planes(out, hd)[0]                    # (T, heads, hd)
+    return from_planes(out, hd)[0]                    # (T, heads, hd)
 
 
 @pytest.mark.parametrize("heads,hd", [(4, 8), (2, 16), (1, 4)])
