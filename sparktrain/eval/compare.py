@@ -17,6 +17,7 @@ import math
 import os
 import subprocess
 import sys
+import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
@@ -230,17 +231,24 @@ def as_json(sweep: dict) -> dict:
     }
 
 
+# Short headers keep the table inside 80 columns for a small grid.
+TABLE_HEADS = {"loss": "held-out", "bpb": "bpb", "perplexity": "ppl",
+               "next_token_accuracy": "acc", "exact_match": "exact", "copy_recall": "copy"}
+
+
 def format_table(sweep: dict) -> str:
     keys, exps = sweep["changed_params"], sweep["experiments"]
     metric_keys = [k for k in HEADLINE_KEYS if any(k in e.metrics for e in exps)]
-    head = ["experiment", *keys, "train loss", *("held-out " + k if k == "loss" else k
-                                                 for k in metric_keys)]
+    head = ["experiment", *keys, "train", *(TABLE_HEADS.get(k, k) for k in metric_keys)]
     rows = [[e.name, *(_value(e.params.get(k)) for k in keys), _num(e.loss_curve[-1]["loss"]),
-             *(_num(e.metrics.get(k)) for k in metric_keys)] for e in exps]
-    lines = [f"sweep of {len(exps)} experiment{'s' * (len(exps) != 1)}; params that differ: "
+             *(_metric(k, e.metrics.get(k)) for k in metric_keys)] for e in exps]
+    lines = [f"{len(exps)} experiment{'s' * (len(exps) != 1)}; params that differ: "
              f"{', '.join(keys) or 'none'}", ""]
     lines += _columns(head, rows)
-    lines += ["", "loss per outer pass: training (held-out where logged)", ""]
+    key = "train: training loss after the last pass; on the held-out data: " + ", ".join(
+        f"{TABLE_HEADS.get(k, k)} = {k}" for k in metric_keys)
+    lines += ["", *textwrap.wrap(key, 78)]
+    lines += ["", "loss per outer pass: training (held-out)", ""]
     outers = sorted({p["outer"] for e in exps for p in e.loss_curve + e.heldout})
     curve_rows = []
     for outer in outers:
@@ -305,6 +313,15 @@ def _columns(head: list[str], rows: list[list[str]]) -> list[str]:
 
 def _num(v) -> str:
     return "-" if v is None else f"{v:.4f}"
+
+
+def _metric(key: str, v) -> str:
+    """Losses to 4 decimals, perplexity to 1, rates (accuracy, match, recall) to 3."""
+    if v is None:
+        return "-"
+    if key in ("loss", "bpb"):
+        return f"{v:.4f}"
+    return f"{v:.1f}" if key == "perplexity" else f"{v:.3f}"
 
 
 def _value(v) -> str:

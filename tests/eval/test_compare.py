@@ -118,7 +118,11 @@ def test_table_and_json_hold_the_same_numbers():
     sweep = cmp.compare([], shown(LR_05, LR_02), checkpoint)
     table = cmp.format_table(sweep)
     assert "params that differ: step.lr" in table
-    assert "lr-two      0.02     3.0000      4.8000" in table
+    assert table.splitlines()[2].split() == ["experiment", "step.lr", "train", "held-out",
+                                             "ppl", "acc", "exact", "copy"]
+    assert table.splitlines()[3].split() == ["lr-two", "0.02", "3.0000", "4.8000", "90.0",
+                                             "0.200", "0.000", "0.100"]
+    assert max(len(ln) for ln in table.splitlines()) <= 80
     assert "2      3.0000 (4.8000)  2.0000 (4.2000)" in table
     doc = cmp.as_json(sweep)
     assert [e["params"] for e in doc["experiments"]] == [{"step.lr": 0.02}, {"step.lr": 0.05}]
