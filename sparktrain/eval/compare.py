@@ -12,6 +12,7 @@ See docs/pipeline.md ("Sweep and compare").
 """
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -156,7 +157,7 @@ def read_committed_checkpoint(exp: Experiment) -> dict:
     out = outputs(lock if isinstance(lock, dict) else {}).get(path)
     if out is None:
         raise SparkError(f"experiment {exp.name}: its dvc.lock records no {path}")
-    blob = cached_blob(out, cache_dir())
+    blob = cached_blob(out, _dvc_cache())
     if blob is None:
         raise SparkError(f"experiment {exp.name}: its {path} is not in the DVC cache; "
                          f"fetch it with `dvc exp pull <remote> {exp.name}`")
@@ -164,6 +165,11 @@ def read_committed_checkpoint(exp: Experiment) -> dict:
         return json.loads(blob.read_bytes())
     except ValueError:
         raise SparkError(f"experiment {exp.name}: its {path} is not JSON") from None
+
+
+@functools.lru_cache(maxsize=1)
+def _dvc_cache() -> Path:
+    return cache_dir()   # one `dvc cache dir` per run, not one per experiment
 
 
 def add_curves(exp: Experiment, ckpt: dict) -> None:
