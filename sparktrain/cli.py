@@ -18,7 +18,7 @@ COMMAND_MODULES = (
     "sparktrain.bc.commands",      # compile, dump
     "sparktrain.train.commands",   # train, run, status
     "sparktrain.model.commands",   # bench
-    "sparktrain.eval.commands",    # eval, generate, make-data, plot
+    "sparktrain.eval.commands",    # eval, generate, make-data, plot, compare
     "sparktrain.repro.commands",   # repro-check
     "sparktrain.export.commands",  # export, import
 )

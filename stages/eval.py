@@ -1,8 +1,9 @@
-"""DVC stage eval: held-out metrics (eval.json) and the loss picture (loss.png)."""
+"""DVC stage eval: the headline metric (eval.json), its detail (eval_detail.json)
+and the loss picture (loss.png)."""
 import sys
 from pathlib import Path
 
-from sparktrain.eval.metrics import evaluate
+from sparktrain.eval.metrics import evaluate, split_headline
 from sparktrain.eval.plot import heldout_points, write_loss_png
 from sparktrain.fsutil import sha256_file, write_json
 from sparktrain.model.weights import load_model
@@ -20,10 +21,14 @@ def eval_stage() -> Path:
                        max_new=p.eval.max_new, n_samples=p.eval.n_samples)
     metrics["data"] = p.eval.data
     metrics["weights_sha256"] = sha256_file(weights)
+    # The DVC metric is the few flat numbers `dvc exp show` compares; the rest
+    # (counts, per-family tables, samples, hashes) is a plain output beside it.
+    headline, detail = split_headline(metrics)
+    write_json(folder / "eval_detail.json", detail)
     path = folder / "eval.json"
-    write_json(path, metrics)
+    write_json(path, headline)
     curve = (read_json(folder / "checkpoint.json") or {}).get("loss_curve") or []
-    heldout = heldout_points(metrics, curve, path) if curve else None
+    heldout = heldout_points(headline, curve, path) if curve else None
     write_loss_png(folder / "loss.png", curve, heldout=heldout, job=p.job, scale=p.scale)
     return path
 

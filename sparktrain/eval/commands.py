@@ -1,4 +1,4 @@
-"""`spark eval`, `spark generate`, `spark make-data`, `spark plot`.
+"""`spark eval`, `spark generate`, `spark make-data`, `spark plot`, `spark compare`.
 
 Handlers import numpy and the model lazily so `spark --help` stays fast.
 """
@@ -55,6 +55,20 @@ def register(sub) -> None:
                    help="eval JSON whose loss is drawn at the last outer pass")
     p.add_argument("-o", "--out", required=True, help="PNG file to write")
     p.set_defaults(func=cmd_plot)
+
+    p = sub.add_parser("compare", help="the loss curves of DVC experiments on one figure",
+                       description="Training and held-out loss of the chosen experiments "
+                                   "(default: every experiment of the workspace, as `dvc exp "
+                                   "show` lists them) on one PNG, one legend entry per "
+                                   "experiment named by the params that differ, and the same "
+                                   "as a table. Reads the experiments' committed outputs "
+                                   "from the DVC cache; works offline.")
+    p.add_argument("experiments", nargs="*", metavar="EXP",
+                   help="experiment names or revs (a baseline by its branch name)")
+    p.add_argument("--json", action="store_true", help="print canonical JSON instead of a table")
+    p.add_argument("-o", "--out", default="out/compare.png",
+                   help="PNG file to write (default out/compare.png)")
+    p.set_defaults(func=cmd_compare)
 
 
 # ------------------------------------------------------------------ helpers
@@ -198,4 +212,22 @@ def cmd_plot(args) -> int:
     job = ckpt.get("job") if isinstance(ckpt.get("job"), str) else None
     write_loss_png(args.out, curve, heldout, job=job, scale=scale_label(ckpt.get("arch")))
     print(f"wrote {args.out}")
+    return 0
+
+
+def cmd_compare(args) -> int:
+    from sparktrain.eval.compare import as_json, compare, format_table, write_png
+    from sparktrain.fsutil import canonical_json
+
+    sweep = compare(args.experiments)
+    for exp in sweep["experiments"]:
+        if exp.old_layout:
+            print(f"spark: note: experiment {exp.name} has the eval.json layout from before "
+                  f"eval_detail.json; its headline numbers are read from it", file=sys.stderr)
+    write_png(args.out, sweep)
+    if args.json:
+        sys.stdout.write(canonical_json(as_json(sweep)))
+    else:
+        sys.stdout.write(format_table(sweep))
+        print(f"\nwrote {args.out}")
     return 0

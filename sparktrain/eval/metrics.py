@@ -22,6 +22,12 @@ from sparktrain.model.config import ModelConfig
 from sparktrain.train.data import EOS, Encoded, Pair, encode_pair
 
 SIG_DIGITS = 8
+# The headline numbers a sweep compares: the DVC metric (eval.json) holds exactly
+# these, flat, so `dvc exp show` stays a few columns wide. Everything else
+# evaluate() returns (counts, per-family tables, samples, hashes) is the detail
+# (eval_detail.json). A metric added later (`bpb`) slots in by name here.
+HEADLINE_KEYS = ("loss", "bpb", "perplexity", "next_token_accuracy", "exact_match",
+                 "copy_recall")
 
 
 @dataclass
@@ -70,6 +76,12 @@ def evaluate(params, cfg: ModelConfig, pairs: Sequence[Pair], *, batch_size: int
         result["samples"].append({"prompt": pairs[i].prompt, "expected": pairs[i].completion,
                                   "generated": decode(generated[i]), "family": families[i]})
     return result
+
+
+def split_headline(metrics: dict) -> tuple[dict, dict]:
+    """(headline, detail): the HEADLINE_KEYS that `metrics` has, and all the rest."""
+    headline = {k: metrics[k] for k in HEADLINE_KEYS if k in metrics}
+    return headline, {k: v for k, v in metrics.items() if k not in headline}
 
 
 def _summary(stats: _RowStats, match: np.ndarray, rows: np.ndarray) -> dict:

@@ -38,7 +38,8 @@ from sparktrain.repro.workspace import tool_env
 HASH_KEY_MARK = "sha256"
 # The outputs computed with BLAS floats, which may move in the last bits on
 # another CPU family; every other output must be reproduced byte for byte.
-FLOAT_OUTPUT_NAMES = ("checkpoint.json", "eval.json", "weights.safetensors")
+FLOAT_OUTPUT_NAMES = ("checkpoint.json", "eval.json", "eval_detail.json",
+                      "weights.safetensors")
 PICTURE_SUFFIXES = (".png", ".svg")
 
 

@@ -256,12 +256,17 @@ def job_state(folder: str | os.PathLike, job_id: str | None = None) -> dict:
     perf = read_json(folder / "perf.json")
     if isinstance(perf, dict):
         state["perf"] = perf
-    ev = read_json(folder / "eval.json")
+    # eval.json: the headline numbers; eval_detail.json: the rest (counts, families,
+    # samples, the weights' sha256). An eval.json from before the split holds both.
+    ev, detail = read_json(folder / "eval.json"), read_json(folder / "eval_detail.json")
     if isinstance(ev, dict):
+        ev = {**(detail if isinstance(detail, dict) else {}), **ev}
         if verified and ev.get("weights_sha256", ckpt.get("weights_sha256")) == \
                 ckpt.get("weights_sha256"):
-            state["eval"] = {k: ev.get(k) for k in ("loss", "perplexity", "next_token_accuracy",
-                                                    "copy_recall", "exact_match") if k in ev}
+            state["eval"] = {k: ev.get(k) for k in ("loss", "bpb", "perplexity",
+                                                    "next_token_accuracy", "copy_recall",
+                                                    "exact_match") if k in ev}
+            state["eval_detail"] = {k: v for k, v in ev.items() if k not in state["eval"]}
         else:
             state["eval_stale"] = ("eval.json was not measured on verified weights in this "
                                    "folder; its metrics are not shown")

@@ -23,7 +23,7 @@ VENV_BIN = REPO / ".venv" / "bin"
 TRAINING_STAGES = ("decode-bc", "train-status", "step", "eval")
 STAGES = ("check-params",) + TRAINING_STAGES
 DECLARED_NAMES = {"program.json", "status.json", "weights.safetensors", "checkpoint.json",
-                  "ARTIFACT", "eval.json", "loss.png"}
+                  "ARTIFACT", "eval.json", "eval_detail.json", "loss.png"}
 
 
 def tool_env(repo: Path, extra: dict | None = None) -> dict:

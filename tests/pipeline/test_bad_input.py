@@ -66,7 +66,8 @@ def test_a_failed_step_keeps_the_previous_outputs(repro_copy):
     """DVC deletes a stage's outputs before it runs it; a failed step puts the
     last good ones back (from the DVC cache) and `spark status` stays true."""
     folder = repro_copy / "out" / "train" / "job-dry-001"
-    names = ("weights.safetensors", "checkpoint.json", "ARTIFACT", "eval.json", "loss.png")
+    names = ("weights.safetensors", "checkpoint.json", "ARTIFACT", "eval.json", "eval_detail.json",
+             "loss.png")
     before = {n: (folder / n).read_bytes() for n in names}
     params = repro_copy / "params.yaml"
     params.write_text(params.read_text().replace("  lr: 0.1", "  lr: 1.0e-30"))
