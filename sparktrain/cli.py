@@ -17,6 +17,7 @@ from sparktrain.errors import SparkError, printable
 COMMAND_MODULES = (
     "sparktrain.bc.commands",      # compile, dump
     "sparktrain.train.commands",   # train, run, status
+    "sparktrain.train.compat_commands",  # apply-step, code train (the original's commands)
     "sparktrain.model.commands",   # bench
     "sparktrain.eval.commands",    # eval, generate, make-data, plot, compare
     "sparktrain.repro.commands",   # repro-check

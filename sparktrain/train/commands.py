@@ -12,7 +12,7 @@ ARCH = (("--dim", "dim"), ("--n-layer", "n_layer"), ("--n-head", "n_head"),
         ("--n-kv-head", "n_kv_head"), ("--seq-len", "seq_len"))
 
 
-def _add_knobs(p: argparse.ArgumentParser) -> None:
+def add_train_flags(p: argparse.ArgumentParser) -> None:
     from sparktrain.train.config import add_step_flags
 
     add_step_flags(p)
@@ -36,7 +36,7 @@ def register(sub) -> None:
     p.add_argument("--dataset", help="JSONL dataset (without --program)")
     p.add_argument("--out", help="output folder (without --program)")
     p.add_argument("--base", help="base .safetensors to continue from (without --program)")
-    _add_knobs(p)
+    add_train_flags(p)
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("run", help="execute a .sparkbc program (TRAIN, STEP, TRAIN_STATUS, ...)",
@@ -45,7 +45,7 @@ def register(sub) -> None:
                                    "line per train op on stdout. Knobs come from params.yaml "
                                    "when present; flags override.")
     p.add_argument("program", help="compiled .sparkbc program")
-    _add_knobs(p)
+    add_train_flags(p)
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("status", help="print a job's real state as JSON",
@@ -88,27 +88,26 @@ def cmd_train(args) -> int:
             raise SparkError("give --program P.sparkbc --job ID, or --dataset D --out DIR")
         job = adhoc_job(args.dataset, args.out, args.base)
     step, cfg = resolve_configs(args, args.params, default_params=False)
-    result = _step(job, step, cfg)
-    print(json.dumps(_summary(result), sort_keys=True))
+    print(json.dumps(run_and_record(job, step, cfg), sort_keys=True))
     return 0
 
 
-def _step(job, step, cfg):
+def run_and_record(job, step, cfg, labels: dict | None = None) -> dict:
+    """STEP `job` (a failure is recorded beside the previous outputs, then raised);
+    the one-line JSON summary every train command prints."""
     from sparktrain.errors import TrainingFailed
     from sparktrain.train.loop import run_failed, run_step
 
     try:
-        return run_step(job, step, cfg)
+        result = run_step(job, step, cfg, labels=labels)
     except TrainingFailed as err:
         run_failed(job, err, step)
         raise
-
-
-def _summary(result) -> dict:
     c = result.checkpoint
     return {"op": "STEP", "job": c["job"], "state": "trained", "trained": True,
-            "step_n": c["step_n"], "loss_before": c["loss_before"], "loss_after": c["loss_after"],
-            "weights": c["weights"], "weights_sha256": c["weights_sha256"],
+            "not_sgd": c["not_sgd"], "step_n": c["step_n"], "loss_before": c["loss_before"],
+            "loss_after": c["loss_after"], "weights": c["weights"],
+            "weights_sha256": c["weights_sha256"],
             "tokens_per_s": result.perf.get("tokens_per_s"), "mfu": result.perf.get("mfu")}
 
 
@@ -140,7 +139,7 @@ def cmd_run(args) -> int:
                 "dataset_rows": plan["dataset_rows"]}
 
     def on_step(ins, ops):
-        return _summary(_step(job_of(ops[0]), step, cfg))
+        return run_and_record(job_of(ops[0]), step, cfg)
 
     def on_status(ins, ops):
         job = job_of(ops[0])

@@ -259,15 +259,16 @@ def changed_tensors(run: _Run) -> list[str]:
 
 # -------------------------------------------------------------- the record
 
-def _weights_meta(run: _Run, log: _Log) -> dict:
+def _weights_meta(run: _Run, log: _Log, labels: dict) -> dict:
     job = run.job
     return {"job": job.job, "step_n": run.step_n, "trained": True, "not_sgd": False,
             "arch": run.model.cfg.to_dict(), "loss_before": log.curve[0]["loss"],
             "loss_after": log.curve[-1]["loss"], "sparkbc_sha256": job.sparkbc_sha256,
-            "dataset_sha256": run.dataset.sha256, "base": job.base}
+            "dataset_sha256": run.dataset.sha256, "base": job.base, **labels}
 
 
-def _checkpoint(run: _Run, log: _Log, changed: list[str], weights_sha256: str) -> dict:
+def _checkpoint(run: _Run, log: _Log, changed: list[str], weights_sha256: str,
+                labels: dict) -> dict:
     """checkpoint.json: a contract (docs/outputs.md), its keys and values fixed."""
     job, step, dataset, cfg = run.job, run.step, run.dataset, run.model.cfg
     return {
@@ -285,18 +286,18 @@ def _checkpoint(run: _Run, log: _Log, changed: list[str], weights_sha256: str) -
         "weights_sha256": weights_sha256, "sparkbc_sha256": job.sparkbc_sha256,
         "program": job.program, "method": job.method, "base": job.base,
         "base_step_n": run.base_step, "blas_threads": BLAS_THREADS, "trained": True,
-        "not_sgd": False, "sgd": True, "claim": False, "device": "cpu",
+        "not_sgd": False, "sgd": True, "claim": False, "device": "cpu", **labels,
     }
 
 
 # -------------------------------------------------------------- the commit
 
-def _commit(run: _Run, log: _Log, changed: list[str], matmul_peak) -> StepResult:
+def _commit(run: _Run, log: _Log, changed: list[str], matmul_peak, labels: dict) -> StepResult:
     """Write weights + checkpoint + ARTIFACT as one commit, then perf.json beside them."""
     job = run.job
-    wbytes = weights_bytes(run.params, _weights_meta(run, log))
+    wbytes = weights_bytes(run.params, _weights_meta(run, log, labels))
     wsha = sha256_bytes(wbytes)
-    checkpoint = _checkpoint(run, log, changed, wsha)
+    checkpoint = _checkpoint(run, log, changed, wsha, labels)
     files = {"weights.safetensors": wbytes,
              "checkpoint.json": canonical_json(checkpoint).encode(),
              "ARTIFACT": outputs.sgd_artifact(job, run.step_n).encode()}
@@ -308,14 +309,22 @@ def _commit(run: _Run, log: _Log, changed: list[str], matmul_peak) -> StepResult
     return StepResult(checkpoint=checkpoint, perf=perf, weights_sha256=wsha, files=files)
 
 
+LABELS = ("source", "command")  # free-text labels a run may record (spark apply-step)
+
+
 def run_step(job: Job, step: StepConfig, cfg: ModelConfig, *, progress=_progress,
-             matmul_peak=None) -> StepResult:
-    """Train `job` and commit weights.safetensors + checkpoint.json + ARTIFACT."""
+             matmul_peak=None, labels: dict | None = None) -> StepResult:
+    """Train `job` and commit weights.safetensors + checkpoint.json + ARTIFACT.
+    `labels` (keys of LABELS) are recorded in the weights metadata and checkpoint."""
+    labels = dict(labels or {})
+    unknown = sorted(set(labels) - set(LABELS))
+    if unknown:
+        raise SparkError(f"unknown run labels {unknown}; known: {', '.join(LABELS)}")
     run = _set_up(job, step, cfg)
     log = _train(run, progress)
     changed = changed_tensors(run)
     check_learned(log.curve, cfg.vocab)
-    return _commit(run, log, changed, matmul_peak)
+    return _commit(run, log, changed, matmul_peak, labels)
 
 
 def _perf(train_seconds, total_seconds, tokens, flops, matmul_peak) -> dict:

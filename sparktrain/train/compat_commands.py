@@ -1,0 +1,149 @@
+"""The original project's command lines, working here as written (docs/compat.md).
+
+- `spark apply-step --sparkbc P --weights W --dataset D ...`: one STEP on a
+  weights file, created or updated in place (the original `apply_step.py`);
+- `spark code train --scale S [--device auto|cpu]` (also `spark-code train`):
+  train the Spark-coder job with the scale table's settings.
+
+Both are thin fronts over the calls `spark train` makes, so the same inputs give
+the same bytes.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from sparktrain.errors import SparkError, TrainingFailed
+from sparktrain.train.commands import ARCH, add_train_flags
+
+WEIGHTS, CHECKPOINT = "weights.safetensors", "checkpoint.json"
+DEVICES = ("auto", "cpu")
+# The Spark-coder job when the project has one, else the default fixture job.
+CODER_JOBS = (("data/programs/train-coder.sparkbc", "job-coder-tiny"),
+              ("data/programs/train-step.sparkbc", "job-dry-001"))
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "apply-step", help="one STEP on a weights file, created or updated in place "
+                           "(the original apply_step.py)",
+        description="Train --weights (created, or used as the base and replaced when it "
+                    "exists) on --dataset, salted by --sparkbc. Prints one JSON line; exit 0 "
+                    "only when the run really trained (loss fell, trained=true, "
+                    "not_sgd=false), else 2.")
+    p.add_argument("--sparkbc", required=True, help="the program whose sha256 salts init and "
+                                                    "is recorded")
+    p.add_argument("--weights", required=True,
+                   help="DIR/weights.safetensors to create, or to update in place")
+    p.add_argument("--checkpoint", default=None,
+                   help="DIR/checkpoint.json beside the weights (the default)")
+    p.add_argument("--dataset", required=True, help="JSONL dataset (pairs or chat rows)")
+    p.add_argument("--source", default=None, help="a label recorded in the metadata")
+    p.add_argument("--command", dest="command_label", default=None,
+                   help="a label recorded in the metadata (e.g. the command line)")
+    add_train_flags(p)
+    p.set_defaults(func=cmd_apply_step)
+
+    code = sub.add_parser("code", help="Spark-coder: `spark code train --scale S`",
+                          description="The Spark-coder commands (also `spark-code ...`).")
+    code_sub = code.add_subparsers(dest="code_command", metavar="COMMAND",
+                                   parser_class=sub._parser_class)
+    t = code_sub.add_parser("train", help="train the Spark-coder job at a scale",
+                            description="Train the Spark-coder job (the fixture job when the "
+                                        "project has no coder job) with the scale table's "
+                                        "settings and params.yaml's step knobs.")
+    t.add_argument("--scale", default="tiny", help="tiny, large, medium or a params.yaml row")
+    t.add_argument("--device", default="auto",
+                   help="auto (the CPU on a machine without a supported GPU) or cpu")
+    t.set_defaults(func=cmd_code_train)
+    code.set_defaults(func=lambda args: (code.print_help(), 2)[1])
+
+
+def _job_folder(args) -> Path:
+    weights = Path(args.weights)
+    if weights.name != WEIGHTS:
+        raise SparkError(f"--weights must be a job folder's {WEIGHTS} (got {weights.name!r}): "
+                         f"a job's files have fixed names, so crash recovery and `spark "
+                         f"status` find them")
+    checkpoint = Path(args.checkpoint) if args.checkpoint else weights.parent / CHECKPOINT
+    beside = checkpoint.parent.resolve() == weights.parent.resolve()
+    if not beside and not checkpoint.parent.is_dir():
+        raise SparkError(f"--checkpoint {checkpoint}: folder {checkpoint.parent} does not exist")
+    if checkpoint.name != CHECKPOINT or not beside:
+        raise SparkError(f"--checkpoint must be {weights.parent / CHECKPOINT}: the weights, "
+                         f"checkpoint and ARTIFACT of a job are committed together, in one "
+                         f"folder")
+    return weights.parent
+
+
+def _arch_from_base(args, weights: Path) -> None:
+    """An existing weights file fixes the architecture: flags may repeat it, not change it."""
+    from sparktrain.model.weights import config_from_meta, load_weights
+
+    _, meta = load_weights(weights)
+    arch = config_from_meta(meta, weights)
+    for flag, dest in ARCH:
+        asked = getattr(args, dest)
+        if asked is not None and asked != getattr(arch, dest):
+            raise SparkError(f"{flag} {asked} but {weights} has {dest} {getattr(arch, dest)}")
+        setattr(args, dest, getattr(arch, dest))
+    if args.train_attn is None and not arch.train_attn:
+        args.train_attn = False
+
+
+def cmd_apply_step(args) -> int:
+    from dataclasses import replace
+
+    from sparktrain.fsutil import sha256_file
+    from sparktrain.train.commands import resolve_configs, run_and_record
+    from sparktrain.train.job import adhoc_job, read_program
+
+    folder = _job_folder(args)
+    weights = folder / WEIGHTS
+    read_program(args.sparkbc)  # a valid SPARK_BC file, or one line
+    if weights.exists():
+        _arch_from_base(args, weights)
+    job = adhoc_job(args.dataset, folder.as_posix(), weights.as_posix() if weights.exists()
+                    else None)
+    job = replace(job, program=args.sparkbc, sparkbc_sha256=sha256_file(args.sparkbc))
+    step, cfg = resolve_configs(args, None, default_params=False)
+    labels = {k: v for k, v in (("source", args.source), ("command", args.command_label))
+              if v is not None}
+    try:
+        summary = run_and_record(job, step, cfg, labels=labels)
+    except TrainingFailed as err:
+        print(json.dumps({"op": "STEP", "job": job.job, "trained": False, "not_sgd": True,
+                          "error": str(err)}, sort_keys=True))
+        raise SparkError(f"training failed: {err}") from None
+    print(json.dumps(summary, sort_keys=True))
+    trained = summary.get("trained") is True and summary["loss_after"] < summary["loss_before"]
+    return 0 if trained else 2
+
+
+def cmd_code_train(args) -> int:
+    from sparktrain.train.commands import run_and_record
+    from sparktrain.train.config import StepConfig, load_params, model_config
+    from sparktrain.train.job import job_from_program
+
+    if args.device not in DEVICES:
+        raise SparkError(f"unknown device {args.device!r}: this build trains with numpy on "
+                         f"the CPU; use --device auto or --device cpu")
+    program, job_id = next(((p, j) for p, j in CODER_JOBS if Path(p).is_file()), CODER_JOBS[-1])
+    params = load_params("params.yaml") if Path("params.yaml").is_file() else None
+    step = params.step if params else StepConfig()
+    cfg = model_config(args.scale, params.scales if params else None,
+                       train_attn=step.train_attn)
+    job = job_from_program(program, job_id)
+    if args.device == "auto":  # said once, after the inputs checked out
+        print("spark code: no supported GPU backend in this build; training on the CPU",
+              file=sys.stderr)
+    print(json.dumps(run_and_record(job, step, cfg), sort_keys=True))
+    return 0
+
+
+def code_main(argv: list[str] | None = None) -> int:
+    """The `spark-code` console script: `spark-code train ...` = `spark code train ...`."""
+    from sparktrain.cli import main
+
+    return main(["code", *(sys.argv[1:] if argv is None else argv)])

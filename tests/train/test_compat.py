@@ -1,0 +1,167 @@
+"""The original project's documented command lines, adapted only in the program
+name and paths (docs/compat.md), end to end on fresh temporary copies."""
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from safetensors.numpy import load_file
+
+from sparkhelp import ROOT, assert_one_line_error, run_spark
+from sparktrain.repro.workspace import copy_project, tool_env
+
+PROGRAM = "data/programs/train-step.sparkbc"   # theirs: docs/examples/spark-train-step.sparkbc
+DATASET = "data/train/dataset.jsonl"           # theirs: examples/fixtures/train/dataset.jsonl
+WEIGHTS = "out/train/sgd-proof/weights.safetensors"
+APPLY = ["apply-step", "--sparkbc", PROGRAM, "--weights", WEIGHTS, "--dataset", DATASET]
+VENV = ROOT / ".venv"
+
+
+def sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def summary(out: str) -> dict:
+    lines = out.strip().splitlines()
+    assert len(lines) == 1, out
+    return json.loads(lines[0])
+
+
+def test_apply_step_creates_then_updates_in_place(project):
+    rc, out, err = run_spark(APPLY + ["--checkpoint", "out/train/sgd-proof/checkpoint.json",
+                                      "--outer", "4", "--inner", "8", "--step", "1"],
+                             cwd=project)
+    assert rc == 0, err
+    first = summary(out)
+    assert first["trained"] is True and first["not_sgd"] is False and first["step_n"] == 1
+    assert first["loss_after"] < first["loss_before"]
+    folder = project / "out/train/sgd-proof"
+    ckpt = json.loads((folder / "checkpoint.json").read_text())
+    assert ckpt["weights_sha256"] == sha(folder / "weights.safetensors")
+
+    rc, out, err = run_spark(APPLY + ["--outer", "2", "--inner", "4", "--source", "notebook",
+                                      "--command", "apply_step.py ..."], cwd=project)
+    assert rc == 0, err
+    second = summary(out)
+    assert second["step_n"] == 2, "an existing file is the base: step_n defaults to its + 1"
+    assert second["loss_before"] == pytest.approx(first["loss_after"], rel=1e-6)
+    ckpt = json.loads((folder / "checkpoint.json").read_text())
+    assert ckpt["base"] == WEIGHTS and ckpt["base_step_n"] == 1
+    assert ckpt["source"] == "notebook" and ckpt["command"] == "apply_step.py ..."
+    assert ckpt["weights_sha256"] == sha(folder / "weights.safetensors")
+    art = (folder / "ARTIFACT").read_text()
+    assert "trained=true" in art and "step_n=2" in art
+
+
+def test_apply_step_is_spark_train_underneath(project, tmp_path):
+    """Same tensors and losses as `spark train` of the program's TRAIN (their
+    metadata differs only in the labels each front records: base, program), and
+    two apply-step runs give the same bytes."""
+    rc, _, err = run_spark(["train", "--program", PROGRAM, "--job", "job-dry-001"], cwd=project)
+    assert rc == 0, err
+    by_train = project / "out/train/job-dry-001"
+    twins = []
+    for copy in ("a", "b"):
+        root = tmp_path / copy
+        root.mkdir()
+        for sub in ("data", "params.yaml"):
+            subprocess.run(["cp", "-r", str(project / sub), str(root / sub)], check=True)
+        rc, out, err = run_spark(["apply-step", "--sparkbc", PROGRAM, "--dataset", DATASET,
+                                  "--weights", "out/train/job-dry-001/weights.safetensors"],
+                                 cwd=root)
+        assert rc == 0, err
+        twins.append(root / "out/train/job-dry-001")
+    assert sha(twins[0] / "weights.safetensors") == sha(twins[1] / "weights.safetensors")
+    assert (twins[0] / "checkpoint.json").read_bytes() == (twins[1] / "checkpoint.json").read_bytes()
+    a, b = load_file(by_train / "weights.safetensors"), load_file(twins[0] / "weights.safetensors")
+    assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)
+    ca = json.loads((by_train / "checkpoint.json").read_text())
+    cb = json.loads((twins[0] / "checkpoint.json").read_text())
+    assert ca["loss_curve"] == cb["loss_curve"]
+
+
+@pytest.mark.parametrize("extra, needle", [
+    (["--dim", "64"], "--dim 64 but"),
+    (["--step", "1"], "must be greater than the base's step_n 1"),
+    (["--checkpoint", "nowhere/checkpoint.json"], "folder nowhere does not exist"),
+    (["--checkpoint", "out/train/sgd-proof/other.json"], "must be out/train/sgd-proof/checkpoint.json"),
+])
+def test_apply_step_bad_input_leaves_the_weights_untouched(project, extra, needle):
+    rc, _, err = run_spark(APPLY, cwd=project)
+    assert rc == 0, err
+    before = sha(project / WEIGHTS)
+    rc, out, err = run_spark(APPLY + extra, cwd=project)
+    assert_one_line_error(rc, err, needle)
+    assert out == "" and sha(project / WEIGHTS) == before
+
+
+def test_apply_step_refuses_a_weights_file_that_is_not_safetensors(project):
+    target = project / WEIGHTS
+    target.parent.mkdir(parents=True)
+    target.write_text("not weights")
+    rc, out, err = run_spark(APPLY, cwd=project)
+    assert_one_line_error(rc, err, "not a safetensors file")
+    assert target.read_text() == "not weights"
+
+
+def test_apply_step_exits_2_when_the_run_did_not_train(project):
+    rc, _, err = run_spark(APPLY, cwd=project)
+    before = sha(project / WEIGHTS)
+    rc, out, err = run_spark(APPLY + ["--lr", "1e9"], cwd=project)
+    assert rc == 2 and "training failed" in err and "Traceback" not in err
+    assert summary(out)["trained"] is False
+    assert sha(project / WEIGHTS) == before
+
+
+def test_spark_code_train_on_the_cpu(project):
+    rc, out, err = run_spark(["code", "train", "--scale", "tiny", "--device", "auto"],
+                             cwd=project)
+    assert rc == 0, err
+    assert err.count("training on the CPU") == 1
+    assert summary(out)["trained"] is True
+    rc, out, err = run_spark(["code", "train", "--scale", "tiny", "--device", "cuda"],
+                             cwd=project)
+    assert_one_line_error(rc, err, "unknown device 'cuda'")
+    rc, out, err = run_spark(["code", "train", "--scale", "huge"], cwd=project)
+    assert_one_line_error(rc, err, "unknown scale 'huge'")
+
+
+@pytest.mark.e2e
+def test_the_original_command_lines_in_a_fresh_copy(tmp_path):
+    """`./spark --run-bc`, `./spark-code train`, and the make targets, each in a fresh
+    copy of the project, with this checkout's virtualenv."""
+    repo = copy_project(ROOT, tmp_path / "repo")
+    env = tool_env(repo)
+    bin_dir = VENV / "bin" if VENV.is_dir() else Path(sys.executable).parent
+
+    def sh(*cmd: str, timeout: float = 300) -> subprocess.CompletedProcess:
+        done = subprocess.run(list(cmd), cwd=repo, env=env, capture_output=True, text=True,
+                              timeout=timeout)
+        assert done.returncode == 0, f"{cmd} exited {done.returncode}:\n{done.stderr[-2000:]}"
+        return done
+
+    ran = sh(str(bin_dir / "spark"), "--run-bc", PROGRAM)
+    assert [json.loads(line)["op"] for line in ran.stdout.splitlines()
+            if line.startswith("{")][:2] == ["TRAIN", "STEP"]
+    coded = sh(str(bin_dir / "spark-code"), "train", "--scale", "tiny", "--device", "auto")
+    assert json.loads(coded.stdout)["trained"] is True
+    make = ["make", f"VENV={VENV}"] if VENV.is_dir() else None
+    if make is None:
+        pytest.skip("no .venv: the make targets need the project's virtualenv")
+    assert "passed" in sh(*make, "test-sparkbc").stdout
+    assert "sparkbc-e2e: ok" in sh(*make, "sparkbc-e2e").stdout
+    assert "spark-sgd-proof: ok" in sh(*make, "spark-sgd-proof").stdout
+    # the ten-minute scale proof is `make spark-sgd-proof-scale` (marked proof below)
+    assert "tools/proof.py scale" in sh("make", "-n", "spark-sgd-proof-scale").stdout
+
+
+@pytest.mark.proof
+def test_the_scale_proof_target(tmp_path):
+    repo = copy_project(ROOT, tmp_path / "repo")
+    done = subprocess.run(["make", f"VENV={VENV}", "spark-sgd-proof-scale"], cwd=repo,
+                          env=tool_env(repo), capture_output=True, text=True, timeout=1200)
+    assert done.returncode == 0 and "spark-sgd-proof-scale: ok" in done.stdout, done.stderr
