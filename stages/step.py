@@ -20,7 +20,7 @@ def step() -> Path:
     p = params()
     job = load_job(p)
     try:
-        run_step(job, p.step, p.model_config())
+        run_step(job, p.step, p.model_config(), heldout=p.eval.data)
     except TrainingFailed as err:
         run_failed(job, err, p.step)
         raise TrainingFailed(f"{err}; {restore_outputs(STAGE)}") from None

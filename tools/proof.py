@@ -65,7 +65,7 @@ def proof_tiny() -> int:
     params = load_params("params.yaml")
     job = job_from_program(params.program, params.job)
     print(f"training {job.job} from {job.program} ({params.scale})")
-    run_step(job, params.step, params.model_config())
+    run_step(job, params.step, params.model_config(), heldout=params.eval.data)
     ckpt = check_trained(job.out_dir)
     metrics = _eval(job.out_dir, params.eval.data, params.eval.max_new)
     print(f"loss {ckpt['loss_before']:.4f} -> {ckpt['loss_after']:.4f}  "
@@ -84,7 +84,7 @@ def proof_scale(program: str, job_id: str, heldout: str, knobs: dict, scale: str
     cfg = model_config(scale, scales)
     print(f"training {job.job} ({scale}) with {knobs}")
     t0 = time.perf_counter()
-    run_step(job, step, cfg)
+    run_step(job, step, cfg, heldout=heldout)
     ckpt = check_trained(job.out_dir)
     metrics = _eval(job.out_dir, heldout)
     (job.out_dir / "eval.json").write_text(canonical_json(metrics))

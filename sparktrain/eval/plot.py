@@ -134,11 +134,18 @@ def write_loss_png(path: str | os.PathLike, loss_curve: Sequence,
 
 
 def heldout_points(ev, curve: Sequence, path) -> list:
-    """Held-out losses from an eval JSON, placed at the last outer pass.
+    """The held-out losses to draw: one per outer pass when the training curve
+    recorded them (`heldout_loss`, from a step run with a held-out file), else
+    from an eval JSON, placed at the last outer pass.
 
-    Accepts `spark eval --json` output (a top-level "loss"), an object of such
-    results (one point each), or an explicit "heldout" list of {outer, loss}.
+    The eval JSON may be `spark eval --json` output (a top-level "loss"), an
+    object of such results (one point each), or an explicit "heldout" list of
+    {outer, loss}.
     """
+    per_pass = [{"outer": c["outer"], "loss": c["heldout_loss"]} for c in curve
+                if isinstance(c, dict) and "heldout_loss" in c and "outer" in c]
+    if len(per_pass) > 1:
+        return per_pass
     last = max((c.get("outer", i) for i, c in enumerate(curve) if isinstance(c, dict)),
                default=len(curve) - 1)
     if isinstance(ev, dict):

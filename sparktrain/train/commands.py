@@ -24,6 +24,9 @@ def add_train_flags(p: argparse.ArgumentParser) -> None:
         a.add_argument(flag, dest=dest, type=int, default=None, help=f"override the scale's {dest}")
     p.add_argument("--params", default=None,
                    help="params.yaml to read knobs from (default: ./params.yaml for `run`)")
+    p.add_argument("--heldout", default=None,
+                   help="held-out JSONL whose loss is logged after every outer pass "
+                        "(default: params.yaml's eval.data when a params file is read)")
 
 
 def register(sub) -> None:
@@ -59,18 +62,18 @@ def register(sub) -> None:
 
 
 def resolve_configs(args, params_path: str | None, default_params: bool):
-    """(StepConfig, ModelConfig) from defaults < params.yaml < flags."""
+    """(StepConfig, ModelConfig, held-out file or None) from defaults < params.yaml < flags."""
     from sparktrain.train.config import StepConfig, load_params, model_config, step_from_flags
 
-    step, scale, scales = StepConfig(), "tiny", None
+    step, scale, scales, heldout = StepConfig(), "tiny", None, None
     path = params_path or ("params.yaml" if default_params and Path("params.yaml").exists() else None)
     if path:
         params = load_params(path)
-        step, scale, scales = params.step, params.scale, params.scales
+        step, scale, scales, heldout = params.step, params.scale, params.scales, params.eval.data
     step = step_from_flags(step, args)
     cfg = model_config(args.scale or scale, scales, train_attn=step.train_attn,
                        **{d: getattr(args, d) for _, d in ARCH})
-    return step, cfg
+    return step, cfg, args.heldout or heldout
 
 
 def cmd_train(args) -> int:
@@ -87,19 +90,20 @@ def cmd_train(args) -> int:
         if not (args.dataset and args.out):
             raise SparkError("give --program P.sparkbc --job ID, or --dataset D --out DIR")
         job = adhoc_job(args.dataset, args.out, args.base)
-    step, cfg = resolve_configs(args, args.params, default_params=False)
-    print(json.dumps(run_and_record(job, step, cfg), sort_keys=True))
+    step, cfg, heldout = resolve_configs(args, args.params, default_params=False)
+    print(json.dumps(run_and_record(job, step, cfg, heldout=heldout), sort_keys=True))
     return 0
 
 
-def run_and_record(job, step, cfg, labels: dict | None = None) -> dict:
+def run_and_record(job, step, cfg, labels: dict | None = None,
+                   heldout: str | None = None) -> dict:
     """STEP `job` (a failure is recorded beside the previous outputs, then raised);
     the one-line JSON summary every train command prints."""
     from sparktrain.errors import TrainingFailed
     from sparktrain.train.loop import run_failed, run_step
 
     try:
-        result = run_step(job, step, cfg, labels=labels)
+        result = run_step(job, step, cfg, labels=labels, heldout=heldout)
     except TrainingFailed as err:
         run_failed(job, err, step)
         raise
@@ -118,7 +122,7 @@ def cmd_run(args) -> int:
     from sparktrain.train.plan import dry_accept
 
     program = read_program(args.program)
-    step, cfg = resolve_configs(args, args.params, default_params=True)
+    step, cfg, heldout = resolve_configs(args, args.params, default_params=True)
     declared: dict[str, object] = {}
 
     def job_of(job_id: str):
@@ -139,7 +143,7 @@ def cmd_run(args) -> int:
                 "dataset_rows": plan["dataset_rows"]}
 
     def on_step(ins, ops):
-        return run_and_record(job_of(ops[0]), step, cfg)
+        return run_and_record(job_of(ops[0]), step, cfg, heldout=heldout)
 
     def on_status(ins, ops):
         job = job_of(ops[0])

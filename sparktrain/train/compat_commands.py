@@ -107,11 +107,11 @@ def cmd_apply_step(args) -> int:
     job = adhoc_job(args.dataset, folder.as_posix(), weights.as_posix() if weights.exists()
                     else None)
     job = replace(job, program=args.sparkbc, sparkbc_sha256=sha256_file(args.sparkbc))
-    step, cfg = resolve_configs(args, None, default_params=False)
+    step, cfg, heldout = resolve_configs(args, None, default_params=False)
     labels = {k: v for k, v in (("source", args.source), ("command", args.command_label))
               if v is not None}
     try:
-        summary = run_and_record(job, step, cfg, labels=labels)
+        summary = run_and_record(job, step, cfg, labels=labels, heldout=heldout)
     except TrainingFailed as err:
         print(json.dumps({"op": "STEP", "job": job.job, "trained": False, "not_sgd": True,
                           "error": str(err)}, sort_keys=True))
@@ -138,7 +138,8 @@ def cmd_code_train(args) -> int:
     if args.device == "auto":  # said once, after the inputs checked out
         print("spark code: no supported GPU backend in this build; training on the CPU",
               file=sys.stderr)
-    print(json.dumps(run_and_record(job, step, cfg), sort_keys=True))
+    heldout = params.eval.data if params else None
+    print(json.dumps(run_and_record(job, step, cfg, heldout=heldout), sort_keys=True))
     return 0
 
 

@@ -162,6 +162,8 @@ class _Run:
     sampler: MinibatchSampler
     full_batch: object | None        # the whole dataset when one batch holds it
     whole: list                      # loss_batches: the whole-dataset loss
+    heldout: list | None = None      # loss_batches of the held-out file, when one is given
+    heldout_path: str | None = None
 
     def next_batch(self):
         if self.full_batch is not None:
@@ -169,7 +171,7 @@ class _Run:
         return self.model.make_batch([self.dataset.encoded[j] for j in self.sampler.next()])
 
 
-def _set_up(job: Job, step: StepConfig, cfg: ModelConfig) -> _Run:
+def _set_up(job: Job, step: StepConfig, cfg: ModelConfig, heldout: str | None = None) -> _Run:
     step.validate()
     check_knobs(step)
     cfg.validate()
@@ -189,6 +191,9 @@ def _set_up(job: Job, step: StepConfig, cfg: ModelConfig) -> _Run:
         sampler=MinibatchSampler(dataset.n, step.batch_size, step.seed),
         full_batch=model.make_batch(dataset.encoded) if step.batch_size >= dataset.n else None,
         whole=loss_batches(model, dataset))
+    if heldout is not None:
+        run.heldout_path = heldout
+        run.heldout = loss_batches(model, load_dataset(heldout, cfg.seq_len))
     outputs.lock_job(job.out_dir)  # the only writer of this job until the process exits
     return run
 
@@ -212,7 +217,7 @@ def _train(run: _Run, progress) -> _Log:
     log = _Log(t0=time.perf_counter())
     loss_before = dataset_loss(run.model, run.params, run.whole)
     _finite_or_fail(loss_before, "loss_before", "at start")
-    log.curve.append({"outer": 0, "loss": loss_before, "phase": "start"})
+    log.curve.append(_point(run, 0, loss_before, "start"))
     progress(f"[{job.job}] start  loss {loss_before:.4f}  {run.dataset.n} pairs, "
              f"{run.model.n_params:,} params, {step.outer}x{step.inner} micro-steps")
     for k in range(1, step.outer + 1):
@@ -220,11 +225,23 @@ def _train(run: _Run, progress) -> _Log:
             _micro_step(run, log, run.next_batch(), f"at outer {k} micro-step {i + 1}")
         loss_k = dataset_loss(run.model, run.params, run.whole)
         _finite_or_fail(loss_k, "dataset loss", f"after outer {k}")
-        log.curve.append({"outer": k, "loss": loss_k, "phase": "after_outer"})
+        log.curve.append(_point(run, k, loss_k, "after_outer"))
         elapsed = time.perf_counter() - log.t0
-        progress(f"[{job.job}] outer {k}/{step.outer}  loss {loss_k:.4f}  "
+        held = (f"  held-out {log.curve[-1]['heldout_loss']:.4f}"
+                if "heldout_loss" in log.curve[-1] else "")
+        progress(f"[{job.job}] outer {k}/{step.outer}  loss {loss_k:.4f}{held}  "
                  f"{log.tokens_seen / max(log.train_seconds, 1e-9):,.0f} tok/s  {elapsed:.1f}s")
     return log
+
+
+def _point(run: _Run, outer: int, loss: float, phase: str) -> dict:
+    """A loss_curve entry; with a held-out file, its loss at the same moment too."""
+    point = {"outer": outer, "loss": loss, "phase": phase}
+    if run.heldout is not None:
+        held = dataset_loss(run.model, run.params, run.heldout)
+        _finite_or_fail(held, "held-out loss", f"after outer {outer}")
+        point["heldout_loss"] = held
+    return point
 
 
 def _micro_step(run: _Run, log: _Log, batch, where: str) -> None:
@@ -287,6 +304,7 @@ def _checkpoint(run: _Run, log: _Log, changed: list[str], weights_sha256: str,
         "program": job.program, "method": job.method, "base": job.base,
         "base_step_n": run.base_step, "blas_threads": BLAS_THREADS, "trained": True,
         "not_sgd": False, "sgd": True, "claim": False, "device": "cpu", **labels,
+        **({"heldout": run.heldout_path} if run.heldout_path else {}),
     }
 
 
@@ -313,14 +331,17 @@ LABELS = ("source", "command")  # free-text labels a run may record (spark apply
 
 
 def run_step(job: Job, step: StepConfig, cfg: ModelConfig, *, progress=_progress,
-             matmul_peak=None, labels: dict | None = None) -> StepResult:
+             matmul_peak=None, labels: dict | None = None,
+             heldout: str | None = None) -> StepResult:
     """Train `job` and commit weights.safetensors + checkpoint.json + ARTIFACT.
-    `labels` (keys of LABELS) are recorded in the weights metadata and checkpoint."""
+    `labels` (keys of LABELS) are recorded in the weights metadata and checkpoint;
+    with `heldout` (a JSONL file never trained on), every loss_curve entry also
+    holds that file's loss (`heldout_loss`), as nanoGPT logs val loss."""
     labels = dict(labels or {})
     unknown = sorted(set(labels) - set(LABELS))
     if unknown:
         raise SparkError(f"unknown run labels {unknown}; known: {', '.join(LABELS)}")
-    run = _set_up(job, step, cfg)
+    run = _set_up(job, step, cfg, heldout)
     log = _train(run, progress)
     changed = changed_tensors(run)
     check_learned(log.curve, cfg.vocab)
