@@ -158,3 +158,23 @@ def test_sampler_whole_dataset_in_file_order_and_seeded_epochs():
     assert first == [b.next().tolist() for _ in range(4)]
     assert sorted(first[0] + first[1]) == list(range(10))   # one epoch covers every row
     assert first[:2] != first[2:]                           # reshuffled each epoch
+
+
+def test_heldout_loss_after_every_pass_matches_eval(project, monkeypatch):
+    from sparktrain.eval.metrics import evaluate
+    from sparktrain.model.weights import load_model
+    from sparktrain.train.data import load_pairs
+
+    monkeypatch.chdir(project)
+    job = job_from_program(PROGRAM, "job-dry-001")
+    heldout = "data/eval/tiny_heldout.jsonl"
+    plain = run_step(job, StepConfig(), TINY, **QUIET).checkpoint
+    c = run_step(job, StepConfig(step=2), TINY, heldout=heldout, **QUIET).checkpoint
+    assert c["heldout"] == heldout and "heldout" not in plain
+    # the held-out file is only measured, never trained on: same training losses
+    assert [e["loss"] for e in c["loss_curve"]] == [e["loss"] for e in plain["loss_curve"]]
+    assert all("heldout_loss" in e for e in c["loss_curve"])
+    params, cfg, _ = load_model(job.out_dir / "weights.safetensors")
+    final = evaluate(params, cfg, load_pairs(heldout), max_new=1, n_samples=0)["loss"]
+    assert c["loss_curve"][-1]["heldout_loss"] == pytest.approx(final, rel=1e-6)
+    assert len({round(e["heldout_loss"], 6) for e in c["loss_curve"]}) > 1
