@@ -24,7 +24,7 @@ from sparktrain.model.build import build_model
 from sparktrain.model.config import ModelConfig
 from sparktrain.model.weights import check_params, config_from_meta, load_weights, weights_bytes
 from sparktrain.train import outputs
-from sparktrain.train.config import StepConfig
+from sparktrain.train.config import StepConfig, step_record
 from sparktrain.train.data import Dataset, iter_batches, load_dataset
 from sparktrain.train.job import Job
 
@@ -290,10 +290,8 @@ def _checkpoint(run: _Run, log: _Log, changed: list[str], weights_sha256: str,
     job, step, dataset, cfg = run.job, run.step, run.dataset, run.model.cfg
     return {
         "job": job.job, "step_n": run.step_n, "loss_before": log.curve[0]["loss"],
-        "loss_after": log.curve[-1]["loss"], "loss_curve": log.curve, "outer": step.outer,
-        "inner": step.inner, "lr": step.lr, "batch_size": step.batch_size, "seed": step.seed,
-        "clip": step.clip, "momentum": step.momentum, "train_attn": cfg.train_attn,
-        "train_embed": step.train_embed, "dataset": job.dataset,
+        "loss_after": log.curve[-1]["loss"], "loss_curve": log.curve, **step_record(step),
+        "train_attn": cfg.train_attn, "dataset": job.dataset,
         "dataset_sha256": dataset.sha256, "dataset_n": dataset.n,
         "dataset_tokens": dataset.n_tokens, "truncated": dataset.n_truncated,
         "arch": cfg.to_dict(), "n_params": run.model.n_params, "trained_tensors": len(changed),
