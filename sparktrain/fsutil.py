@@ -122,16 +122,7 @@ def open_input(path: str | os.PathLike, what: str):
     except OSError as err:
         raise SparkError(f"cannot read {name}: {err.strerror or err}") from None
     try:
-        st = os.fstat(fd)
-        if stat.S_ISDIR(st.st_mode):
-            raise SparkError(f"cannot read {name}: the {what} path is a folder")
-        if not stat.S_ISREG(st.st_mode):
-            raise SparkError(f"cannot read {name}: the {what} is {_kind_of(st.st_mode)}, "
-                             "not a regular file")
-        cap = size_cap(what)
-        if cap is not None and st.st_size > cap:
-            raise SparkError(f"cannot read {name}: the {what} is {st.st_size:,} bytes, above "
-                             f"the {cap:,}-byte limit" + _raise_hint(what))
+        _check_stat(name, os.fstat(fd), what)
         fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
         return os.fdopen(fd, "rb")
     except BaseException:
@@ -148,6 +139,13 @@ def check_regular(path: str | os.PathLike, what: str) -> None:
         raise SparkError(f"{what} {name} does not exist") from None
     except OSError as err:
         raise SparkError(f"cannot read {name}: {err.strerror or err}") from None
+    _check_stat(name, st, what)
+
+
+def _check_stat(name: str, st: os.stat_result, what: str) -> None:
+    """A regular file within the cap of its kind, or one line saying what it is."""
+    if stat.S_ISDIR(st.st_mode):
+        raise SparkError(f"cannot read {name}: the {what} path is a folder")
     if not stat.S_ISREG(st.st_mode):
         raise SparkError(f"cannot read {name}: the {what} is {_kind_of(st.st_mode)}, "
                          "not a regular file")

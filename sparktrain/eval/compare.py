@@ -25,13 +25,11 @@ from typing import Callable, Sequence
 
 import matplotlib.style
 import yaml
-from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
-from matplotlib.ticker import MaxNLocator
 
 from sparktrain.errors import SparkError
 from sparktrain.eval.metrics import HEADLINE_KEYS
-from sparktrain.eval.plot import DPI, LOG_Y_RATIO, SIZE_IN, png_bytes
+from sparktrain.eval.plot import loss_axes, png_bytes
 from sparktrain.fsutil import atomic_write_bytes
 from sparktrain.repro.lock import cache_dir, cached_blob, outputs
 from sparktrain.repro.workspace import tool_env
@@ -272,19 +270,8 @@ def render(sweep: dict) -> Figure:
     exps = sweep["experiments"]
     ys = [p["loss"] for e in exps for p in e.loss_curve + e.heldout]
     with matplotlib.style.context("default"):
-        fig = Figure(figsize=SIZE_IN, dpi=DPI)
-        FigureCanvasAgg(fig)
-        ax = fig.add_subplot()
-        ax.set_title(f"sweep of {len(exps)} experiment{'s' * (len(exps) != 1)} · "
-                     f"loss per outer pass", fontsize=14)
-        ax.set_xlabel("outer pass (0 = before training)", fontsize=12)
-        ax.set_ylabel("loss (cross-entropy, nats per token)", fontsize=12)
-        ax.tick_params(labelsize=11)
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        if min(ys) > 0 and max(ys) / min(ys) > LOG_Y_RATIO:
-            ax.set_yscale("log")
-        ax.grid(True, which="major", color="0.88", linewidth=0.8)
-        ax.set_axisbelow(True)
+        fig, ax = loss_axes(f"sweep of {len(exps)} experiment{'s' * (len(exps) != 1)} · "
+                            f"loss per outer pass", ys)
         colors = matplotlib.rcParams["axes.prop_cycle"].by_key()["color"]
         for i, exp in enumerate(exps):
             color = colors[i % len(colors)]

@@ -69,6 +69,24 @@ def _title(job: str | None, scale: str | None) -> str:
     return " · ".join(parts + ["loss per outer pass"])
 
 
+def loss_axes(title: str, ys: Sequence[float]):
+    """(Figure, Axes) of a loss-per-outer-pass picture: title, labelled axes, grid,
+    log y when the losses span more than LOG_Y_RATIO. Call inside a style context."""
+    fig = Figure(figsize=SIZE_IN, dpi=DPI)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    ax.set_title(title, fontsize=14)
+    ax.set_xlabel("outer pass (0 = before training)", fontsize=12)
+    ax.set_ylabel("loss (cross-entropy, nats per token)", fontsize=12)
+    ax.tick_params(labelsize=11)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    if min(ys) > 0 and max(ys) / min(ys) > LOG_Y_RATIO:
+        ax.set_yscale("log")
+    ax.grid(True, which="major", color="0.88", linewidth=0.8)
+    ax.set_axisbelow(True)
+    return fig, ax
+
+
 def render(loss_curve: Sequence, heldout: Sequence | None = None, *,
            job: str | None = None, scale: str | None = None) -> Figure:
     """The picture as a matplotlib Figure (not yet encoded); SparkError for bad values."""
@@ -79,19 +97,7 @@ def render(loss_curve: Sequence, heldout: Sequence | None = None, *,
     ys = [y for _, y in train + held]
 
     with matplotlib.style.context("default"):
-        fig = Figure(figsize=SIZE_IN, dpi=DPI)
-        FigureCanvasAgg(fig)
-        ax = fig.add_subplot()
-        ax.set_title(_title(job, scale), fontsize=14)
-        ax.set_xlabel("outer pass (0 = before training)", fontsize=12)
-        ax.set_ylabel("loss (cross-entropy, nats per token)", fontsize=12)
-        ax.tick_params(labelsize=11)
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        if min(ys) > 0 and max(ys) / min(ys) > LOG_Y_RATIO:
-            ax.set_yscale("log")
-        ax.grid(True, which="major", color="0.88", linewidth=0.8)
-        ax.set_axisbelow(True)
-
+        fig, ax = loss_axes(_title(job, scale), ys)
         tx, ty = zip(*train)
         ax.plot(tx, ty, color=TRAIN_COLOR, linewidth=2, marker="o", markersize=6,
                 label=f"training loss, whole dataset (last {ty[-1]:.4g})")
