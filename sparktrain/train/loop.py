@@ -60,8 +60,26 @@ class MinibatchSampler:
         return idx
 
 
-def loss_batches(model: Model, dataset: Dataset) -> list:
-    """The whole dataset in file order, padded once and reused for every measurement."""
+KEEP_ROWS = 4096  # up to this many rows, the loss batches are padded once and kept
+
+
+class _Relaid:
+    """The loss batches of a large set, laid out again at each measurement: kept
+    padded, 200k short rows cost 30x their file (int64 grids); this keeps memory a
+    small factor of the dataset, for one more pass over the rows per measurement."""
+
+    def __init__(self, rows, make_batch):
+        self.rows, self.make_batch = rows, make_batch
+
+    def __iter__(self):
+        return iter_batches(self.rows, LOSS_BATCH, self.make_batch)
+
+
+def loss_batches(model: Model, dataset: Dataset):
+    """The whole dataset in file order for every whole-dataset loss: small sets
+    padded once and reused, large ones laid out batch by batch each time."""
+    if len(dataset.encoded) > KEEP_ROWS:
+        return _Relaid(dataset.encoded, model.make_batch)
     return list(iter_batches(dataset.encoded, LOSS_BATCH, model.make_batch))
 
 

@@ -104,7 +104,7 @@ def test_load_dataset_counts_and_iter_batches(tmp_path):
     rows = [json.dumps({"prompt": "p" * i, "completion": "c"}) for i in range(1, 6)]
     p = write(tmp_path, "\n".join(rows) + "\n")
     ds = load_dataset(p, seq_len=5)
-    assert ds.n == 5 and len(ds.pairs) == len(ds.encoded) == 5
+    assert ds.n == 5 and len(ds.encoded) == 5
     assert ds.n_tokens == sum(len(e.tokens) - 1 for e in ds.encoded)
     assert ds.n_counted == 10  # completion byte + EOS per row, never cut
     assert ds.n_truncated == 3  # prompt of i bytes -> i + 4 tokens, > 6 for i >= 3
