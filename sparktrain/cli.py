@@ -22,6 +22,7 @@ COMMAND_MODULES = (
     "sparktrain.eval.commands",    # eval, generate, make-data, plot, compare
     "sparktrain.repro.commands",   # repro-check
     "sparktrain.export.commands",  # export, import
+    "sparktrain.sweep.commands",   # sweep
 )
 
 

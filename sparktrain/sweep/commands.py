@@ -1,0 +1,70 @@
+"""`spark sweep` (the sweep area's command)."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from sparktrain.errors import SparkError
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "sweep", help="run a grid of `dvc exp run -S` points on a Dask cluster and compare them",
+        description="Expand -S KEY=V1,V2 ... into a grid (as `dvc exp run --queue -S` does), "
+                    "run each point as `dvc exp run` in a Dask worker's own clone of the "
+                    "shared git remote at this commit, `dvc exp push` it, then `dvc exp pull` "
+                    "the results here and print params, metrics and output hashes. Points "
+                    "whose experiment already exists are not run again; a failed point is "
+                    "reported and does not stop the others (exit 1 when any failed).")
+    p.add_argument("-S", "--set-param", dest="specs", action="append", default=[],
+                   metavar="KEY=V1[,V2...]",
+                   help="a params.yaml key and its values, e.g. step.lr=0.02,0.05 "
+                        "(repeat for more axes; +KEY=... adds a key)")
+    p.add_argument("--scheduler", default=None, metavar="ADDR",
+                   help="a running Dask scheduler, e.g. tcp://HOST:8786 (default: a "
+                        "LocalCluster on 127.0.0.1)")
+    p.add_argument("--workers", type=_positive_int, default=None,
+                   help="LocalCluster workers, one thread each (default: usable cores)")
+    p.add_argument("--git-remote", default="origin",
+                   help="the shared git remote the workers clone and push to (default origin)")
+    p.add_argument("--dvc-remote", default=None,
+                   help="DVC remote for the outputs (default: .dvc/config's default remote)")
+    p.add_argument("--scratch", default=None,
+                   help="folder on each worker for its clones (default: its temp dir)")
+    p.add_argument("-o", "--out", default="sweep.json",
+                   help="write the comparison here as JSON (default sweep.json)")
+    p.add_argument("--json", action="store_true",
+                   help="print the comparison as JSON instead of a table")
+    p.set_defaults(func=cmd_sweep)
+
+
+def cmd_sweep(args) -> int:
+    try:
+        from sparktrain.sweep import driver
+    except ImportError as err:
+        raise SparkError(f"spark sweep needs Dask distributed ({err.name} is missing): "
+                         f"pip install 'sparktrain[sweep]'") from None
+    from sparktrain.fsutil import canonical_json, write_json
+    from sparktrain.sweep.compare import format_table
+
+    if args.scheduler and args.workers:
+        raise SparkError("--workers sizes the LocalCluster; with --scheduler the cluster "
+                         "has its own workers")
+    plan = driver.plan_sweep(Path.cwd(), args.specs, args.git_remote, args.dvc_remote)
+    doc = driver.sweep(plan, args.scheduler, args.workers or driver.usable_cores(),
+                       args.scratch, progress=lambda line: print(f"sweep: {line}",
+                                                                 file=sys.stderr, flush=True))
+    write_json(args.out, doc)
+    print(canonical_json(doc) if args.json else format_table(doc), end="" if args.json else "\n")
+    return 1 if any(p["state"] != "done" for p in doc["points"]) else 0

@@ -1,0 +1,123 @@
+"""The comparison a sweep prints and writes: each point's params, metrics and output
+hashes, read through DVC (`dvc exp show --json`, the experiment's dvc.lock).
+
+Only what the inputs decide goes into it (no timings, no hosts, no absolute
+paths), so the same sweep gives the same JSON bytes however it was scheduled
+and whether its points ran now or in an earlier run.
+"""
+from __future__ import annotations
+
+import yaml
+
+from sparktrain.sweep.grid import Point
+
+
+def experiments_of(shown: list, baseline: str) -> dict[str, dict]:
+    """name -> {rev, params, metrics} of the experiments of `baseline` in `dvc exp show --json`."""
+    found = {}
+    for entry in shown:
+        if entry.get("rev") != baseline:
+            continue
+        for exp in entry.get("experiments") or []:
+            for rev in exp.get("revs") or []:
+                data = rev.get("data") or {}
+                if rev.get("name"):
+                    found[rev["name"]] = {"rev": rev["rev"], "params": data.get("params") or {},
+                                          "metrics": data.get("metrics") or {}}
+    return found
+
+
+def lock_outputs(lock_text: str) -> dict[str, str]:
+    """path -> md5 of every output in a dvc.lock (outs, metrics and plots alike)."""
+    lock = yaml.safe_load(lock_text) or {}
+    return {out["path"]: out.get("md5", "")
+            for entry in (lock.get("stages") or {}).values() for out in entry.get("outs") or []}
+
+
+def _lookup(tree, dotted: str):
+    for part in dotted.lstrip("+").split("."):
+        if not isinstance(tree, dict) or part not in tree:
+            return None
+        tree = tree[part]
+    return tree
+
+
+def point_record(point: Point, exp: dict | None, outputs: dict, failure: str | None) -> dict:
+    params_doc = ((exp or {}).get("params") or {}).get("params.yaml", {}).get("data", {})
+    params = {key: _lookup(params_doc, key) if exp else _as_written(value)
+              for key, value in point.values}
+    metrics, errors = {}, []
+    for path, entry in sorted(((exp or {}).get("metrics") or {}).items()):
+        if "data" in entry:
+            metrics[path] = entry["data"]
+        else:
+            errors.append(f"{path}: {entry.get('error', {}).get('msg', 'unreadable')}")
+    if exp is None and failure is None:
+        failure = "the experiment was not found after `dvc exp pull`"
+    return {"name": point.name, "overrides": list(point.overrides), "params": params,
+            "state": "failed" if failure else "done", "error": failure,
+            "metrics": metrics, "metric_errors": errors, "outputs": dict(sorted(outputs.items())),
+            "rev": exp["rev"] if exp else None}
+
+
+def _as_written(text: str):
+    """A value as `dvc exp run -S` would set it: YAML, with `1e30` a float as DVC reads it."""
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            pass
+    return value
+
+
+def headline(metrics: dict) -> dict[str, float]:
+    """The scalar numbers at the top of each metrics file, as `dvc exp show` would list them."""
+    flat = {}
+    for data in metrics.values():
+        for key, value in data.items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                flat.setdefault(key, value)
+    return flat
+
+
+def format_table(doc: dict) -> str:
+    """A `dvc exp show`-like table: the swept params, the headline metrics, and the
+    outputs whose hashes differ between points (first 8 hex digits)."""
+    points = doc["points"]
+    keys = [k for k, _ in (doc["axes"] or [])]
+    metric_keys = []
+    for p in points:
+        for k in headline(p["metrics"]):
+            if k not in metric_keys:
+                metric_keys.append(k)
+    out_paths = sorted({path for p in points for path in p["outputs"]})
+    changed = [path for path in out_paths
+               if len({p["outputs"].get(path) for p in points if p["state"] == "done"}) > 1]
+    header = ["Experiment", "State"] + keys + metric_keys + [path.rsplit("/", 1)[-1]
+                                                            for path in changed]
+    rows = []
+    for p in points:
+        numbers = headline(p["metrics"])
+        rows.append([p["name"], p["state"]] + [_cell(p["params"].get(k)) for k in keys]
+                    + [_cell(numbers.get(k)) for k in metric_keys]
+                    + [(p["outputs"].get(path) or "-")[:8] for path in changed])
+    widths = [max(len(str(r[i])) for r in [header] + rows) for i in range(len(header))]
+    lines = ["  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip()
+             for r in [header] + rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    for p in points:
+        if p["error"]:
+            lines.append(f"{p['name']} failed: {p['error']}")
+    return "\n".join(lines)
+
+
+def _cell(value) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.5g}"
+    return str(value)

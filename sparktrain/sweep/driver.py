@@ -1,0 +1,212 @@
+"""`spark sweep`'s driver: plan the grid at HEAD, run its points on a Dask cluster, pull
+them back through DVC and compare.
+
+The scheduling is Dask's (`distributed`): a LocalCluster on the loopback address
+by default, or any running scheduler (`--scheduler tcp://HOST:8786`, deployed by
+`dask ssh`, dask-jobqueue, dask-kubernetes, ...). Every point is one task:
+`sparktrain.sweep.point.run_point` in a clone of the shared git remote. The
+experiments travel the way DVC shares any experiment: `dvc exp push` from the
+worker, `dvc exp pull` here. Locally and on a cluster the code path is the same.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+from distributed import Client, LocalCluster, as_completed
+
+from sparktrain.errors import SparkError
+from sparktrain.fsutil import read_input
+from sparktrain.repro.workspace import tool_env
+from sparktrain.sweep.compare import experiments_of, lock_outputs, point_record
+from sparktrain.sweep.grid import Axis, Point, expand
+from sparktrain.sweep.point import PointJob, run_point
+
+
+@dataclass(frozen=True)
+class SweepPlan:
+    repo: Path
+    commit: str                 # HEAD: the baseline every point runs at
+    git_remote: str             # as the driver names it (`origin`)
+    git_url: str                # as the workers reach it
+    dvc_remote: str | None      # None: the committed default remote
+    axes: tuple[Axis, ...]
+    points: tuple[Point, ...] = field(default=())
+
+
+def usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def _tool(repo: Path, *cmd: str, what: str | None = None) -> str:
+    done = subprocess.run(list(cmd), cwd=repo, env=tool_env(repo), capture_output=True,
+                          text=True)
+    if done.returncode != 0:
+        message = (done.stderr or done.stdout).strip().splitlines()
+        raise SparkError(f"{what or ' '.join(cmd)} failed: "
+                         f"{message[-1] if message else f'exit {done.returncode}'}")
+    return done.stdout
+
+
+def plan_sweep(repo: Path, specs: list[str], git_remote: str = "origin",
+               dvc_remote: str | None = None) -> SweepPlan:
+    """Check the checkout can be swept from and expand the grid; every mistake is one line."""
+    from sparktrain.sweep.grid import parse_axis
+
+    axes = [parse_axis(s) for s in specs]
+    if not (repo / ".dvc").is_dir() or not (repo / "dvc.yaml").is_file():
+        raise SparkError(f"run spark sweep at the root of the project (no .dvc/ and "
+                         f"dvc.yaml in {repo.name or repo})")
+    commit = _tool(repo, "git", "rev-parse", "HEAD", what="git rev-parse HEAD").strip()
+    dirty = _tool(repo, "git", "status", "--porcelain", "--untracked-files=no").split("\n")
+    dirty = [line[3:] for line in dirty if line.strip()]
+    if dirty:
+        raise SparkError(f"uncommitted changes ({', '.join(dirty[:3])}); the workers run "
+                         f"commit {commit[:12]}: commit (and push) them first")
+    git_url = _git_url(repo, git_remote)
+    _tool(repo, "git", "fetch", "-q", git_remote, what=f"git fetch {git_remote}")
+    holders = _tool(repo, "git", "branch", "-r", "--contains", commit).split()
+    if not any(h.startswith(f"{git_remote}/") for h in holders):
+        raise SparkError(f"commit {commit[:12]} is not on git remote {git_remote!r}; the "
+                         f"workers clone it from there: `git push {git_remote} HEAD` first")
+    _check_dvc_remote(repo, dvc_remote)
+    params = yaml.safe_load(read_input(repo / "params.yaml", "params file")) or {}
+    points = expand(axes, params)
+    return SweepPlan(repo, commit, git_remote, git_url, dvc_remote, tuple(axes), tuple(points))
+
+
+def _git_url(repo: Path, remote: str) -> str:
+    done = subprocess.run(["git", "remote", "get-url", remote], cwd=repo, capture_output=True,
+                          text=True)
+    if done.returncode != 0:
+        raise SparkError(f"no git remote {remote!r}: the workers clone the shared repository "
+                         f"from it (`git remote add {remote} URL` and push)")
+    url = done.stdout.strip()
+    local = Path(url) if Path(url).is_absolute() else repo / url
+    if "://" not in url and local.exists():
+        return str(local.resolve())  # workers clone from elsewhere: no relative paths
+    return url
+
+
+def _check_dvc_remote(repo: Path, name: str | None) -> None:
+    """The workers' clones see only the committed .dvc/config: the remote must be there."""
+    listed = _tool(repo, "dvc", "remote", "list", "--project", what="dvc remote list")
+    names = [line.split()[0] for line in listed.splitlines() if line.strip()]
+    if name is None:
+        done = subprocess.run(["dvc", "config", "--project", "core.remote"], cwd=repo,
+                              env=tool_env(repo), capture_output=True, text=True)
+        name = done.stdout.strip() if done.returncode == 0 else ""
+        if not name:
+            raise SparkError("no default DVC remote in .dvc/config: the workers push their "
+                             "outputs there (`dvc remote add -d store s3://bucket/path`, "
+                             "then commit .dvc/config)")
+    if name not in names:
+        raise SparkError(f"DVC remote {name!r} is not in the committed .dvc/config (known: "
+                         f"{', '.join(names) or 'none'}); `dvc remote add` it without --local")
+
+
+def existing_experiments(plan: SweepPlan) -> tuple[set[str], set[str]]:
+    """(names on the git remote, names in this checkout) at the baseline commit."""
+    def names(*where: str) -> set[str]:
+        out = _tool(plan.repo, "dvc", "exp", "list", *where, "--rev", plan.commit,
+                    "--name-only", what="dvc exp list")
+        return {line.strip() for line in out.splitlines() if line.strip()}
+    return names(plan.git_remote), names()
+
+
+def _client(scheduler: str | None, workers: int):
+    if scheduler:
+        try:
+            return Client(scheduler, timeout="20s"), None
+        except (OSError, TimeoutError, ValueError) as err:
+            raise SparkError(f"cannot reach the Dask scheduler at {scheduler}: {err}") from None
+    cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                           host="127.0.0.1", dashboard_address=None)
+    return Client(cluster), cluster
+
+
+def run_points(plan: SweepPlan, todo: list[Point], scheduler: str | None, workers: int,
+               scratch: str | None, progress) -> dict[str, dict]:
+    """name -> the worker's record, each point a task on the cluster, in completion order."""
+    if not todo:
+        return {}
+    client, cluster = _client(scheduler, workers)
+    records = {}
+    try:
+        progress(f"running {len(todo)} point(s) on {len(client.scheduler_info()['workers'])} "
+                 f"Dask worker(s) ({scheduler or 'LocalCluster on 127.0.0.1'})")
+        futures = {}
+        for point in todo:
+            job = PointJob(plan.git_url, plan.commit, point.name, point.overrides,
+                           plan.dvc_remote, scratch)
+            future = client.submit(run_point, job, key=f"{point.name}-{plan.commit[:12]}",
+                                   pure=False)
+            futures[future] = point
+        for future in as_completed(futures):
+            point = futures[future]
+            try:
+                record = future.result()
+            except Exception as err:  # the task itself died (worker lost, import error)
+                record = {"name": point.name, "state": "failed", "seconds": None,
+                          "error": f"the Dask task failed: {type(err).__name__}: {err}"}
+            records[point.name] = record
+            took = f" in {record['seconds']:.1f}s" if record.get("seconds") else ""
+            progress(f"{point.name} {' '.join(point.overrides)}: {record['state']}{took}"
+                     + (f": {record['error']}" if record["error"] else ""))
+    finally:
+        client.close()
+        if cluster is not None:
+            cluster.close()
+    return records
+
+
+def pull(plan: SweepPlan, names: list[str]) -> None:
+    if not names:
+        return
+    remote = ["-r", plan.dvc_remote] if plan.dvc_remote else []
+    _tool(plan.repo, "dvc", "exp", "pull", *remote, plan.git_remote, *names,
+          what="dvc exp pull")
+
+
+def compare(plan: SweepPlan, failures: dict[str, str]) -> dict:
+    """The sweep's comparison document (see compare.py), in grid order."""
+    shown = json.loads(_tool(plan.repo, "dvc", "exp", "show", "--json", "--rev", plan.commit,
+                             what="dvc exp show"))
+    found = experiments_of(shown, plan.commit)
+    points = []
+    for point in plan.points:
+        exp = None if point.name in failures else found.get(point.name)
+        outputs = {}
+        if exp:
+            outputs = lock_outputs(_tool(plan.repo, "git", "show", f"{exp['rev']}:dvc.lock"))
+        points.append(point_record(point, exp, outputs, failures.get(point.name)))
+    return {"baseline": plan.commit,
+            "axes": [[a.key, list(a.values)] for a in plan.axes],
+            "points": points}
+
+
+def sweep(plan: SweepPlan, scheduler: str | None, workers: int, scratch: str | None,
+          progress) -> dict:
+    failures = {p.name: p.error for p in plan.points if p.error}
+    on_remote, local = existing_experiments(plan)
+    todo = []
+    for point in plan.points:
+        if point.error:
+            progress(f"{point.name} {' '.join(point.overrides)}: failed: {point.error}")
+        elif point.name in on_remote or point.name in local:
+            progress(f"{point.name} {' '.join(point.overrides)}: already on the remote, "
+                     f"not run again")
+        else:
+            todo.append(point)
+    records = run_points(plan, todo, scheduler, workers, scratch, progress)
+    failures.update({n: r["error"] for n, r in records.items() if r["state"] != "done"})
+    done = [p.name for p in plan.points if p.name not in failures and p.name not in local]
+    pull(plan, done)
+    return compare(plan, failures)

@@ -1,0 +1,160 @@
+"""Sweeps with the real dvc: `dvc queue start -j 2`, and `spark sweep` on a 2-worker Dask
+LocalCluster on 127.0.0.1 with a bare git repository and a local folder as the remotes.
+The same grid through both gives the same metrics and the same output hashes."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+import yaml
+
+from .conftest import clone, dvc, dvc_json, git, lock_outs, run, tool_env
+
+pytestmark = pytest.mark.e2e
+
+GRID = ("-S", "step.lr=0.05,0.1", "-S", "step.seed=1")
+
+
+def spark(repo, *args, timeout=600):
+    return run(repo, sys.executable, "-m", "sparktrain.cli", *args, timeout=timeout)
+
+
+def _split(done):
+    """(stdout lines, the `sweep: ...` progress lines) of a run that merged both."""
+    lines = done.stdout.splitlines()
+    return ([ln for ln in lines if not ln.startswith("sweep: ")],
+            [ln for ln in lines if ln.startswith("sweep: ")])
+
+
+@pytest.fixture(scope="module")
+def shared(template_repo, tmp_path_factory):
+    """A driver checkout whose `origin` is a bare repo and whose default DVC remote is a
+    local folder, committed and pushed: what a cluster's workers clone."""
+    root = tmp_path_factory.mktemp("sweep")
+    subprocess.run(["git", "init", "-q", "--bare", "--initial-branch=main",
+                    str(root / "origin.git")], check=True)
+    repo = clone(template_repo, root / "driver")
+    dvc(repo, "remote", "add", "-d", "store", str(root / "dvc-store"))
+    git(repo, "add", ".dvc/config")
+    git(repo, "commit", "-q", "-m", "shared DVC remote")
+    git(repo, "remote", "add", "origin", str(root / "origin.git"))
+    git(repo, "push", "-q", "origin", "main")
+    return repo
+
+
+@pytest.fixture(scope="module")
+def swept(shared):
+    done = spark(shared, "sweep", *GRID, "--workers", "2")
+    return done, json.loads((shared / "sweep.json").read_text())
+
+
+def _queue_results(repo, grid, timeout=600):
+    """Queue `grid`, `dvc queue start -j 2`, wait for the workers; {(lr, seed): exp data}."""
+    before = {e["name"] for e in _experiments(repo)}
+    dvc(repo, "exp", "run", "--queue", *grid)
+    # the queue's workers are detached and keep inherited pipes open: no capture here
+    started = subprocess.run(["dvc", "queue", "start", "-j", "2"], cwd=repo, env=tool_env(repo),
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120)
+    assert started.returncode == 0
+    deadline = time.monotonic() + timeout
+    while True:
+        status = dvc(repo, "queue", "status").stdout
+        if "Queued" not in status and "Running" not in status:
+            break
+        assert time.monotonic() < deadline, status
+        time.sleep(2)
+    assert "Failed" not in status, status
+    found = {}
+    for exp in _experiments(repo):
+        if exp["name"] not in before:
+            step = exp["data"]["params"]["params.yaml"]["data"]["step"]
+            found[(step["lr"], step["seed"])] = exp
+    return found
+
+
+def _experiments(repo) -> list[dict]:
+    return [{"name": rev["name"], "rev": rev["rev"], "data": rev["data"]}
+            for baseline in dvc_json(repo, "exp", "show")
+            for exp in baseline.get("experiments") or []
+            for rev in exp.get("revs") or [] if rev.get("data")]
+
+
+def test_sweep_runs_every_point_on_the_cluster_and_prints_the_comparison(swept):
+    done, doc = swept
+    table, progress = _split(done)
+    assert done.returncode == 0, done.stdout
+    assert "Traceback" not in done.stdout
+    assert any("on 2 Dask worker(s)" in ln for ln in progress), progress
+    assert [p["params"] for p in doc["points"]] == [
+        {"step.lr": 0.05, "step.seed": 1}, {"step.lr": 0.1, "step.seed": 1}]
+    assert all(p["state"] == "done" and p["error"] is None for p in doc["points"])
+    weights = {p["outputs"]["out/train/job-dry-001/weights.safetensors"] for p in doc["points"]}
+    assert len(weights) == 2, "every point trained its own weights"
+    assert table[0].split()[:4] == ["Experiment", "State", "step.lr", "step.seed"]
+    assert [row.split()[0] for row in table[2:4]] == [p["name"] for p in doc["points"]]
+
+
+def test_points_equal_the_same_grid_through_dvc_queue(shared, swept):
+    _, doc = swept
+    queued = _queue_results(shared, GRID)
+    assert len(queued) == 2, sorted(queued)
+    for point in doc["points"]:
+        exp = queued[(point["params"]["step.lr"], point["params"]["step.seed"])]
+        metrics = {path: entry["data"] for path, entry in exp["data"]["metrics"].items()}
+        assert point["metrics"] == metrics, point["name"]
+        lock = git(shared, "show", f"{exp['rev']}:dvc.lock")
+        hashes = {path: md5 for path, (_, md5) in lock_outs(yaml.safe_load(lock)).items()}
+        assert point["outputs"] == hashes, point["name"]
+
+
+def test_a_rerun_skips_existing_points_and_writes_the_same_bytes(shared, swept):
+    first = (shared / "sweep.json").read_bytes()
+    done = spark(shared, "sweep", *GRID, "--workers", "2")
+    assert done.returncode == 0, done.stdout
+    _, progress = _split(done)
+    assert sum("not run again" in ln for ln in progress) == 2, progress
+    assert not any("Dask worker" in ln for ln in progress), progress
+    assert (shared / "sweep.json").read_bytes() == first
+
+
+def test_a_failed_point_is_reported_and_the_others_finish(shared, swept):
+    # lr=1e30 diverges in the step stage, -1 is refused by params validation, and
+    # lr=0.1 is a point of the first sweep: it is not run again but still compared
+    done = spark(shared, "sweep", "-S", "step.lr=1e30,0.1,-1", "-S", "step.seed=1",
+                 "--workers", "2", "-o", "failed.json")
+    assert done.returncode == 1, done.stdout
+    assert "Traceback" not in done.stdout
+    points = {p["params"]["step.lr"]: p for p in
+              json.loads((shared / "failed.json").read_text())["points"]}
+    assert points[0.1]["state"] == "done" and points[0.1]["metrics"]
+    assert points[0.1] == swept[1]["points"][1]
+    assert points[1e30]["state"] == "failed"
+    assert "stage step: training failed" in points[1e30]["error"]
+    assert "diverged" in points[1e30]["error"]
+    assert points[-1]["error"] == "params: step.lr must be > 0.0, got -1.0"
+    table, _ = _split(done)
+    assert f"{points[1e30]['name']} failed: dvc exp run exited" in "\n".join(table)
+
+
+def test_sweep_mistakes_are_one_line_before_anything_runs(shared, tmp_path):
+    def one_line(done, needle):
+        assert done.returncode == 2, done.stdout
+        lines = [ln for ln in done.stdout.splitlines() if ln.strip()]
+        assert len(lines) == 1 and needle in lines[0], done.stdout
+
+    one_line(spark(shared, "sweep"), "nothing to sweep")
+    one_line(spark(shared, "sweep", "-S", "step.oter=1"), "no key step.oter")
+    one_line(spark(shared, "sweep", "-S", "step.lr=0.1", "--git-remote", "nope"),
+             "no git remote 'nope'")
+    one_line(spark(shared, "sweep", "-S", "step.lr=0.1", "--dvc-remote", "nope"),
+             "DVC remote 'nope' is not in the committed .dvc/config")
+    one_line(spark(tmp_path, "sweep", "-S", "step.lr=0.1"), "root of the project")
+
+    local = clone(shared, tmp_path / "unpushed")
+    git(local, "commit", "-q", "--allow-empty", "-m", "not pushed")
+    one_line(spark(local, "sweep", "-S", "step.lr=0.1"), "is not on git remote 'origin'")
+    (local / "params.yaml").write_text((local / "params.yaml").read_text() + "\n")
+    one_line(spark(local, "sweep", "-S", "step.lr=0.1"), "uncommitted changes (params.yaml)")

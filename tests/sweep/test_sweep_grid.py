@@ -1,0 +1,126 @@
+"""The sweep's grid, its experiment names, its comparison table and its error lines."""
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from sparkhelp import ROOT
+from sparktrain.errors import SparkError
+from sparktrain.sweep.compare import experiments_of, format_table, lock_outputs, point_record
+from sparktrain.sweep.grid import expand, parse_axis, point_name
+from sparktrain.sweep.point import reason
+
+PARAMS = yaml.safe_load((ROOT / "params.yaml").read_text())
+
+
+def test_grid_is_the_product_first_axis_slowest_like_dvc_queue():
+    points = expand([parse_axis("step.lr=0.02,0.05"), parse_axis("step.seed=0,1")], PARAMS)
+    assert [p.overrides for p in points] == [
+        ("step.lr=0.02", "step.seed=0"), ("step.lr=0.02", "step.seed=1"),
+        ("step.lr=0.05", "step.seed=0"), ("step.lr=0.05", "step.seed=1")]
+    assert all(p.error is None for p in points)
+    assert len({p.name for p in points}) == 4
+
+
+def test_a_point_keeps_its_name_whatever_the_order_of_the_axes():
+    a = expand([parse_axis("step.lr=0.05"), parse_axis("step.seed=1")], PARAMS)[0]
+    b = expand([parse_axis("step.seed=1"), parse_axis("step.lr=0.05")], PARAMS)[0]
+    assert a.name == b.name == point_name((("step.lr", "0.05"), ("step.seed", "1")))
+    assert a.name != point_name((("step.lr", "0.05"), ("step.seed", "0")))
+    assert a.name.startswith("sweep-") and len(a.name) == len("sweep-") + 10
+
+
+def test_an_invalid_value_fails_only_its_point():
+    points = expand([parse_axis("step.lr=0.1,-1,fast")], PARAMS)
+    assert points[0].error is None
+    assert points[1].error == "params: step.lr must be > 0.0, got -1.0"
+    assert "step.lr" in points[2].error and "fast" in points[2].error
+
+
+def test_plus_adds_a_key_params_yaml_lacks():
+    [point] = expand([parse_axis("+scales.tiny.seq_len=128")], PARAMS)
+    assert point.overrides == ("+scales.tiny.seq_len=128",)
+    assert point.error is None
+
+
+@pytest.mark.parametrize("specs, needle", [
+    ([], "nothing to sweep"),
+    (["step.lr"], "KEY=VALUE"),
+    (["step.lr=0.1,,0.2"], "empty value"),
+    (["step.oter=1,2"], "no key step.oter"),
+    (["+step.lr=0.1"], "drop the +"),
+    (["step.lr=0.1", "step.lr=0.2"], "given twice"),
+])
+def test_mistakes_of_the_whole_sweep_are_one_error(specs, needle):
+    with pytest.raises(SparkError, match=needle):
+        expand([parse_axis(s) for s in specs], PARAMS)
+
+
+LOCK = """
+schema: '2.0'
+stages:
+  step:
+    cmd: python -m stages.step
+    outs:
+    - path: out/w.safetensors
+      md5: aaa
+    - path: out/ckpt.json
+      md5: bbb
+  eval:
+    outs:
+    - path: out/eval.json
+      md5: ccc
+"""
+
+
+def test_lock_outputs_lists_every_stage_output():
+    assert lock_outputs(LOCK) == {"out/w.safetensors": "aaa", "out/ckpt.json": "bbb",
+                                  "out/eval.json": "ccc"}
+
+
+def _shown(name, lr, loss, baseline="base"):
+    return [{"rev": "workspace", "experiments": None},
+            {"rev": baseline, "experiments": [{"revs": [{
+                "rev": f"rev-{name}", "name": name,
+                "data": {"params": {"params.yaml": {"data": {"step": {"lr": lr}}}},
+                         "metrics": {"out/eval.json": {"data": {"loss": loss, "n": 10,
+                                                                "mode": "attn"}}}}}]}]}]
+
+
+def test_comparison_reads_params_and_metrics_from_exp_show():
+    points = expand([parse_axis("step.lr=0.05,-1")], PARAMS)
+    found = experiments_of(_shown(points[0].name, 0.05, 4.25), "base")
+    assert experiments_of(_shown(points[0].name, 0.05, 4.25), "other") == {}
+    done = point_record(points[0], found[points[0].name], {"out/w": "abc"}, None)
+    assert done["state"] == "done" and done["params"] == {"step.lr": 0.05}
+    assert done["metrics"] == {"out/eval.json": {"loss": 4.25, "n": 10, "mode": "attn"}}
+    failed = point_record(points[1], None, {}, points[1].error)
+    assert failed["state"] == "failed" and failed["params"] == {"step.lr": -1}
+    lost = point_record(points[0], None, {}, None)
+    assert lost["state"] == "failed" and "not found" in lost["error"]
+
+    table = format_table({"axes": [["step.lr", ["0.05", "-1"]]], "points": [done, failed]})
+    header, rule, row_done, row_failed, error_line = table.splitlines()
+    assert header.split() == ["Experiment", "State", "step.lr", "loss", "n"]
+    assert row_done.split() == [points[0].name, "done", "0.05", "4.25", "10"]
+    assert row_failed.split() == [points[1].name, "failed", "-1", "-", "-"]
+    assert error_line == f"{points[1].name} failed: params: step.lr must be > 0.0, got -1.0"
+
+
+def test_table_shows_only_the_outputs_that_differ():
+    a = {"name": "a", "state": "done", "params": {}, "metrics": {}, "error": None,
+         "outputs": {"out/same": "1111111111", "out/w.safetensors": "2222222222"}}
+    b = dict(a, name="b", outputs={"out/same": "1111111111", "out/w.safetensors": "3333333333"})
+    lines = format_table({"axes": [], "points": [a, b]}).splitlines()
+    assert lines[0].split() == ["Experiment", "State", "w.safetensors"]
+    assert lines[2].split() == ["a", "done", "22222222"]
+
+
+def test_reason_prefers_the_stages_own_error_line():
+    output = ("Running stage 'step':\n> python -m stages.step\n"
+              "stage step: training failed: loss is nan; previous outputs kept\n"
+              "ERROR: failed to reproduce 'step': failed to run: python -m stages.step\n")
+    assert reason(output) == "stage step: training failed: loss is nan; previous outputs kept"
+    assert reason("Cloning...\nfatal: repository '/x' does not exist\n") == \
+        "fatal: repository '/x' does not exist"
+    assert reason("") == "(no output)"
