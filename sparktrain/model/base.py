@@ -76,9 +76,12 @@ class Model(Arch):
             raise TypeError(f"the {self.name} model needs a {self.batch_type.__name__}, "
                             f"got {type(batch).__name__}")
 
-    def loss_and_grads(self, params, batch) -> tuple[float, dict[str, np.ndarray]]:
+    def loss_and_grads(self, params, batch,
+                       denom: float | None = None) -> tuple[float, dict[str, np.ndarray]]:
         """Mean CE over the batch's counted targets and its gradient for every tensor
-        (keys and order of params). A batch with no counted target: loss 0, zero grads."""
+        (keys and order of params). A batch with no counted target: loss 0, zero grads.
+        `denom` replaces the mean's denominator: a shard of a bigger batch divides by
+        the whole batch's count (parallel.GradientEngine)."""
         raise NotImplementedError
 
     def batch_loss(self, params, batch) -> tuple[float, int]:

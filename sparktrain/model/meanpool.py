@@ -55,9 +55,10 @@ class MeanPool(MeanPoolArch, Model):
             logits, np.asarray(batch.target).reshape(-1), weights, denom_of(weights))
         return loss, PoolLossCache(c_fwd, c_ce)
 
-    def loss_and_grads(self, params, batch):
+    def loss_and_grads(self, params, batch, denom=None):
         self.check_batch(batch)
-        loss, cache = self._loss_forward(params, batch, mean_denom)
+        loss, cache = self._loss_forward(params, batch,
+                                         mean_denom if denom is None else lambda w: denom)
         # loss = cross_entropy(logits, target)
         dlogits = layers.cross_entropy_backward(cache.ce)              # (B, V)
         grads = self._backward(dlogits, cache.forward)

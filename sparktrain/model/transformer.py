@@ -183,9 +183,10 @@ class Transformer(AttentionArch, Model):
         self._trunk_backward(dhf.reshape(B, T, C), cache.trunk, grads)
         return grads
 
-    def loss_and_grads(self, params, batch):
+    def loss_and_grads(self, params, batch, denom=None):
         self.check_batch(batch)
-        loss, cache = self._loss_forward(params, batch, mean_denom)
+        loss, cache = self._loss_forward(params, batch,
+                                         mean_denom if denom is None else lambda w: denom)
         grads = self._loss_backward(cache)
         return loss, {name: grads[name] for name in params}
 

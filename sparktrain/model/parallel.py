@@ -1,0 +1,247 @@
+"""Deterministic data parallelism: a micro-batch's gradient over fixed shards.
+
+`GradientEngine.loss_and_grads(params, batch)` is the model's
+`loss_and_grads` with the batch cut into `shards` fixed row ranges. Each shard's
+loss and gradients use the whole batch's denominator (its count of scored
+targets), so they add up to the whole batch's mean; they are added in shard
+order, always in the parent, whichever worker computed them. The bytes of the
+result therefore depend on the shard count only, never on the number of
+workers or of cores: 1 shard is exactly the model's own `loss_and_grads`.
+
+Workers are persistent processes, spawned once (a spawned process has a heap of
+its own; threads contend in numpy's allocator and page faults, and a forked
+child copies every page the parent writes). The parent is worker 0. Params and
+the per-shard gradients live in one shared-memory block, so a micro-step hands
+each worker only its shards' rows and a float; each worker's BLAS stays at 1
+thread (sparktrain/__init__.py pins it before numpy loads: a process that
+loaded numpy before sparktrain runs BLAS on several threads, and its own
+shards then differ in the last bits from its workers').
+"""
+from __future__ import annotations
+
+import dataclasses
+import multiprocessing
+import os
+import weakref
+from multiprocessing import shared_memory
+
+import numpy as np
+
+from sparktrain.errors import SparkError
+from sparktrain.model.base import Model
+from sparktrain.model.build import build_model
+from sparktrain.model.config import ModelConfig
+
+ALIGN = 64  # bytes: every tensor in the shared block starts on a cache line
+
+
+def usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def default_workers() -> int:
+    """SPARK_WORKERS, else the cores this process may run on."""
+    text = os.environ.get("SPARK_WORKERS", "").strip()
+    if not text:
+        return usable_cores()
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise SparkError(f"SPARK_WORKERS must be a positive integer, got {text!r}")
+    return value
+
+
+def shard_ranges(rows: int, shards: int) -> list[tuple[int, int]]:
+    """`shards` contiguous row ranges, sizes differing by at most one; empty ones dropped."""
+    bounds = [rows * i // shards for i in range(shards + 1)]
+    return [(a, b) for a, b in zip(bounds, bounds[1:]) if b > a]
+
+
+def slice_rows(batch, start: int, stop: int):
+    """Rows start:stop of a batch: every array field cut along its first axis."""
+    return dataclasses.replace(batch, **{
+        f.name: getattr(batch, f.name)[start:stop] for f in dataclasses.fields(batch)})
+
+
+def batch_rows(batch) -> int:
+    return int(getattr(batch, dataclasses.fields(batch)[0].name).shape[0])
+
+
+def loss_denominator(batch) -> float:
+    """The whole batch's mean denominator: its scored targets, at least 1."""
+    return max(float(batch.n_counted), 1.0)
+
+
+def add_in_order(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """sum(parts) with the additions in list order: the reduction that fixes the bytes."""
+    total = {name: g.copy() for name, g in parts[0].items()}
+    for part in parts[1:]:
+        for name, g in part.items():
+            total[name] += g
+    return total
+
+
+class _Block:
+    """One shared-memory block: the params, then one gradient slot per shard."""
+
+    def __init__(self, shapes: dict[str, tuple], dtype, slots: int, name: str | None = None):
+        self.shapes, self.dtype, self.slots = shapes, np.dtype(dtype), slots
+        self.offsets, size = {}, 0
+        for n, shape in shapes.items():
+            self.offsets[n] = size
+            size += -(-int(np.prod(shape)) * self.dtype.itemsize // ALIGN) * ALIGN
+        self.stride = size
+        total = size * (slots + 1)
+        self.shm = (shared_memory.SharedMemory(create=True, size=total) if name is None
+                    else shared_memory.SharedMemory(name=name))
+
+    def region(self, index: int) -> dict[str, np.ndarray]:
+        """Region 0 holds the params, region 1 + s shard s's gradients."""
+        base = index * self.stride
+        return {n: np.ndarray(shape, self.dtype, self.shm.buf, base + self.offsets[n])
+                for n, shape in self.shapes.items()}
+
+    def layout(self) -> tuple:
+        return (self.shm.name, self.shapes, self.dtype.str, self.slots)
+
+
+def _worker_main(conn, cfg: dict, layout: tuple) -> None:
+    """A worker process: compute the shards it is sent, write their gradients in place."""
+    name, shapes, dtype, slots = layout
+    block = _Block(shapes, dtype, slots, name=name)
+    model = build_model(ModelConfig.from_dict(cfg))
+    params = block.region(0)
+    try:
+        while True:
+            message = conn.recv()
+            if message is None:
+                break
+            denom, work = message
+            done = []
+            try:
+                for slot, shard in work:
+                    loss, grads = model.loss_and_grads(params, shard, denom=denom)
+                    out = block.region(1 + slot)
+                    for n, g in grads.items():
+                        out[n][...] = g
+                    done.append((slot, loss))
+                conn.send(("ok", done))
+            except Exception as err:  # reported by the parent as one line
+                conn.send(("error", f"{type(err).__name__}: {err}"))
+    except (EOFError, KeyboardInterrupt):
+        pass
+    finally:
+        del params
+        block.shm.close()
+
+
+def _shutdown(procs, conns, shm) -> None:
+    for conn in conns:
+        try:
+            conn.send(None)
+        except (OSError, ValueError):
+            pass
+    for proc in procs:
+        proc.join(timeout=5)
+        if proc.is_alive():
+            proc.kill()
+            proc.join()
+    for conn in conns:
+        conn.close()
+    shm.close()
+    shm.unlink()
+
+
+class GradientEngine:
+    """`loss_and_grads` over `shards` fixed row shards, computed by `workers` processes."""
+
+    def __init__(self, model: Model, shards: int = 1, workers: int | None = None):
+        if shards < 1:
+            raise SparkError(f"shards must be >= 1, got {shards}")
+        self.model, self.shards = model, shards
+        self.workers = max(1, min(workers or default_workers(), shards))
+        self._procs, self._conns, self._block = [], [], None
+        self._finalizer = None
+
+    # ------------------------------------------------------------ the step
+
+    def loss_and_grads(self, params, batch) -> tuple[float, dict[str, np.ndarray]]:
+        if self.shards == 1:
+            return self.model.loss_and_grads(params, batch)
+        ranges = shard_ranges(batch_rows(batch), self.shards)
+        denom = loss_denominator(batch)
+        parts = [slice_rows(batch, a, b) for a, b in ranges]
+        if self.workers == 1 or len(parts) == 1:
+            results = [self.model.loss_and_grads(params, part, denom=denom) for part in parts]
+        else:
+            results = self._parallel(params, parts, denom)
+        loss = 0.0
+        for part_loss, _ in results:
+            loss += part_loss
+        return loss, add_in_order([grads for _, grads in results])
+
+    def _parallel(self, params, parts, denom):
+        self._start(params)
+        shared = self._block.region(0)
+        for n, p in params.items():
+            shared[n][...] = p
+        # shard s goes to worker s % workers; worker 0 is this process
+        mine = [s for s in range(len(parts)) if s % self.workers == 0]
+        for w, conn in enumerate(self._conns, start=1):
+            conn.send((denom, [(s, parts[s]) for s in range(len(parts))
+                               if s % self.workers == w]))
+        results = [None] * len(parts)
+        for s in mine:
+            results[s] = self.model.loss_and_grads(params, parts[s], denom=denom)
+        for w, conn in enumerate(self._conns, start=1):
+            try:
+                status, payload = conn.recv()
+            except (EOFError, OSError):
+                self.close()
+                raise SparkError(f"gradient worker {w} exited unexpectedly (a script that "
+                                 f"trains with workers needs `if __name__ == \"__main__\":`; "
+                                 f"SPARK_WORKERS=1 runs without them)") from None
+            if status != "ok":
+                self.close()
+                raise SparkError(f"gradient worker {w} failed: {payload}")
+            for s, loss in payload:
+                results[s] = (loss, self._block.region(1 + s))
+        return results
+
+    # ------------------------------------------------------- the processes
+
+    def _start(self, params) -> None:
+        if self._block is not None:
+            return
+        shapes = {n: tuple(p.shape) for n, p in params.items()}
+        dtype = next(iter(params.values())).dtype
+        self._block = _Block(shapes, dtype, self.shards)
+        ctx = multiprocessing.get_context("spawn")
+        cfg = self.model.cfg.to_dict()
+        for _ in range(self.workers - 1):
+            parent, child = ctx.Pipe()
+            proc = ctx.Process(target=_worker_main, args=(child, cfg, self._block.layout()),
+                               daemon=True)
+            proc.start()
+            child.close()
+            self._procs.append(proc)
+            self._conns.append(parent)
+        self._finalizer = weakref.finalize(self, _shutdown, self._procs, self._conns,
+                                           self._block.shm)
+
+    def close(self) -> None:
+        """Stop the workers and free the shared block (also at exit or garbage collection)."""
+        if self._finalizer is not None:
+            self._finalizer()
+        self._procs, self._conns, self._block, self._finalizer = [], [], None, None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
