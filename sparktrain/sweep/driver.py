@@ -11,7 +11,6 @@ worker, `dvc exp pull` here. Locally and on a cluster the code path is the same.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +20,7 @@ from distributed import Client, LocalCluster, as_completed
 
 from sparktrain.errors import SparkError
 from sparktrain.fsutil import read_input
+from sparktrain.model.parallel import usable_cores
 from sparktrain.repro.workspace import tool_env
 from sparktrain.sweep.compare import experiments_of, lock_outputs, point_record
 from sparktrain.sweep.grid import Axis, Point, expand
@@ -36,13 +36,6 @@ class SweepPlan:
     dvc_remote: str | None      # None: the committed default remote
     axes: tuple[Axis, ...]
     points: tuple[Point, ...] = field(default=())
-
-
-def usable_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
 
 
 def _tool(repo: Path, *cmd: str, what: str | None = None) -> str:

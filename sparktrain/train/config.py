@@ -65,6 +65,12 @@ class StepConfig:
                                                      "(embed + lm_head only)")
     train_embed: StrictBool = Field(True, description="false: spark.embed.weight stays "
                                                       "frozen")
+    shards: Count = Field(1, description="fixed row shards per micro-step, their gradients "
+                                         "summed in shard order: the bytes depend on it, "
+                                         "1 = the whole batch at once")
+    workers: Optional[Count] = Field(None, description="processes computing the shards "
+                                                       "(default SPARK_WORKERS, else the "
+                                                       "usable cores); never changes bytes")
 
     def validate(self) -> "StepConfig":
         """Construction already validated every field; kept for call sites that
@@ -207,8 +213,13 @@ def load_params(path: str | Path = "params.yaml") -> Params:
 
 
 def step_record(step: StepConfig) -> dict:
-    """The knobs as the checkpoint records them (step_n is recorded on its own)."""
-    return {k: v for k, v in dataclasses.asdict(step).items() if k != "step"}
+    """The knobs as the checkpoint records them. Left out: step (recorded on its own as
+    step_n), workers (they never change the bytes), and shards when it is 1 (absent
+    means 1, so a run without sharding keeps the bytes it had before the knob)."""
+    record = {k: v for k, v in dataclasses.asdict(step).items() if k not in ("step", "workers")}
+    if record["shards"] == 1:
+        del record["shards"]
+    return record
 
 
 def step_fields():

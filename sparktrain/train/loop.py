@@ -22,6 +22,7 @@ from sparktrain.model.base import Model
 from sparktrain.model.bench import matmul_peak as measure_matmul_peak
 from sparktrain.model.build import build_model
 from sparktrain.model.config import ModelConfig
+from sparktrain.model.parallel import GradientEngine
 from sparktrain.model.weights import check_params, config_from_meta, load_weights, weights_bytes
 from sparktrain.train import outputs
 from sparktrain.train.config import StepConfig, step_record
@@ -180,6 +181,7 @@ class _Run:
     sampler: MinibatchSampler
     full_batch: object | None        # the whole dataset when one batch holds it
     whole: list                      # loss_batches: the whole-dataset loss
+    engine: GradientEngine           # loss_and_grads over step.shards fixed shards
     heldout: list | None = None      # loss_batches of the held-out file, when one is given
     heldout_path: str | None = None
 
@@ -208,7 +210,8 @@ def _set_up(job: Job, step: StepConfig, cfg: ModelConfig, heldout: str | None = 
         velocity={n: np.zeros_like(params[n]) for n in trainable},
         sampler=MinibatchSampler(dataset.n, step.batch_size, step.seed),
         full_batch=model.make_batch(dataset.encoded) if step.batch_size >= dataset.n else None,
-        whole=loss_batches(model, dataset))
+        whole=loss_batches(model, dataset),
+        engine=GradientEngine(model, step.shards, step.workers))
     if heldout is not None:
         run.heldout_path = heldout
         run.heldout = loss_batches(model, load_dataset(heldout, cfg.seq_len))
@@ -266,7 +269,7 @@ def _micro_step(run: _Run, log: _Log, batch, where: str) -> None:
     """One SGD update with momentum and global-norm clipping, timed."""
     step, params, velocity = run.step, run.params, run.velocity
     ts = time.perf_counter()
-    loss, grads = run.model.loss_and_grads(params, batch)
+    loss, grads = run.engine.loss_and_grads(params, batch)
     _finite_or_fail(loss, "minibatch loss", where)
     norm = float(np.sqrt(sum(float(np.dot(g.ravel(), g.ravel()))
                              for n, g in grads.items() if n in velocity)))
@@ -339,6 +342,7 @@ def _commit(run: _Run, log: _Log, changed: list[str], matmul_peak, labels: dict)
     outputs.clear_failure(job.out_dir)
     perf = _perf(log.train_seconds, time.perf_counter() - log.t0, log.tokens_seen,
                  log.flops_seen, matmul_peak)
+    perf.update(shards=run.engine.shards, workers=run.engine.workers)
     outputs.atomic_write_bytes(job.out_dir / "perf.json", canonical_json(perf).encode())
     return StepResult(checkpoint=checkpoint, perf=perf, weights_sha256=wsha, files=files)
 
@@ -358,7 +362,10 @@ def run_step(job: Job, step: StepConfig, cfg: ModelConfig, *, progress=_progress
     if unknown:
         raise SparkError(f"unknown run labels {unknown}; known: {', '.join(LABELS)}")
     run = _set_up(job, step, cfg, heldout)
-    log = _train(run, progress)
+    try:
+        log = _train(run, progress)
+    finally:
+        run.engine.close()
     changed = changed_tensors(run)
     check_learned(log.curve, cfg.vocab)
     return _commit(run, log, changed, matmul_peak, labels)
