@@ -14,9 +14,11 @@ import time
 import numpy as np
 
 from sparktrain import BLAS_THREADS
+from sparktrain.fsutil import sha256_bytes
 from sparktrain.model.batch import TokenBatch
 from sparktrain.model.build import build_model
 from sparktrain.model.config import SCALES
+from sparktrain.model.parallel import GradientEngine
 
 DEFAULT_BATCH = {"tiny": 8, "large": 16}
 BENCH_SEED = 1234
@@ -54,23 +56,26 @@ def sgd_step(params, grads, lr):
 
 
 def run_bench(scale: str, batch_size: int | None = None, steps: int = 10,
-              progress=None, cfg=None) -> dict:
+              progress=None, cfg=None, shards: int = 1, workers: int = 1,
+              peak: float | None = None) -> dict:
     cfg = cfg or SCALES[scale]
     model = build_model(cfg)
     batch_size = batch_size or DEFAULT_BATCH.get(scale, 16)
     params = model.init_params(BENCH_SEED, b"bench")
     batch = synthetic_batch(batch_size, cfg.seq_len)
-    peak = matmul_peak()
+    peak = peak or matmul_peak()
     times = []
-    for i in range(WARMUP_STEPS + steps):
-        t0 = time.perf_counter()
-        loss, grads = model.loss_and_grads(params, batch)
-        sgd_step(params, grads, BENCH_LR)
-        dt = time.perf_counter() - t0
-        if i >= WARMUP_STEPS:
-            times.append(dt)
-        if progress:
-            progress(i + 1, WARMUP_STEPS + steps, loss)
+    with GradientEngine(model, shards, workers) as engine:  # warm-up starts its workers
+        for i in range(WARMUP_STEPS + steps):
+            t0 = time.perf_counter()
+            loss, grads = engine.loss_and_grads(params, batch)
+            sgd_step(params, grads, BENCH_LR)
+            dt = time.perf_counter() - t0
+            if i >= WARMUP_STEPS:
+                times.append(dt)
+            if progress:
+                progress(i + 1, WARMUP_STEPS + steps, loss)
+        workers = engine.workers
     step_s = float(np.median(times))
     tokens = batch_size * cfg.seq_len
     tok_s = tokens / step_s
@@ -79,11 +84,39 @@ def run_bench(scale: str, batch_size: int | None = None, steps: int = 10,
         "scale": scale, "arch": cfg.to_dict(), "n_params": model.n_params,
         "batch_size": batch_size, "seq_len": cfg.seq_len, "steps": steps,
         "warmup_steps": WARMUP_STEPS, "blas_threads": BLAS_THREADS,
+        "shards": shards, "workers": workers,
         "median_step_s": step_s, "min_step_s": float(min(times)),
         "tokens_per_s": tok_s, "flops_per_token": model.flops_per_token(),
         "model_flops_per_s": model_flops, "matmul_peak_flops_per_s": peak,
         "utilisation": model_flops / peak, "final_loss": float(loss),
+        "params_sha256": sha256_bytes(b"".join(p.tobytes() for p in params.values())),
     }
+
+
+def run_scaling(scale: str, workers: int, shards: int | None = None, rounds: int = 3,
+                batch_size: int | None = None, steps: int = 10, cfg=None,
+                progress=None) -> dict:
+    """1 worker against `workers` workers at one shard count, interleaved `rounds` times."""
+    shards = shards or workers
+    peak = matmul_peak()
+    runs: dict[int, list[dict]] = {1: [], workers: []}
+    for r in range(rounds):
+        for w in runs:
+            result = run_bench(scale, batch_size, steps, cfg=cfg, shards=shards, workers=w,
+                               peak=peak)
+            runs[w].append(result)
+            if progress:
+                progress(f"round {r + 1}/{rounds}: {result['workers']} worker(s) "
+                         f"{result['tokens_per_s']:,.0f} tokens/s")
+    medians = {w: float(np.median([x["tokens_per_s"] for x in rs])) for w, rs in runs.items()}
+    last = runs[workers][-1]
+    return dict(last, **{
+        "tokens_per_s": medians[workers], "rounds": rounds,
+        "scaling": {"shards": shards, "workers": [1, last["workers"]],
+                    "tokens_per_s": [medians[1], medians[workers]],
+                    "speedup": medians[workers] / medians[1],
+                    "same_bytes": len({x["params_sha256"] for rs in runs.values()
+                                       for x in rs}) == 1}})
 
 
 def format_report(r: dict) -> str:
@@ -97,7 +130,20 @@ def format_report(r: dict) -> str:
         f"({r['flops_per_token']:,} FLOPs/token)",
         f"matmul peak   {r['matmul_peak_flops_per_s'] / 1e9:8.2f} G   (float32, same process)",
         f"utilisation   {100 * r['utilisation']:8.1f} %",
-    ])
+    ] + _scaling_lines(r))
+
+
+def _scaling_lines(r: dict) -> list[str]:
+    if "scaling" not in r:
+        return []
+    s = r["scaling"]
+    (w1, wn), (t1, tn) = s["workers"], s["tokens_per_s"]
+    return [
+        f"shards        {s['shards']:8d}     (bytes depend on the shard count only)",
+        f"workers {w1:<5d} {t1:11,.0f} tokens/s   (median of {r['rounds']} interleaved rounds)",
+        f"workers {wn:<5d} {tn:11,.0f} tokens/s   speed-up {s['speedup']:.2f}x",
+        f"same bytes    {'yes' if s['same_bytes'] else 'NO'}",
+    ]
 
 
 def stderr_progress(i, n, loss):
@@ -105,3 +151,7 @@ def stderr_progress(i, n, loss):
     if i == n:
         sys.stderr.write("\n")
     sys.stderr.flush()
+
+
+def stderr_line(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)

@@ -29,17 +29,31 @@ def register(sub) -> None:
                    help="sequences per step (default: tiny 8, large 16)")
     p.add_argument("--steps", type=_positive_int, default=10,
                    help="timed steps after warm-up (default 10)")
+    p.add_argument("--workers", type=_positive_int, default=None,
+                   help="data-parallel workers: time 1 worker against N at one shard count, "
+                        "in interleaved rounds, and report the scaling")
+    p.add_argument("--shards", type=_positive_int, default=None,
+                   help="fixed gradient shards per step (default: --workers, else 1)")
+    p.add_argument("--rounds", type=_positive_int, default=3,
+                   help="interleaved rounds with --workers (default 3)")
     p.add_argument("--json", action="store_true", help="print the result as one JSON object")
     p.set_defaults(func=_bench)
 
 
 def _bench(args) -> int:
     from sparktrain.fsutil import canonical_json
-    from sparktrain.model.bench import format_report, run_bench, stderr_progress
+    from sparktrain.model.bench import (format_report, run_bench, run_scaling,
+                                        stderr_line, stderr_progress)
     from sparktrain.train.config import scale_config
 
     cfg = scale_config(args.scale, args.params)
-    result = run_bench(args.scale, args.batch_size, args.steps,
-                       progress=None if args.json else stderr_progress, cfg=cfg)
+    if args.workers:
+        result = run_scaling(args.scale, args.workers, args.shards, args.rounds,
+                             args.batch_size, args.steps, cfg=cfg,
+                             progress=None if args.json else stderr_line)
+    else:
+        result = run_bench(args.scale, args.batch_size, args.steps,
+                           progress=None if args.json else stderr_progress, cfg=cfg,
+                           shards=args.shards or 1, workers=1)
     print(canonical_json(result) if args.json else format_report(result))
     return 0

@@ -64,3 +64,21 @@ def test_sgd_step_moves_every_tensor():
     _, grads = build_model(cfg).loss_and_grads(params, bench.synthetic_batch(2, cfg.seq_len))
     bench.sgd_step(params, grads, 0.1)
     assert all(not np.array_equal(before[n], params[n]) for n in params)
+
+
+def test_bench_workers_reports_scaling_at_one_shard_count(capsys):
+    assert main(["bench", "--scale", "tiny", "--batch-size", "4", "--steps", "1",
+                 "--workers", "2", "--rounds", "1", "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    s = r["scaling"]
+    assert s["shards"] == 2 and s["workers"] == [1, 2] and r["workers"] == 2
+    assert s["same_bytes"] is True
+    assert s["speedup"] == pytest.approx(s["tokens_per_s"][1] / s["tokens_per_s"][0])
+    assert r["tokens_per_s"] == s["tokens_per_s"][1]
+
+
+def test_bench_shards_change_the_bytes_not_the_workers():
+    one = bench.run_bench("tiny", 4, 1, shards=1, workers=1, peak=1e9)
+    two = bench.run_bench("tiny", 4, 1, shards=2, workers=1, peak=1e9)
+    again = bench.run_bench("tiny", 4, 1, shards=2, workers=2, peak=1e9)
+    assert one["params_sha256"] != two["params_sha256"] == again["params_sha256"]
