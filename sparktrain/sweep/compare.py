@@ -11,6 +11,8 @@ import yaml
 
 from sparktrain.sweep.grid import Point
 
+WEIGHTS_SUFFIX = ".safetensors"  # the output the table shows a hash of
+
 
 def experiments_of(shown: list, baseline: str) -> dict[str, dict]:
     """name -> {rev, params, metrics} of the experiments of `baseline` in `dvc exp show --json`."""
@@ -86,7 +88,8 @@ def headline(metrics: dict) -> dict[str, float]:
 
 def format_table(doc: dict) -> str:
     """A `dvc exp show`-like table: the swept params, the headline metrics, and the
-    outputs whose hashes differ between points (first 8 hex digits)."""
+    hash (first 8 hex digits) of the weights when they differ between points; every
+    output's hash is in the JSON."""
     points = doc["points"]
     keys = [k for k, _ in (doc["axes"] or [])]
     metric_keys = []
@@ -95,8 +98,8 @@ def format_table(doc: dict) -> str:
             if k not in metric_keys:
                 metric_keys.append(k)
     out_paths = sorted({path for p in points for path in p["outputs"]})
-    changed = [path for path in out_paths
-               if len({p["outputs"].get(path) for p in points if p["state"] == "done"}) > 1]
+    changed = [path for path in out_paths if path.endswith(WEIGHTS_SUFFIX)
+               and len({p["outputs"].get(path) for p in points if p["state"] == "done"}) > 1]
     header = ["Experiment", "State"] + keys + metric_keys + [path.rsplit("/", 1)[-1]
                                                             for path in changed]
     rows = []

@@ -107,13 +107,17 @@ def test_comparison_reads_params_and_metrics_from_exp_show():
     assert error_line == f"{points[1].name} failed: params: step.lr must be > 0.0, got -1.0"
 
 
-def test_table_shows_only_the_outputs_that_differ():
+def test_table_shows_the_weights_hash_when_it_differs():
     a = {"name": "a", "state": "done", "params": {}, "metrics": {}, "error": None,
-         "outputs": {"out/same": "1111111111", "out/w.safetensors": "2222222222"}}
-    b = dict(a, name="b", outputs={"out/same": "1111111111", "out/w.safetensors": "3333333333"})
+         "outputs": {"out/eval.json": "1111111111", "out/w.safetensors": "2222222222"}}
+    b = dict(a, name="b", outputs={"out/eval.json": "4444444444",
+                                   "out/w.safetensors": "3333333333"})
     lines = format_table({"axes": [], "points": [a, b]}).splitlines()
     assert lines[0].split() == ["Experiment", "State", "w.safetensors"]
     assert lines[2].split() == ["a", "done", "22222222"]
+    same = dict(b, outputs=a["outputs"])
+    assert format_table({"axes": [], "points": [a, same]}).splitlines()[0].split() == \
+        ["Experiment", "State"]
 
 
 def test_reason_prefers_the_stages_own_error_line():
