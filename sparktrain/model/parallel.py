@@ -121,11 +121,14 @@ def _worker_main(conn, cfg: dict, layout: tuple) -> None:
             message = conn.recv()
             if message is None:
                 break
-            denom, work = message
+            kind, denom, work = message
             done = []
             try:
-                for slot, shard in work:
-                    loss, grads = model.loss_and_grads(params, shard, denom=denom)
+                for slot, batch in work:
+                    if kind == "loss":  # forward only: (sum of CE, count) back by value
+                        done.append((slot, model.batch_loss(params, batch)))
+                        continue
+                    loss, grads = model.loss_and_grads(params, batch, denom=denom)
                     out = block.region(1 + slot)
                     for n, g in grads.items():
                         out[n][...] = g
@@ -158,7 +161,8 @@ def _shutdown(procs, conns, shm) -> None:
 
 
 class GradientEngine:
-    """`loss_and_grads` over `shards` fixed row shards, computed by `workers` processes."""
+    """`loss_and_grads` over `shards` fixed row shards, computed by `workers` processes
+    (at most one per shard), and the forward-only `batch_losses` of whole batches."""
 
     def __init__(self, model: Model, shards: int = 1, workers: int | None = None):
         if shards < 1:
@@ -185,19 +189,27 @@ class GradientEngine:
             loss += part_loss
         return loss, add_in_order([grads for _, grads in results])
 
-    def _parallel(self, params, parts, denom):
+    def batch_losses(self, params, batches) -> list[tuple[float, int]]:
+        """The model's batch_loss of each batch, in order, spread over the workers: each
+        batch is computed whole by one process, so the list is the same with any count."""
+        if self.workers == 1 or len(batches) == 1:
+            return [self.model.batch_loss(params, batch) for batch in batches]
+        return self._parallel(params, batches, None, kind="loss")
+
+    def _parallel(self, params, parts, denom, kind="grads"):
         self._start(params)
         shared = self._block.region(0)
         for n, p in params.items():
             shared[n][...] = p
-        # shard s goes to worker s % workers; worker 0 is this process
+        # part s goes to worker s % workers; worker 0 is this process
         mine = [s for s in range(len(parts)) if s % self.workers == 0]
         for w, conn in enumerate(self._conns, start=1):
-            conn.send((denom, [(s, parts[s]) for s in range(len(parts))
-                               if s % self.workers == w]))
+            conn.send((kind, denom, [(s, parts[s]) for s in range(len(parts))
+                                     if s % self.workers == w]))
         results = [None] * len(parts)
         for s in mine:
-            results[s] = self.model.loss_and_grads(params, parts[s], denom=denom)
+            results[s] = (self.model.batch_loss(params, parts[s]) if kind == "loss" else
+                          self.model.loss_and_grads(params, parts[s], denom=denom))
         for w, conn in enumerate(self._conns, start=1):
             try:
                 status, payload = conn.recv()
@@ -209,8 +221,8 @@ class GradientEngine:
             if status != "ok":
                 self.close()
                 raise SparkError(f"gradient worker {w} failed: {payload}")
-            for s, loss in payload:
-                results[s] = (loss, self._block.region(1 + s))
+            for s, value in payload:
+                results[s] = value if kind == "loss" else (value, self._block.region(1 + s))
         return results
 
     # ------------------------------------------------------- the processes

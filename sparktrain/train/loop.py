@@ -84,10 +84,11 @@ def loss_batches(model: Model, dataset: Dataset):
     return list(iter_batches(dataset.encoded, LOSS_BATCH, model.make_batch))
 
 
-def dataset_loss(model: Model, params, batches) -> float:
+def dataset_loss(engine: GradientEngine, params, batches) -> float:
+    """Mean CE over the batches; each batch's sum comes back in order whichever
+    worker computed it, so the value does not depend on the worker count."""
     total, count = 0.0, 0
-    for batch in batches:
-        s, c = model.batch_loss(params, batch)
+    for s, c in engine.batch_losses(params, batches):
         total += s
         count += c
     return total / max(count, 1)
@@ -236,7 +237,7 @@ def _train(run: _Run, progress) -> _Log:
     """Outer passes of inner micro-steps, the whole-dataset loss before and after each pass."""
     step, job = run.step, run.job
     log = _Log(t0=time.perf_counter())
-    loss_before = dataset_loss(run.model, run.params, run.whole)
+    loss_before = dataset_loss(run.engine, run.params, run.whole)
     _finite_or_fail(loss_before, "loss_before", "at start")
     log.curve.append(_point(run, 0, loss_before, "start"))
     progress(f"[{job.job}] start  loss {loss_before:.4f}  {run.dataset.n} pairs, "
@@ -244,7 +245,7 @@ def _train(run: _Run, progress) -> _Log:
     for k in range(1, step.outer + 1):
         for i in range(step.inner):
             _micro_step(run, log, run.next_batch(), f"at outer {k} micro-step {i + 1}")
-        loss_k = dataset_loss(run.model, run.params, run.whole)
+        loss_k = dataset_loss(run.engine, run.params, run.whole)
         _finite_or_fail(loss_k, "dataset loss", f"after outer {k}")
         log.curve.append(_point(run, k, loss_k, "after_outer"))
         elapsed = time.perf_counter() - log.t0
@@ -259,7 +260,7 @@ def _point(run: _Run, outer: int, loss: float, phase: str) -> dict:
     """A loss_curve entry; with a held-out file, its loss at the same moment too."""
     point = {"outer": outer, "loss": loss, "phase": phase}
     if run.heldout is not None:
-        held = dataset_loss(run.model, run.params, run.heldout)
+        held = dataset_loss(run.engine, run.params, run.heldout)
         _finite_or_fail(held, "held-out loss", f"after outer {outer}")
         point["heldout_loss"] = held
     return point

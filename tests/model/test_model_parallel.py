@@ -143,3 +143,17 @@ def test_close_stops_the_workers():
     engine.close()
     assert not any(p.is_alive() for p in procs)
     engine.close()  # twice is fine
+
+
+def test_batch_losses_are_the_models_in_order_with_any_worker_count():
+    params = ATTN.init_params(0, b"t")
+    batches = [token_batch(B=3, seed=s) for s in range(5)]
+    expected = [ATTN.batch_loss(params, b) for b in batches]
+    for workers in (1, 2, 3):
+        with GradientEngine(ATTN, shards=3, workers=workers) as engine:
+            assert engine.batch_losses(params, batches) == expected
+    with GradientEngine(ATTN, shards=2, workers=2) as engine:  # then a gradient step
+        engine.batch_losses(params, batches)
+        got = engine.loss_and_grads(params, batches[0])
+    with GradientEngine(ATTN, shards=2, workers=1) as engine:
+        assert result_bytes(*got) == result_bytes(*engine.loss_and_grads(params, batches[0]))
