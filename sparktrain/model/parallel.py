@@ -20,6 +20,7 @@ shards then differ in the last bits from its workers').
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import multiprocessing
 import os
 import weakref
@@ -33,6 +34,7 @@ from sparktrain.model.build import build_model
 from sparktrain.model.config import ModelConfig
 
 ALIGN = 64  # bytes: every tensor in the shared block starts on a cache line
+LOSS_CHUNK = 4  # loss batches in flight per worker: a streamed dataset is never all laid out
 
 
 def usable_cores() -> int:
@@ -190,11 +192,15 @@ class GradientEngine:
         return loss, add_in_order([grads for _, grads in results])
 
     def batch_losses(self, params, batches) -> list[tuple[float, int]]:
-        """The model's batch_loss of each batch, in order, spread over the workers: each
-        batch is computed whole by one process, so the list is the same with any count."""
-        if self.workers == 1 or len(batches) == 1:
+        """The model's batch_loss of each batch (any iterable), in order, spread over the
+        workers a few batches at a time: each batch is computed whole by one process, so
+        the list is the same with any worker count."""
+        if self.workers == 1:
             return [self.model.batch_loss(params, batch) for batch in batches]
-        return self._parallel(params, batches, None, kind="loss")
+        results, pending = [], iter(batches)
+        while chunk := list(itertools.islice(pending, LOSS_CHUNK * self.workers)):
+            results += self._parallel(params, chunk, None, kind="loss")
+        return results
 
     def _parallel(self, params, parts, denom, kind="grads"):
         self._start(params)

@@ -152,6 +152,7 @@ def test_batch_losses_are_the_models_in_order_with_any_worker_count():
     for workers in (1, 2, 3):
         with GradientEngine(ATTN, shards=3, workers=workers) as engine:
             assert engine.batch_losses(params, batches) == expected
+            assert engine.batch_losses(params, iter(batches * 3)) == expected * 3
     with GradientEngine(ATTN, shards=2, workers=2) as engine:  # then a gradient step
         engine.batch_losses(params, batches)
         got = engine.loss_and_grads(params, batches[0])
