@@ -13,13 +13,14 @@ import argparse
 import dataclasses
 import math
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Literal, Optional
 
 import yaml
 from pydantic import BeforeValidator, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 from pydantic import ValidationError
 from pydantic.dataclasses import dataclass
 
+from sparktrain.data.vocab import MAX_VOCAB, MIN_BPE_VOCAB
 from sparktrain.errors import SparkError
 from sparktrain.model.config import SCALES, ModelConfig
 from sparktrain.train.job import check_job_id
@@ -89,6 +90,25 @@ class EvalConfig:
         3, description="generated samples kept in the eval output")
 
 
+def _patterns(value):
+    """`glob: "**/*.py"` or a list of patterns."""
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not value \
+            or not all(isinstance(v, str) and v for v in value):
+        raise ValueError(f"must be a glob or a list of globs, got {value!r}")
+    return tuple(value)
+
+
+@dataclass(frozen=True, config=STRICT)
+class CorpusConfig:
+    """How a job whose dataset is a folder (or @stdlib) reads it (sparktrain/data/corpus.py)."""
+    glob: Annotated[tuple[str, ...], BeforeValidator(_patterns)] = Field(
+        ("**/*.py",), description="files of the corpus, relative to its root")
+    heldout: Float = Field(0.1, gt=0, lt=1, description="fraction of files held out, "
+                                                         "chosen by a hash of the path")
+
+
 @dataclass(frozen=True, config=STRICT)
 class ScaleRow:
     """A row of params.yaml's `scales`: a new scale (all five keys) or an
@@ -118,6 +138,11 @@ class Params:
     scales: dict[StrictStr, ScaleRow] = Field(default_factory=dict)
     step: StepConfig = Field(default_factory=StepConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
+    tokenizer: Literal["byte", "bpe"] = Field("byte", description="byte tokens or a "
+                                              "byte-level BPE trained on the train split")
+    vocab_size: Annotated[StrictInt, Field(ge=MIN_BPE_VOCAB, le=MAX_VOCAB)] = Field(
+        1024, description="BPE vocab, BOS/SEP/EOS included (byte: ignored)")
+    corpus: CorpusConfig = Field(default_factory=CorpusConfig)
 
     def model_config(self) -> ModelConfig:
         return model_config(self.scale, self.scales, train_attn=self.step.train_attn)
@@ -172,6 +197,8 @@ def _one_line(err: ValidationError, section: str = "") -> str:
         return f"params: {key} must be bool, got {shown}"
     if kind == "string_type":
         return f"params: {key} must be str, got {shown}"
+    if kind == "literal_error":
+        return f"params: {key} must be one of {e['ctx']['expected']}, got {shown}"
     if kind in ("dict_type", "dataclass_type", "dataclass_args_type"):
         return f"params: {key} must be a mapping, got {shown}"
     bounds = {"greater_than": ">", "greater_than_equal": ">=", "less_than": "<",
@@ -187,7 +214,7 @@ def parse_params(raw) -> Params:
     if not isinstance(raw, dict):
         raise SparkError("params: expected a mapping of params")
     # an empty section (`eval:` with nothing under it) means its defaults
-    raw = {k: v for k, v in raw.items() if not (v is None and k in ("scales", "step", "eval"))}
+    raw = {k: v for k, v in raw.items() if not (v is None and k in ("scales", "step", "eval", "corpus"))}
     try:
         params = Params(**raw)
     except ValidationError as err:

@@ -5,6 +5,7 @@ import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from sparktrain.data.corpus import STDLIB
 from sparktrain.errors import SparkError
 from sparktrain.fsutil import check_regular, sha256_file
 
@@ -17,7 +18,7 @@ MAX_OUT_CHARS = 1024  # an `out` path longer than this is a crafted one, not a j
 @dataclass(frozen=True)
 class Job:
     job: str                      # last path component of `out`
-    dataset: str                  # JSONL path relative to the project root
+    dataset: str                  # JSONL path, or a corpus folder (or @stdlib), relative
     base: str                     # a .safetensors path, or a name meaning fresh init
     out: str                      # the job folder, inside out/
     method: str = "spark_distill_cpu"
@@ -32,6 +33,10 @@ class Job:
     def rel(self, name: str) -> str:
         """A file of this job as a relative POSIX path (never absolute: reproducible)."""
         return f"{self.out.rstrip('/')}/{name}"
+
+    @property
+    def is_corpus(self) -> bool:
+        return is_corpus(self.dataset)
 
     @property
     def base_is_weights(self) -> bool:
@@ -72,7 +77,14 @@ def check_method(method: str) -> str:
     return method
 
 
+def is_corpus(dataset: str) -> bool:
+    """A folder of text files (or the interpreter's standard library), not JSONL rows."""
+    return dataset == STDLIB or Path(dataset).is_dir()
+
+
 def check_dataset(dataset: str) -> str:
+    if is_corpus(dataset):
+        return dataset
     check_regular(dataset, "dataset")
     return dataset
 

@@ -1,0 +1,151 @@
+"""A corpus: the text files under a root that match glob patterns, split into
+train and held-out by a hash of each file's relative path.
+
+The split depends on nothing but the relative path and the held-out fraction,
+so adding a file never moves another one across the split, and a held-out file
+is never read into a training stream. Only regular files are read (a FIFO or a
+device would block or never end); every bad file is one line naming it.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+import sysconfig
+from dataclasses import dataclass
+from pathlib import Path
+
+from sparktrain.errors import SparkError
+from sparktrain.fsutil import sha256_bytes
+
+# The default proof corpus: the standard library of the interpreter running the
+# project, found at run time (never downloaded or committed).
+STDLIB = "@stdlib"
+MAX_FILE_BYTES = 64 << 20  # one source file above this is a mistake, not code
+
+
+@dataclass(frozen=True)
+class CorpusFile:
+    path: str        # relative to the corpus root, POSIX
+    size: int        # bytes
+    sha256: str
+    heldout: bool
+    text: str
+
+    def record(self) -> dict:
+        return {"path": self.path, "size": self.size, "sha256": self.sha256,
+                "split": "heldout" if self.heldout else "train"}
+
+
+@dataclass(frozen=True)
+class Corpus:
+    root: str                      # as the user named it (STDLIB stays STDLIB)
+    patterns: tuple[str, ...]
+    heldout_fraction: float
+    files: tuple[CorpusFile, ...]  # sorted by path
+
+    @property
+    def train(self) -> tuple[CorpusFile, ...]:
+        return tuple(f for f in self.files if not f.heldout)
+
+    @property
+    def heldout(self) -> tuple[CorpusFile, ...]:
+        return tuple(f for f in self.files if f.heldout)
+
+    def manifest(self) -> dict:
+        """What was read, for DVC and the checkpoint: sizes and sha256 per file."""
+        train, held = self.train, self.heldout
+        return {"root": self.root, "patterns": list(self.patterns),
+                "heldout_fraction": self.heldout_fraction,
+                "files": [f.record() for f in self.files],
+                "train_files": len(train), "heldout_files": len(held),
+                "train_bytes": sum(f.size for f in train),
+                "heldout_bytes": sum(f.size for f in held),
+                "sha256": manifest_sha256(self.files)}
+
+
+def manifest_sha256(files) -> str:
+    """One hash of the whole corpus: each file's path, split and content hash."""
+    lines = "".join(f"{f.path}\t{'heldout' if f.heldout else 'train'}\t{f.sha256}\n"
+                    for f in files)
+    return sha256_bytes(lines.encode("utf-8"))
+
+
+def resolve_root(root: str) -> Path:
+    """`@stdlib` is the running interpreter's standard library; anything else a folder."""
+    path = Path(sysconfig.get_paths()["stdlib"]) if root == STDLIB else Path(root)
+    if not path.is_dir():
+        what = "the interpreter's standard library" if root == STDLIB else "the corpus root"
+        raise SparkError(f"corpus root {root} is not a folder ({what} must be one)")
+    return path
+
+
+def is_heldout(rel_path: str, fraction: float) -> bool:
+    """Held out when the path's hash, as a number in [0, 1), is below `fraction`."""
+    digest = hashlib.sha256(rel_path.encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "big") / 2.0 ** 64 < fraction
+
+
+def match_files(root: Path, patterns) -> list[str]:
+    """Relative POSIX paths under `root` matched by any pattern, sorted, no folders."""
+    if not patterns:
+        raise SparkError("corpus: no glob pattern given (e.g. '**/*.py')")
+    found: set[str] = set()
+    for pattern in patterns:
+        if not isinstance(pattern, str) or not pattern or Path(pattern).is_absolute() \
+                or ".." in Path(pattern).parts:
+            raise SparkError(f"corpus glob {pattern!r} must be a relative pattern inside "
+                             f"the root (e.g. '**/*.py')")
+        for path in root.glob(pattern):
+            try:
+                mode = os.stat(path).st_mode  # follows links: a link to a FIFO is a FIFO
+            except OSError as err:
+                raise SparkError(f"corpus file {path.relative_to(root).as_posix()}: "
+                                 f"cannot stat ({err.strerror or err})") from None
+            if stat.S_ISDIR(mode):
+                continue
+            rel = path.relative_to(root).as_posix()
+            if not stat.S_ISREG(mode):
+                raise SparkError(f"corpus file {rel} is not a regular file (a FIFO, socket "
+                                 f"or device); narrow the glob")
+            found.add(rel)
+    return sorted(found)
+
+
+def read_text_file(root: Path, rel: str) -> tuple[bytes, str]:
+    try:
+        with open(root / rel, "rb") as f:
+            data = f.read(MAX_FILE_BYTES + 1)
+    except OSError as err:
+        raise SparkError(f"corpus file {rel}: cannot read ({err.strerror or err})") from None
+    if len(data) > MAX_FILE_BYTES:
+        raise SparkError(f"corpus file {rel} is over {MAX_FILE_BYTES >> 20} MiB; "
+                         f"narrow the glob")
+    try:
+        return data, data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise SparkError(f"corpus file {rel} is not UTF-8 (bad byte at offset "
+                         f"{err.start}); narrow the glob or convert it") from None
+
+
+def read_corpus(root: str, patterns, heldout_fraction: float) -> Corpus:
+    """Every matched file, read and split; SparkError (one line) on the first bad one."""
+    if not 0 < heldout_fraction < 1:
+        raise SparkError(f"corpus heldout fraction must be in (0, 1), got {heldout_fraction}")
+    base = resolve_root(root)
+    patterns = tuple(patterns) if not isinstance(patterns, str) else (patterns,)
+    rels = match_files(base, patterns)
+    if not rels:
+        raise SparkError(f"corpus glob {', '.join(patterns)} matches no file under {root}")
+    files = []
+    for rel in rels:
+        data, text = read_text_file(base, rel)
+        files.append(CorpusFile(rel, len(data), sha256_bytes(data),
+                                is_heldout(rel, heldout_fraction), text))
+    corpus = Corpus(root, patterns, heldout_fraction, tuple(files))
+    for split, chosen in (("train", corpus.train), ("held-out", corpus.heldout)):
+        if not any(f.size for f in chosen):
+            raise SparkError(f"corpus {root} ({', '.join(patterns)}): the {split} split is "
+                             f"empty ({len(rels)} files); add files or change the "
+                             f"heldout fraction")
+    return corpus

@@ -1,0 +1,83 @@
+"""A prepared corpus on disk: the folder `corpus/` of a job holds files.json (what
+was read: every file's path, size, sha256 and split, the token counts, the
+tokenizer's sha256 and the compressor baselines on the held-out bytes) and the
+two token streams train.bin / val.bin (sparktrain/data/stream.py)."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from sparktrain.data.bpb import compressor_bpb
+from sparktrain.data.corpus import Corpus
+from sparktrain.data.stream import read_stream, stream_of, write_stream
+from sparktrain.data.vocab import token_dtype
+from sparktrain.errors import SparkError
+from sparktrain.fsutil import read_input, sha256_bytes, write_json
+
+FILES, TRAIN_BIN, VAL_BIN = "files.json", "train.bin", "val.bin"
+
+
+@dataclass(frozen=True)
+class Prepared:
+    manifest: dict
+    train: np.ndarray   # (N_train,) memory-mapped token ids
+    val: np.ndarray     # (N_val,)
+
+    @property
+    def heldout_bytes(self) -> int:
+        return self.manifest["heldout_bytes"]
+
+
+def heldout_bytes(corpus: Corpus) -> bytes:
+    """The held-out text exactly as the files hold it, in path order: what bits per
+    byte are measured on, for the model and the compressors alike."""
+    return b"".join(f.text.encode("utf-8") for f in corpus.heldout)
+
+
+def write_prepared(folder: str | Path, corpus: Corpus, tokenizer, tokenizer_sha256: str) -> Path:
+    folder = Path(folder)
+    train = stream_of(tokenizer, [f.text for f in corpus.train])  # (N_train,)
+    val = stream_of(tokenizer, [f.text for f in corpus.heldout])  # (N_val,)
+    write_stream(folder / TRAIN_BIN, train, tokenizer.vocab)
+    write_stream(folder / VAL_BIN, val, tokenizer.vocab)
+    manifest = {**corpus.manifest(), "kind": "corpus", "tokenizer": tokenizer.kind,
+                "tokenizer_sha256": tokenizer_sha256, "vocab": tokenizer.vocab,
+                "dtype": token_dtype(tokenizer.vocab).newbyteorder("<").str,
+                "train_tokens": int(train.size), "heldout_tokens": int(val.size),
+                "heldout_baselines": compressor_bpb(heldout_bytes(corpus))}
+    write_json(folder / FILES, manifest)
+    return folder / FILES
+
+
+def write_pairs_note(folder: str | Path, dataset: str, dataset_bytes: bytes) -> Path:
+    """A pairs job has no streams: files.json only says which file the rows come from."""
+    path = Path(folder) / FILES
+    write_json(path, {"kind": "pairs", "dataset": dataset,
+                      "dataset_sha256": sha256_bytes(dataset_bytes)})
+    return path
+
+
+def read_prepared(folder: str | Path, tokenizer_sha256: str | None = None) -> Prepared:
+    """The prepared corpus, checked against the tokenizer that will read it."""
+    folder = Path(folder)
+    try:
+        manifest = json.loads(read_input(folder / FILES, "prepared corpus list"))
+    except ValueError:
+        raise SparkError(f"{folder / FILES} is not JSON; run the prepare stage again") from None
+    if not isinstance(manifest, dict) or manifest.get("kind") != "corpus":
+        raise SparkError(f"{folder / FILES} is not a prepared corpus (the job's dataset is "
+                         f"not a corpus folder)")
+    if tokenizer_sha256 is not None and manifest.get("tokenizer_sha256") != tokenizer_sha256:
+        raise SparkError(f"{folder / FILES} was tokenized with another tokenizer.json "
+                         f"(sha256 {str(manifest.get('tokenizer_sha256'))[:12]}...); run the "
+                         f"prepare stage again")
+    vocab = manifest["vocab"]
+    train, val = read_stream(folder / TRAIN_BIN, vocab), read_stream(folder / VAL_BIN, vocab)
+    for name, stream, key in (("train", train, "train_tokens"), ("held-out", val, "heldout_tokens")):
+        if len(stream) != manifest[key]:
+            raise SparkError(f"the {name} stream of {folder} has {len(stream)} tokens, "
+                             f"{FILES} says {manifest[key]}; run the prepare stage again")
+    return Prepared(manifest, train, val)

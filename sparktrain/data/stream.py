@@ -1,0 +1,100 @@
+"""Token streams on disk (nanoGPT's train.bin / val.bin): every file of a split
+as [BOS] + tokens + [EOS], concatenated in path order, flat little-endian
+uint8 or uint16, read back memory-mapped.
+
+Training samples seeded windows of seq_len + 1 tokens and counts every target;
+a whole-stream loss walks non-overlapping windows so each target (every token
+but the first) is counted exactly once.
+"""
+from __future__ import annotations
+
+import os
+from typing import Iterator, Sequence
+
+import numpy as np
+
+from sparktrain.data.vocab import token_dtype
+from sparktrain.errors import SparkError
+from sparktrain.fsutil import atomic_write_bytes
+from sparktrain.model.batch import TokenBatch
+
+
+def stream_of(tokenizer, texts: Sequence[str]) -> np.ndarray:
+    """The split's stream: each text framed by BOS and EOS, in the given order."""
+    parts = []
+    for ids in tokenizer.encode_many(texts):
+        parts += [np.array([tokenizer.bos], dtype=np.int64), ids,
+                  np.array([tokenizer.eos], dtype=np.int64)]
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)  # (N,)
+
+
+def write_stream(path: str | os.PathLike, tokens: np.ndarray, vocab: int) -> None:
+    dtype = token_dtype(vocab).newbyteorder("<")
+    if tokens.size and (tokens.min() < 0 or tokens.max() >= vocab):
+        raise ValueError(f"token id outside [0, {vocab})")
+    atomic_write_bytes(path, tokens.astype(dtype).tobytes())
+
+
+def read_stream(path: str | os.PathLike, vocab: int) -> np.ndarray:
+    """The stream memory-mapped (read-only): a multi-GB corpus costs no RAM."""
+    dtype = token_dtype(vocab).newbyteorder("<")
+    try:
+        size = os.stat(path).st_size
+    except OSError as err:
+        raise SparkError(f"cannot read token stream {os.fspath(path)}: "
+                         f"{err.strerror or err}; run the prepare stage") from None
+    if size % dtype.itemsize:
+        raise SparkError(f"token stream {os.fspath(path)} has {size} bytes, not a whole "
+                         f"number of {dtype.name} tokens; run the prepare stage again")
+    if size == 0:
+        return np.zeros(0, dtype=dtype)
+    stream = np.memmap(path, dtype=dtype, mode="r")
+    return stream
+
+
+def check_stream(stream: np.ndarray, seq_len: int, what: str) -> None:
+    if len(stream) < seq_len + 1:
+        raise SparkError(f"the {what} stream has {len(stream)} tokens, fewer than "
+                         f"seq_len + 1 = {seq_len + 1}; use a larger corpus or a smaller seq_len")
+
+
+class WindowSampler:
+    """Seeded windows of seq_len + 1 tokens anywhere in the stream, every target counted."""
+
+    def __init__(self, stream: np.ndarray, seq_len: int, batch_size: int, seed: int):
+        check_stream(stream, seq_len, "train")
+        self.stream, self.seq_len, self.batch_size = stream, seq_len, batch_size
+        self.rng = np.random.default_rng([seed, 0x57E4])
+
+    def next(self) -> TokenBatch:
+        T = self.seq_len
+        starts = self.rng.integers(0, len(self.stream) - T, size=self.batch_size)  # (B,)
+        rows = np.stack([np.asarray(self.stream[s:s + T + 1], dtype=np.int64)
+                         for s in starts])                                        # (B, T+1)
+        return TokenBatch(rows[:, :-1], rows[:, 1:], np.ones((len(starts), T), np.float32))
+
+    def state(self) -> dict:
+        """The generator's state, so a resumed run draws the same windows."""
+        return self.rng.bit_generator.state
+
+    def set_state(self, state: dict) -> None:
+        self.rng.bit_generator.state = state
+
+
+def stream_batches(stream: np.ndarray, seq_len: int, batch_size: int,
+                   pad: int) -> Iterator[TokenBatch]:
+    """Non-overlapping windows in order: targets 1..N-1 each counted once, the last
+    window right-padded with mask 0."""
+    n = len(stream)
+    starts = list(range(0, max(n - 1, 0), seq_len))
+    for b0 in range(0, len(starts), batch_size):
+        chunk = starts[b0:b0 + batch_size]
+        T = seq_len
+        inputs = np.full((len(chunk), T), pad, dtype=np.int64)   # (B, T)
+        targets = np.full((len(chunk), T), pad, dtype=np.int64)  # (B, T)
+        mask = np.zeros((len(chunk), T), dtype=np.float32)       # (B, T)
+        for r, s in enumerate(chunk):
+            window = np.asarray(stream[s:s + T + 1], dtype=np.int64)
+            m = len(window) - 1
+            inputs[r, :m], targets[r, :m], mask[r, :m] = window[:-1], window[1:], 1.0
+        yield TokenBatch(inputs, targets, mask)

@@ -1,0 +1,127 @@
+"""Tokenizers: bytes (vocab 256, the default) or byte-level BPE trained with the
+Hugging Face `tokenizers` library. Both have one interface: `vocab`, the ids of
+BOS / SEP / EOS, `encode(text)` and `decode(ids)`, and `to_json()`, the bytes of
+tokenizer.json. Byte-level BPE starts from the 256 byte values, so every text
+round-trips exactly and bits per byte stay comparable across tokenizers.
+"""
+from __future__ import annotations
+
+import json
+from typing import Iterable, Sequence
+
+import numpy as np
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+from sparktrain.data.vocab import MAX_VOCAB, MIN_BPE_VOCAB, SPECIALS, TOKENIZERS
+from sparktrain.errors import SparkError
+from sparktrain.fsutil import canonical_json, read_input
+
+
+
+class ByteTokenizer:
+    """UTF-8 bytes are the tokens; 0xFD/0xFE/0xFF never occur in UTF-8 and are the specials."""
+    kind = "byte"
+    vocab = 256
+    bos, sep, eos = 0xFD, 0xFE, 0xFF
+
+    def encode(self, text: str) -> np.ndarray:
+        return np.frombuffer(text.encode("utf-8"), dtype=np.uint8).astype(np.int64)  # (L,)
+
+    def encode_many(self, texts: Sequence[str]) -> list[np.ndarray]:
+        return [self.encode(t) for t in texts]
+
+    def decode(self, ids: Iterable[int]) -> str:
+        body = bytes(int(i) for i in ids if int(i) < self.bos)
+        return body.decode("utf-8", errors="replace")
+
+    def to_json(self) -> str:
+        return canonical_json({"spark_tokenizer": "byte", "vocab": self.vocab,
+                               "bos": self.bos, "sep": self.sep, "eos": self.eos})
+
+
+class BpeTokenizer:
+    """A trained byte-level BPE; the specials are ids 0..2 and never come out of text."""
+    kind = "bpe"
+
+    def __init__(self, tok: Tokenizer):
+        self.tok = tok
+        # a source file that spells "<|eos|>" is text like any other
+        self.tok.encode_special_tokens = True
+        self.vocab = tok.get_vocab_size()
+        self.bos, self.sep, self.eos = (tok.token_to_id(s) for s in SPECIALS)
+        if None in (self.bos, self.sep, self.eos):
+            raise SparkError(f"BPE tokenizer lacks the specials {', '.join(SPECIALS)}")
+
+    def encode(self, text: str) -> np.ndarray:
+        return np.asarray(self.tok.encode(text).ids, dtype=np.int64)  # (L,)
+
+    def encode_many(self, texts: Sequence[str]) -> list[np.ndarray]:
+        return [np.asarray(e.ids, dtype=np.int64) for e in self.tok.encode_batch(list(texts))]
+
+    def decode(self, ids: Iterable[int]) -> str:
+        return self.tok.decode([int(i) for i in ids], skip_special_tokens=True)
+
+    def to_json(self) -> str:
+        # the library writes the vocab ordered by id: same training, same bytes
+        return self.tok.to_str(pretty=True) + "\n"
+
+
+def check_vocab_size(vocab_size: int) -> int:
+    if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) \
+            or not MIN_BPE_VOCAB <= vocab_size <= MAX_VOCAB:
+        raise SparkError(f"vocab_size must be an integer in [{MIN_BPE_VOCAB}, {MAX_VOCAB}] for "
+                         f"a BPE tokenizer (256 bytes + BOS/SEP/EOS), got {vocab_size!r}")
+    return vocab_size
+
+
+def check_kind(kind: str) -> str:
+    if kind not in TOKENIZERS:
+        raise SparkError(f"unknown tokenizer {kind!r}; known: {', '.join(TOKENIZERS)}")
+    return kind
+
+
+def train_bpe(texts: Sequence[str], vocab_size: int) -> BpeTokenizer:
+    """Byte-level BPE on `texts` (the train split only): deterministic for the same texts."""
+    check_vocab_size(vocab_size)
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=2,
+                                  special_tokens=list(SPECIALS), show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(list(texts), trainer=trainer, length=len(texts))
+    return BpeTokenizer(tok)
+
+
+def make_tokenizer(kind: str, vocab_size: int, texts: Sequence[str]):
+    """The tokenizer a job asks for; BPE is trained on `texts`."""
+    if check_kind(kind) == "byte":
+        return ByteTokenizer()
+    return train_bpe(texts, vocab_size)
+
+
+def parse_tokenizer(data: bytes, path: str = "<tokenizer>"):
+    """A tokenizer.json of either kind; anything else is one line naming the file."""
+    try:
+        doc = json.loads(data)
+    except (ValueError, UnicodeDecodeError):
+        raise SparkError(f"{path} is not a tokenizer.json (not JSON)") from None
+    if isinstance(doc, dict) and doc.get("spark_tokenizer") == "byte":
+        if doc != json.loads(ByteTokenizer().to_json()):
+            raise SparkError(f"{path}: byte tokenizer with unexpected fields")
+        return ByteTokenizer()
+    if not (isinstance(doc, dict) and isinstance(doc.get("model"), dict)
+            and doc["model"].get("type") == "BPE"):
+        raise SparkError(f"{path} is not a tokenizer.json of a byte or BPE tokenizer")
+    try:
+        tok = Tokenizer.from_str(data.decode("utf-8"))
+    except Exception as err:  # the library raises its own Exception type
+        raise SparkError(f"{path}: the tokenizers library cannot load it "
+                         f"({str(err).splitlines()[0] if str(err) else type(err).__name__})") \
+            from None
+    return BpeTokenizer(tok)
+
+
+def load_tokenizer(path) -> ByteTokenizer | BpeTokenizer:
+    return parse_tokenizer(read_input(path, "tokenizer.json"), str(path))
+

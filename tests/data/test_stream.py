@@ -1,0 +1,80 @@
+"""Token streams on disk, seeded windows, every target counted once, bits per byte."""
+import lzma
+import math
+import zlib
+
+import numpy as np
+import pytest
+
+from sparktrain.data.bpb import bits_per_byte, compressor_bpb
+from sparktrain.data.stream import (WindowSampler, read_stream, stream_batches, stream_of,
+                                    write_stream)
+from sparktrain.data.tokenizer import ByteTokenizer
+from sparktrain.errors import SparkError
+
+
+def test_stream_frames_each_text_and_round_trips_uint8_and_uint16(tmp_path):
+    t = ByteTokenizer()
+    s = stream_of(t, ["ab", "c"])
+    assert s.tolist() == [t.bos, 97, 98, t.eos, t.bos, 99, t.eos]
+    write_stream(tmp_path / "a.bin", s, 256)
+    assert (tmp_path / "a.bin").stat().st_size == 7
+    back = read_stream(tmp_path / "a.bin", 256)
+    assert isinstance(back, np.memmap) and back.tolist() == s.tolist()
+    big = np.array([0, 1000, 65534], dtype=np.int64)
+    write_stream(tmp_path / "b.bin", big, 65535)
+    assert (tmp_path / "b.bin").read_bytes() == b"\x00\x00\xe8\x03\xfe\xff"  # little-endian
+    assert read_stream(tmp_path / "b.bin", 65535).tolist() == big.tolist()
+
+
+def test_a_torn_stream_is_one_line(tmp_path):
+    (tmp_path / "t.bin").write_bytes(b"\x00\x01\x02")
+    with pytest.raises(SparkError, match="not a whole number of uint16"):
+        read_stream(tmp_path / "t.bin", 1024)
+
+
+def test_windows_are_seeded_slices_with_every_target_counted():
+    stream = np.arange(1000, dtype=np.int64)
+    a, b = WindowSampler(stream, 16, 4, seed=3), WindowSampler(stream, 16, 4, seed=3)
+    for _ in range(3):
+        x, y = a.next(), b.next()
+        assert np.array_equal(x.inputs, y.inputs)
+    assert x.inputs.shape == (4, 16) and x.mask.sum() == 64
+    assert np.array_equal(x.targets, x.inputs + 1)  # targets are the next token
+    other = WindowSampler(stream, 16, 4, seed=4).next()
+    assert not np.array_equal(other.inputs, WindowSampler(stream, 16, 4, seed=3).next().inputs)
+
+
+def test_sampler_state_resumes_the_same_windows():
+    stream = np.arange(500, dtype=np.int64)
+    a = WindowSampler(stream, 8, 2, seed=0)
+    a.next()
+    state = a.state()
+    want = a.next().inputs
+    b = WindowSampler(stream, 8, 2, seed=0)
+    b.set_state(state)
+    assert np.array_equal(b.next().inputs, want)
+
+
+def test_short_stream_is_one_line():
+    with pytest.raises(SparkError, match="fewer than seq_len"):
+        WindowSampler(np.arange(5), 8, 2, seed=0)
+
+
+@pytest.mark.parametrize("n", [2, 9, 10, 17, 33])
+def test_whole_stream_batches_count_each_target_once(n):
+    stream = np.arange(n, dtype=np.int64)
+    seen = []
+    for batch in stream_batches(stream, seq_len=8, batch_size=2, pad=0):
+        assert np.array_equal(batch.targets[batch.mask > 0], batch.inputs[batch.mask > 0] + 1)
+        seen += batch.targets[batch.mask > 0].tolist()
+    assert seen == list(range(1, n))
+
+
+def test_bits_per_byte_and_compressors():
+    assert bits_per_byte(math.log(2) * 80, 10) == pytest.approx(8.0)
+    data = b"def f(x):\n    return x * 2\n" * 200
+    got = compressor_bpb(data)
+    assert got["zlib9_bpb"] == 8 * len(zlib.compress(data, 9)) / len(data)
+    assert got["lzma9e_bpb"] == 8 * len(lzma.compress(data, preset=9 | lzma.PRESET_EXTREME)) / len(data)
+    assert got["zlib9_bpb"] < 1.0  # repetitive text compresses
