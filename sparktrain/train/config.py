@@ -17,7 +17,7 @@ from typing import Annotated, Literal, Optional
 
 import yaml
 from pydantic import BeforeValidator, ConfigDict, Field, StrictBool, StrictInt, StrictStr
-from pydantic import ValidationError
+from pydantic import ValidationError, model_validator
 from pydantic.dataclasses import dataclass
 
 from sparktrain.data.vocab import MAX_VOCAB, MIN_BPE_VOCAB
@@ -72,6 +72,31 @@ class StepConfig:
     workers: Optional[Count] = Field(None, description="processes computing the shards "
                                                        "(default SPARK_WORKERS, else the "
                                                        "usable cores); never changes bytes")
+    # Optimisation for real runs; every default keeps the seed's SGD loop, and the
+    # checkpoint records these only when they differ from it (step_record).
+    optimizer: Literal["sgd", "adamw"] = Field("sgd", description="sgd (heavy-ball, "
+                                               "momentum) or adamw")
+    weight_decay: Float = Field(0.0, ge=0, description="AdamW decoupled weight decay on "
+                                                       "matrices")
+    beta1: Float = Field(0.9, ge=0, lt=1, description="AdamW first-moment decay")
+    beta2: Float = Field(0.95, ge=0, lt=1, description="AdamW second-moment decay")
+    schedule: Literal["constant", "cosine"] = Field(
+        "constant", description="learning rate: constant, or linear warm-up then cosine "
+                                "decay to min_lr")
+    warmup: StrictInt = Field(0, ge=0, description="warm-up micro-steps (cosine schedule)")
+    min_lr: Float = Field(0.0, ge=0, description="floor of the cosine decay")
+    checkpoint_every: StrictInt = Field(0, ge=0, description="save a resumable state every "
+                                                             "N outer passes (0 = off)")
+
+    @model_validator(mode="after")
+    def _coherent(self):
+        if self.optimizer == "sgd" and self.weight_decay:
+            raise ValueError("weight_decay applies to optimizer adamw, not sgd")
+        if self.min_lr > self.lr:
+            raise ValueError(f"min_lr {self.min_lr} is above lr {self.lr}")
+        if self.schedule == "constant" and (self.warmup or self.min_lr):
+            raise ValueError("warmup and min_lr need schedule: cosine")
+        return self
 
     def validate(self) -> "StepConfig":
         """Construction already validated every field; kept for call sites that
@@ -239,14 +264,30 @@ def load_params(path: str | Path = "params.yaml") -> Params:
     return parse_params(raw)
 
 
+# Knobs added after the seed: recorded only when set, so a default run's
+# checkpoint keeps its exact bytes.
+LATER_KNOBS = ("optimizer", "weight_decay", "beta1", "beta2", "schedule", "warmup", "min_lr",
+               "checkpoint_every")
+
+
 def step_record(step: StepConfig) -> dict:
     """The knobs as the checkpoint records them. Left out: step (recorded on its own as
-    step_n), workers (they never change the bytes), and shards when it is 1 (absent
-    means 1, so a run without sharding keeps the bytes it had before the knob)."""
-    record = {k: v for k, v in dataclasses.asdict(step).items() if k not in ("step", "workers")}
+    step_n), workers (they never change the bytes), shards when it is 1 (absent
+    means 1), and the LATER_KNOBS at their defaults, so a run that does not use
+    them keeps the bytes it had before they existed."""
+    default = StepConfig()
+    record = {k: v for k, v in dataclasses.asdict(step).items()
+              if k not in ("step", "workers")
+              and not (k in LATER_KNOBS and v == getattr(default, k))}
     if record["shards"] == 1:
         del record["shards"]
     return record
+
+
+def later_knobs(step: StepConfig) -> dict:
+    """The post-seed knobs a run changed from their defaults (empty for a seed run)."""
+    default = StepConfig()
+    return {k: getattr(step, k) for k in LATER_KNOBS if getattr(step, k) != getattr(default, k)}
 
 
 def step_fields():
@@ -264,6 +305,10 @@ def add_step_flags(parser: argparse.ArgumentParser) -> None:
                                action="store_const", const=False, default=None,
                                help=f"set step.{name} to false (default true): "
                                     f"{info.description}")
+            continue
+        if "Literal" in str(info.annotation):
+            group.add_argument(flag, dest=name, choices=list(info.annotation.__args__),
+                               default=None, help=f"{info.description} (default {info.default})")
             continue
         kind = float if "float" in str(info.annotation) else int
         shown = "" if info.default is None else f" (default {info.default})"

@@ -1,0 +1,96 @@
+"""Optimizers and the learning-rate schedule, keyed by the safetensors names.
+
+`sgd` is heavy-ball SGD, the seed's contract (`v = momentum v + g`,
+`w -= lr v`); `adamw` is Adam with decoupled weight decay (Loshchilov &
+Hutter), bias-corrected moments, decay on matrices only (norm weights are
+scales, not features). The schedule is constant, or a linear warm-up then a
+cosine decay to `min_lr` (nanoGPT's get_lr). Every optimizer's state is a dict
+of arrays under the parameter names plus a step count, so a resumed run
+continues bit for bit.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+ADAM_EPS = 1e-8
+
+
+def lr_at(step, t: int, total: int) -> float:
+    """The learning rate of micro-step t (0-based) of `total`."""
+    if step.schedule == "constant":
+        return step.lr
+    if t < step.warmup:
+        return step.lr * (t + 1) / step.warmup
+    span = max(total - step.warmup, 1)
+    progress = min((t - step.warmup) / span, 1.0)
+    return step.min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (step.lr - step.min_lr)
+
+
+class SGD:
+    name = "sgd"
+
+    def __init__(self, params: dict, names, step):
+        self.momentum = step.momentum
+        self.velocity = {n: np.zeros_like(params[n]) for n in names}
+
+    def update(self, params: dict, grads: dict, lr: float, scale: float) -> None:
+        for n, v in self.velocity.items():
+            v *= self.momentum  # a Python float, exactly as the seed loop multiplied
+            v += grads[n] * np.float32(scale)
+            params[n] -= np.float32(lr) * v
+
+    def state(self) -> dict[str, np.ndarray]:
+        return {f"velocity.{n}": v for n, v in self.velocity.items()}
+
+    def load_state(self, tensors: dict) -> None:
+        for n in self.velocity:
+            self.velocity[n][...] = tensors[f"velocity.{n}"]
+
+
+class AdamW:
+    name = "adamw"
+
+    def __init__(self, params: dict, names, step):
+        self.b1, self.b2, self.wd = step.beta1, step.beta2, step.weight_decay
+        self.m = {n: np.zeros_like(params[n]) for n in names}
+        self.v = {n: np.zeros_like(params[n]) for n in names}
+        self.decayed = {n for n in names if params[n].ndim >= 2}
+        self.t = 0
+
+    def update(self, params: dict, grads: dict, lr: float, scale: float) -> None:
+        self.t += 1
+        c1 = np.float32(1.0 - self.b1 ** self.t)
+        c2 = np.float32(1.0 - self.b2 ** self.t)
+        b1, b2 = np.float32(self.b1), np.float32(self.b2)
+        lr32 = np.float32(lr)
+        for n, m in self.m.items():
+            g = grads[n] * np.float32(scale)
+            v = self.v[n]
+            m *= b1
+            m += (1 - b1) * g
+            v *= b2
+            v += (1 - b2) * (g * g)
+            if n in self.decayed and self.wd:
+                params[n] *= np.float32(1.0 - lr * self.wd)
+            params[n] -= lr32 * (m / c1) / (np.sqrt(v / c2) + np.float32(ADAM_EPS))
+
+    def state(self) -> dict[str, np.ndarray]:
+        out = {f"m.{n}": a for n, a in self.m.items()}
+        out.update({f"v.{n}": a for n, a in self.v.items()})
+        out["t"] = np.array([self.t], dtype=np.int64)
+        return out
+
+    def load_state(self, tensors: dict) -> None:
+        for n in self.m:
+            self.m[n][...] = tensors[f"m.{n}"]
+            self.v[n][...] = tensors[f"v.{n}"]
+        self.t = int(tensors["t"][0])
+
+
+OPTIMIZERS = {"sgd": SGD, "adamw": AdamW}
+
+
+def make_optimizer(step, params: dict, names):
+    return OPTIMIZERS[step.optimizer](params, names, step)
