@@ -3,6 +3,7 @@ and the loss picture (loss.png)."""
 import sys
 from pathlib import Path
 
+from sparktrain.eval.corpus import corpus_metrics
 from sparktrain.eval.metrics import evaluate, split_headline
 from sparktrain.eval.plot import heldout_points, write_loss_png
 from sparktrain.fsutil import sha256_file, write_json
@@ -16,10 +17,14 @@ def eval_stage() -> Path:
     p = params()
     folder = job_folder(p.job)
     weights = folder / "weights.safetensors"
-    tensors, cfg, _ = load_model(weights)
-    metrics = evaluate(tensors, cfg, load_pairs(p.eval.data), batch_size=p.eval.batch_size,
-                       max_new=p.eval.max_new, n_samples=p.eval.n_samples)
-    metrics["data"] = p.eval.data
+    tensors, cfg, meta = load_model(weights)
+    checkpoint = read_json(folder / "checkpoint.json") or {}
+    if checkpoint.get("dataset_kind") == "corpus":  # scored on the held-out stream by step
+        metrics = corpus_metrics(checkpoint, meta)
+    else:
+        metrics = evaluate(tensors, cfg, load_pairs(p.eval.data), batch_size=p.eval.batch_size,
+                           max_new=p.eval.max_new, n_samples=p.eval.n_samples)
+        metrics["data"] = p.eval.data
     metrics["weights_sha256"] = sha256_file(weights)
     # The DVC metric is the few flat numbers `dvc exp show` compares; the rest
     # (counts, per-family tables, samples, hashes) is a plain output beside it.
@@ -27,8 +32,11 @@ def eval_stage() -> Path:
     write_json(folder / "eval_detail.json", detail)
     path = folder / "eval.json"
     write_json(path, headline)
-    curve = (read_json(folder / "checkpoint.json") or {}).get("loss_curve") or []
-    heldout = heldout_points(headline, curve, path) if curve else None
+    curve = checkpoint.get("loss_curve") or []
+    if curve and "heldout_loss" in curve[0]:  # a corpus job measured it after every pass
+        heldout = [{"outer": c["outer"], "loss": c["heldout_loss"]} for c in curve]
+    else:
+        heldout = heldout_points(headline, curve, path) if curve else None
     write_loss_png(folder / "loss.png", curve, heldout=heldout, job=p.job, scale=p.scale)
     return path
 

@@ -1,4 +1,5 @@
-"""DVC stage step: STEP: numpy SGD; writes weights.safetensors, checkpoint.json and
+"""DVC stage step: STEP: numpy SGD (or AdamW), on a pairs file or a prepared corpus
+(sparktrain/train/corpus_loop.py); writes weights.safetensors, checkpoint.json and
 ARTIFACT under out/train/<job>/ (perf.json too, undeclared: timings vary).
 
 DVC deletes a stage's outputs before it runs it. When training fails, the
@@ -10,6 +11,7 @@ from pathlib import Path
 
 from sparktrain.errors import TrainingFailed
 from sparktrain.repro.lock import restore_outputs
+from sparktrain.train.corpus_loop import run_corpus_step
 from sparktrain.train.loop import run_failed, run_step
 from stages.common import load_job, params, run
 
@@ -20,7 +22,10 @@ def step() -> Path:
     p = params()
     job = load_job(p)
     try:
-        run_step(job, p.step, p.model_config(), heldout=p.eval.data)
+        if job.is_corpus:  # held-out bpb per pass from the prepared val stream
+            run_corpus_step(job, p.step, p.model_config())
+        else:
+            run_step(job, p.step, p.model_config(), heldout=p.eval.data)
     except TrainingFailed as err:
         run_failed(job, err, p.step)
         raise TrainingFailed(f"{err}; {restore_outputs(STAGE)}") from None

@@ -58,6 +58,13 @@ def check_stream(stream: np.ndarray, seq_len: int, what: str) -> None:
                          f"seq_len + 1 = {seq_len + 1}; use a larger corpus or a smaller seq_len")
 
 
+def windows_batch(stream: np.ndarray, starts, seq_len: int) -> TokenBatch:
+    """The windows stream[s : s + seq_len + 1]: inputs, next-token targets, all counted."""
+    rows = np.stack([np.asarray(stream[s:s + seq_len + 1], dtype=np.int64)
+                     for s in starts])                                     # (B, T+1)
+    return TokenBatch(rows[:, :-1], rows[:, 1:], np.ones((len(starts), seq_len), np.float32))
+
+
 class WindowSampler:
     """Seeded windows of seq_len + 1 tokens anywhere in the stream, every target counted."""
 
@@ -67,11 +74,8 @@ class WindowSampler:
         self.rng = np.random.default_rng([seed, 0x57E4])
 
     def next(self) -> TokenBatch:
-        T = self.seq_len
-        starts = self.rng.integers(0, len(self.stream) - T, size=self.batch_size)  # (B,)
-        rows = np.stack([np.asarray(self.stream[s:s + T + 1], dtype=np.int64)
-                         for s in starts])                                        # (B, T+1)
-        return TokenBatch(rows[:, :-1], rows[:, 1:], np.ones((len(starts), T), np.float32))
+        starts = self.rng.integers(0, len(self.stream) - self.seq_len, size=self.batch_size)
+        return windows_batch(self.stream, starts, self.seq_len)
 
     def state(self) -> dict:
         """The generator's state, so a resumed run draws the same windows."""

@@ -34,6 +34,11 @@ class ByteTokenizer:
         body = bytes(int(i) for i in ids if int(i) < self.bos)
         return body.decode("utf-8", errors="replace")
 
+    def byte_lengths(self) -> np.ndarray:
+        """Bytes of text each id stands for: 1, and 0 for the specials."""
+        return np.array([0 if i in (self.bos, self.sep, self.eos) else 1
+                         for i in range(self.vocab)], dtype=np.int64)  # (V,)
+
     def to_json(self) -> str:
         return canonical_json({"spark_tokenizer": "byte", "vocab": self.vocab,
                                "bos": self.bos, "sep": self.sep, "eos": self.eos})
@@ -60,6 +65,13 @@ class BpeTokenizer:
 
     def decode(self, ids: Iterable[int]) -> str:
         return self.tok.decode([int(i) for i in ids], skip_special_tokens=True)
+
+    def byte_lengths(self) -> np.ndarray:
+        """Bytes of text each id stands for (0 for the specials): byte-level BPE spells
+        every byte as one character, so a token's length in characters is its bytes."""
+        specials = {self.bos, self.sep, self.eos}
+        return np.array([0 if i in specials else len(self.tok.id_to_token(i))
+                         for i in range(self.vocab)], dtype=np.int64)  # (V,)
 
     def to_json(self) -> str:
         # the library writes the vocab ordered by id: same training, same bytes

@@ -55,8 +55,8 @@ def pick_next(logits: np.ndarray, temperature: float, top_k: int,
 
 def generate_tokens(params, cfg: ModelConfig, contexts: Sequence[np.ndarray],
                     caps: Sequence[int], *, temperature: float = 0.0, top_k: int = 0,
-                    rng: np.random.Generator | None = None) -> list[list[int]]:
-    """New tokens for each context (EOS not included), at most caps[i] of them.
+                    rng: np.random.Generator | None = None, eos: int = EOS) -> list[list[int]]:
+    """New tokens for each context (`eos` not included), at most caps[i] of them.
 
     The window slides once a row is longer than seq_len. A model kind with a
     max_new_tokens (the mean-pool model: 1) stops there.
@@ -77,7 +77,7 @@ def generate_tokens(params, cfg: ModelConfig, contexts: Sequence[np.ndarray],
         nxt = pick_next(last, temperature, top_k, rng)             # (A,)
         still = []
         for i, tok in zip(active, nxt.tolist()):
-            if tok == EOS:
+            if tok == eos:
                 continue
             seqs[i].append(tok)
             out[i].append(tok)

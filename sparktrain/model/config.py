@@ -17,6 +17,7 @@ from sparktrain.errors import SparkError
 VOCAB = 256
 MAX_PARAMS = 200_000_000
 MAX_SEQ_LEN = 4096
+MAX_VOCAB = 65535  # token ids are stored as uint16
 
 
 @dataclass(frozen=True)
@@ -26,7 +27,7 @@ class ModelConfig:
     n_head: int = 4        # query heads
     n_kv_head: int = 2     # key/value heads (GQA: n_head must be a multiple)
     seq_len: int = 64      # context window in tokens
-    vocab: int = VOCAB     # byte-level; 0xFD/0xFE/0xFF are BOS/SEP/EOS
+    vocab: int = VOCAB     # from the tokenizer: 256 bytes (0xFD/0xFE/0xFF the specials) or BPE
     train_attn: bool = True  # False: the mean-pool fallback (embed + lm_head only)
 
     @property
@@ -48,8 +49,10 @@ class ModelConfig:
             v = getattr(self, f)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise SparkError(f"{f} must be a positive integer, got {v!r}")
-        if self.vocab != VOCAB:
-            raise SparkError(f"vocab must be {VOCAB} (byte-level tokens), got {self.vocab}")
+        if isinstance(self.vocab, bool) or not isinstance(self.vocab, int) \
+                or not VOCAB <= self.vocab <= MAX_VOCAB:
+            raise SparkError(f"vocab must be an integer in [{VOCAB}, {MAX_VOCAB}] (bytes, or "
+                             f"a BPE tokenizer's vocab), got {self.vocab!r}")
         if self.seq_len > MAX_SEQ_LEN:
             raise SparkError(f"seq_len {self.seq_len} is above the limit of {MAX_SEQ_LEN}")
         size = self.kind(self).n_params  # the kind checks its own rules first
@@ -73,6 +76,8 @@ class ModelConfig:
 SCALES: dict[str, ModelConfig] = {
     "tiny": ModelConfig(dim=32, n_layer=2, n_head=4, n_kv_head=2, seq_len=64),
     "large": ModelConfig(dim=64, n_layer=4, n_head=4, n_kv_head=2, seq_len=128),
+    # seq_len 128, not 256: attention is most of a step at 256 on two CPU cores
+    "medium": ModelConfig(dim=128, n_layer=4, n_head=4, n_kv_head=2, seq_len=128),
 }
 
 

@@ -79,7 +79,7 @@ class AdamW:
     def state(self) -> dict[str, np.ndarray]:
         out = {f"m.{n}": a for n, a in self.m.items()}
         out.update({f"v.{n}": a for n, a in self.v.items()})
-        out["t"] = np.array([self.t], dtype=np.int64)
+        out["t"] = np.array([self.t], dtype=np.float32)  # exact below 2**24 steps
         return out
 
     def load_state(self, tensors: dict) -> None:

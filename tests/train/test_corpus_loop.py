@@ -1,0 +1,158 @@
+"""A corpus job through the stage scripts: tokens, the held-out split, bits per
+byte, every optimizer, fail-loud rules, and a SIGKILLed run resumed to the
+same final bytes."""
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from sparkhelp import ROOT, assert_one_line_error
+from sparktrain.data.prepare import read_prepared
+from sparktrain.data.tokenizer import load_tokenizer
+
+STEP = {"outer": 3, "inner": 4, "lr": 0.05, "batch_size": 4, "seed": 0, "clip": 1.0,
+        "momentum": 0.9}
+
+
+def coder_project(tmp_path: Path, **changes) -> Path:
+    for sub in ("data", "stages"):
+        shutil.copytree(ROOT / sub, tmp_path / sub)
+    p = yaml.safe_load((ROOT / "params.yaml").read_text())
+    p.update(job="job-coder-tiny", program="data/programs/train-coder.sparkbc",
+             step=dict(STEP), scale="tiny")
+    for key, value in changes.items():
+        if key == "step":
+            p["step"].update(value)
+        else:
+            p[key] = value
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(p))
+    return tmp_path
+
+
+def stage(root, name, check=True):
+    done = subprocess.run([sys.executable, "-m", f"stages.{name}"], cwd=root,
+                          capture_output=True, text=True, timeout=600)
+    if check:
+        assert done.returncode == 0, done.stderr
+    return done
+
+
+def pipeline(root, until="step"):
+    for name in ("decode_bc", "tokenizer", "prepare", "step", "eval"):
+        stage(root, name)
+        if name == until:
+            break
+    return root / "out/train/job-coder-tiny"
+
+
+def test_prepare_keeps_heldout_files_out_of_the_train_stream(tmp_path):
+    folder = pipeline(coder_project(tmp_path), until="prepare")
+    files = json.loads((folder / "corpus/files.json").read_text())
+    held = [f["path"] for f in files["files"] if f["split"] == "heldout"]
+    assert held and files["train_files"] >= 10
+    assert files["dtype"] == "|u1" and (folder / "corpus/train.bin").stat().st_size == files["train_tokens"]
+    data = read_prepared(folder / "corpus")
+    tok = load_tokenizer(folder / "tokenizer.json")
+    train_text = tok.decode(np.asarray(data.train))
+    val_text = tok.decode(np.asarray(data.val))
+    for rel in held:
+        text = (tmp_path / "data/corpus/tiny" / rel).read_text()
+        assert text in val_text and text[:2000] not in train_text
+    assert files["heldout_bytes"] == sum(f["size"] for f in files["files"] if f["split"] == "heldout")
+    assert 0 < files["heldout_baselines"]["zlib9_bpb"] < 8
+
+
+def test_byte_job_learns_and_reports_bits_per_byte(tmp_path):
+    folder = pipeline(coder_project(tmp_path), until="eval")
+    ck = json.loads((folder / "checkpoint.json").read_text())
+    assert ck["dataset_kind"] == "corpus" and ck["tokenizer"] == "byte"
+    assert ck["loss_after"] < ck["loss_before"]
+    curve = ck["loss_curve"]
+    assert [c["outer"] for c in curve] == [0, 1, 2, 3]
+    assert curve[-1]["heldout_bpb"] < curve[0]["heldout_bpb"]
+    assert "optimizer" not in ck  # default knobs add no keys
+    # bits per byte = nats / ln 2 / bytes: for byte tokens, nats per target is almost that
+    assert ck["heldout_bpb"] == pytest.approx(ck["heldout_loss"] / np.log(2), rel=0.05)
+    ev = json.loads((folder / "eval.json").read_text())
+    assert ev["bpb"] == ck["heldout_bpb"] and ev["zlib9_bpb"] > 0
+
+
+def test_bpe_adamw_cosine_job(tmp_path):
+    root = coder_project(tmp_path, tokenizer="bpe", vocab_size=400,
+                         step={"optimizer": "adamw", "lr": 0.01, "weight_decay": 0.01,
+                               "schedule": "cosine", "warmup": 2, "min_lr": 0.001})
+    folder = pipeline(root)
+    ck = json.loads((folder / "checkpoint.json").read_text())
+    assert ck["arch"]["vocab"] == 400 and ck["tokenizer"] == "bpe"
+    assert (ck["optimizer"], ck["schedule"], ck["warmup"]) == ("adamw", "cosine", 2)
+    assert ck["heldout_bpb"] < ck["loss_curve"][0]["heldout_bpb"]
+    files = json.loads((folder / "corpus/files.json").read_text())
+    assert files["dtype"] == "<u2" and files["tokenizer_sha256"] == ck["tokenizer_sha256"]
+
+
+def test_a_run_no_better_than_uniform_fails_loudly(tmp_path):
+    root = coder_project(tmp_path, step={"outer": 1, "inner": 1, "lr": 1e-6})
+    pipeline(root, until="prepare")
+    done = stage(root, "step", check=False)
+    assert done.returncode == 1, done.stderr
+    assert "training failed" in done.stderr and "Traceback" not in done.stderr
+    assert not (root / "out/train/job-coder-tiny/weights.safetensors").exists()
+
+
+@pytest.mark.parametrize("params,needle", [
+    ({"tokenizer": "wordpiece"}, "tokenizer must be one of"),
+    ({"tokenizer": "bpe", "vocab_size": 100}, "vocab_size must be >= 259"),
+    ({"tokenizer": "bpe", "vocab_size": 65536}, "vocab_size must be <= 65535"),
+    ({"step": {"optimizer": "adamw", "weight_decay": -0.1}}, "weight_decay must be >= 0"),
+    ({"step": {"optimizer": "adamw", "beta2": 1.0}}, "beta2 must be < 1"),
+    ({"corpus": {"glob": "**/*.rs"}}, "matches no file"),
+])
+def test_bad_input_is_one_line_and_writes_nothing(tmp_path, params, needle):
+    root = coder_project(tmp_path, **params)
+    for name in ("decode_bc", "tokenizer", "prepare"):
+        done = stage(root, name, check=False)
+        if done.returncode:
+            break
+    assert_one_line_error(done.returncode, done.stderr, needle)
+    assert not (root / "out/train/job-coder-tiny/corpus").exists()
+
+
+def test_a_tokenizer_that_does_not_match_the_prepared_streams(tmp_path):
+    root = coder_project(tmp_path)
+    folder = pipeline(root, until="prepare")
+    (folder / "tokenizer.json").write_text(load_tokenizer(folder / "tokenizer.json").to_json()
+                                           .replace('"vocab": 256', '"vocab": 256 '))
+    done = stage(root, "step", check=False)
+    assert_one_line_error(done.returncode, done.stderr, "another tokenizer.json")
+
+
+@pytest.mark.slow
+def test_sigkill_then_resume_gives_the_same_final_bytes(tmp_path):
+    step = {"outer": 8, "inner": 3, "checkpoint_every": 1}
+    whole = pipeline(coder_project(tmp_path / "a", step=step))
+    root = coder_project(tmp_path / "b", step=step)
+    folder = pipeline(root, until="prepare")
+    proc = subprocess.Popen([sys.executable, "-m", "stages.step"], cwd=root,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    while not (folder / "resume.json").exists() and time.time() < deadline:
+        time.sleep(0.05)
+    time.sleep(random.uniform(0, 0.2))  # a random moment after the first saved state
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not (folder / "weights.safetensors").exists(), "killed too late; slow the run"
+    stage(root, "step")
+    for name in ("weights.safetensors", "checkpoint.json", "ARTIFACT"):
+        assert (folder / name).read_bytes() == (whole / name).read_bytes(), name
+    assert not (folder / "resume.json").exists()  # a finished run leaves no state behind
