@@ -7,7 +7,7 @@ PY     := $(BIN)/python
 STAMP  := $(VENV)/.installed-stamp
 
 .PHONY: help setup run test test-sparkbc test-fast spark-sgd-proof spark-sgd-proof-scale \
-        sparkbc-e2e repro-check bench clean test-hf
+        sparkbc-e2e repro-check bench clean test-hf spark-coder-proof
 
 help:
 	@echo "make run        set up, run the default job (dvc repro), print a summary"
@@ -16,6 +16,7 @@ help:
 	@echo "make test-hf       install the hf extra (torch, transformers) and run the export proofs"
 	@echo "make spark-sgd-proof        train the default program's tiny job and check it"
 	@echo "make spark-sgd-proof-scale  the large-scale proof (about 5 minutes)"
+	@echo "make spark-coder-proof  medium code model on the stdlib vs zlib-9 / lzma-9e (bits per byte)"
 	@echo "make sparkbc-e2e   spark run and dvc repro give the same weights"
 	@echo "make repro-check   force-repro and diff dvc.lock (copy into your CI)"
 	@echo "make bench         tokens/s and model FLOP/s utilisation"
@@ -57,6 +58,9 @@ spark-sgd-proof: $(STAMP)
 
 spark-sgd-proof-scale: $(STAMP)
 	$(PY) tools/proof.py scale
+
+spark-coder-proof: $(STAMP)
+	$(PY) tools/coder_proof.py
 
 sparkbc-e2e: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(PY) tools/sparkbc_e2e.py

@@ -14,7 +14,25 @@ from sparktrain.train.data import load_dataset
 from sparktrain.train.job import Job
 
 
+def corpus_plan(job: Job, cfg: ModelConfig, batch_size: int) -> dict:
+    """A corpus job's plan: windows of seq_len + 1 tokens; the corpus itself is read by
+    the prepare stage and the vocab comes from the tokenizer stage."""
+    tokens = batch_size * cfg.seq_len
+    return {
+        "job": job.job, "state": "declared", "mode": "dry-run", "trained": False,
+        "not_sgd": True, "method": job.method, "program": job.program,
+        "sparkbc_sha256": job.sparkbc_sha256, "bind": job.bind, "out": job.out,
+        "dataset": job.dataset, "dataset_kind": "corpus", "base": job.base,
+        "init": "base weights" if job.base_is_weights else "fresh init (seeded)",
+        "arch": {k: v for k, v in cfg.to_dict().items() if k != "vocab"},
+        "vocab": "from tokenizer.json", "windows_per_micro_step": batch_size,
+        "tokens_per_micro_step": tokens,
+    }
+
+
 def job_plan(job: Job, cfg: ModelConfig, batch_size: int) -> dict:
+    if job.is_corpus:
+        return corpus_plan(job, cfg, batch_size)
     dataset = load_dataset(job.dataset, cfg.seq_len)
     pairs_per_step = min(batch_size, dataset.n)
     mean_tokens = dataset.n_tokens / dataset.n

@@ -20,10 +20,11 @@ from sparktrain.repro.workspace import copy_project, tool_env as library_tool_en
 
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = REPO / ".venv" / "bin"
-TRAINING_STAGES = ("decode-bc", "train-status", "step", "eval")
+TRAINING_STAGES = ("decode-bc", "tokenizer", "prepare", "train-status", "step", "eval")
 STAGES = ("check-params",) + TRAINING_STAGES
 DECLARED_NAMES = {"program.json", "status.json", "weights.safetensors", "checkpoint.json",
-                  "ARTIFACT", "eval.json", "eval_detail.json", "loss.png"}
+                  "ARTIFACT", "eval.json", "eval_detail.json", "loss.png", "tokenizer.json",
+                  "corpus"}
 
 
 def tool_env(repo: Path, extra: dict | None = None) -> dict:

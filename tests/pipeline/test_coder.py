@@ -1,0 +1,39 @@
+"""The tiny coder job (byte tokens, data/corpus/tiny) through the real DVC pipeline,
+and a tokenizer sweep with `dvc exp run -S tokenizer=...`."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from .conftest import dvc, dvc_json
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+CODER = ["-S", "job=job-coder-tiny", "-S", "program=data/programs/train-coder.sparkbc",
+         "-S", "step.outer=2", "-S", "step.inner=4", "-S", "step.batch_size=4"]
+
+
+def test_coder_job_and_tokenizer_sweep(repro_copy):
+    repo = repro_copy
+    dvc(repo, "exp", "run", "-n", "coder-byte", *CODER, timeout=600)
+    folder = repo / "out/train/job-coder-tiny"
+    ck = json.loads((folder / "checkpoint.json").read_text())
+    assert ck["dataset_kind"] == "corpus" and ck["tokenizer"] == "byte"
+    assert (folder / "corpus/train.bin").stat().st_size == ck["corpus"]["train_tokens"]
+    assert ck["heldout_bpb"] < ck["loss_curve"][0]["heldout_bpb"]
+    dvc(repo, "exp", "run", "-n", "coder-bpe", *CODER, "-S", "tokenizer=bpe",
+        "-S", "vocab_size=512", timeout=600)
+    bpe = json.loads((folder / "checkpoint.json").read_text())
+    assert bpe["tokenizer"] == "bpe" and bpe["arch"]["vocab"] == 512
+    rows = dvc_json(repo, "exp", "show")
+    exps = {e["name"]: e for r in rows for e in (r.get("experiments") or [])
+            for e in [e["revs"][0]] if e.get("name")}
+    assert {"coder-byte", "coder-bpe"} <= set(exps)
+    bpbs = {}
+    for name in ("coder-byte", "coder-bpe"):
+        metrics = exps[name]["data"]["metrics"]
+        ev = next(v["data"] for k, v in metrics.items() if k.endswith("eval.json"))
+        assert ev["tokenizer"] == name.split("-")[1]
+        bpbs[name] = ev["bpb"]
+    assert all(0 < b < 8 for b in bpbs.values())
