@@ -36,7 +36,7 @@ def test_bench_unknown_scale_is_one_line(capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # no params.yaml: the built-in table only
     assert main(["bench", "--scale", "huge"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "unknown scale 'huge'" in err[0] and "large, tiny" in err[0]
+    assert len(err) == 1 and "unknown scale 'huge'" in err[0] and "large, medium, tiny" in err[0]
 
 
 def test_bench_takes_a_scale_of_the_params_file(capsys, tmp_path, monkeypatch):
