@@ -236,7 +236,8 @@ def as_json(sweep: dict) -> dict:
 
 
 # Short headers keep the table inside 80 columns for a small grid.
-TABLE_HEADS = {"loss": "held-out", "bpb": "bpb", "perplexity": "ppl",
+TABLE_HEADS = {"loss": "held-out", "bpb": "bpb", "zlib9_bpb": "zlib9", "lzma9e_bpb": "lzma9e",
+               "perplexity": "ppl",
                "next_token_accuracy": "acc", "exact_match": "exact", "copy_recall": "copy"}
 
 

@@ -25,9 +25,10 @@ SIG_DIGITS = 8
 # The headline numbers a sweep compares: the DVC metric (eval.json) holds exactly
 # these, flat, so `dvc exp show` stays a few columns wide. Everything else
 # evaluate() returns (counts, per-family tables, samples, hashes) is the detail
-# (eval_detail.json). A metric added later (`bpb`) slots in by name here.
-HEADLINE_KEYS = ("loss", "bpb", "perplexity", "next_token_accuracy", "exact_match",
-                 "copy_recall")
+# (eval_detail.json). A metric added later slots in by name here. A corpus job
+# has `bpb` and the compressors' bits per byte on the same held-out bytes.
+HEADLINE_KEYS = ("loss", "bpb", "zlib9_bpb", "lzma9e_bpb", "perplexity",
+                 "next_token_accuracy", "exact_match", "copy_recall")
 
 
 @dataclass

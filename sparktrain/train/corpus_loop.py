@@ -42,7 +42,7 @@ HELDOUT_WINDOWS = 64      # fixed held-out windows: the curve's held-out loss an
 # "No better than uniform": the held-out loss must end at least 1% below ln(vocab),
 # the loss of a model that learned nothing (a fresh init sits just under it).
 UNIFORM_MARGIN = 0.99
-RESUME_JSON, RESUME_TENSORS = "resume.json", "resume.safetensors"
+RESUME_JSON, RESUME_TENSORS = outputs.RESUME_FILES
 
 
 def _progress(line: str) -> None:

@@ -28,7 +28,10 @@ from sparktrain.fsutil import atomic_write_bytes, canonical_json, read_input, sh
 
 JOURNAL = ".commit"
 LOCK = ".lock"
-JOB_FILES = ("ARTIFACT", "checkpoint.json", "weights.safetensors")  # the journalled set
+JOB_FILES = ("ARTIFACT", "checkpoint.json", "weights.safetensors")  # what readers verify
+# a corpus run's state between outer passes (train/corpus_loop.py): a pair that must agree
+RESUME_FILES = ("resume.json", "resume.safetensors")
+JOURNALLED = JOB_FILES + RESUME_FILES  # the only names a journal may roll forward
 _kill_hook = os.environ.get("SPARK_TEST_CRASH_AT")  # tests only: simulate SIGKILL mid-commit
 _held: dict[str, int] = {}  # resolved folder -> fd of its locked .lock, for this process
 
@@ -87,9 +90,9 @@ def _key(folder: Path) -> str:
 
 def commit_files(folder: str | os.PathLike, files: dict[str, bytes]) -> None:
     folder = Path(folder)
-    unknown = sorted(set(files) - set(JOB_FILES))
+    unknown = sorted(set(files) - set(JOURNALLED))
     if unknown:
-        raise ValueError(f"commit_files only journals {JOB_FILES}, not {unknown}")
+        raise ValueError(f"commit_files only journals {JOURNALLED}, not {unknown}")
     lock_job(folder)
     recover(folder)
     for name, data in files.items():
@@ -116,7 +119,7 @@ def journal_names(folder: Path) -> list[str]:
         return []
     if not isinstance(names, list):
         return []
-    return [n for n in JOB_FILES if n in names]
+    return [n for n in JOURNALLED if n in names]
 
 
 def recover(folder: str | os.PathLike) -> None:
@@ -134,7 +137,7 @@ def recover(folder: str | os.PathLike) -> None:
     _fsync_dir(folder)
     if journal.is_file() or journal.is_symlink():
         journal.unlink()
-    for name in JOB_FILES:
+    for name in JOURNALLED:
         pending = _pending(folder, name)
         if pending.is_file() or pending.is_symlink():
             pending.unlink()
