@@ -177,9 +177,12 @@ def _import_meta(conf: dict, cfg: ModelConfig, folder: Path) -> dict:
         return {"arch": cfg.to_dict(), "step_n": 0, "trained": False, "imported_from": "hf"}
     if not isinstance(meta, dict):
         raise SparkError(f"{folder / 'config.json'}: {META_FIELD} is not an object")
-    if config_from_meta(meta, folder / "config.json") != cfg:
+    recorded = config_from_meta(meta, folder / "config.json")
+    if recorded != cfg:
+        diff = ", ".join(f"{k} {v} vs {getattr(cfg, k)}" for k, v in recorded.to_dict().items()
+                         if getattr(cfg, k) != v)
         raise SparkError(f"{folder / 'config.json'}: {META_FIELD}.arch disagrees with the "
-                         "Llama fields of the same file")
+                         f"Llama fields of the same file ({diff})")
     return meta
 
 
