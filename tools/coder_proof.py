@@ -2,6 +2,10 @@
 compare its held-out bits per byte with zlib-9 and lzma-9e on the same bytes.
 
     python tools/coder_proof.py [--params data/programs/coder-proof.yaml]
+                                [-S tokenizer=byte -S step.optimizer=sgd ...] [--no-gate]
+
+`-S key=value` overrides a param like `dvc exp run -S` (a YAML value; dots for
+nested keys), so the comparison runs of docs/training.md use the same tool.
 
 Runs the pipeline's steps in one process (decode, tokenizer on the train split,
 prepare, step), then measures the compressors on exactly the held-out bytes the
@@ -12,10 +16,12 @@ run's claims hold and the model's held-out bpb is below zlib-9's.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
 
 import numpy as np
+import yaml
 
 from sparktrain.data.bpb import compressor_bpb
 from sparktrain.data.corpus import read_corpus
@@ -25,7 +31,8 @@ from sparktrain.errors import SparkError
 from sparktrain.eval.generate import generate_tokens
 from sparktrain.fsutil import atomic_write_text, sha256_file, write_json
 from sparktrain.model.weights import load_model
-from sparktrain.train.config import load_params
+from sparktrain.fsutil import read_input
+from sparktrain.train.config import parse_params
 from sparktrain.train.corpus_loop import run_corpus_step
 from sparktrain.train.job import job_from_program
 
@@ -43,12 +50,33 @@ def completions(folder, corpus, seq_len: int) -> list[dict]:
     return [{"prompt": p, "completion": tok.decode(t)} for p, t in zip(prompts, new)]
 
 
+def with_overrides(raw: dict, overrides: list[str]) -> dict:
+    """`-S step.lr=0.01`: set a (nested) key of the raw params to a YAML value."""
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise SparkError(f"-S {item!r}: expected KEY=VALUE")
+        *path, last = key.split(".")
+        node = raw
+        for part in path:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise SparkError(f"-S {item!r}: {part} is not a mapping")
+        node[last] = yaml.safe_load(value)
+    return raw
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--params", default="data/programs/coder-proof.yaml")
+    ap.add_argument("-S", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                    help="override a param (YAML value, dots for nested keys)")
+    ap.add_argument("--no-gate", action="store_true",
+                    help="exit 0 even when the model does not beat zlib-9 (comparison runs)")
     args = ap.parse_args(argv)
     t0, c0 = time.perf_counter(), time.process_time()
-    p = load_params(args.params)
+    p = parse_params(with_overrides(yaml.safe_load(read_input(args.params, "params file")),
+                                    args.overrides))
     job = job_from_program(p.program, p.job)
     folder = job.out_dir
     corpus = read_corpus(job.dataset, p.corpus.glob, p.corpus.heldout)
@@ -71,7 +99,8 @@ def main(argv=None) -> int:
         "below_zlib9": ck["heldout_bpb"] < base["zlib9_bpb"],
         "below_lzma9e": ck["heldout_bpb"] < base["lzma9e_bpb"],
         "samples": samples, "weights_sha256": ck["weights_sha256"],
-    }
+        "step": dataclasses.asdict(p.step), "overrides": args.overrides,
+    }  # no timings: the same inputs give the same bytes (they are printed instead)
     write_json(folder / "coder_proof.json", report)
     print(f"\nheld-out bits per byte on {base['bytes']:,} bytes of {len(corpus.heldout)} files:")
     for name, key in (("model (" + p.scale + ", " + p.tokenizer + ")", "model_bpb"),
@@ -82,7 +111,7 @@ def main(argv=None) -> int:
               f"{s['completion']}")
     print(f"\nwall {time.perf_counter() - t0:.0f}s, cpu {time.process_time() - c0:.0f}s; "
           f"wrote {folder / 'coder_proof.json'}")
-    if not report["below_zlib9"]:
+    if not report["below_zlib9"] and not args.no_gate:
         print("coder proof: held-out bpb is not below zlib-9's", file=sys.stderr)
         return 1
     return 0

@@ -7,6 +7,7 @@ round-trips exactly and bits per byte stay comparable across tokenizers.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Iterable, Sequence
 
 import numpy as np
@@ -14,8 +15,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from sparktrain.data.vocab import MAX_VOCAB, MIN_BPE_VOCAB, SPECIALS, TOKENIZERS
 from sparktrain.errors import SparkError
-from sparktrain.fsutil import canonical_json, read_input
-
+from sparktrain.fsutil import canonical_json, read_input, sha256_bytes
 
 
 class ByteTokenizer:
@@ -137,3 +137,32 @@ def parse_tokenizer(data: bytes, path: str = "<tokenizer>"):
 def load_tokenizer(path) -> ByteTokenizer | BpeTokenizer:
     return parse_tokenizer(read_input(path, "tokenizer.json"), str(path))
 
+
+
+def tokenizer_for(weights, meta: dict, vocab: int, given=None):
+    """The tokenizer a weights file was trained with, checked, for generate / eval.
+
+    Weights of a corpus job record `tokenizer_sha256`: the tokenizer.json (`given`,
+    else the one beside the weights) must have exactly those bytes. Weights that
+    record none are a byte-token pairs model: None, and a `given` tokenizer must be
+    the byte one.
+    """
+    recorded = meta.get("tokenizer_sha256")
+    if recorded is None:
+        if given is not None:
+            tok = load_tokenizer(given)
+            if tok.kind != "byte" or vocab != ByteTokenizer.vocab:
+                raise SparkError(f"{given} is a {tok.kind} tokenizer of {tok.vocab} tokens but "
+                                 f"{weights} records no tokenizer (a byte-token model)")
+        return None
+    path = Path(given) if given is not None else Path(weights).parent / "tokenizer.json"
+    data = read_input(path, "tokenizer.json")
+    found = sha256_bytes(data)
+    if found != recorded:
+        raise SparkError(f"{path} is not the tokenizer {weights} was trained with (sha256 "
+                         f"{found[:12]}..., the weights record {str(recorded)[:12]}...); "
+                         "give the job's tokenizer.json with --tokenizer")
+    tok = parse_tokenizer(data, str(path))
+    if tok.vocab != vocab:
+        raise SparkError(f"{path} has {tok.vocab} tokens but the weights' vocab is {vocab}")
+    return tok

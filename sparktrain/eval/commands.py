@@ -9,6 +9,10 @@ import math
 import sys
 
 
+TOKENIZER_HELP = ("tokenizer.json of a corpus job (default: the one beside --weights); its "
+                  "sha256 must be the one the weights record")
+
+
 def register(sub) -> None:
     p = sub.add_parser("eval", help="held-out metrics of a weights file on a JSONL dataset",
                        description="Loss, perplexity, next-token accuracy, copy recall and "
@@ -21,6 +25,7 @@ def register(sub) -> None:
                    help="generation cap (default: each expected completion's length + 1)")
     p.add_argument("--samples", type=int, default=3, help="generated samples to show (default 3)")
     p.add_argument("-o", "--out", default=None, help="also write the JSON to this file (atomic)")
+    p.add_argument("--tokenizer", default=None, help=TOKENIZER_HELP)
     p.set_defaults(func=cmd_eval)
 
     p = sub.add_parser("generate", help="continue a prompt with a trained model",
@@ -28,14 +33,16 @@ def register(sub) -> None:
                                    "EOS or after --max-new bytes.")
     p.add_argument("--weights", required=True, help="weights.safetensors written by training")
     p.add_argument("--max-new", type=int, default=64,
-                   help="most bytes to generate (default 64, at most 4096)")
+                   help="most tokens (bytes for a byte model) to generate (default 64, "
+                        "at most 4096)")
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     p.add_argument("--top-k", type=int, default=0, help="sample among the k likeliest (0 = all)")
     p.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
     p.add_argument("--raw", action="store_true",
                    help="print the text exactly, control bytes included, even on a terminal "
                         "(when stdout is not a terminal it always is)")
-    p.add_argument("prompt", help="the user text")
+    p.add_argument("--tokenizer", default=None, help=TOKENIZER_HELP)
+    p.add_argument("prompt", help="the user text (a corpus model: the text to continue)")
     p.set_defaults(func=cmd_generate)
 
     p = sub.add_parser("make-data", help="write the generated task-family datasets",
@@ -96,6 +103,8 @@ def _positive(value: int, flag: str) -> None:
 # ------------------------------------------------------------------ handlers
 
 def cmd_eval(args) -> int:
+    from sparktrain.data.tokenizer import tokenizer_for
+    from sparktrain.errors import SparkError
     from sparktrain.eval.metrics import evaluate
     from sparktrain.model.weights import load_model
     from sparktrain.fsutil import canonical_json, write_json
@@ -108,7 +117,12 @@ def cmd_eval(args) -> int:
     if args.samples < 0:
         _positive(args.samples, "--samples")
     pairs, data_sha256 = read_pairs(args.data)
-    params, cfg, _ = load_model(args.weights)
+    params, cfg, meta = load_model(args.weights)
+    tok = tokenizer_for(args.weights, meta, cfg.vocab, args.tokenizer)
+    if tok is not None and tok.kind != "byte":
+        raise SparkError(f"{args.weights} reads {tok.vocab} BPE tokens; spark eval scores "
+                         "JSONL pairs in byte tokens (a corpus job's held-out bits per byte "
+                         "are in its eval.json)")
     result = evaluate(params, cfg, pairs, batch_size=args.batch_size, max_new=args.max_new,
                       n_samples=args.samples)
     result.update(data=str(args.data), data_sha256=data_sha256, weights=str(args.weights))
@@ -154,8 +168,9 @@ def _cap_max_new(value: int) -> int:
 
 
 def cmd_generate(args) -> int:
+    from sparktrain.data.tokenizer import tokenizer_for
     from sparktrain.errors import SparkError, printable
-    from sparktrain.eval.generate import generate, prompt_context
+    from sparktrain.eval.generate import continue_text, corpus_context, generate, prompt_context
     from sparktrain.model.build import build_model
     from sparktrain.model.weights import load_model
 
@@ -163,8 +178,12 @@ def cmd_generate(args) -> int:
     args.max_new = _cap_max_new(args.max_new)
     if args.seed < 0:
         raise SparkError(f"--seed must be >= 0, got {args.seed}")
-    params, cfg, _ = load_model(args.weights)
-    _, truncated = prompt_context(args.prompt, cfg.seq_len)  # also rejects an empty prompt
+    params, cfg, meta = load_model(args.weights)
+    tok = tokenizer_for(args.weights, meta, cfg.vocab, args.tokenizer)
+    if tok is None:  # a pairs model: [BOS] prompt [SEP], then the completion
+        _, truncated = prompt_context(args.prompt, cfg.seq_len)  # also rejects an empty prompt
+    else:            # a corpus model continues the text
+        _, truncated = corpus_context(tok, args.prompt, cfg.seq_len)
     if truncated:
         print(f"spark: note: prompt is longer than the {cfg.seq_len}-token context; "
               f"keeping its last {cfg.seq_len} tokens", file=sys.stderr)
@@ -172,8 +191,12 @@ def cmd_generate(args) -> int:
     if model.max_new_tokens is not None:
         print(f"spark: note: {model.name} model, it predicts at most {model.max_new_tokens} "
               f"byte(s)", file=sys.stderr)
-    [text] = generate(params, cfg, [args.prompt], max_new=args.max_new,
-                      temperature=args.temperature, top_k=args.top_k, seed=args.seed)
+    sampling = dict(max_new=args.max_new, temperature=args.temperature, top_k=args.top_k,
+                    seed=args.seed)
+    if tok is None:
+        [text] = generate(params, cfg, [args.prompt], **sampling)
+    else:
+        [text] = continue_text(params, cfg, tok, [args.prompt], **sampling)
     # on a terminal, control bytes are shown escaped, never executed
     print(text if args.raw or not sys.stdout.isatty() else printable(text, keep="\n\t"))
     return 0

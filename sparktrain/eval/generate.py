@@ -94,6 +94,42 @@ def decode(tokens: Sequence[int]) -> str:
 def generate(params, cfg: ModelConfig, prompts: Sequence[str], *, max_new: int = 64,
              temperature: float = 0.0, top_k: int = 0, seed: int = 0) -> list[str]:
     """Continue each prompt; stops at EOS or after max_new bytes."""
+    _check_sampling(max_new, temperature, top_k, seed)
+    contexts = [prompt_context(p, cfg.seq_len)[0] for p in prompts]
+    return _sample(params, cfg, contexts, max_new, temperature, top_k, seed, EOS, decode)
+
+
+def continue_text(params, cfg: ModelConfig, tokenizer, prompts: Sequence[str], *,
+                  max_new: int = 64, temperature: float = 0.0, top_k: int = 0,
+                  seed: int = 0) -> list[str]:
+    """A corpus model continues text as it was trained on it: [BOS] + the prompt's
+    tokens (no SEP), cut to the last seq_len, decoded with the job's tokenizer;
+    stops at its EOS (the end of a file) or after max_new tokens."""
+    _check_sampling(max_new, temperature, top_k, seed)
+    contexts = [corpus_context(tokenizer, p, cfg.seq_len)[0] for p in prompts]
+    return _sample(params, cfg, contexts, max_new, temperature, top_k, seed, tokenizer.eos,
+                   tokenizer.decode)
+
+
+def corpus_context(tokenizer, prompt: str, seq_len: int) -> tuple[np.ndarray, bool]:
+    """([BOS] + tokens of the prompt, cut to the last seq_len tokens; whether it was cut)."""
+    prompt_context(prompt, seq_len)  # the same checks: not empty, valid UTF-8
+    tokens = np.concatenate([[tokenizer.bos], tokenizer.encode(prompt)]).astype(np.int64)
+    return tokens[-seq_len:], len(tokens) > seq_len
+
+
+def _sample(params, cfg, contexts, max_new, temperature, top_k, seed, eos, decode_fn):
+    rng = np.random.default_rng(seed) if temperature > 0 else None
+    texts = []
+    for start in range(0, len(contexts), GEN_BATCH):
+        chunk = contexts[start:start + GEN_BATCH]
+        new = generate_tokens(params, cfg, chunk, [max_new] * len(chunk),
+                              temperature=temperature, top_k=top_k, rng=rng, eos=eos)
+        texts.extend(decode_fn(t) for t in new)
+    return texts
+
+
+def _check_sampling(max_new: int, temperature: float, top_k: int, seed: int) -> None:
     if not 0 <= max_new <= MAX_NEW:
         raise SparkError(f"max_new must be in [0, {MAX_NEW}], got {max_new}")
     if seed < 0:
@@ -102,12 +138,3 @@ def generate(params, cfg: ModelConfig, prompts: Sequence[str], *, max_new: int =
         raise SparkError(f"temperature must be >= 0, got {temperature}")
     if top_k < 0:
         raise SparkError(f"top_k must be >= 0, got {top_k}")
-    contexts = [prompt_context(p, cfg.seq_len)[0] for p in prompts]
-    rng = np.random.default_rng(seed) if temperature > 0 else None
-    texts = []
-    for start in range(0, len(contexts), GEN_BATCH):
-        chunk = contexts[start:start + GEN_BATCH]
-        new = generate_tokens(params, cfg, chunk, [max_new] * len(chunk),
-                              temperature=temperature, top_k=top_k, rng=rng)
-        texts.extend(decode(t) for t in new)
-    return texts

@@ -28,6 +28,7 @@ from sparktrain.train import outputs
 from sparktrain.train.config import StepConfig, step_record
 from sparktrain.train.data import Dataset, iter_batches, load_dataset
 from sparktrain.train.job import Job
+from sparktrain.train.optim import lr_at, make_optimizer
 
 EMBED = "spark.embed.weight"
 LOSS_BATCH = 64  # pairs per forward when measuring a whole-dataset loss
@@ -131,7 +132,7 @@ MARGIN = 0.01  # nats below ln(vocab) a run must end, so a collapse to uniform n
 
 def check_knobs(step: StepConfig) -> None:
     """Knobs that parse as floats but cannot train (nan, inf) fail before any work."""
-    for name in ("lr", "clip", "momentum"):
+    for name in ("lr", "clip", "momentum", "weight_decay", "min_lr"):
         value = getattr(step, name)
         if not math.isfinite(value):
             raise SparkError(f"step.{name} must be a finite number, got {value}")
@@ -178,7 +179,7 @@ class _Run:
     step_n: int
     trainable: list[str]
     start: dict[str, np.ndarray]     # trainable tensors before training
-    velocity: dict[str, np.ndarray]  # momentum buffers, keyed like params
+    optimizer: object                # train/optim.py: SGD (the seed's) or AdamW, keyed like params
     sampler: MinibatchSampler
     full_batch: object | None        # the whole dataset when one batch holds it
     whole: list                      # loss_batches: the whole-dataset loss
@@ -204,11 +205,14 @@ def _set_up(job: Job, step: StepConfig, cfg: ModelConfig, heldout: str | None = 
     trainable = [n for n in params if step.train_embed or n != EMBED]
     if not trainable:
         raise SparkError("nothing to train: train_embed=false freezes the only trained tensor")
+    if step.checkpoint_every:
+        raise SparkError("step.checkpoint_every applies to corpus jobs; a pairs run is short "
+                         "and is simply run again")
     run = _Run(
         job=job, step=step, model=model, dataset=dataset, params=params,
         base_step=base_step, step_n=step_n, trainable=trainable,
         start={n: params[n].copy() for n in trainable},
-        velocity={n: np.zeros_like(params[n]) for n in trainable},
+        optimizer=make_optimizer(step, params, trainable),
         sampler=MinibatchSampler(dataset.n, step.batch_size, step.seed),
         full_batch=model.make_batch(dataset.encoded) if step.batch_size >= dataset.n else None,
         whole=loss_batches(model, dataset),
@@ -231,6 +235,7 @@ class _Log:
     tokens_seen: int = 0
     flops_seen: int = 0
     clipped: int = 0
+    micro_steps: int = 0   # done so far: the schedule's clock
 
 
 def _train(run: _Run, progress) -> _Log:
@@ -267,22 +272,20 @@ def _point(run: _Run, outer: int, loss: float, phase: str) -> dict:
 
 
 def _micro_step(run: _Run, log: _Log, batch, where: str) -> None:
-    """One SGD update with momentum and global-norm clipping, timed."""
-    step, params, velocity = run.step, run.params, run.velocity
+    """One optimizer update (SGD with momentum by default) after global-norm clipping, timed."""
+    step, params = run.step, run.params
     ts = time.perf_counter()
     loss, grads = run.engine.loss_and_grads(params, batch)
     _finite_or_fail(loss, "minibatch loss", where)
-    norm = float(np.sqrt(sum(float(np.dot(g.ravel(), g.ravel()))
-                             for n, g in grads.items() if n in velocity)))
+    norm = float(np.sqrt(sum(float(np.dot(grads[n].ravel(), grads[n].ravel()))
+                             for n in run.trainable)))
     _finite_or_fail(norm, "gradient norm", where)
     scale = 1.0
     if step.clip > 0 and norm > step.clip:
         scale, log.clipped = step.clip / norm, log.clipped + 1
-    for n in run.trainable:
-        v = velocity[n]
-        v *= step.momentum
-        v += grads[n] * np.float32(scale)
-        params[n] -= np.float32(step.lr) * v
+    t, total = log.micro_steps, step.outer * step.inner
+    run.optimizer.update(params, grads, lr_at(step, t, total), scale)
+    log.micro_steps += 1
     log.train_seconds += time.perf_counter() - ts
     log.tokens_seen += batch.n_tokens
     log.flops_seen += batch.n_tokens * run.model.flops_per_token(batch.width)

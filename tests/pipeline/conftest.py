@@ -107,7 +107,17 @@ def declared_outputs(repo: Path) -> list[str]:
 
 
 def sha256_of(repo: Path, paths) -> dict[str, str]:
-    return {p: hashlib.sha256((repo / p).read_bytes()).hexdigest() for p in paths}
+    """sha256 of each declared output; a folder output (corpus/) hashes its files by name."""
+    out = {}
+    for p in paths:
+        path = repo / p
+        files = sorted(f for f in path.rglob("*") if f.is_file()) if path.is_dir() else [path]
+        h = hashlib.sha256()
+        for f in files:
+            h.update(f.relative_to(path).as_posix().encode() + b"\0" if path.is_dir() else b"")
+            h.update(hashlib.sha256(f.read_bytes()).digest())
+        out[p] = h.hexdigest()
+    return out
 
 
 def lock_outs(lock: dict) -> dict[str, tuple[str, str]]:

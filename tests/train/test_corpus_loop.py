@@ -17,9 +17,12 @@ import numpy as np
 import pytest
 import yaml
 
-from sparkhelp import ROOT, assert_one_line_error
+from sparkhelp import ROOT, assert_one_line_error, run_spark
 from sparktrain.data.prepare import read_prepared
 from sparktrain.data.tokenizer import load_tokenizer
+from sparktrain.model.build import build_model
+from sparktrain.model.config import SCALES
+from sparktrain.model.weights import save_weights
 
 STEP = {"outer": 3, "inner": 4, "lr": 0.05, "batch_size": 4, "seed": 0, "clip": 1.0,
         "momentum": 0.9}
@@ -88,11 +91,16 @@ def test_byte_job_learns_and_reports_bits_per_byte(tmp_path):
     assert ev["bpb"] == ck["heldout_bpb"] and ev["zlib9_bpb"] > 0
 
 
-def test_bpe_adamw_cosine_job(tmp_path):
-    root = coder_project(tmp_path, tokenizer="bpe", vocab_size=400,
+@pytest.fixture(scope="module")
+def bpe_job(tmp_path_factory):
+    root = coder_project(tmp_path_factory.mktemp("bpe"), tokenizer="bpe", vocab_size=400,
                          step={"optimizer": "adamw", "lr": 0.01, "weight_decay": 0.01,
                                "schedule": "cosine", "warmup": 2, "min_lr": 0.001})
-    folder = pipeline(root)
+    return pipeline(root)
+
+
+def test_bpe_adamw_cosine_job(bpe_job):
+    folder = bpe_job
     ck = json.loads((folder / "checkpoint.json").read_text())
     assert ck["arch"]["vocab"] == 400 and ck["tokenizer"] == "bpe"
     assert (ck["optimizer"], ck["schedule"], ck["warmup"]) == ("adamw", "cosine", 2)
@@ -156,3 +164,51 @@ def test_sigkill_then_resume_gives_the_same_final_bytes(tmp_path):
     for name in ("weights.safetensors", "checkpoint.json", "ARTIFACT"):
         assert (folder / name).read_bytes() == (whole / name).read_bytes(), name
     assert not (folder / "resume.json").exists()  # a finished run leaves no state behind
+
+
+def test_generate_continues_text_with_the_tokenizer_the_weights_record(bpe_job, tmp_path):
+    weights = bpe_job / "weights.safetensors"
+    rc, out, err = run_spark(["generate", "--weights", weights, "--max-new", "8",
+                              "def __init__(self"])
+    assert rc == 0, err
+    tok = load_tokenizer(bpe_job / "tokenizer.json")
+    assert 0 < len(tok.encode(out.rstrip("\n"))) <= 8 + 2  # BPE tokens, not bytes
+    same = tmp_path / "copy.json"
+    same.write_bytes((bpe_job / "tokenizer.json").read_bytes())
+    rc2, out2, err2 = run_spark(["generate", "--weights", weights, "--tokenizer", same,
+                                 "--max-new", "8", "def __init__(self"])
+    assert (rc2, out2) == (0, out), err2
+
+
+def test_a_tokenizer_other_than_the_recorded_one_is_refused(bpe_job, tmp_path):
+    weights = bpe_job / "weights.safetensors"
+    other = tmp_path / "tokenizer.json"
+    other.write_text((bpe_job / "tokenizer.json").read_text().replace('"<|eos|>"', '"<|end|>"'))
+    rc, out, err = run_spark(["generate", "--weights", weights, "--tokenizer", other, "def f("])
+    assert_one_line_error(rc, err, "not the tokenizer", "--tokenizer")
+    assert out == ""
+    target = tmp_path / "eval.json"
+    rc, _, err = run_spark(["eval", "--weights", weights, "--tokenizer", other,
+                            "--data", ROOT / "data/eval/tiny_heldout.jsonl", "-o", target])
+    assert_one_line_error(rc, err, "not the tokenizer")
+    assert not target.exists()
+    lone = tmp_path / "lone"                   # weights without their tokenizer.json beside
+    lone.mkdir()
+    shutil.copy(weights, lone / "weights.safetensors")
+    rc, _, err = run_spark(["generate", "--weights", lone / "weights.safetensors", "def f("])
+    assert_one_line_error(rc, err, "tokenizer.json")
+
+
+def test_eval_of_pairs_is_refused_for_a_bpe_model(bpe_job, tmp_path):
+    rc, _, err = run_spark(["eval", "--weights", bpe_job / "weights.safetensors",
+                            "--data", ROOT / "data/eval/tiny_heldout.jsonl"])
+    assert_one_line_error(rc, err, "BPE tokens")
+
+
+def test_a_byte_model_refuses_a_bpe_tokenizer(bpe_job, tmp_path):
+    pairs = tmp_path / "pairs.safetensors"   # a byte-token model: no tokenizer recorded
+    save_weights(pairs, build_model(SCALES["tiny"]).init_params(seed=0),
+                 {"arch": SCALES["tiny"].to_dict()})
+    rc, _, err = run_spark(["generate", "--weights", pairs, "--tokenizer",
+                            bpe_job / "tokenizer.json", "hi"])
+    assert_one_line_error(rc, err, "records no tokenizer")

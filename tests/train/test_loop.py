@@ -178,3 +178,22 @@ def test_heldout_loss_after_every_pass_matches_eval(project, monkeypatch):
     final = evaluate(params, cfg, load_pairs(heldout), max_new=1, n_samples=0)["loss"]
     assert c["loss_curve"][-1]["heldout_loss"] == pytest.approx(final, rel=1e-6)
     assert len({round(e["heldout_loss"], 6) for e in c["loss_curve"]}) > 1
+
+
+def test_pairs_job_trains_with_adamw_and_cosine(project, monkeypatch):
+    """One optimizer module for both loops: AdamW and the schedule on a pairs job,
+    recorded in the checkpoint; a different update than SGD's."""
+    step = StepConfig(optimizer="adamw", lr=0.01, weight_decay=0.01, schedule="cosine",
+                      warmup=4, min_lr=0.001)
+    _, res = _train(project, monkeypatch, step)
+    c = res.checkpoint
+    assert c["loss_after"] < c["loss_before"]
+    assert (c["optimizer"], c["schedule"], c["warmup"], c["min_lr"]) == ("adamw", "cosine", 4,
+                                                                         0.001)
+    _, sgd = _train(project, monkeypatch, StepConfig(lr=0.01))
+    assert "optimizer" not in sgd.checkpoint and sgd.weights_sha256 != res.weights_sha256
+
+
+def test_checkpoint_every_is_refused_for_a_pairs_job(project, monkeypatch):
+    with pytest.raises(SparkError, match="corpus jobs"):
+        _train(project, monkeypatch, StepConfig(checkpoint_every=1))
