@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from .conftest import dvc, dvc_json
+from .conftest import dvc, dvc_json, run
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -37,3 +37,7 @@ def test_coder_job_and_tokenizer_sweep(repro_copy):
         assert 0 < ev["bpb"] and ev["zlib9_bpb"] > ev["lzma9e_bpb"] > 0  # the headline
         bpbs[name] = ev["bpb"]
     assert all(0 < b < 8 for b in bpbs.values())
+    table = run(repo, "spark", "compare", "coder-byte", "coder-bpe", "-o", "out/cmp.png")
+    assert table.returncode == 0, table.stdout
+    head = next(ln for ln in table.stdout.splitlines() if ln.startswith("experiment"))
+    assert {"bpb", "zlib9", "lzma9e"} <= set(head.split()), head
