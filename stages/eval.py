@@ -33,10 +33,7 @@ def eval_stage() -> Path:
     path = folder / "eval.json"
     write_json(path, headline)
     curve = checkpoint.get("loss_curve") or []
-    if curve and "heldout_loss" in curve[0]:  # a corpus job measured it after every pass
-        heldout = [{"outer": c["outer"], "loss": c["heldout_loss"]} for c in curve]
-    else:
-        heldout = heldout_points(headline, curve, path) if curve else None
+    heldout = heldout_points(headline, curve, path) if curve else None
     write_loss_png(folder / "loss.png", curve, heldout=heldout, job=p.job, scale=p.scale)
     return path
 

@@ -24,12 +24,11 @@ import numpy as np
 import yaml
 
 from sparktrain.data.bpb import compressor_bpb
-from sparktrain.data.corpus import read_corpus
-from sparktrain.data.prepare import heldout_bytes, write_prepared
-from sparktrain.data.tokenizer import load_tokenizer, make_tokenizer
+from sparktrain.data.prepare import heldout_bytes, prepare_job
+from sparktrain.data.tokenizer import load_tokenizer
 from sparktrain.errors import SparkError
 from sparktrain.eval.generate import generate_tokens
-from sparktrain.fsutil import atomic_write_text, sha256_file, write_json
+from sparktrain.fsutil import write_json
 from sparktrain.model.weights import load_model
 from sparktrain.fsutil import read_input
 from sparktrain.train.config import parse_params
@@ -79,10 +78,8 @@ def main(argv=None) -> int:
                                     args.overrides))
     job = job_from_program(p.program, p.job)
     folder = job.out_dir
-    corpus = read_corpus(job.dataset, p.corpus.glob, p.corpus.heldout)
-    tok = make_tokenizer(p.tokenizer, p.vocab_size, [f.text for f in corpus.train])
-    atomic_write_text(folder / "tokenizer.json", tok.to_json())
-    write_prepared(folder / "corpus", corpus, tok, sha256_file(folder / "tokenizer.json"))
+    corpus = prepare_job(folder, job.dataset, p.tokenizer, p.vocab_size, p.corpus.glob,
+                         p.corpus.heldout)
     print(f"prepared {len(corpus.train)} train / {len(corpus.heldout)} held-out files "
           f"({time.perf_counter() - t0:.0f}s)", file=sys.stderr)
     result = run_corpus_step(job, p.step, p.model_config())

@@ -100,10 +100,16 @@ def run_and_record(job, step, cfg, labels: dict | None = None,
     """STEP `job` (a failure is recorded beside the previous outputs, then raised);
     the one-line JSON summary every train command prints."""
     from sparktrain.errors import TrainingFailed
+    from sparktrain.train.corpus_loop import run_corpus_step
     from sparktrain.train.loop import run_failed, run_step
 
     try:
-        result = run_step(job, step, cfg, labels=labels, heldout=heldout)
+        if job.is_corpus:  # its data prepared first (prepare_job or the prepare stage)
+            if labels:
+                raise SparkError("run labels are for pairs jobs")
+            result = run_corpus_step(job, step, cfg)
+        else:
+            result = run_step(job, step, cfg, labels=labels, heldout=heldout)
     except TrainingFailed as err:
         run_failed(job, err, step)
         raise

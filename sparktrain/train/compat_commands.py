@@ -122,8 +122,9 @@ def cmd_apply_step(args) -> int:
 
 
 def cmd_code_train(args) -> int:
+    from sparktrain.data.prepare import prepare_job
     from sparktrain.train.commands import run_and_record
-    from sparktrain.train.config import StepConfig, load_params, model_config
+    from sparktrain.train.config import CorpusConfig, StepConfig, load_params, model_config
     from sparktrain.train.job import job_from_program
 
     if args.device not in DEVICES:
@@ -139,6 +140,10 @@ def cmd_code_train(args) -> int:
         print("spark code: no supported GPU backend in this build; training on the CPU",
               file=sys.stderr)
     heldout = params.eval.data if params else None
+    if job.is_corpus:  # what the tokenizer and prepare stages do, with params.yaml's settings
+        kind, vocab, corpus = ((params.tokenizer, params.vocab_size, params.corpus) if params
+                               else ("byte", 0, CorpusConfig()))
+        prepare_job(job.out_dir, job.dataset, kind, vocab, corpus.glob, corpus.heldout)
     print(json.dumps(run_and_record(job, step, cfg, heldout=heldout), sort_keys=True))
     return 0
 

@@ -284,12 +284,6 @@ def step_record(step: StepConfig) -> dict:
     return record
 
 
-def later_knobs(step: StepConfig) -> dict:
-    """The post-seed knobs a run changed from their defaults (empty for a seed run)."""
-    default = StepConfig()
-    return {k: getattr(step, k) for k in LATER_KNOBS if getattr(step, k) != getattr(default, k)}
-
-
 def step_fields():
     return StepConfig.__pydantic_fields__.items()
 

@@ -30,7 +30,7 @@ from sparktrain.model.build import build_model
 from sparktrain.model.config import ModelConfig
 from sparktrain.model.weights import weights_bytes
 from sparktrain.train import outputs
-from sparktrain.train.config import StepConfig, later_knobs
+from sparktrain.train.config import StepConfig, step_record
 from sparktrain.train.job import Job
 from sparktrain.train.loop import (EMBED, StepResult, _finite_or_fail, _perf, initial_params,
                                    resolve_step_n)
@@ -265,10 +265,8 @@ def _checkpoint(run: _Run, log: _Log, score: dict, changed, weights_sha256: str)
     last = log.curve[-1]
     return {
         "job": job.job, "step_n": run.step_n, "loss_before": log.curve[0]["loss"],
-        "loss_after": last["loss"], "loss_curve": log.curve, "outer": step.outer,
-        "inner": step.inner, "lr": step.lr, "batch_size": step.batch_size, "seed": step.seed,
-        "clip": step.clip, "momentum": step.momentum, "train_attn": cfg.train_attn,
-        "train_embed": step.train_embed, **later_knobs(step),
+        "loss_after": last["loss"], "loss_curve": log.curve, **step_record(step),
+        "train_attn": cfg.train_attn,
         "dataset": job.dataset, "dataset_sha256": m["sha256"], "dataset_kind": "corpus",
         "corpus": {k: m[k] for k in ("patterns", "heldout_fraction", "train_files",
                                      "heldout_files", "train_bytes", "heldout_bytes",

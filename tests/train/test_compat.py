@@ -123,6 +123,9 @@ def test_spark_code_train_on_the_cpu(project):
     assert rc == 0, err
     assert err.count("training on the CPU") == 1
     assert summary(out)["trained"] is True
+    # the Spark-coder job: a corpus, its tokenizer and streams prepared first
+    assert summary(out)["job"] == "job-coder-tiny"
+    assert (project / "out/train/job-coder-tiny/corpus/train.bin").stat().st_size > 0
     rc, out, err = run_spark(["code", "train", "--scale", "tiny", "--device", "cuda"],
                              cwd=project)
     assert_one_line_error(rc, err, "unknown device 'cuda'")
