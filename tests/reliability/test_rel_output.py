@@ -105,6 +105,6 @@ def test_generate_escapes_on_a_terminal_unless_raw(trained, monkeypatch):
         tty = Tty()
         monkeypatch.setattr("sys.stdout", tty)
         args = argparse.Namespace(weights=str(weights), max_new=8, temperature=0.0, top_k=0,
-                                  seed=0, prompt="hi", raw=raw)
+                                  seed=0, prompt="hi", raw=raw, tokenizer=None)
         assert commands.cmd_generate(args) == 0
         assert tty.text == want

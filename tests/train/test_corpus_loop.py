@@ -147,7 +147,9 @@ def test_a_tokenizer_that_does_not_match_the_prepared_streams(tmp_path):
 
 @pytest.mark.slow
 def test_sigkill_then_resume_gives_the_same_final_bytes(tmp_path):
-    step = {"outer": 8, "inner": 3, "checkpoint_every": 1}
+    # passes long enough (about 0.3 s each here) that a kill in the first half
+    # second after the first saved state lands mid-run, even on an idle machine
+    step = {"outer": 6, "inner": 60, "batch_size": 8, "checkpoint_every": 1}
     whole = pipeline(coder_project(tmp_path / "a", step=step))
     root = coder_project(tmp_path / "b", step=step)
     folder = pipeline(root, until="prepare")
@@ -156,7 +158,7 @@ def test_sigkill_then_resume_gives_the_same_final_bytes(tmp_path):
     deadline = time.time() + 300
     while not (folder / "resume.json").exists() and time.time() < deadline:
         time.sleep(0.05)
-    time.sleep(random.uniform(0, 0.2))  # a random moment after the first saved state
+    time.sleep(random.uniform(0, 0.5))  # a random moment after the first saved state
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     assert not (folder / "weights.safetensors").exists(), "killed too late; slow the run"
