@@ -28,6 +28,7 @@ from sparktrain.fsutil import canonical_json, read_input, sha256_bytes
 from sparktrain.model.base import Model
 from sparktrain.model.build import build_model
 from sparktrain.model.config import ModelConfig
+from sparktrain.model.parallel import GradientEngine
 from sparktrain.model.weights import weights_bytes
 from sparktrain.train import outputs
 from sparktrain.train.config import StepConfig, step_record
@@ -54,6 +55,7 @@ class _Run:
     job: Job
     step: StepConfig
     model: Model
+    engine: GradientEngine  # loss_and_grads over step.shards fixed shards, as the pairs loop
     tokenizer: object
     tokenizer_sha256: str
     data: Prepared
@@ -97,10 +99,13 @@ def _set_up(job: Job, step: StepConfig, cfg: ModelConfig) -> _Run:
     trainable = [n for n in params if step.train_embed or n != EMBED]
     sampler = WindowSampler(data.train, cfg.seq_len, step.batch_size, step.seed)
     fingerprint = sha256_bytes(canonical_json({
-        "job": job.job, "step": dataclasses.asdict(step), "arch": cfg.to_dict(),
+        "job": job.job, "arch": cfg.to_dict(),  # workers never change the bytes
+        "step": {k: v for k, v in dataclasses.asdict(step).items() if k != "workers"},
         "tokenizer_sha256": tok_sha, "corpus_sha256": data.manifest["sha256"],
         "sparkbc_sha256": job.sparkbc_sha256, "base": job.base}).encode())
-    return _Run(job=job, step=step, model=model, tokenizer=tokenizer, tokenizer_sha256=tok_sha,
+    return _Run(job=job, step=step, model=model,
+                engine=GradientEngine(model, step.shards, step.workers),
+                tokenizer=tokenizer, tokenizer_sha256=tok_sha,
                 data=data, params=params, base_step=base_step,
                 step_n=resolve_step_n(step.step, base_step, job.base), trainable=trainable,
                 start={n: params[n].copy() for n in trainable},
@@ -121,11 +126,12 @@ def spread_windows(stream, seq_len: int, n: int) -> list:
             for i in range(0, len(starts), LOSS_BATCH)]
 
 
-def stream_loss(model: Model, params, batches, byte_lengths) -> tuple[float, int, int]:
-    """(summed nats, counted targets, bytes of text those targets stand for)."""
+def stream_loss(engine: GradientEngine, params, batches: list,
+                byte_lengths) -> tuple[float, int, int]:
+    """(summed nats, counted targets, bytes of text those targets stand for); each
+    batch whole on one worker, summed in order: the same with any worker count."""
     total, count, nbytes = 0.0, 0, 0
-    for batch in batches:
-        s, c = model.batch_loss(params, batch)
+    for batch, (s, c) in zip(batches, engine.batch_losses(params, batches)):
         total += s
         count += c
         nbytes += int(byte_lengths[batch.targets[batch.mask > 0]].sum())
@@ -133,8 +139,8 @@ def stream_loss(model: Model, params, batches, byte_lengths) -> tuple[float, int
 
 
 def _measure(run: _Run, k: int, phase: str) -> dict:
-    probe_sum, probe_n, _ = stream_loss(run.model, run.params, run.probe, run.byte_lengths)
-    held_sum, held_n, held_bytes = stream_loss(run.model, run.params, run.heldout_sample,
+    probe_sum, probe_n, _ = stream_loss(run.engine, run.params, run.probe, run.byte_lengths)
+    held_sum, held_n, held_bytes = stream_loss(run.engine, run.params, run.heldout_sample,
                                                run.byte_lengths)
     entry = {"outer": k, "loss": probe_sum / probe_n, "heldout_loss": held_sum / held_n,
              "heldout_bpb": bits_per_byte(held_sum, held_bytes), "phase": phase}
@@ -145,7 +151,7 @@ def _measure(run: _Run, k: int, phase: str) -> dict:
 
 def heldout_score(run: _Run) -> dict:
     """The whole held-out stream: every target once, bits per byte of the original text."""
-    total, count, nbytes = stream_loss(run.model, run.params, run.heldout, run.byte_lengths)
+    total, count, nbytes = stream_loss(run.engine, run.params, run.heldout, run.byte_lengths)
     if nbytes != run.data.heldout_bytes:
         raise SparkError(f"held-out tokens stand for {nbytes} bytes, the corpus has "
                          f"{run.data.heldout_bytes}; run the prepare stage again")
@@ -158,7 +164,7 @@ def _micro_step(run: _Run, log: _Log, t: int, where: str) -> None:
     step = run.step
     batch = run.sampler.next()
     ts = time.perf_counter()
-    loss, grads = run.model.loss_and_grads(run.params, batch)
+    loss, grads = run.engine.loss_and_grads(run.params, batch)
     _finite_or_fail(loss, "minibatch loss", where)
     norm = float(np.sqrt(sum(float(np.dot(grads[n].ravel(), grads[n].ravel()))
                              for n in run.trainable)))
@@ -290,9 +296,12 @@ def run_corpus_step(job: Job, step: StepConfig, cfg: ModelConfig, *, progress=_p
     """Train a corpus job (resuming a saved state of the same run) and commit its outputs."""
     run = _set_up(job, step, cfg)
     log = _Log(t0=time.perf_counter())
-    load_resume(run, log, progress)
-    _train(run, log, progress)
-    score = heldout_score(run)
+    try:
+        load_resume(run, log, progress)
+        _train(run, log, progress)
+        score = heldout_score(run)
+    finally:
+        run.engine.close()
     changed = check_learned(run, log, score)
     last = log.curve[-1]
     meta = {"job": job.job, "step_n": run.step_n, "trained": True, "not_sgd": False,
@@ -311,5 +320,6 @@ def run_corpus_step(job: Job, step: StepConfig, cfg: ModelConfig, *, progress=_p
     clear_resume(job.out_dir)
     perf = _perf(log.train_seconds, time.perf_counter() - log.t0, log.tokens_seen,
                  log.flops_seen, matmul_peak)
+    perf.update(shards=run.engine.shards, workers=run.engine.workers)
     outputs.atomic_write_bytes(job.out_dir / "perf.json", canonical_json(perf).encode())
     return StepResult(checkpoint=checkpoint, perf=perf, weights_sha256=wsha, files=files)

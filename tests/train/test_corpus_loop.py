@@ -214,3 +214,18 @@ def test_a_byte_model_refuses_a_bpe_tokenizer(bpe_job, tmp_path):
     rc, _, err = run_spark(["generate", "--weights", pairs, "--tokenizer",
                             bpe_job / "tokenizer.json", "hi"])
     assert_one_line_error(rc, err, "records no tokenizer")
+
+
+def test_sharded_corpus_steps_give_the_same_bytes_with_one_or_two_workers(tmp_path):
+    """The gradient engine of the pairs loop drives the corpus loop too: the bytes
+    depend on step.shards, never on the worker count."""
+    got = {}
+    for workers in (1, 2):
+        root = coder_project(tmp_path / f"w{workers}",
+                             step={"outer": 2, "inner": 3, "shards": 2, "workers": workers})
+        folder = pipeline(root)
+        got[workers] = [(folder / n).read_bytes() for n in ("weights.safetensors", "ARTIFACT")]
+        ck = json.loads((folder / "checkpoint.json").read_text())
+        assert ck["shards"] == 2 and "workers" not in ck
+        assert json.loads((folder / "perf.json").read_text())["workers"] == workers
+    assert got[1] == got[2]
