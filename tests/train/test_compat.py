@@ -152,7 +152,9 @@ def test_the_original_command_lines_in_a_fresh_copy(tmp_path):
             if line.startswith("{")][:2] == ["TRAIN", "STEP"]
     coded = sh(str(bin_dir / "spark-code"), "train", "--scale", "tiny", "--device", "auto")
     assert json.loads(coded.stdout)["trained"] is True
-    make = ["make", f"VENV={VENV}"] if VENV.is_dir() else None
+    # -o: never remake the install stamp: a pip install -e from this temporary copy
+    # would point the checkout's virtualenv at files deleted after the test
+    make = ["make", f"VENV={VENV}", "-o", f"{VENV}/.installed-stamp"] if VENV.is_dir() else None
     if make is None:
         pytest.skip("no .venv: the make targets need the project's virtualenv")
     assert "passed" in sh(*make, "test-sparkbc").stdout
@@ -165,6 +167,7 @@ def test_the_original_command_lines_in_a_fresh_copy(tmp_path):
 @pytest.mark.proof
 def test_the_scale_proof_target(tmp_path):
     repo = copy_project(ROOT, tmp_path / "repo")
-    done = subprocess.run(["make", f"VENV={VENV}", "spark-sgd-proof-scale"], cwd=repo,
+    done = subprocess.run(["make", f"VENV={VENV}", "-o", f"{VENV}/.installed-stamp",
+                           "spark-sgd-proof-scale"], cwd=repo,
                           env=tool_env(repo), capture_output=True, text=True, timeout=1200)
     assert done.returncode == 0 and "spark-sgd-proof-scale: ok" in done.stdout, done.stderr
