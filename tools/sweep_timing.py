@@ -73,7 +73,7 @@ def main() -> int:
     results = {}
     with tempfile.TemporaryDirectory(prefix="sweep-timing-") as tmp:
         root = Path(tmp)
-        for label, run in ((f"dvc queue -j 1", lambda r: queue(r, grid, 1)),
+        for label, run in (("dvc queue -j 1", lambda r: queue(r, grid, 1)),
                            (f"dvc queue -j {args.workers}", lambda r: queue(r, grid, args.workers)),
                            (f"spark sweep, LocalCluster {args.workers} workers",
                             lambda r: sweep(r, grid, args.workers))):

@@ -1,17 +1,7 @@
 """`spark bench` (the model area's command)."""
 from __future__ import annotations
 
-import argparse
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
+from sparktrain.argtypes import positive_int
 
 
 def register(sub) -> None:
@@ -25,16 +15,16 @@ def register(sub) -> None:
     p.add_argument("--params", default=None,
                    help="params.yaml whose scales table to use (default: ./params.yaml "
                         "when it exists)")
-    p.add_argument("--batch-size", type=_positive_int, default=None,
+    p.add_argument("--batch-size", type=positive_int, default=None,
                    help="sequences per step (default: tiny 8, large 16)")
-    p.add_argument("--steps", type=_positive_int, default=10,
+    p.add_argument("--steps", type=positive_int, default=10,
                    help="timed steps after warm-up (default 10)")
-    p.add_argument("--workers", type=_positive_int, default=None,
+    p.add_argument("--workers", type=positive_int, default=None,
                    help="data-parallel workers: time 1 worker against N at one shard count, "
                         "in interleaved rounds, and report the scaling")
-    p.add_argument("--shards", type=_positive_int, default=None,
+    p.add_argument("--shards", type=positive_int, default=None,
                    help="fixed gradient shards per step (default: --workers, else 1)")
-    p.add_argument("--rounds", type=_positive_int, default=3,
+    p.add_argument("--rounds", type=positive_int, default=3,
                    help="interleaved rounds with --workers (default 3)")
     p.add_argument("--json", action="store_true", help="print the result as one JSON object")
     p.set_defaults(func=_bench)

@@ -1,21 +1,11 @@
 """`spark sweep` (the sweep area's command)."""
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
+from sparktrain.argtypes import positive_int
 from sparktrain.errors import SparkError
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
 
 
 def register(sub) -> None:
@@ -34,7 +24,7 @@ def register(sub) -> None:
     p.add_argument("--scheduler", default=None, metavar="ADDR",
                    help="a running Dask scheduler, e.g. tcp://HOST:8786 (default: a "
                         "LocalCluster on 127.0.0.1)")
-    p.add_argument("--workers", type=_positive_int, default=None,
+    p.add_argument("--workers", type=positive_int, default=None,
                    help="LocalCluster workers, one thread each (default: usable cores)")
     p.add_argument("--git-remote", default="origin",
                    help="the shared git remote the workers clone and push to (default origin)")

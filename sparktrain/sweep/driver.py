@@ -20,7 +20,6 @@ from distributed import Client, LocalCluster, as_completed
 
 from sparktrain.errors import SparkError
 from sparktrain.fsutil import read_input
-from sparktrain.model.parallel import usable_cores
 from sparktrain.repro.workspace import tool_env
 from sparktrain.sweep.compare import experiments_of, lock_outputs, point_record
 from sparktrain.sweep.grid import Axis, Point, expand

@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,9 +32,9 @@ from sparktrain.model.weights import weights_bytes
 from sparktrain.train import outputs
 from sparktrain.train.config import StepConfig, step_record
 from sparktrain.train.job import Job
-from sparktrain.train.loop import (EMBED, StepResult, _finite_or_fail, _perf, initial_params,
-                                   resolve_step_n)
-from sparktrain.train.optim import lr_at, make_optimizer
+from sparktrain.train.loop import (EMBED, StepResult, _finite_or_fail, _perf, _progress,
+                                   apply_update, initial_params, resolve_step_n)
+from sparktrain.train.optim import make_optimizer
 
 LOSS_BATCH = 16           # windows per forward when measuring a whole-stream loss
 PROBE_WINDOWS = 32        # fixed train windows: the curve's training loss
@@ -44,10 +43,6 @@ HELDOUT_WINDOWS = 64      # fixed held-out windows: the curve's held-out loss an
 # the loss of a model that learned nothing (a fresh init sits just under it).
 UNIFORM_MARGIN = 0.99
 RESUME_JSON, RESUME_TENSORS = outputs.RESUME_FILES
-
-
-def _progress(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
 
 
 @dataclass
@@ -161,21 +156,7 @@ def heldout_score(run: _Run) -> dict:
 
 
 def _micro_step(run: _Run, log: _Log, t: int, where: str) -> None:
-    step = run.step
-    batch = run.sampler.next()
-    ts = time.perf_counter()
-    loss, grads = run.engine.loss_and_grads(run.params, batch)
-    _finite_or_fail(loss, "minibatch loss", where)
-    norm = float(np.sqrt(sum(float(np.dot(grads[n].ravel(), grads[n].ravel()))
-                             for n in run.trainable)))
-    _finite_or_fail(norm, "gradient norm", where)
-    scale = 1.0
-    if step.clip > 0 and norm > step.clip:
-        scale, log.clipped = step.clip / norm, log.clipped + 1
-    run.optimizer.update(run.params, grads, lr_at(step, t, step.outer * step.inner), scale)
-    log.train_seconds += time.perf_counter() - ts
-    log.tokens_seen += batch.n_tokens
-    log.flops_seen += batch.n_tokens * run.model.flops_per_token(batch.width)
+    apply_update(run, log, run.sampler.next(), where, t)
 
 
 def _train(run: _Run, log: _Log, progress) -> None:

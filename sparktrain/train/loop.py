@@ -272,7 +272,14 @@ def _point(run: _Run, outer: int, loss: float, phase: str) -> dict:
 
 
 def _micro_step(run: _Run, log: _Log, batch, where: str) -> None:
-    """One optimizer update (SGD with momentum by default) after global-norm clipping, timed."""
+    """One optimizer update (SGD with momentum by default) on the next batch."""
+    apply_update(run, log, batch, where, log.micro_steps)
+    log.micro_steps += 1
+
+
+def apply_update(run, log, batch, where: str, t: int) -> None:
+    """Gradients of `batch`, global-norm clipping, the optimizer's update at
+    micro-step `t`, timed and counted in `log`; shared by the pairs and corpus loops."""
     step, params = run.step, run.params
     ts = time.perf_counter()
     loss, grads = run.engine.loss_and_grads(params, batch)
@@ -283,9 +290,7 @@ def _micro_step(run: _Run, log: _Log, batch, where: str) -> None:
     scale = 1.0
     if step.clip > 0 and norm > step.clip:
         scale, log.clipped = step.clip / norm, log.clipped + 1
-    t, total = log.micro_steps, step.outer * step.inner
-    run.optimizer.update(params, grads, lr_at(step, t, total), scale)
-    log.micro_steps += 1
+    run.optimizer.update(params, grads, lr_at(step, t, step.outer * step.inner), scale)
     log.train_seconds += time.perf_counter() - ts
     log.tokens_seen += batch.n_tokens
     log.flops_seen += batch.n_tokens * run.model.flops_per_token(batch.width)
