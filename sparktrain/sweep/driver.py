@@ -11,6 +11,7 @@ worker, `dvc exp pull` here. Locally and on a cluster the code path is the same.
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -119,8 +120,11 @@ def _client(scheduler: str | None, workers: int):
             return Client(scheduler, timeout="20s"), None
         except (OSError, TimeoutError, ValueError) as err:
             raise SparkError(f"cannot reach the Dask scheduler at {scheduler}: {err}") from None
+    # silence_logs: a worker's heartbeat cut off by the shutdown is logged by Dask
+    # with a traceback; the sweep reports every point's outcome itself
     cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                           host="127.0.0.1", dashboard_address=None)
+                           host="127.0.0.1", dashboard_address=None,
+                           silence_logs=logging.CRITICAL)
     return Client(cluster), cluster
 
 
@@ -153,6 +157,7 @@ def run_points(plan: SweepPlan, todo: list[Point], scheduler: str | None, worker
             progress(f"{point.name} {' '.join(point.overrides)}: {record['state']}{took}"
                      + (f": {record['error']}" if record["error"] else ""))
     finally:
+        logging.getLogger("distributed").setLevel(logging.CRITICAL)  # shutdown chatter
         client.close()
         if cluster is not None:
             cluster.close()
