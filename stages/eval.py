@@ -3,6 +3,7 @@ and the loss picture (loss.png)."""
 import sys
 from pathlib import Path
 
+from sparktrain.data.tokenizer import tokenizer_for
 from sparktrain.eval.corpus import corpus_metrics
 from sparktrain.eval.metrics import evaluate, split_headline
 from sparktrain.eval.plot import heldout_points, write_loss_png
@@ -22,8 +23,10 @@ def eval_stage() -> Path:
     if checkpoint.get("dataset_kind") == "corpus":  # scored on the held-out stream by step
         metrics = corpus_metrics(checkpoint, meta)
     else:
+        # None for a byte model; a BPE pairs model: the job's tokenizer.json, checked
+        tok = tokenizer_for(weights, meta, cfg.vocab, folder / "tokenizer.json")
         metrics = evaluate(tensors, cfg, load_pairs(p.eval.data), batch_size=p.eval.batch_size,
-                           max_new=p.eval.max_new, n_samples=p.eval.n_samples)
+                           max_new=p.eval.max_new, n_samples=p.eval.n_samples, tokenizer=tok)
         metrics["data"] = p.eval.data
     metrics["weights_sha256"] = sha256_file(weights)
     # The DVC metric is the few flat numbers `dvc exp show` compares; the rest

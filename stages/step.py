@@ -25,7 +25,8 @@ def step() -> Path:
         if job.is_corpus:  # held-out bpb per pass from the prepared val stream
             run_corpus_step(job, p.step, p.model_config())
         else:
-            run_step(job, p.step, p.model_config(), heldout=p.eval.data)
+            run_step(job, p.step, p.model_config(), heldout=p.eval.data,
+                     tokenizer=job.out_dir / "tokenizer.json")
     except TrainingFailed as err:
         run_failed(job, err, p.step)
         raise TrainingFailed(f"{err}; {restore_outputs(STAGE)}") from None

@@ -1,5 +1,6 @@
 """DVC stage train-status: TRAIN's dry accept: validate the job and write its plan
-(out/train/<job>/status.json: arch, parameter count, dataset size, FLOPs)."""
+(out/train/<job>/status.json: arch, parameter count, dataset size, FLOPs; a pairs
+job's counts in the tokens of its tokenizer.json)."""
 import sys
 from pathlib import Path
 
@@ -10,7 +11,8 @@ from stages.common import load_job, params, run
 def train_status() -> Path:
     p = params()
     job = load_job(p)
-    return write_status(job, job_plan(job, p.model_config(), p.step.batch_size))
+    return write_status(job, job_plan(job, p.model_config(), p.step.batch_size,
+                                      tokenizer=job.out_dir / "tokenizer.json"))
 
 
 if __name__ == "__main__":

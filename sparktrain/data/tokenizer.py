@@ -138,11 +138,34 @@ def load_tokenizer(path) -> ByteTokenizer | BpeTokenizer:
     return parse_tokenizer(read_input(path, "tokenizer.json"), str(path))
 
 
+def pairs_tokenizer(path: str | Path | None):
+    """(tokenizer, record) of a pairs job: (None, {}) for byte tokens (no file, or the
+    byte tokenizer.json: the outputs stay those of a byte run), else the BPE and
+    {"dataset_kind": "pairs", "tokenizer": "bpe", "tokenizer_sha256": ...} for the
+    weights and checkpoint (a corpus model records a tokenizer too: the kind tells
+    generate and eval which prompt layout the model learned)."""
+    if path is None:
+        return None, {}
+    data = read_input(path, "tokenizer.json (run the tokenizer stage)")
+    tok = parse_tokenizer(data, str(path))
+    if tok.kind == "byte":
+        return None, {}
+    return tok, {"dataset_kind": "pairs", "tokenizer": tok.kind,
+                 "tokenizer_sha256": sha256_bytes(data)}
+
+
+def is_pairs_model(meta: dict) -> bool:
+    """Weights of a pairs job ([BOS] prompt [SEP] completion [EOS]): byte tokens
+    (no tokenizer recorded) or a BPE pairs job (dataset_kind "pairs"); else a
+    corpus model, which continues text."""
+    return meta.get("tokenizer_sha256") is None or meta.get("dataset_kind") == "pairs"
+
 
 def tokenizer_for(weights, meta: dict, vocab: int, given=None):
     """The tokenizer a weights file was trained with, checked, for generate / eval.
 
-    Weights of a corpus job record `tokenizer_sha256`: the tokenizer.json (`given`,
+    Weights of a corpus job or a BPE pairs job record `tokenizer_sha256`: the
+    tokenizer.json (`given`,
     else the one beside the weights) must have exactly those bytes. Weights that
     record none are a byte-token pairs model: None, and a `given` tokenizer must be
     the byte one.

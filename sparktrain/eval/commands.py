@@ -9,8 +9,8 @@ import math
 import sys
 
 
-TOKENIZER_HELP = ("tokenizer.json of a corpus job (default: the one beside --weights); its "
-                  "sha256 must be the one the weights record")
+TOKENIZER_HELP = ("tokenizer.json of a corpus or BPE pairs job (default: the one beside "
+                  "--weights); its sha256 must be the one the weights record")
 
 
 def register(sub) -> None:
@@ -103,7 +103,7 @@ def _positive(value: int, flag: str) -> None:
 # ------------------------------------------------------------------ handlers
 
 def cmd_eval(args) -> int:
-    from sparktrain.data.tokenizer import tokenizer_for
+    from sparktrain.data.tokenizer import is_pairs_model, tokenizer_for
     from sparktrain.errors import SparkError
     from sparktrain.eval.metrics import evaluate
     from sparktrain.model.weights import load_model
@@ -119,12 +119,13 @@ def cmd_eval(args) -> int:
     pairs, data_sha256 = read_pairs(args.data)
     params, cfg, meta = load_model(args.weights)
     tok = tokenizer_for(args.weights, meta, cfg.vocab, args.tokenizer)
-    if tok is not None and tok.kind != "byte":
-        raise SparkError(f"{args.weights} reads {tok.vocab} BPE tokens; spark eval scores "
-                         "JSONL pairs in byte tokens (a corpus job's held-out bits per byte "
-                         "are in its eval.json)")
+    if not is_pairs_model(meta) and tok.kind != "byte":
+        raise SparkError(f"{args.weights} is a corpus model of {tok.vocab} BPE tokens; spark "
+                         "eval scores JSONL pairs with a pairs model (a corpus job's held-out "
+                         "bits per byte are in its eval.json)")
+    bpe = tok if tok is not None and tok.kind == "bpe" else None  # a byte model: byte tokens
     result = evaluate(params, cfg, pairs, batch_size=args.batch_size, max_new=args.max_new,
-                      n_samples=args.samples)
+                      n_samples=args.samples, tokenizer=bpe)
     result.update(data=str(args.data), data_sha256=data_sha256, weights=str(args.weights))
     if args.out:
         write_json(args.out, result)
@@ -168,7 +169,7 @@ def _cap_max_new(value: int) -> int:
 
 
 def cmd_generate(args) -> int:
-    from sparktrain.data.tokenizer import tokenizer_for
+    from sparktrain.data.tokenizer import is_pairs_model, tokenizer_for
     from sparktrain.errors import SparkError, printable
     from sparktrain.eval.generate import continue_text, corpus_context, generate, prompt_context
     from sparktrain.model.build import build_model
@@ -180,8 +181,9 @@ def cmd_generate(args) -> int:
         raise SparkError(f"--seed must be >= 0, got {args.seed}")
     params, cfg, meta = load_model(args.weights)
     tok = tokenizer_for(args.weights, meta, cfg.vocab, args.tokenizer)
-    if tok is None:  # a pairs model: [BOS] prompt [SEP], then the completion
-        _, truncated = prompt_context(args.prompt, cfg.seq_len)  # also rejects an empty prompt
+    pairs = is_pairs_model(meta)
+    if pairs:  # [BOS] prompt [SEP], then the completion (bytes or the job's BPE ids)
+        _, truncated = prompt_context(args.prompt, cfg.seq_len, tok)  # rejects an empty prompt
     else:            # a corpus model continues the text
         _, truncated = corpus_context(tok, args.prompt, cfg.seq_len)
     if truncated:
@@ -193,8 +195,8 @@ def cmd_generate(args) -> int:
               f"byte(s)", file=sys.stderr)
     sampling = dict(max_new=args.max_new, temperature=args.temperature, top_k=args.top_k,
                     seed=args.seed)
-    if tok is None:
-        [text] = generate(params, cfg, [args.prompt], **sampling)
+    if pairs:
+        [text] = generate(params, cfg, [args.prompt], tokenizer=tok, **sampling)
     else:
         [text] = continue_text(params, cfg, tok, [args.prompt], **sampling)
     # on a terminal, control bytes are shown escaped, never executed

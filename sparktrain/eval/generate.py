@@ -23,8 +23,9 @@ GEN_BATCH = 64
 MAX_NEW = 4096  # most new bytes one prompt may ask for: a model that never emits EOS stops here
 
 
-def prompt_context(prompt: str, seq_len: int) -> tuple[np.ndarray, bool]:
-    """([BOS] + prompt + [SEP] cut to the last seq_len tokens, whether it was cut)."""
+def prompt_context(prompt: str, seq_len: int, tok=None) -> tuple[np.ndarray, bool]:
+    """([BOS] + prompt + [SEP] cut to the last seq_len tokens, whether it was cut);
+    bytes, or the ids of a pairs job's tokenizer `tok`."""
     if not isinstance(prompt, str) or not prompt:
         raise SparkError("prompt is empty; give the text to continue")
     try:
@@ -32,7 +33,7 @@ def prompt_context(prompt: str, seq_len: int) -> tuple[np.ndarray, bool]:
     except UnicodeEncodeError as err:
         raise SparkError(f"prompt is not valid UTF-8 text (character {err.start}); "
                          "byte tokens are the UTF-8 bytes of text") from None
-    tokens = prompt_tokens(prompt)
+    tokens = prompt_tokens(prompt, tok)
     return tokens[-seq_len:], len(tokens) > seq_len
 
 
@@ -92,11 +93,16 @@ def decode(tokens: Sequence[int]) -> str:
 
 
 def generate(params, cfg: ModelConfig, prompts: Sequence[str], *, max_new: int = 64,
-             temperature: float = 0.0, top_k: int = 0, seed: int = 0) -> list[str]:
-    """Continue each prompt; stops at EOS or after max_new bytes."""
+             temperature: float = 0.0, top_k: int = 0, seed: int = 0,
+             tokenizer=None) -> list[str]:
+    """Complete each prompt of a pairs model; stops at EOS or after max_new tokens
+    (bytes, or the ids of the job's BPE `tokenizer`)."""
     _check_sampling(max_new, temperature, top_k, seed)
-    contexts = [prompt_context(p, cfg.seq_len)[0] for p in prompts]
-    return _sample(params, cfg, contexts, max_new, temperature, top_k, seed, EOS, decode)
+    contexts = [prompt_context(p, cfg.seq_len, tokenizer)[0] for p in prompts]
+    if tokenizer is None:
+        return _sample(params, cfg, contexts, max_new, temperature, top_k, seed, EOS, decode)
+    return _sample(params, cfg, contexts, max_new, temperature, top_k, seed, tokenizer.eos,
+                   tokenizer.decode)
 
 
 def continue_text(params, cfg: ModelConfig, tokenizer, prompts: Sequence[str], *,

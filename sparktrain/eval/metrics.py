@@ -13,6 +13,7 @@ from typing import Sequence
 
 import numpy as np
 
+from sparktrain.data.bpb import bits_per_byte
 from sparktrain.errors import SparkError
 from sparktrain.eval.generate import MAX_NEW, decode, generate_tokens
 from sparktrain.eval.tasks import COPY_PREFIX, family_of
@@ -37,14 +38,17 @@ class _RowStats:
     ce: np.ndarray          # sum of CE over the row's counted targets (float64)
     counted: np.ndarray     # number of counted targets
     correct: np.ndarray     # counted targets whose argmax was right
-    copy_correct: np.ndarray  # right completion bytes (EOS excluded)
-    copy_total: np.ndarray    # completion bytes seen (EOS excluded)
+    copy_correct: np.ndarray  # right completion tokens (EOS excluded)
+    copy_total: np.ndarray    # completion tokens seen (EOS excluded)
+    text_bytes: np.ndarray    # bytes of text the counted targets stand for
 
 
 def evaluate(params, cfg: ModelConfig, pairs: Sequence[Pair], *, batch_size: int = 64,
-             max_new: int | None = None, n_samples: int = 3) -> dict:
-    """Metrics over `pairs`. max_new=None caps each generation at len(expected)+1 bytes,
-    the most that can still be an exact match."""
+             max_new: int | None = None, n_samples: int = 3, tokenizer=None) -> dict:
+    """Metrics over `pairs`, in bytes or in the ids of a pairs job's BPE `tokenizer`
+    (then `bpb`, bits per byte of the completion text, too). max_new=None caps each
+    generation at len(expected)+1 tokens (a token is at least one byte), the most
+    that can still be an exact match."""
     if not pairs:
         raise SparkError("no rows to evaluate")
     if batch_size < 1:
@@ -52,11 +56,17 @@ def evaluate(params, cfg: ModelConfig, pairs: Sequence[Pair], *, batch_size: int
     if max_new is not None and not 1 <= max_new <= MAX_NEW:
         raise SparkError(f"max_new must be in [1, {MAX_NEW}], got {max_new}")
     model = build_model(cfg)
-    encoded = [encode_pair(p, cfg.seq_len) for p in pairs]
-    stats = _teacher_forced(params, model, encoded, batch_size)
+    encoded = [encode_pair(p, cfg.seq_len, tokenizer) for p in pairs]
+    eos, decode_fn = (EOS, decode) if tokenizer is None else (tokenizer.eos, tokenizer.decode)
+    byte_lengths = (None if tokenizer is None else tokenizer.byte_lengths())
+    stats = _teacher_forced(params, model, encoded, batch_size, eos, byte_lengths)
     expected = [p.completion.encode("utf-8") for p in pairs]
-    generated = _greedy(params, cfg, encoded, expected, batch_size, max_new)
-    match = np.array([g == e for g, e in zip(generated, expected)], dtype=np.float64)
+    generated = _greedy(params, cfg, encoded, expected, batch_size, max_new, eos)
+    texts = [decode_fn(g) for g in generated]
+    if tokenizer is None:  # bytes compared as bytes: a bad UTF-8 byte is no match
+        match = np.array([bytes(g) == e for g, e in zip(generated, expected)], dtype=np.float64)
+    else:
+        match = np.array([t == p.completion for t, p in zip(texts, pairs)], dtype=np.float64)
     copy_rows = np.array([p.prompt.startswith(COPY_PREFIX) for p in pairs])
 
     result = _summary(stats, match, np.ones(len(pairs), dtype=bool))
@@ -69,13 +79,16 @@ def evaluate(params, cfg: ModelConfig, pairs: Sequence[Pair], *, batch_size: int
         families={},
         samples=[],
     )
+    if tokenizer is not None:
+        result.update(bpb=_r(bits_per_byte(float(stats.ce.sum()), int(stats.text_bytes.sum()))),
+                      tokenizer=tokenizer.kind, vocab=tokenizer.vocab)
     families = [family_of(p.prompt, p.family) for p in pairs]
     for name in sorted(set(families)):
         rows = np.array([f == name for f in families])
         result["families"][name] = _summary(stats, match, rows)
     for i in _sample_rows(len(pairs), n_samples):
         result["samples"].append({"prompt": pairs[i].prompt, "expected": pairs[i].completion,
-                                  "generated": decode(generated[i]), "family": families[i]})
+                                  "generated": texts[i], "family": families[i]})
     return result
 
 
@@ -101,8 +114,9 @@ def _summary(stats: _RowStats, match: np.ndarray, rows: np.ndarray) -> dict:
     }
 
 
-def _teacher_forced(params, model: Model, encoded: list[Encoded], batch_size: int) -> _RowStats:
-    parts = [_row_stats(params, model, encoded[start:start + batch_size])
+def _teacher_forced(params, model: Model, encoded: list[Encoded], batch_size: int,
+                    eos: int = EOS, byte_lengths: np.ndarray | None = None) -> _RowStats:
+    parts = [_row_stats(params, model, encoded[start:start + batch_size], eos, byte_lengths)
              for start in range(0, len(encoded), batch_size)]
     return _RowStats(*(np.concatenate(col) for col in zip(*parts)))
 
@@ -115,26 +129,28 @@ def _log_softmax_at(logits: np.ndarray, targets: np.ndarray) -> np.ndarray:
     return np.take_along_axis(z, targets[..., None], axis=-1)[..., 0] - lse
 
 
-def _row_stats(params, model: Model, chunk: list[Encoded]):
-    """The _RowStats columns of one batch of rows."""
+def _row_stats(params, model: Model, chunk: list[Encoded], eos: int,
+               byte_lengths: np.ndarray | None):
+    """The _RowStats columns of one batch of rows; byte_lengths (V,): the bytes of
+    text each id stands for (None: byte tokens, one byte each but the EOS)."""
     logits, targets, mask = model.scored_logits(params, model.make_batch(chunk))  # (B, T, V)
     mask = np.asarray(mask, dtype=np.float64)                      # (B, T)
     ce = -_log_softmax_at(logits, targets)                         # (B, T)
     right = (np.argmax(logits, axis=-1) == targets)                # (B, T)
-    # Completion bytes = counted targets but the EOS (text never holds the EOS byte).
-    byte_mask = mask * (targets != EOS)                            # (B, T)
+    # Completion tokens = counted targets but the EOS (text never holds the EOS).
+    byte_mask = mask * (targets != eos)                            # (B, T)
+    text = byte_mask if byte_lengths is None else mask * byte_lengths[targets]  # (B, T)
     return ((ce * mask).sum(axis=1), mask.sum(axis=1), (right * mask).sum(axis=1),
-            (right * byte_mask).sum(axis=1), byte_mask.sum(axis=1))
+            (right * byte_mask).sum(axis=1), byte_mask.sum(axis=1), text.sum(axis=1))
 
 
-def _greedy(params, cfg, encoded, expected, batch_size, max_new) -> list[bytes]:
+def _greedy(params, cfg, encoded, expected, batch_size, max_new, eos) -> list[list[int]]:
     out = []
     for start in range(0, len(encoded), batch_size):
         chunk = encoded[start:start + batch_size]
         want = expected[start:start + batch_size]
         caps = [len(w) + 1 if max_new is None else max_new for w in want]
-        new = generate_tokens(params, cfg, [e.context for e in chunk], caps)
-        out.extend(bytes(t) for t in new)
+        out.extend(generate_tokens(params, cfg, [e.context for e in chunk], caps, eos=eos))
     return out
 
 

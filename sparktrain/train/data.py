@@ -1,7 +1,9 @@
-"""The dataset: JSONL rows -> (prompt, completion) pairs -> byte tokens.
+"""The dataset: JSONL rows -> (prompt, completion) pairs -> tokens.
 
 docs/training.md "Dataset rows" and "Tokens" fix the format; this module is the
-only place that turns text into token ids, so training and eval agree on it.
+only place that turns a pair into token ids, so training and eval agree on it.
+Tokens are UTF-8 bytes (the default) or the ids of a job's tokenizer (a BPE:
+`tok`, with its own BOS/SEP/EOS ids); the layout and mask rule are the same.
 The model pads tokenised rows into its own batches (model/batch.py).
 """
 from __future__ import annotations
@@ -35,11 +37,11 @@ class Pair:
 
 @dataclass(frozen=True)
 class Encoded:
-    tokens: np.ndarray   # (L,) uint8 (byte tokens, held small), L <= seq_len + 1
+    tokens: np.ndarray   # (L,) uint8 (uint16 when the vocab exceeds 256), L <= seq_len + 1
     mask: np.ndarray     # (L-1,) float32, 1.0 where target tokens[i+1] is counted
     truncated: bool      # the full sequence was longer than seq_len + 1
-    context: np.ndarray  # (<= seq_len,) uint8, pool mode: last seq_len of [BOS]+prompt+[SEP]
-    first_target: int    # pool mode target: first completion byte, or EOS if empty
+    context: np.ndarray  # (<= seq_len,) like tokens, pool mode: last seq_len of [BOS]+prompt+[SEP]
+    first_target: int    # pool mode target: first completion token, or EOS if empty
 
 
 class PackedRows(Sequence[Encoded]):
@@ -51,19 +53,19 @@ class PackedRows(Sequence[Encoded]):
     1 from there on), so the rebuilt row is equal to the one encode_pair made.
     """
 
-    def __init__(self, rows: Iterator[Encoded]):
+    def __init__(self, rows: Iterator[Encoded], dtype=np.uint8):
         tokens, contexts, counted, truncated, first = bytearray(), bytearray(), [], [], []
         tok_off, ctx_off = [0], [0]
         for e in rows:
-            tokens += e.tokens.tobytes()
-            contexts += e.context.tobytes()
-            tok_off.append(len(tokens))
-            ctx_off.append(len(contexts))
+            tokens += e.tokens.astype(dtype, copy=False).tobytes()
+            contexts += e.context.astype(dtype, copy=False).tobytes()
+            tok_off.append(tok_off[-1] + len(e.tokens))
+            ctx_off.append(ctx_off[-1] + len(e.context))
             counted.append(int(np.argmax(e.mask > 0)) if e.mask.any() else len(e.mask))
             truncated.append(e.truncated)
             first.append(e.first_target)
-        self.tokens = np.frombuffer(bytes(tokens), dtype=np.uint8)
-        self.contexts = np.frombuffer(bytes(contexts), dtype=np.uint8)
+        self.tokens = np.frombuffer(bytes(tokens), dtype=dtype)
+        self.contexts = np.frombuffer(bytes(contexts), dtype=dtype)
         self.tok_off = np.array(tok_off, dtype=np.int64)
         self.ctx_off = np.array(ctx_off, dtype=np.int64)
         self.counted = np.array(counted, dtype=np.int64)
@@ -241,18 +243,31 @@ def _chat_row(messages, where: str) -> tuple[str, str]:
 
 # ---------------------------------------------------------------- tokens
 
-def prompt_tokens(prompt: str) -> np.ndarray:
-    """[BOS] + utf8(prompt) + [SEP]: what the model sees before the completion."""
-    body = np.frombuffer(prompt.encode("utf-8"), dtype=np.uint8)
-    return np.concatenate([[BOS], body, [SEP]]).astype(np.uint8)
+def token_dtype(tok=None):
+    """uint8 for bytes (and a vocab of at most 256), else uint16 (a vocab <= 65535)."""
+    return np.uint8 if tok is None or tok.vocab <= 256 else np.uint16
 
 
-def encode_pair(pair: Pair, seq_len: int) -> Encoded:
+def prompt_tokens(prompt: str, tok=None) -> np.ndarray:
+    """[BOS] + prompt + [SEP]: what the model sees before the completion; the
+    prompt's UTF-8 bytes, or its ids and the specials of tokenizer `tok`."""
+    if tok is None:
+        body = np.frombuffer(prompt.encode("utf-8"), dtype=np.uint8)
+        return np.concatenate([[BOS], body, [SEP]]).astype(np.uint8)
+    return np.concatenate([[tok.bos], tok.encode(prompt), [tok.sep]]).astype(token_dtype(tok))
+
+
+def encode_pair(pair: Pair, seq_len: int, tok=None) -> Encoded:
+    """[BOS] + prompt + [SEP] + completion + [EOS] (bytes, or `tok`'s ids), cut
+    to its last seq_len + 1 tokens; targets after the SEP are counted."""
     if seq_len < 1:
         raise SparkError(f"seq_len must be at least 1, got {seq_len}")
-    head = prompt_tokens(pair.prompt)                                      # (P,)
-    body = np.frombuffer(pair.completion.encode("utf-8"), dtype=np.uint8)
-    tokens = np.concatenate([head, body, [EOS]]).astype(np.uint8)          # (L,)
+    head = prompt_tokens(pair.prompt, tok)                                 # (P,)
+    if tok is None:
+        body, eos = np.frombuffer(pair.completion.encode("utf-8"), dtype=np.uint8), EOS
+    else:
+        body, eos = tok.encode(pair.completion), tok.eos
+    tokens = np.concatenate([head, body, [eos]]).astype(head.dtype)       # (L,)
     sep_at = len(head) - 1
     # mask[i] is for target tokens[i+1]: counted when that index is after the SEP.
     mask = (np.arange(1, len(tokens)) > sep_at).astype(np.float32)        # (L-1,)
@@ -260,18 +275,20 @@ def encode_pair(pair: Pair, seq_len: int) -> Encoded:
     if truncated:
         start = len(tokens) - (seq_len + 1)
         tokens, mask = tokens[start:], mask[start:]  # mask keeps the original decision
-    first = int(body[0]) if len(body) else EOS
+    first = int(body[0]) if len(body) else eos
     # copies, so a long row's full array is not kept alive by a short view
     return Encoded(tokens.copy(), mask.copy(), truncated, head[-seq_len:].copy(), first)
 
 
-def load_dataset(path: str | os.PathLike, seq_len: int) -> Dataset:
-    """The file's rows tokenised, streamed: memory is a small factor of the file."""
+def load_dataset(path: str | os.PathLike, seq_len: int, tok=None) -> Dataset:
+    """The file's rows tokenised (bytes, or tokenizer `tok`), streamed: memory is
+    a small factor of the file."""
     if seq_len < 1:
         raise SparkError(f"seq_len must be at least 1, got {seq_len}")
     digest = hashlib.sha256()
     with open_input(path, "dataset") as f:
-        encoded = PackedRows(encode_pair(p, seq_len) for p in _iter_pairs(f, path, digest))
+        encoded = PackedRows((encode_pair(p, seq_len, tok) for p in _iter_pairs(f, path, digest)),
+                             token_dtype(tok))
     return Dataset(
         path=str(path),
         sha256=digest.hexdigest(),

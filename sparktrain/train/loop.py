@@ -8,14 +8,17 @@ leaves the previous outputs untouched.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
 from sparktrain import BLAS_THREADS
+from sparktrain.data.tokenizer import pairs_tokenizer
 from sparktrain.errors import SparkError, TrainingFailed
 from sparktrain.fsutil import canonical_json, sha256_bytes
 from sparktrain.model.base import Model
@@ -186,6 +189,7 @@ class _Run:
     engine: GradientEngine           # loss_and_grads over step.shards fixed shards
     heldout: list | None = None      # loss_batches of the held-out file, when one is given
     heldout_path: str | None = None
+    tokenizer: dict = field(default_factory=dict)  # BPE: its kind and sha256, recorded in outputs
 
     def next_batch(self):
         if self.full_batch is not None:
@@ -193,13 +197,17 @@ class _Run:
         return self.model.make_batch([self.dataset.encoded[j] for j in self.sampler.next()])
 
 
-def _set_up(job: Job, step: StepConfig, cfg: ModelConfig, heldout: str | None = None) -> _Run:
+def _set_up(job: Job, step: StepConfig, cfg: ModelConfig, heldout: str | None = None,
+            tokenizer: str | Path | None = None) -> _Run:
     step.validate()
     check_knobs(step)
+    tok, tok_record = pairs_tokenizer(tokenizer)
+    if tok is not None:  # the model's vocab is the tokenizer's
+        cfg = dataclasses.replace(cfg, vocab=tok.vocab)
     cfg.validate()
     model = build_model(cfg)
     salt = bytes.fromhex(job.sparkbc_sha256) if job.sparkbc_sha256 else b""
-    dataset = load_dataset(job.dataset, cfg.seq_len)
+    dataset = load_dataset(job.dataset, cfg.seq_len, tok)
     params, base_step = initial_params(job, model, step.seed, salt)
     step_n = resolve_step_n(step.step, base_step, job.base)
     trainable = [n for n in params if step.train_embed or n != EMBED]
@@ -216,10 +224,10 @@ def _set_up(job: Job, step: StepConfig, cfg: ModelConfig, heldout: str | None = 
         sampler=MinibatchSampler(dataset.n, step.batch_size, step.seed),
         full_batch=model.make_batch(dataset.encoded) if step.batch_size >= dataset.n else None,
         whole=loss_batches(model, dataset),
-        engine=GradientEngine(model, step.shards, step.workers))
+        engine=GradientEngine(model, step.shards, step.workers), tokenizer=tok_record)
     if heldout is not None:
         run.heldout_path = heldout
-        run.heldout = loss_batches(model, load_dataset(heldout, cfg.seq_len))
+        run.heldout = loss_batches(model, load_dataset(heldout, cfg.seq_len, tok))
     outputs.lock_job(job.out_dir)  # the only writer of this job until the process exits
     return run
 
@@ -311,7 +319,7 @@ def _weights_meta(run: _Run, log: _Log, labels: dict) -> dict:
     return {"job": job.job, "step_n": run.step_n, "trained": True, "not_sgd": False,
             "arch": run.model.cfg.to_dict(), "loss_before": log.curve[0]["loss"],
             "loss_after": log.curve[-1]["loss"], "sparkbc_sha256": job.sparkbc_sha256,
-            "dataset_sha256": run.dataset.sha256, "base": job.base, **labels}
+            "dataset_sha256": run.dataset.sha256, "base": job.base, **run.tokenizer, **labels}
 
 
 def _checkpoint(run: _Run, log: _Log, changed: list[str], weights_sha256: str,
@@ -331,7 +339,7 @@ def _checkpoint(run: _Run, log: _Log, changed: list[str], weights_sha256: str,
         "weights_sha256": weights_sha256, "sparkbc_sha256": job.sparkbc_sha256,
         "program": job.program, "method": job.method, "base": job.base,
         "base_step_n": run.base_step, "blas_threads": BLAS_THREADS, "trained": True,
-        "not_sgd": False, "sgd": True, "claim": False, "device": "cpu", **labels,
+        "not_sgd": False, "sgd": True, "claim": False, "device": "cpu", **run.tokenizer, **labels,
         **({"heldout": run.heldout_path} if run.heldout_path else {}),
     }
 
@@ -361,22 +369,23 @@ LABELS = ("source", "command")  # free-text labels a run may record (spark apply
 
 def run_step(job: Job, step: StepConfig, cfg: ModelConfig, *, progress=_progress,
              matmul_peak=None, labels: dict | None = None,
-             heldout: str | None = None) -> StepResult:
+             heldout: str | None = None, tokenizer: str | Path | None = None) -> StepResult:
     """Train `job` and commit weights.safetensors + checkpoint.json + ARTIFACT.
     `labels` (keys of LABELS) are recorded in the weights metadata and checkpoint;
     with `heldout` (a JSONL file never trained on), every loss_curve entry also
-    holds that file's loss (`heldout_loss`), as nanoGPT logs val loss."""
+    holds that file's loss (`heldout_loss`), as nanoGPT logs val loss. With
+    `tokenizer` (a BPE tokenizer.json) rows are its ids and the vocab is its own."""
     labels = dict(labels or {})
     unknown = sorted(set(labels) - set(LABELS))
     if unknown:
         raise SparkError(f"unknown run labels {unknown}; known: {', '.join(LABELS)}")
-    run = _set_up(job, step, cfg, heldout)
+    run = _set_up(job, step, cfg, heldout, tokenizer)
     try:
         log = _train(run, progress)
     finally:
         run.engine.close()
     changed = changed_tensors(run)
-    check_learned(log.curve, cfg.vocab)
+    check_learned(log.curve, run.model.cfg.vocab)
     return _commit(run, log, changed, matmul_peak, labels)
 
 

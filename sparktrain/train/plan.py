@@ -5,8 +5,10 @@ a DVC output, hashed into dvc.lock): no timings, no absolute paths.
 """
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
+from sparktrain.data.tokenizer import pairs_tokenizer
 from sparktrain.fsutil import canonical_json
 from sparktrain.model.config import ModelConfig, flops_per_token, n_params
 from sparktrain.train import outputs
@@ -30,10 +32,16 @@ def corpus_plan(job: Job, cfg: ModelConfig, batch_size: int) -> dict:
     }
 
 
-def job_plan(job: Job, cfg: ModelConfig, batch_size: int) -> dict:
+def job_plan(job: Job, cfg: ModelConfig, batch_size: int,
+             tokenizer: str | Path | None = None) -> dict:
+    """The plan; a pairs job's counts are in the tokens of `tokenizer` (a BPE
+    tokenizer.json; None or the byte one: bytes, the plan as before)."""
     if job.is_corpus:
         return corpus_plan(job, cfg, batch_size)
-    dataset = load_dataset(job.dataset, cfg.seq_len)
+    tok, tok_record = pairs_tokenizer(tokenizer)
+    if tok is not None:
+        cfg = dataclasses.replace(cfg, vocab=tok.vocab)
+    dataset = load_dataset(job.dataset, cfg.seq_len, tok)
     pairs_per_step = min(batch_size, dataset.n)
     mean_tokens = dataset.n_tokens / dataset.n
     return {
@@ -48,6 +56,7 @@ def job_plan(job: Job, cfg: ModelConfig, batch_size: int) -> dict:
         "flops_per_token": flops_per_token(cfg),
         "pairs_per_micro_step": pairs_per_step,
         "flops_per_micro_step": int(round(flops_per_token(cfg) * mean_tokens * pairs_per_step)),
+        **tok_record,
     }
 
 

@@ -229,13 +229,3 @@ def test_sharded_corpus_steps_give_the_same_bytes_with_one_or_two_workers(tmp_pa
         assert ck["shards"] == 2 and "workers" not in ck
         assert json.loads((folder / "perf.json").read_text())["workers"] == workers
     assert got[1] == got[2]
-
-
-def test_a_pairs_job_refuses_a_bpe_tokenizer(tmp_path):
-    """The pairs loop encodes rows as bytes: a BPE would be trained and then ignored."""
-    root = coder_project(tmp_path, job="job-dry-001", program="data/programs/train-step.sparkbc",
-                         tokenizer="bpe")
-    stage(root, "decode_bc")
-    done = stage(root, "tokenizer", check=False)
-    assert_one_line_error(done.returncode, done.stderr, "applies to corpus jobs")
-    assert not (root / "out/train/job-dry-001/tokenizer.json").exists()
