@@ -57,7 +57,13 @@ def register(sub) -> None:
     t.add_argument("--device", default="auto",
                    help="auto (the CPU on a machine without a supported GPU) or cpu")
     t.set_defaults(func=cmd_code_train)
-    code.set_defaults(func=lambda args: (code.print_help(), 2)[1])
+    code.set_defaults(func=lambda args: _usage(code))
+
+
+def _usage(parser) -> int:
+    """`spark code` with no subcommand: its help, exit 2 (a usage mistake)."""
+    parser.print_help()
+    return 2
 
 
 def _job_folder(args) -> Path:

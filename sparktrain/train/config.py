@@ -22,6 +22,7 @@ from pydantic.dataclasses import dataclass
 
 from sparktrain.data.vocab import MAX_VOCAB, MIN_BPE_VOCAB
 from sparktrain.errors import SparkError
+from sparktrain.fsutil import read_input
 from sparktrain.model.config import SCALES, ModelConfig
 from sparktrain.train.job import check_job_id
 
@@ -96,11 +97,6 @@ class StepConfig:
             raise ValueError(f"min_lr {self.min_lr} is above lr {self.lr}")
         if self.schedule == "constant" and (self.warmup or self.min_lr):
             raise ValueError("warmup and min_lr need schedule: cosine")
-        return self
-
-    def validate(self) -> "StepConfig":
-        """Construction already validated every field; kept for call sites that
-        build a config from parts and want to say so."""
         return self
 
 
@@ -251,8 +247,6 @@ def parse_params(raw) -> Params:
 
 
 def load_params(path: str | Path = "params.yaml") -> Params:
-    from sparktrain.fsutil import read_input
-
     path = Path(path)
     text = read_input(path, "params file")
     try:

@@ -17,7 +17,6 @@ from pathlib import Path
 
 import numpy as np
 
-from sparktrain import BLAS_THREADS
 from sparktrain.data.bpb import bits_per_byte
 from sparktrain.data.prepare import Prepared, read_prepared
 from sparktrain.data.stream import WindowSampler, stream_batches, windows_batch
@@ -30,10 +29,10 @@ from sparktrain.model.config import ModelConfig
 from sparktrain.model.parallel import GradientEngine
 from sparktrain.model.weights import weights_bytes
 from sparktrain.train import outputs
-from sparktrain.train.config import StepConfig, step_record
+from sparktrain.train.config import StepConfig
 from sparktrain.train.job import Job
 from sparktrain.train.loop import (EMBED, StepResult, _finite_or_fail, _perf, _progress,
-                                   apply_update, initial_params, resolve_step_n)
+                                   apply_update, initial_params, resolve_step_n, run_record)
 from sparktrain.train.optim import make_optimizer
 
 LOSS_BATCH = 16           # windows per forward when measuring a whole-stream loss
@@ -248,27 +247,16 @@ def check_learned(run: _Run, log: _Log, score: dict) -> list:
 
 
 def _checkpoint(run: _Run, log: _Log, score: dict, changed, weights_sha256: str) -> dict:
-    job, step, cfg, m = run.job, run.step, run.model.cfg, run.data.manifest
-    last = log.curve[-1]
+    m = run.data.manifest
     return {
-        "job": job.job, "step_n": run.step_n, "loss_before": log.curve[0]["loss"],
-        "loss_after": last["loss"], "loss_curve": log.curve, **step_record(step),
-        "train_attn": cfg.train_attn,
-        "dataset": job.dataset, "dataset_sha256": m["sha256"], "dataset_kind": "corpus",
+        **run_record(run, log, changed, weights_sha256),
+        "dataset_sha256": m["sha256"], "dataset_kind": "corpus",
         "corpus": {k: m[k] for k in ("patterns", "heldout_fraction", "train_files",
                                      "heldout_files", "train_bytes", "heldout_bytes",
                                      "train_tokens", "heldout_tokens")},
         "tokenizer": run.tokenizer.kind, "tokenizer_sha256": run.tokenizer_sha256,
         **score,
         "heldout_baselines": m["heldout_baselines"],
-        "arch": cfg.to_dict(), "n_params": run.model.n_params, "trained_tensors": len(changed),
-        "frozen_tensors": ",".join(sorted(set(run.params) - set(run.trainable))),
-        "micro_steps": step.outer * step.inner, "clipped_steps": log.clipped,
-        "tokens_seen": log.tokens_seen, "weights": job.rel("weights.safetensors"),
-        "weights_sha256": weights_sha256, "sparkbc_sha256": job.sparkbc_sha256,
-        "program": job.program, "method": job.method, "base": job.base,
-        "base_step_n": run.base_step, "blas_threads": BLAS_THREADS, "trained": True,
-        "not_sgd": False, "sgd": True, "claim": False, "device": "cpu",
     }
 
 

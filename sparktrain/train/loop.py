@@ -133,14 +133,6 @@ BLOWUP = 2.0   # an outer-pass loss above BLOWUP x the starting loss: the run bl
 MARGIN = 0.01  # nats below ln(vocab) a run must end, so a collapse to uniform never passes
 
 
-def check_knobs(step: StepConfig) -> None:
-    """Knobs that parse as floats but cannot train (nan, inf) fail before any work."""
-    for name in ("lr", "clip", "momentum", "weight_decay", "min_lr"):
-        value = getattr(step, name)
-        if not math.isfinite(value):
-            raise SparkError(f"step.{name} must be a finite number, got {value}")
-
-
 def check_learned(curve: list[dict], vocab: int) -> None:
     """What a run must show before `trained=true` may be claimed.
 
@@ -199,8 +191,6 @@ class _Run:
 
 def _set_up(job: Job, step: StepConfig, cfg: ModelConfig, heldout: str | None = None,
             tokenizer: str | Path | None = None) -> _Run:
-    step.validate()
-    check_knobs(step)
     tok, tok_record = pairs_tokenizer(tokenizer)
     if tok is not None:  # the model's vocab is the tokenizer's
         cfg = dataclasses.replace(cfg, vocab=tok.vocab)
@@ -322,16 +312,14 @@ def _weights_meta(run: _Run, log: _Log, labels: dict) -> dict:
             "dataset_sha256": run.dataset.sha256, "base": job.base, **run.tokenizer, **labels}
 
 
-def _checkpoint(run: _Run, log: _Log, changed: list[str], weights_sha256: str,
-                labels: dict) -> dict:
-    """checkpoint.json: a contract (docs/outputs.md), its keys and values fixed."""
-    job, step, dataset, cfg = run.job, run.step, run.dataset, run.model.cfg
+def run_record(run, log, changed: list[str], weights_sha256: str) -> dict:
+    """The checkpoint keys every STEP writes (pairs and corpus loops alike): who
+    ran, with which knobs, what changed and the claims (docs/outputs.md)."""
+    job, step, cfg = run.job, run.step, run.model.cfg
     return {
         "job": job.job, "step_n": run.step_n, "loss_before": log.curve[0]["loss"],
         "loss_after": log.curve[-1]["loss"], "loss_curve": log.curve, **step_record(step),
         "train_attn": cfg.train_attn, "dataset": job.dataset,
-        "dataset_sha256": dataset.sha256, "dataset_n": dataset.n,
-        "dataset_tokens": dataset.n_tokens, "truncated": dataset.n_truncated,
         "arch": cfg.to_dict(), "n_params": run.model.n_params, "trained_tensors": len(changed),
         "frozen_tensors": ",".join(sorted(set(run.params) - set(run.trainable))),
         "micro_steps": step.outer * step.inner, "clipped_steps": log.clipped,
@@ -339,7 +327,19 @@ def _checkpoint(run: _Run, log: _Log, changed: list[str], weights_sha256: str,
         "weights_sha256": weights_sha256, "sparkbc_sha256": job.sparkbc_sha256,
         "program": job.program, "method": job.method, "base": job.base,
         "base_step_n": run.base_step, "blas_threads": BLAS_THREADS, "trained": True,
-        "not_sgd": False, "sgd": True, "claim": False, "device": "cpu", **run.tokenizer, **labels,
+        "not_sgd": False, "sgd": True, "claim": False, "device": "cpu",
+    }
+
+
+def _checkpoint(run: _Run, log: _Log, changed: list[str], weights_sha256: str,
+                labels: dict) -> dict:
+    """checkpoint.json of a pairs job: a contract (docs/outputs.md), its keys and values fixed."""
+    dataset = run.dataset
+    return {
+        **run_record(run, log, changed, weights_sha256),
+        "dataset_sha256": dataset.sha256, "dataset_n": dataset.n,
+        "dataset_tokens": dataset.n_tokens, "truncated": dataset.n_truncated,
+        **run.tokenizer, **labels,
         **({"heldout": run.heldout_path} if run.heldout_path else {}),
     }
 
