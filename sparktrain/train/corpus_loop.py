@@ -31,8 +31,9 @@ from sparktrain.model.weights import weights_bytes
 from sparktrain.train import outputs
 from sparktrain.train.config import StepConfig
 from sparktrain.train.job import Job
-from sparktrain.train.loop import (EMBED, StepResult, _finite_or_fail, _perf, _progress,
-                                   apply_update, initial_params, resolve_step_n, run_record)
+from sparktrain.train.loop import (EMBED, StepResult, _finite_or_fail, _progress,
+                                   apply_update, commit_step, initial_params, resolve_step_n,
+                                   run_record)
 from sparktrain.train.optim import make_optimizer
 
 LOSS_BATCH = 16           # windows per forward when measuring a whole-stream loss
@@ -278,17 +279,6 @@ def run_corpus_step(job: Job, step: StepConfig, cfg: ModelConfig, *, progress=_p
             "loss_after": last["loss"], "sparkbc_sha256": job.sparkbc_sha256,
             "dataset_sha256": run.data.manifest["sha256"], "base": job.base,
             "tokenizer_sha256": run.tokenizer_sha256}
-    wbytes = weights_bytes(run.params, meta)
-    wsha = sha256_bytes(wbytes)
-    checkpoint = _checkpoint(run, log, score, changed, wsha)
-    files = {"weights.safetensors": wbytes,
-             "checkpoint.json": canonical_json(checkpoint).encode(),
-             "ARTIFACT": outputs.sgd_artifact(job, run.step_n).encode()}
-    outputs.commit_files(job.out_dir, files)
-    outputs.clear_failure(job.out_dir)
-    clear_resume(job.out_dir)
-    perf = _perf(log.train_seconds, time.perf_counter() - log.t0, log.tokens_seen,
-                 log.flops_seen, matmul_peak)
-    perf.update(shards=run.engine.shards, workers=run.engine.workers)
-    outputs.atomic_write_bytes(job.out_dir / "perf.json", canonical_json(perf).encode())
-    return StepResult(checkpoint=checkpoint, perf=perf, weights_sha256=wsha, files=files)
+    return commit_step(run, log, meta, matmul_peak,
+                       lambda wsha: _checkpoint(run, log, score, changed, wsha),
+                       after_commit=lambda: clear_resume(job.out_dir))

@@ -347,16 +347,25 @@ def _checkpoint(run: _Run, log: _Log, changed: list[str], weights_sha256: str,
 # -------------------------------------------------------------- the commit
 
 def _commit(run: _Run, log: _Log, changed: list[str], matmul_peak, labels: dict) -> StepResult:
-    """Write weights + checkpoint + ARTIFACT as one commit, then perf.json beside them."""
+    return commit_step(run, log, _weights_meta(run, log, labels), matmul_peak,
+                       lambda wsha: _checkpoint(run, log, changed, wsha, labels))
+
+
+def commit_step(run, log, meta: dict, matmul_peak, make_checkpoint,
+                after_commit=lambda: None) -> StepResult:
+    """Write weights + checkpoint + ARTIFACT as one commit, then perf.json beside
+    them; shared by the pairs and corpus loops. `make_checkpoint(weights_sha256)`
+    builds the checkpoint, which names the weights' hash."""
     job = run.job
-    wbytes = weights_bytes(run.params, _weights_meta(run, log, labels))
+    wbytes = weights_bytes(run.params, meta)
     wsha = sha256_bytes(wbytes)
-    checkpoint = _checkpoint(run, log, changed, wsha, labels)
+    checkpoint = make_checkpoint(wsha)
     files = {"weights.safetensors": wbytes,
              "checkpoint.json": canonical_json(checkpoint).encode(),
              "ARTIFACT": outputs.sgd_artifact(job, run.step_n).encode()}
     outputs.commit_files(job.out_dir, files)
     outputs.clear_failure(job.out_dir)
+    after_commit()
     perf = _perf(log.train_seconds, time.perf_counter() - log.t0, log.tokens_seen,
                  log.flops_seen, matmul_peak)
     perf.update(shards=run.engine.shards, workers=run.engine.workers)
