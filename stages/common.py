@@ -10,35 +10,38 @@ import sys
 from pathlib import Path
 from typing import Callable
 
+from sparktrain.data.base import DataSource
+from sparktrain.data.source import source_for
 from sparktrain.errors import SparkError, TrainingFailed
 from sparktrain.fsutil import read_input
-from sparktrain.train.config import Params, load_params
+from sparktrain.jobfiles import PROGRAM, job_dir
+from sparktrain.params import PARAMS_FILE, Params, load_params
 from sparktrain.train.job import Job, validate_job
-
-PARAMS = "params.yaml"
 
 
 def params() -> Params:
     """The whole params.yaml, validated: a typo anywhere stops every stage."""
-    return load_params(PARAMS)
-
-
-def job_folder(job_id: str) -> Path:
-    return Path("out/train") / job_id
+    return load_params(PARAMS_FILE)
 
 
 def load_job(p: Params) -> Job:
     """The TRAIN that decode-bc resolved, re-checked (the file may have been edited)."""
-    path = job_folder(p.job) / "program.json"
+    path = job_dir(p.job) / PROGRAM
     try:
         doc = json.loads(read_input(path, "decoded program"))
-        job = Job(**doc["job"])
+        job = Job.from_dict(doc["job"])
     except (ValueError, TypeError, KeyError):
         raise SparkError(f"{path} is not a decoded program; run the decode-bc stage "
                          f"(`dvc repro decode-bc`)") from None
-    if job.job != p.job:
-        raise SparkError(f"{path} holds job {job.job!r}, params.yaml asks for {p.job!r}")
+    if job.id != p.job:
+        raise SparkError(f"{path} holds job {job.id!r}, params.yaml asks for {p.job!r}")
     return validate_job(job)
+
+
+def job_source(p: Params) -> tuple[Job, DataSource]:
+    """The job and its data source (eval.data is the held-out file of a pairs job)."""
+    job = load_job(p)
+    return job, source_for(job.dataset, p, heldout=p.eval.data)
 
 
 def run(name: str, stage: Callable[[], object]) -> int:

@@ -9,21 +9,22 @@ from pathlib import Path
 from sparktrain.bc.dump import dump_json
 from sparktrain.errors import SparkError
 from sparktrain.fsutil import write_json
+from sparktrain.jobfiles import PROGRAM, job_dir
 from sparktrain.train.job import job_from_program, read_program
-from stages.common import job_folder, params, run
+from stages.common import params, run
 
 
 def decode_bc() -> Path:
     p = params()
     program = read_program(p.program)
     job = job_from_program(p.program, p.job, program)
-    want = job_folder(job.job).as_posix()
+    want = job_dir(job.id).as_posix()
     if Path(job.out).as_posix().rstrip("/") != want:
-        raise SparkError(f"the pipeline writes under {want}; the TRAIN for {job.job!r} has "
+        raise SparkError(f"the pipeline writes under {want}; the TRAIN for {job.id!r} has "
                          f"out {job.out!r}")
     doc = dump_json(program)
     doc["job"] = job.to_dict()
-    path = job_folder(job.job) / "program.json"
+    path = job_dir(job.id) / PROGRAM
     write_json(path, doc)
     return path
 

@@ -1,6 +1,6 @@
-"""DVC stage step: STEP: numpy SGD (or AdamW), on a pairs file or a prepared corpus
-(sparktrain/train/corpus_loop.py); writes weights.safetensors, checkpoint.json and
-ARTIFACT under out/train/<job>/ (perf.json too, undeclared: timings vary).
+"""DVC stage step: STEP, the one training loop (sparktrain/train/loop.py) over the
+job's data source; writes weights.safetensors, checkpoint.json and ARTIFACT
+under out/train/<job>/ (perf.json too, undeclared: timings vary).
 
 DVC deletes a stage's outputs before it runs it. When training fails, the
 previous good outputs are copied back from the DVC cache (as dvc.lock records
@@ -10,27 +10,23 @@ import sys
 from pathlib import Path
 
 from sparktrain.errors import TrainingFailed
+from sparktrain.jobfiles import CHECKPOINT
 from sparktrain.repro.lock import restore_outputs
-from sparktrain.train.corpus_loop import run_corpus_step
 from sparktrain.train.loop import run_failed, run_step
-from stages.common import load_job, params, run
+from stages.common import job_source, params, run
 
 STAGE = "step"
 
 
 def step() -> Path:
     p = params()
-    job = load_job(p)
+    job, source = job_source(p)
     try:
-        if job.is_corpus:  # held-out bpb per pass from the prepared val stream
-            run_corpus_step(job, p.step, p.model_config())
-        else:
-            run_step(job, p.step, p.model_config(), heldout=p.eval.data,
-                     tokenizer=job.out_dir / "tokenizer.json")
+        run_step(job, p.step, p.model_config(), source)
     except TrainingFailed as err:
         run_failed(job, err, p.step)
         raise TrainingFailed(f"{err}; {restore_outputs(STAGE)}") from None
-    return job.out_dir / "checkpoint.json"
+    return job.out_dir / CHECKPOINT
 
 
 if __name__ == "__main__":

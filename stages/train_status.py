@@ -1,18 +1,17 @@
 """DVC stage train-status: TRAIN's dry accept: validate the job and write its plan
-(out/train/<job>/status.json: arch, parameter count, dataset size, FLOPs; a pairs
-job's counts in the tokens of its tokenizer.json)."""
+(out/train/<job>/status.json: arch, parameter count, FLOPs, and the data
+source's counts in the tokens of the job's tokenizer.json)."""
 import sys
 from pathlib import Path
 
 from sparktrain.train.plan import job_plan, write_status
-from stages.common import load_job, params, run
+from stages.common import job_source, params, run
 
 
 def train_status() -> Path:
     p = params()
-    job = load_job(p)
-    return write_status(job, job_plan(job, p.model_config(), p.step.batch_size,
-                                      tokenizer=job.out_dir / "tokenizer.json"))
+    job, source = job_source(p)
+    return write_status(job, job_plan(job, p.model_config(), p.step.batch_size, source))
 
 
 if __name__ == "__main__":

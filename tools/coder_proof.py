@@ -8,7 +8,7 @@ compare its held-out bits per byte with zlib-9 and lzma-9e on the same bytes.
 nested keys), so the comparison runs of docs/training.md use the same tool.
 
 Runs the pipeline's steps in one process (decode, tokenizer on the train split,
-prepare, step), then measures the compressors on exactly the held-out bytes the
+prepare, step, eval's held-out score), then measures the compressors on exactly the held-out bytes the
 model was scored on, and greedily completes a few held-out code prompts. Prints
 a table and writes out/train/<job>/coder_proof.json. Exit 0 only when the
 run's claims hold and the model's held-out bpb is below zlib-9's.
@@ -24,24 +24,24 @@ import numpy as np
 import yaml
 
 from sparktrain.data.bpb import compressor_bpb
-from sparktrain.data.prepare import heldout_bytes, prepare_job
-from sparktrain.data.tokenizer import load_tokenizer
+from sparktrain.data.prepare import heldout_bytes
+from sparktrain.data.source import prepare_job, source_for
+from sparktrain.data.tokenizer import read_tokenizer
 from sparktrain.errors import SparkError
 from sparktrain.eval.generate import generate_tokens
-from sparktrain.fsutil import write_json
+from sparktrain.fsutil import read_input, write_json
+from sparktrain.jobfiles import CORPUS, TOKENIZER, WEIGHTS
 from sparktrain.model.weights import load_model
-from sparktrain.fsutil import read_input
-from sparktrain.train.config import parse_params
-from sparktrain.train.corpus_loop import run_corpus_step
+from sparktrain.params import parse_params
 from sparktrain.train.job import job_from_program
+from sparktrain.train.loop import run_step
 
 N_PROMPTS, PROMPT_CHARS, MAX_NEW = 4, 160, 48
 
 
-def completions(folder, corpus, seq_len: int) -> list[dict]:
+def completions(folder, corpus, tok, params, cfg) -> list[dict]:
     """Greedy continuations of the first lines of a few held-out files."""
-    tok = load_tokenizer(folder / "tokenizer.json")
-    params, cfg, _ = load_model(folder / "weights.safetensors")
+    seq_len = cfg.seq_len
     prompts = [f.text[:PROMPT_CHARS] for f in corpus.heldout if len(f.text) > PROMPT_CHARS]
     prompts = prompts[:N_PROMPTS]
     contexts = [np.concatenate([[tok.bos], tok.encode(p)])[-seq_len:] for p in prompts]
@@ -78,23 +78,26 @@ def main(argv=None) -> int:
                                     args.overrides))
     job = job_from_program(p.program, p.job)
     folder = job.out_dir
-    corpus = prepare_job(folder, job.dataset, p.tokenizer, p.vocab_size, p.corpus.glob,
-                         p.corpus.heldout)
+    source = source_for(job.dataset, p)
+    prepare_job(folder, source, p.tokenizer, p.vocab_size)
+    corpus = source.read()
     print(f"prepared {len(corpus.train)} train / {len(corpus.heldout)} held-out files "
           f"({time.perf_counter() - t0:.0f}s)", file=sys.stderr)
-    result = run_corpus_step(job, p.step, p.model_config())
-    ck = result.checkpoint
+    ck = run_step(job, p.step, p.model_config(), source).checkpoint
+    tok, tok_sha256 = read_tokenizer(folder / TOKENIZER)
+    params, cfg, _ = load_model(folder / WEIGHTS)
+    score = source.evaluate(folder / CORPUS, params, cfg, tok, tok_sha256, p.eval)
     base = compressor_bpb(heldout_bytes(corpus))  # same run, same bytes
-    samples = completions(folder, corpus, ck["arch"]["seq_len"])
+    samples = completions(folder, corpus, tok, params, cfg)
     report = {
-        "job": job.job, "corpus": job.dataset, "heldout_bytes": base["bytes"],
+        "job": job.id, "corpus": job.dataset, "heldout_bytes": base["bytes"],
         "heldout_files": len(corpus.heldout), "tokenizer": p.tokenizer, "vocab": ck["arch"]["vocab"],
         "scale": p.scale, "arch": ck["arch"], "n_params": ck["n_params"],
         "optimizer": p.step.optimizer, "tokens_seen": ck["tokens_seen"],
-        "model_bpb": ck["heldout_bpb"], "zlib9_bpb": base["zlib9_bpb"],
+        "model_bpb": score["bpb"], "zlib9_bpb": base["zlib9_bpb"],
         "lzma9e_bpb": base["lzma9e_bpb"],
-        "below_zlib9": ck["heldout_bpb"] < base["zlib9_bpb"],
-        "below_lzma9e": ck["heldout_bpb"] < base["lzma9e_bpb"],
+        "below_zlib9": score["bpb"] < base["zlib9_bpb"],
+        "below_lzma9e": score["bpb"] < base["lzma9e_bpb"],
         "samples": samples, "weights_sha256": ck["weights_sha256"],
         "step": dataclasses.asdict(p.step), "overrides": args.overrides,
     }  # no timings: the same inputs give the same bytes (they are printed instead)

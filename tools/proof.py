@@ -19,10 +19,11 @@ from pathlib import Path
 
 from sparktrain.errors import SparkError
 from sparktrain.eval.metrics import evaluate
+from sparktrain.data.pairs import load_pairs
 from sparktrain.fsutil import canonical_json, sha256_file
+from sparktrain.jobfiles import ARTIFACT, CHECKPOINT, EVAL, WEIGHTS
 from sparktrain.model.weights import load_model, load_weights
-from sparktrain.train.config import StepConfig, load_params, model_config
-from sparktrain.train.data import load_pairs
+from sparktrain.params import StepConfig, load_params, load_params_or_defaults, model_config
 from sparktrain.train.job import job_from_program
 from sparktrain.train.loop import run_step
 from sparktrain.train.outputs import parse_artifact
@@ -34,9 +35,9 @@ COPY_BAR = 0.5
 
 def check_trained(folder: Path) -> dict:
     """Assert the claims of a STEP's outputs; returns the checkpoint."""
-    ckpt = json.loads((folder / "checkpoint.json").read_text())
-    art = parse_artifact((folder / "ARTIFACT").read_text())
-    _, meta = load_weights(folder / "weights.safetensors")
+    ckpt = json.loads((folder / CHECKPOINT).read_text())
+    art = parse_artifact((folder / ARTIFACT).read_text())
+    _, meta = load_weights(folder / WEIGHTS)
     checks = {
         "loss fell": ckpt["loss_after"] < ckpt["loss_before"],
         "checkpoint trained=true": ckpt["trained"] is True,
@@ -46,7 +47,7 @@ def check_trained(folder: Path) -> dict:
         "ARTIFACT not_sgd=false": art.get("not_sgd") == "false",
         "weights metadata trained=true": meta.get("trained") is True,
         "weights sha256 == checkpoint.weights_sha256":
-            sha256_file(folder / "weights.safetensors") == ckpt["weights_sha256"],
+            sha256_file(folder / WEIGHTS) == ckpt["weights_sha256"],
     }
     for name, ok in checks.items():
         print(f"  [{'ok' if ok else 'FAIL'}] {name}")
@@ -57,14 +58,14 @@ def check_trained(folder: Path) -> dict:
 
 
 def _eval(folder: Path, data: str, max_new: int | None = None) -> dict:
-    params, cfg, _ = load_model(folder / "weights.safetensors")
+    params, cfg, _ = load_model(folder / WEIGHTS)
     return evaluate(params, cfg, load_pairs(data), max_new=max_new, n_samples=5)
 
 
 def proof_tiny() -> int:
-    params = load_params("params.yaml")
+    params = load_params()
     job = job_from_program(params.program, params.job)
-    print(f"training {job.job} from {job.program} ({params.scale})")
+    print(f"training {job.id} from {job.program} ({params.scale})")
     run_step(job, params.step, params.model_config(), heldout=params.eval.data)
     ckpt = check_trained(job.out_dir)
     metrics = _eval(job.out_dir, params.eval.data, params.eval.max_new)
@@ -80,14 +81,13 @@ def proof_tiny() -> int:
 def proof_scale(program: str, job_id: str, heldout: str, knobs: dict, scale: str) -> int:
     job = job_from_program(program, job_id)
     step = StepConfig(**knobs)
-    scales = load_params("params.yaml").scales if Path("params.yaml").is_file() else None
-    cfg = model_config(scale, scales)
-    print(f"training {job.job} ({scale}) with {knobs}")
+    cfg = model_config(scale, load_params_or_defaults().scales)
+    print(f"training {job.id} ({scale}) with {knobs}")
     t0 = time.perf_counter()
     run_step(job, step, cfg, heldout=heldout)
     ckpt = check_trained(job.out_dir)
     metrics = _eval(job.out_dir, heldout)
-    (job.out_dir / "eval.json").write_text(canonical_json(metrics))
+    (job.out_dir / EVAL).write_text(canonical_json(metrics))
     print(f"trained in {time.perf_counter() - t0:.0f}s; loss {ckpt['loss_before']:.4f} -> "
           f"{ckpt['loss_after']:.4f}")
     print(f"{'family':10} {'n':>4} {'loss':>8} {'tok_acc':>8} {'exact':>7}")

@@ -20,6 +20,7 @@ import yaml
 
 from sparktrain.errors import SparkError
 from sparktrain.fsutil import sha256_file
+from sparktrain.jobfiles import WEIGHTS, job_dir
 from sparktrain.repro.workspace import copy_project, tool_env
 
 def _run(cmd: list[str], cwd: Path) -> None:
@@ -32,7 +33,7 @@ def _run(cmd: list[str], cwd: Path) -> None:
 
 def weights_path(repo: Path) -> Path:
     params = yaml.safe_load((repo / "params.yaml").read_text(encoding="utf-8"))
-    return repo / "out" / "train" / params["job"] / "weights.safetensors"
+    return job_dir(params["job"], repo) / WEIGHTS
 
 
 def spark_run_weights(root: Path, workdir: Path) -> str:

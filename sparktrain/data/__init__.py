@@ -1,2 +1,4 @@
-"""Corpora of text files: reading, the train / held-out split, tokenizers, token
-streams on disk and the bits-per-byte scale (docs/training.md "Corpora")."""
+"""Data sources behind one interface (base.py, the table in source.py): pairs
+JSONL (pairs.py), corpora of text files (corpus.py, corpus_source.py), JSONL
+text rows (text.py); tokenizers; token streams on disk; bits per byte.
+docs/training.md "Data sources"."""

@@ -13,7 +13,6 @@ import numpy as np
 from sparktrain.data.bpb import compressor_bpb
 from sparktrain.data.corpus import Corpus, read_corpus
 from sparktrain.data.stream import read_stream, stream_of, write_stream
-from sparktrain.data.tokenizer import make_tokenizer
 from sparktrain.data.vocab import token_dtype
 from sparktrain.errors import SparkError
 from sparktrain.fsutil import (atomic_write_text, read_input, sha256_bytes, sha256_file,
@@ -83,16 +82,3 @@ def read_prepared(folder: str | Path, tokenizer_sha256: str | None = None) -> Pr
             raise SparkError(f"the {name} stream of {folder} has {len(stream)} tokens, "
                              f"{FILES} says {manifest[key]}; run the prepare stage again")
     return Prepared(manifest, train, val)
-
-
-def prepare_job(folder: str | Path, dataset: str, kind: str, vocab_size: int, patterns,
-                heldout: float):
-    """The tokenizer and prepare stages in one call (for `spark code train` and the
-    coder proof): tokenizer.json trained on the train split, then corpus/. Returns
-    the Corpus read."""
-    folder = Path(folder)
-    corpus = read_corpus(dataset, patterns, heldout)
-    tok = make_tokenizer(kind, vocab_size, [f.text for f in corpus.train])
-    atomic_write_text(folder / "tokenizer.json", tok.to_json())
-    write_prepared(folder / "corpus", corpus, tok, sha256_file(folder / "tokenizer.json"))
-    return corpus

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 import numpy as np
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -16,6 +16,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from sparktrain.data.vocab import MAX_VOCAB, MIN_BPE_VOCAB, SPECIALS, TOKENIZERS
 from sparktrain.errors import SparkError
 from sparktrain.fsutil import canonical_json, read_input, sha256_bytes
+from sparktrain.jobfiles import TOKENIZER
 
 
 class ByteTokenizer:
@@ -105,11 +106,11 @@ def train_bpe(texts: Sequence[str], vocab_size: int) -> BpeTokenizer:
     return BpeTokenizer(tok)
 
 
-def make_tokenizer(kind: str, vocab_size: int, texts: Sequence[str]):
-    """The tokenizer a job asks for; BPE is trained on `texts`."""
+def make_tokenizer(kind: str, vocab_size: int, texts: Callable[[], Sequence[str]]):
+    """The tokenizer a job asks for; BPE is trained on `texts()` (only then read)."""
     if check_kind(kind) == "byte":
         return ByteTokenizer()
-    return train_bpe(texts, vocab_size)
+    return train_bpe(texts(), vocab_size)
 
 
 def parse_tokenizer(data: bytes, path: str = "<tokenizer>"):
@@ -134,24 +135,30 @@ def parse_tokenizer(data: bytes, path: str = "<tokenizer>"):
     return BpeTokenizer(tok)
 
 
-def load_tokenizer(path) -> ByteTokenizer | BpeTokenizer:
-    return parse_tokenizer(read_input(path, "tokenizer.json"), str(path))
-
-
-def pairs_tokenizer(path: str | Path | None):
-    """(tokenizer, record) of a pairs job: (None, {}) for byte tokens (no file, or the
-    byte tokenizer.json: the outputs stay those of a byte run), else the BPE and
-    {"dataset_kind": "pairs", "tokenizer": "bpe", "tokenizer_sha256": ...} for the
-    weights and checkpoint (a corpus model records a tokenizer too: the kind tells
-    generate and eval which prompt layout the model learned)."""
-    if path is None:
-        return None, {}
+def read_tokenizer(path, expect_sha256: str | None = None,
+                   weights=None) -> tuple[ByteTokenizer | BpeTokenizer, str]:
+    """(tokenizer, sha256 of the file): the one reader of a tokenizer.json. With
+    `expect_sha256` (what `weights` record) other bytes are refused before parsing."""
     data = read_input(path, "tokenizer.json (run the tokenizer stage)")
-    tok = parse_tokenizer(data, str(path))
-    if tok.kind == "byte":
-        return None, {}
-    return tok, {"dataset_kind": "pairs", "tokenizer": tok.kind,
-                 "tokenizer_sha256": sha256_bytes(data)}
+    found = sha256_bytes(data)
+    if expect_sha256 is not None and found != expect_sha256:
+        raise SparkError(f"{path} is not the tokenizer {weights} was trained with (sha256 "
+                         f"{found[:12]}..., the weights record {str(expect_sha256)[:12]}...); "
+                         "give the job's tokenizer.json with --tokenizer")
+    return parse_tokenizer(data, str(path)), found
+
+
+def load_tokenizer(path) -> ByteTokenizer | BpeTokenizer:
+    return read_tokenizer(path)[0]
+
+
+def job_tokenizer(folder) -> tuple[ByteTokenizer | BpeTokenizer, str | None]:
+    """The tokenizer of a job folder: its tokenizer.json, or bytes (sha256 None)
+    when the folder has none (`spark train --dataset` on a fresh folder)."""
+    path = Path(folder) / TOKENIZER
+    if not path.exists():
+        return ByteTokenizer(), None
+    return read_tokenizer(path)
 
 
 def is_pairs_model(meta: dict) -> bool:
@@ -165,10 +172,9 @@ def tokenizer_for(weights, meta: dict, vocab: int, given=None):
     """The tokenizer a weights file was trained with, checked, for generate / eval.
 
     Weights of a corpus job or a BPE pairs job record `tokenizer_sha256`: the
-    tokenizer.json (`given`,
-    else the one beside the weights) must have exactly those bytes. Weights that
-    record none are a byte-token pairs model: None, and a `given` tokenizer must be
-    the byte one.
+    tokenizer.json (`given`, else the one beside the weights) must have exactly
+    those bytes. Weights that record none are a byte-token pairs model: the byte
+    tokenizer, and a `given` tokenizer must be the byte one.
     """
     recorded = meta.get("tokenizer_sha256")
     if recorded is None:
@@ -177,15 +183,9 @@ def tokenizer_for(weights, meta: dict, vocab: int, given=None):
             if tok.kind != "byte" or vocab != ByteTokenizer.vocab:
                 raise SparkError(f"{given} is a {tok.kind} tokenizer of {tok.vocab} tokens but "
                                  f"{weights} records no tokenizer (a byte-token model)")
-        return None
-    path = Path(given) if given is not None else Path(weights).parent / "tokenizer.json"
-    data = read_input(path, "tokenizer.json")
-    found = sha256_bytes(data)
-    if found != recorded:
-        raise SparkError(f"{path} is not the tokenizer {weights} was trained with (sha256 "
-                         f"{found[:12]}..., the weights record {str(recorded)[:12]}...); "
-                         "give the job's tokenizer.json with --tokenizer")
-    tok = parse_tokenizer(data, str(path))
+        return ByteTokenizer()
+    path = Path(given) if given is not None else Path(weights).parent / TOKENIZER
+    tok, _ = read_tokenizer(path, recorded, weights)
     if tok.vocab != vocab:
         raise SparkError(f"{path} has {tok.vocab} tokens but the weights' vocab is {vocab}")
     return tok

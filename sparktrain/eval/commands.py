@@ -108,7 +108,7 @@ def cmd_eval(args) -> int:
     from sparktrain.eval.metrics import evaluate
     from sparktrain.model.weights import load_model
     from sparktrain.fsutil import canonical_json, write_json
-    from sparktrain.train.data import read_pairs
+    from sparktrain.data.pairs import read_pairs
 
     _positive(args.batch_size, "--batch-size")
     if args.max_new is not None:
@@ -123,9 +123,8 @@ def cmd_eval(args) -> int:
         raise SparkError(f"{args.weights} is a corpus model of {tok.vocab} BPE tokens; spark "
                          "eval scores JSONL pairs with a pairs model (a corpus job's held-out "
                          "bits per byte are in its eval.json)")
-    bpe = tok if tok is not None and tok.kind == "bpe" else None  # a byte model: byte tokens
     result = evaluate(params, cfg, pairs, batch_size=args.batch_size, max_new=args.max_new,
-                      n_samples=args.samples, tokenizer=bpe)
+                      n_samples=args.samples, tokenizer=tok)
     result.update(data=str(args.data), data_sha256=data_sha256, weights=str(args.weights))
     if args.out:
         write_json(args.out, result)

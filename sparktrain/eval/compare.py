@@ -31,6 +31,7 @@ from sparktrain.errors import SparkError
 from sparktrain.eval.metrics import HEADLINE_KEYS
 from sparktrain.eval.plot import loss_axes, png_bytes
 from sparktrain.fsutil import atomic_write_bytes
+from sparktrain.jobfiles import CHECKPOINT, EVAL, job_dir
 from sparktrain.repro.lock import cache_dir, cached_blob, outputs
 from sparktrain.repro.workspace import tool_env
 
@@ -131,7 +132,7 @@ def record(row: Row) -> Experiment:
     """An experiment's params and headline numbers; the eval.json from before
     eval_detail.json (every number in one file) is read too."""
     params = flatten(((row.data.get("params") or {}).get(PARAMS_FILE) or {}).get("data") or {})
-    metric_path = f"out/train/{params.get('job')}/eval.json"
+    metric_path = (job_dir(str(params.get('job'))) / EVAL).as_posix()
     metric = ((row.data.get("metrics") or {}).get(metric_path) or {}).get("data")
     if not isinstance(metric, dict) or not _is_number(metric.get("loss")):
         raise SparkError(f"experiment {row.name}: no held-out loss in {metric_path} "
@@ -145,7 +146,7 @@ def record(row: Row) -> Experiment:
 def read_committed_checkpoint(exp: Experiment) -> dict:
     """An experiment's checkpoint.json as its commit recorded it: the commit's
     dvc.lock names the md5, the DVC cache holds the bytes."""
-    path = f"out/train/{exp.params.get('job')}/checkpoint.json"
+    path = (job_dir(str(exp.params.get('job'))) / CHECKPOINT).as_posix()
     shown = subprocess.run(["git", "show", f"{exp.rev}:dvc.lock"], capture_output=True,
                            text=True)
     try:

@@ -17,7 +17,7 @@ from sparktrain.errors import SparkError
 from sparktrain.model.batch import PAD
 from sparktrain.model.build import build_model
 from sparktrain.model.config import ModelConfig
-from sparktrain.train.data import EOS, prompt_tokens
+from sparktrain.data.pairs import EOS, prompt_tokens
 
 GEN_BATCH = 64
 MAX_NEW = 4096  # most new bytes one prompt may ask for: a model that never emits EOS stops here
@@ -99,7 +99,7 @@ def generate(params, cfg: ModelConfig, prompts: Sequence[str], *, max_new: int =
     (bytes, or the ids of the job's BPE `tokenizer`)."""
     _check_sampling(max_new, temperature, top_k, seed)
     contexts = [prompt_context(p, cfg.seq_len, tokenizer)[0] for p in prompts]
-    if tokenizer is None:
+    if tokenizer is None or tokenizer.kind == "byte":
         return _sample(params, cfg, contexts, max_new, temperature, top_k, seed, EOS, decode)
     return _sample(params, cfg, contexts, max_new, temperature, top_k, seed, tokenizer.eos,
                    tokenizer.decode)

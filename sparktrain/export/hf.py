@@ -22,6 +22,7 @@ from sparktrain.export.mapping import name_map, require_attention
 from sparktrain.export.publish import check_target, publish_dir, publish_file
 from sparktrain.export.tokenizer import special_ids, tokenizer_config, tokenizer_json
 from sparktrain.fsutil import canonical_json, read_input
+from sparktrain.jobfiles import TOKENIZER
 from sparktrain.model.config import ModelConfig, param_shapes
 from sparktrain.model.layers import RMS_EPS, ROPE_BASE
 from sparktrain.model.weights import (check_params, check_tensors, config_from_meta, load_model,
@@ -142,7 +143,7 @@ def export_hf(weights: str | os.PathLike, out: str | os.PathLike,
         "config.json": canonical_json(hf_config(cfg, meta, ids)).encode(),
         "generation_config.json": canonical_json(generation_config(ids)).encode(),
         MODEL_FILE: save_safetensors(tensors, metadata={"format": "pt"}),
-        "tokenizer.json": tok_text.encode(),
+        TOKENIZER: tok_text.encode(),  # Hugging Face names it as a job folder does
         "tokenizer_config.json": canonical_json(tokenizer_config(tok_text, cfg)).encode(),
     }
     publish_dir(files, out)

@@ -21,7 +21,7 @@ from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pro
 from sparktrain.errors import SparkError
 from sparktrain.fsutil import read_input
 from sparktrain.model.config import ModelConfig
-from sparktrain.train.data import BOS, EOS, SEP
+from sparktrain.data.pairs import BOS, EOS, SEP
 
 SPECIALS = {BOS: "<|bos|>", SEP: "<|sep|>", EOS: "<|eos|>"}
 # One merge that never fires: 0xFD twice. The gguf writer refuses an empty

@@ -1,6 +1,6 @@
 """What the model eats: padded integer batches, built from tokenised rows.
 
-A row is anything with the fields of sparktrain.train.data.Encoded (tokens,
+A row is anything with the fields of sparktrain.data.pairs.Encoded (tokens,
 mask, context, first_target); this module only lays rows out in arrays.
 """
 from __future__ import annotations

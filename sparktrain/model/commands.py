@@ -34,7 +34,7 @@ def _bench(args) -> int:
     from sparktrain.fsutil import canonical_json
     from sparktrain.model.bench import (format_report, run_bench, run_scaling,
                                         stderr_line, stderr_progress)
-    from sparktrain.train.config import scale_config
+    from sparktrain.params import scale_config
 
     cfg = scale_config(args.scale, args.params)
     if args.workers:

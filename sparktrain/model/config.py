@@ -12,12 +12,12 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, fields
 
+from sparktrain.data.vocab import MAX_VOCAB
 from sparktrain.errors import SparkError
 
 VOCAB = 256
 MAX_PARAMS = 200_000_000
 MAX_SEQ_LEN = 4096
-MAX_VOCAB = 65535  # token ids are stored as uint16
 
 
 @dataclass(frozen=True)
@@ -72,6 +72,10 @@ class ModelConfig:
             raise SparkError(f"unknown arch key(s): {', '.join(unknown)}")
         return cls(**d)
 
+
+# The keys of a scale: the shape of the network; vocab comes from the tokenizer and
+# train_attn from the step knobs.
+ARCH_KEYS = tuple(f.name for f in fields(ModelConfig) if f.name not in ("vocab", "train_attn"))
 
 SCALES: dict[str, ModelConfig] = {
     "tiny": ModelConfig(dim=32, n_layer=2, n_head=4, n_kv_head=2, seq_len=64),

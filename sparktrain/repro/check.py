@@ -31,6 +31,7 @@ import yaml
 from safetensors.numpy import load
 
 from sparktrain.errors import SparkError
+from sparktrain.jobfiles import CHECKPOINT, EVAL, EVAL_DETAIL, WEIGHTS
 from sparktrain.repro.lock import LOCK, Output, cache_dir, cached_blob, outputs, read_lock
 from sparktrain.repro.workspace import tool_env
 
@@ -38,8 +39,7 @@ from sparktrain.repro.workspace import tool_env
 HASH_KEY_MARK = "sha256"
 # The outputs computed with BLAS floats, which may move in the last bits on
 # another CPU family; every other output must be reproduced byte for byte.
-FLOAT_OUTPUT_NAMES = ("checkpoint.json", "eval.json", "eval_detail.json",
-                      "weights.safetensors")
+FLOAT_OUTPUT_NAMES = (CHECKPOINT, EVAL, EVAL_DETAIL, WEIGHTS)
 PICTURE_SUFFIXES = (".png", ".svg")
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import yaml
 
 from sparktrain.errors import SparkError
-from sparktrain.train.config import parse_params
+from sparktrain.params import parse_params
 
 KEY = re.compile(r"^(\+?)([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_]+)*)=(.+)$")
 

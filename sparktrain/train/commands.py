@@ -13,13 +13,13 @@ ARCH = (("--dim", "dim"), ("--n-layer", "n_layer"), ("--n-head", "n_head"),
 
 
 def add_train_flags(p: argparse.ArgumentParser) -> None:
-    from sparktrain.train.config import add_step_flags
+    from sparktrain.params import add_step_flags, scale_names
 
     add_step_flags(p)
     a = p.add_argument_group("architecture")
     a.add_argument("--scale", default=None,
-                   help="a built-in scale (tiny, large) or a row of params.yaml's scales "
-                        "(default: params.yaml's scale, else tiny)")
+                   help=f"a built-in scale ({scale_names()}) or a row of params.yaml's "
+                        "scales (default: params.yaml's scale, else tiny)")
     for flag, dest in ARCH:
         a.add_argument(flag, dest=dest, type=int, default=None, help=f"override the scale's {dest}")
     p.add_argument("--params", default=None,
@@ -62,18 +62,15 @@ def register(sub) -> None:
 
 
 def resolve_configs(args, params_path: str | None, default_params: bool):
-    """(StepConfig, ModelConfig, held-out file or None) from defaults < params.yaml < flags."""
-    from sparktrain.train.config import StepConfig, load_params, model_config, step_from_flags
+    """(params or defaults, StepConfig, ModelConfig, held-out file or None) from
+    defaults < params.yaml < flags."""
+    from sparktrain.params import load_params_or_defaults, model_config, step_from_flags
 
-    step, scale, scales, heldout = StepConfig(), "tiny", None, None
-    path = params_path or ("params.yaml" if default_params and Path("params.yaml").exists() else None)
-    if path:
-        params = load_params(path)
-        step, scale, scales, heldout = params.step, params.scale, params.scales, params.eval.data
-    step = step_from_flags(step, args)
-    cfg = model_config(args.scale or scale, scales, train_attn=step.train_attn,
+    knobs = load_params_or_defaults(params_path, default_file=default_params)
+    step = step_from_flags(knobs.step, args)
+    cfg = model_config(args.scale or knobs.scale, knobs.scales, train_attn=step.train_attn,
                        **{d: getattr(args, d) for _, d in ARCH})
-    return step, cfg, args.heldout or heldout
+    return knobs, step, cfg, args.heldout or knobs.heldout()
 
 
 def cmd_train(args) -> int:
@@ -90,26 +87,23 @@ def cmd_train(args) -> int:
         if not (args.dataset and args.out):
             raise SparkError("give --program P.sparkbc --job ID, or --dataset D --out DIR")
         job = adhoc_job(args.dataset, args.out, args.base)
-    step, cfg, heldout = resolve_configs(args, args.params, default_params=False)
-    print(json.dumps(run_and_record(job, step, cfg, heldout=heldout), sort_keys=True))
+    knobs, step, cfg, heldout = resolve_configs(args, args.params, default_params=False)
+    print(json.dumps(run_and_record(job, knobs, step, cfg, heldout=heldout), sort_keys=True))
     return 0
 
 
-def run_and_record(job, step, cfg, labels: dict | None = None,
+def run_and_record(job, knobs, step, cfg, labels: dict | None = None,
                    heldout: str | None = None) -> dict:
-    """STEP `job` (a failure is recorded beside the previous outputs, then raised);
-    the one-line JSON summary every train command prints."""
+    """STEP `job` on its data source (`knobs`: the params or defaults it reads; a
+    failure is recorded beside the previous outputs, then raised); the one-line
+    JSON summary every train command prints."""
+    from sparktrain.data.source import source_for
     from sparktrain.errors import TrainingFailed
-    from sparktrain.train.corpus_loop import run_corpus_step
     from sparktrain.train.loop import run_failed, run_step
 
     try:
-        if job.is_corpus:  # its data prepared first (prepare_job or the prepare stage)
-            if labels:
-                raise SparkError("run labels are for pairs jobs")
-            result = run_corpus_step(job, step, cfg)
-        else:
-            result = run_step(job, step, cfg, labels=labels, heldout=heldout)
+        result = run_step(job, step, cfg, source_for(job.dataset, knobs, heldout),
+                          labels=labels)
     except TrainingFailed as err:
         run_failed(job, err, step)
         raise
@@ -123,12 +117,13 @@ def run_and_record(job, step, cfg, labels: dict | None = None,
 
 def cmd_run(args) -> int:
     from sparktrain.bc.vm import execute
+    from sparktrain.data.source import source_for
     from sparktrain.train.job import check_job_id, job_from_train, read_program
     from sparktrain.train import outputs
     from sparktrain.train.plan import dry_accept
 
     program = read_program(args.program)
-    step, cfg, heldout = resolve_configs(args, args.params, default_params=True)
+    knobs, step, cfg, heldout = resolve_configs(args, args.params, default_params=True)
     declared: dict[str, object] = {}
 
     def job_of(job_id: str):
@@ -140,20 +135,22 @@ def cmd_run(args) -> int:
 
     def on_train(ins, ops):
         job = job_from_train(args.program, *ops)
-        job_id = job.job
+        job_id = job.id
         declared[job_id] = job
-        plan = dry_accept(job, cfg, step.batch_size)
-        return {"op": "TRAIN", "job": job_id, "state": "declared", "trained": False,
+        plan = dry_accept(job, cfg, step.batch_size, source_for(job.dataset, knobs, heldout))
+        line = {"op": "TRAIN", "job": job_id, "state": "declared", "trained": False,
                 "not_sgd": True, "dataset": job.dataset, "base": job.base, "out": job.out,
-                "method": job.method, "n_params": plan["n_params"],
-                "dataset_rows": plan["dataset_rows"]}
+                "method": job.method, "n_params": plan["n_params"]}
+        if "dataset_rows" in plan:  # a pairs job counts rows; a corpus, tokens (prepare)
+            line["dataset_rows"] = plan["dataset_rows"]
+        return line
 
     def on_step(ins, ops):
-        return run_and_record(job_of(ops[0]), step, cfg, heldout=heldout)
+        return run_and_record(job_of(ops[0]), knobs, step, cfg, heldout=heldout)
 
     def on_status(ins, ops):
         job = job_of(ops[0])
-        state = outputs.job_state(job.out_dir, job.job)
+        state = outputs.job_state(job.out_dir, job.id)
         state.pop("perf", None)  # timings vary run to run; `spark status` shows them
         return {"op": "TRAIN_STATUS", **state}
 
@@ -164,18 +161,18 @@ def cmd_run(args) -> int:
 
 def cmd_status(args) -> int:
     from sparktrain.fsutil import canonical_json
+    from sparktrain.jobfiles import job_dir
+    from sparktrain.params import load_params
     from sparktrain.train import outputs
     from sparktrain.train.job import check_job_id
 
     job = args.job
     if job is None:
-        from sparktrain.train.config import load_params
-
-        job = load_params("params.yaml").job
+        job = load_params().job
     folder = Path(job)
     if not folder.is_dir():
         check_job_id(job)
-        folder = Path("out/train") / job
+        folder = job_dir(job)
     if not folder.is_dir():
         raise SparkError(f"no job folder {folder} (run the pipeline or `spark run` first)")
     state = outputs.job_state(folder)

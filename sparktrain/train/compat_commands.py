@@ -15,9 +15,10 @@ import sys
 from pathlib import Path
 
 from sparktrain.errors import SparkError, TrainingFailed
+from sparktrain.jobfiles import CHECKPOINT, WEIGHTS
+from sparktrain.params import scale_names
 from sparktrain.train.commands import ARCH, add_train_flags
 
-WEIGHTS, CHECKPOINT = "weights.safetensors", "checkpoint.json"
 DEVICES = ("auto", "cpu")
 # The Spark-coder job when the project has one, else the default fixture job.
 CODER_JOBS = (("data/programs/train-coder.sparkbc", "job-coder-tiny"),
@@ -53,7 +54,8 @@ def register(sub) -> None:
                             description="Train the Spark-coder job (the fixture job when the "
                                         "project has no coder job) with the scale table's "
                                         "settings and params.yaml's step knobs.")
-    t.add_argument("--scale", default="tiny", help="tiny, large, medium or a params.yaml row")
+    t.add_argument("--scale", default="tiny",
+                   help=f"{scale_names()}, or a row of params.yaml's scales")
     t.add_argument("--device", default="auto",
                    help="auto (the CPU on a machine without a supported GPU) or cpu")
     t.set_defaults(func=cmd_code_train)
@@ -113,13 +115,13 @@ def cmd_apply_step(args) -> int:
     job = adhoc_job(args.dataset, folder.as_posix(), weights.as_posix() if weights.exists()
                     else None)
     job = replace(job, program=args.sparkbc, sparkbc_sha256=sha256_file(args.sparkbc))
-    step, cfg, heldout = resolve_configs(args, None, default_params=False)
+    knobs, step, cfg, heldout = resolve_configs(args, None, default_params=False)
     labels = {k: v for k, v in (("source", args.source), ("command", args.command_label))
               if v is not None}
     try:
-        summary = run_and_record(job, step, cfg, labels=labels, heldout=heldout)
+        summary = run_and_record(job, knobs, step, cfg, labels=labels, heldout=heldout)
     except TrainingFailed as err:
-        print(json.dumps({"op": "STEP", "job": job.job, "trained": False, "not_sgd": True,
+        print(json.dumps({"op": "STEP", "job": job.id, "trained": False, "not_sgd": True,
                           "error": str(err)}, sort_keys=True))
         raise SparkError(f"training failed: {err}") from None
     print(json.dumps(summary, sort_keys=True))
@@ -128,29 +130,25 @@ def cmd_apply_step(args) -> int:
 
 
 def cmd_code_train(args) -> int:
-    from sparktrain.data.prepare import prepare_job
+    from sparktrain.data.source import prepare_job, source_for
+    from sparktrain.params import load_params_or_defaults, model_config
     from sparktrain.train.commands import run_and_record
-    from sparktrain.train.config import CorpusConfig, StepConfig, load_params, model_config
     from sparktrain.train.job import job_from_program
 
     if args.device not in DEVICES:
         raise SparkError(f"unknown device {args.device!r}: this build trains with numpy on "
                          f"the CPU; use --device auto or --device cpu")
     program, job_id = next(((p, j) for p, j in CODER_JOBS if Path(p).is_file()), CODER_JOBS[-1])
-    params = load_params("params.yaml") if Path("params.yaml").is_file() else None
-    step = params.step if params else StepConfig()
-    cfg = model_config(args.scale, params.scales if params else None,
-                       train_attn=step.train_attn)
+    knobs = load_params_or_defaults()
+    cfg = model_config(args.scale, knobs.scales, train_attn=knobs.step.train_attn)
     job = job_from_program(program, job_id)
     if args.device == "auto":  # said once, after the inputs checked out
         print("spark code: no supported GPU backend in this build; training on the CPU",
               file=sys.stderr)
-    heldout = params.eval.data if params else None
-    if job.is_corpus:  # what the tokenizer and prepare stages do, with params.yaml's settings
-        kind, vocab, corpus = ((params.tokenizer, params.vocab_size, params.corpus) if params
-                               else ("byte", 0, CorpusConfig()))
-        prepare_job(job.out_dir, job.dataset, kind, vocab, corpus.glob, corpus.heldout)
-    print(json.dumps(run_and_record(job, step, cfg, heldout=heldout), sort_keys=True))
+    # what the tokenizer and prepare stages do, with the params' settings
+    prepare_job(job.out_dir, source_for(job.dataset, knobs), knobs.tokenizer, knobs.vocab_size)
+    print(json.dumps(run_and_record(job, knobs, knobs.step, cfg, heldout=knobs.heldout()),
+                     sort_keys=True))
     return 0
 
 

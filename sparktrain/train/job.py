@@ -1,4 +1,8 @@
-"""A job: the TRAIN declaration of a program, checked before a file is touched."""
+"""A job: the TRAIN declaration of a program, checked before a file is touched.
+
+What kind of data the job trains on is not a question this module answers: the
+data source table (sparktrain/data/source.py) does, from `dataset`.
+"""
 from __future__ import annotations
 
 import re
@@ -8,6 +12,7 @@ from pathlib import Path
 from sparktrain.data.corpus import STDLIB
 from sparktrain.errors import SparkError
 from sparktrain.fsutil import check_regular, sha256_file
+from sparktrain.jobfiles import JOBS_ROOT
 
 SUPPORTED_METHODS = ("spark_distill_cpu",)
 FRESH_INIT = "fresh-init"
@@ -17,7 +22,7 @@ MAX_OUT_CHARS = 1024  # an `out` path longer than this is a crafted one, not a j
 
 @dataclass(frozen=True)
 class Job:
-    job: str                      # last path component of `out`
+    id: str                       # last path component of `out`
     dataset: str                  # JSONL path, or a corpus folder (or @stdlib), relative
     base: str                     # a .safetensors path, or a name meaning fresh init
     out: str                      # the job folder, inside out/
@@ -35,15 +40,18 @@ class Job:
         return f"{self.out.rstrip('/')}/{name}"
 
     @property
-    def is_corpus(self) -> bool:
-        return is_corpus(self.dataset)
-
-    @property
     def base_is_weights(self) -> bool:
         return self.base.endswith(".safetensors") or Path(self.base).is_file()
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """As program.json records it (the id under the original's key "job")."""
+        d = asdict(self)
+        return {"job": d.pop("id"), **d}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Job":
+        d = dict(d)
+        return cls(id=d.pop("job"), **d)
 
 
 def check_job_id(job: str) -> str:
@@ -65,7 +73,7 @@ def check_out(out: str, root: Path | None = None) -> str:
         target = (root / out).resolve()
     except (OSError, RuntimeError) as err:
         raise SparkError(f"out {out[:80]!r}... cannot be resolved ({err})") from None
-    out_root = root / "out"
+    out_root = root / JOBS_ROOT.parts[0]
     if target == out_root or out_root not in target.parents:
         raise SparkError(f"out {out!r} resolves outside the project's out/ folder")
     return out
@@ -77,13 +85,9 @@ def check_method(method: str) -> str:
     return method
 
 
-def is_corpus(dataset: str) -> bool:
-    """A folder of text files (or the interpreter's standard library), not JSONL rows."""
-    return dataset == STDLIB or Path(dataset).is_dir()
-
-
 def check_dataset(dataset: str) -> str:
-    if is_corpus(dataset):
+    """A folder of text files, the interpreter's standard library, or a regular file."""
+    if dataset == STDLIB or Path(dataset).is_dir():
         return dataset
     check_regular(dataset, "dataset")
     return dataset
@@ -111,7 +115,7 @@ def job_from_train(program_path: str, dataset: str, base: str, out: str, method:
     """A Job from one TRAIN's operands (its id is the last component of `out`)."""
     from sparktrain.bc.program import job_of
 
-    return validate_job(Job(job=job_of(out), dataset=dataset, base=base, out=out, method=method,
+    return validate_job(Job(id=job_of(out), dataset=dataset, base=base, out=out, method=method,
                             bind=bind, program=str(program_path),
                             sparkbc_sha256=sha256_file(program_path)))
 
@@ -123,7 +127,7 @@ def read_program(path):
 
 
 def validate_job(job: Job) -> Job:
-    check_job_id(job.job)
+    check_job_id(job.id)
     check_out(job.out)
     check_method(job.method)
     check_dataset(job.dataset)
@@ -139,7 +143,7 @@ def adhoc_job(dataset: str, out: str, base: str | None) -> Job:
 
     name = check_job_id(job_of(out))
     check_dataset(dataset)
-    job = Job(job=name, dataset=dataset, base=base or FRESH_INIT, out=out)
+    job = Job(id=name, dataset=dataset, base=base or FRESH_INIT, out=out)
     if job.base_is_weights and not Path(job.base).is_file():
         raise SparkError(f"base weights {job.base} do not exist")
     return job

@@ -1,40 +1,47 @@
-"""STEP: outer x inner minibatch SGD over a job's dataset, honest about the result.
+"""STEP: the one training loop, over any data source (docs/training.md "The loop").
 
-The loop only claims what happened: the whole-dataset loss is measured before
-and after each outer pass, and outputs saying `trained=true` are committed
-only when gradients were applied, every loss and gradient stayed finite, some
-weight changed and the loss fell. Anything else raises TrainingFailed and
-leaves the previous outputs untouched.
+Outer passes of inner micro-steps. The data source (data/source.py) gives the
+seeded micro-batches and the fixed sets measured after every pass; the loop
+never asks which kind of data it has. It only claims what happened: outputs
+saying `trained=true` are committed only when gradients were applied, every
+loss and gradient stayed finite, some weight changed and the loss fell
+(check_learned). Anything else raises TrainingFailed and leaves the previous
+outputs untouched. With step.checkpoint_every the whole state is saved between
+passes, and a run killed mid-way resumes to the same final bytes.
 """
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import sys
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
 from sparktrain import BLAS_THREADS
-from sparktrain.data.tokenizer import pairs_tokenizer
+from sparktrain.data.base import DataSource, TrainingData, score
+from sparktrain.data.source import source_for
+from sparktrain.data.tokenizer import job_tokenizer
 from sparktrain.errors import SparkError, TrainingFailed
 from sparktrain.fsutil import canonical_json, sha256_bytes
+from sparktrain.jobfiles import (ARTIFACT, CHECKPOINT, CORPUS, PERF, RESUME_STATE,
+                                 RESUME_TENSORS, WEIGHTS)
 from sparktrain.model.base import Model
 from sparktrain.model.bench import matmul_peak as measure_matmul_peak
 from sparktrain.model.build import build_model
 from sparktrain.model.config import ModelConfig
 from sparktrain.model.parallel import GradientEngine
-from sparktrain.model.weights import check_params, config_from_meta, load_weights, weights_bytes
+from sparktrain.model.weights import (check_params, config_from_meta, load_weights,
+                                      weights_bytes)
+from sparktrain.params import Defaults, StepConfig, step_record
 from sparktrain.train import outputs
-from sparktrain.train.config import StepConfig, step_record
-from sparktrain.train.data import Dataset, iter_batches, load_dataset
 from sparktrain.train.job import Job
 from sparktrain.train.optim import lr_at, make_optimizer
 
 EMBED = "spark.embed.weight"
-LOSS_BATCH = 64  # pairs per forward when measuring a whole-dataset loss
+LABELS = ("source", "command")  # free-text labels a run may record (spark apply-step)
 
 
 @dataclass
@@ -45,58 +52,54 @@ class StepResult:
     files: dict = field(default_factory=dict)
 
 
-class MinibatchSampler:
-    """Seeded permutation, reshuffled each epoch; batch_size >= n: all, in file order."""
+# ---------------------------------------------------------------- the claims
 
-    def __init__(self, n: int, batch_size: int, seed: int):
-        self.n, self.batch_size = n, batch_size
-        self.rng = np.random.default_rng([seed, 0x5EED])
-        self.order: np.ndarray = np.arange(0)
-        self.pos = 0
-
-    def next(self) -> np.ndarray:
-        if self.batch_size >= self.n:
-            return np.arange(self.n)
-        if self.pos + self.batch_size > self.order.size:
-            self.order = self.rng.permutation(self.n)
-            self.pos = 0
-        idx = self.order[self.pos:self.pos + self.batch_size]
-        self.pos += self.batch_size
-        return idx
+BLOWUP = 2.0          # an outer-pass loss above BLOWUP x the starting loss: the run blew up
+UNIFORM_MARGIN = 0.99  # the loss must end below 99% of ln(vocab), the uniform guess
 
 
-KEEP_ROWS = 4096  # up to this many rows, the loss batches are padded once and kept
+def _finite_or_fail(value: float, what: str, where: str) -> None:
+    if not np.isfinite(value):
+        raise TrainingFailed(f"{what} is {value} {where}; training diverged "
+                             "(lower step.lr or set step.clip); previous outputs kept")
 
 
-class _Relaid:
-    """The loss batches of a large set, laid out again at each measurement: kept
-    padded, 200k short rows cost 30x their file (int64 grids); this keeps memory a
-    small factor of the dataset, for one more pass over the rows per measurement."""
+def check_learned(curve: list[dict], vocab: int) -> None:
+    """What a run must show before `trained=true` may be claimed, for every data source.
 
-    def __init__(self, rows, make_batch):
-        self.rows, self.make_batch = rows, make_batch
+    No outer pass blew up above BLOWUP x the starting loss; the training loss
+    fell; and it ends at least 1% below ln(vocab), the loss of the uniform
+    guess, which is where a fresh init sits and a diverged network collapses to.
+    """
+    loss_before, loss_after = curve[0]["loss"], curve[-1]["loss"]
+    for point in curve[1:]:
+        if point["loss"] > BLOWUP * loss_before:
+            raise TrainingFailed(f"loss blew up to {point['loss']:.4f} after outer "
+                                 f"{point['outer']} (start {loss_before:.4f}); training diverged "
+                                 "(lower step.lr or set step.clip); previous outputs kept")
+    if not loss_after < loss_before:
+        raise TrainingFailed(f"loss did not fall: loss_after {loss_after:.6f} >= loss_before "
+                             f"{loss_before:.6f}; previous outputs kept (try another step.lr)")
+    uniform = math.log(vocab)
+    if not loss_after < UNIFORM_MARGIN * uniform:
+        raise TrainingFailed(f"loss_after {loss_after:.4f} is no better than the uniform "
+                             f"distribution (ln {vocab} = {uniform:.4f}); the run learned "
+                             "nothing (lower step.lr?); previous outputs kept")
 
-    def __iter__(self):
-        return iter_batches(self.rows, LOSS_BATCH, self.make_batch)
+
+def changed_tensors(run: "_Run") -> list[str]:
+    """The names of the trained tensors that changed; TrainingFailed if none did."""
+    changed = [n for n in run.trainable if not np.array_equal(run.start[n], run.params[n])]
+    if not changed:
+        raise TrainingFailed("no weight changed during training; nothing to claim")
+    return changed
 
 
-def loss_batches(model: Model, dataset: Dataset):
-    """The whole dataset in file order for every whole-dataset loss: small sets
-    padded once and reused, large ones laid out batch by batch each time."""
-    if len(dataset.encoded) > KEEP_ROWS:
-        return _Relaid(dataset.encoded, model.make_batch)
-    return list(iter_batches(dataset.encoded, LOSS_BATCH, model.make_batch))
+def _progress(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
-def dataset_loss(engine: GradientEngine, params, batches) -> float:
-    """Mean CE over the batches; each batch's sum comes back in order whichever
-    worker computed it, so the value does not depend on the worker count."""
-    total, count = 0.0, 0
-    for s, c in engine.batch_losses(params, batches):
-        total += s
-        count += c
-    return total / max(count, 1)
-
+# ------------------------------------------------------------------ set-up
 
 def initial_params(job: Job, model: Model, seed: int, salt: bytes):
     """(params, base step_n): the base weights when `base` is a file, else fresh init."""
@@ -123,101 +126,42 @@ def resolve_step_n(requested: int | None, base_step: int, base: str) -> int:
     return requested
 
 
-def _finite_or_fail(value: float, what: str, where: str) -> None:
-    if not np.isfinite(value):
-        raise TrainingFailed(f"{what} is {value} {where}; training diverged "
-                             "(lower step.lr or set step.clip); previous outputs kept")
-
-
-BLOWUP = 2.0   # an outer-pass loss above BLOWUP x the starting loss: the run blew up
-MARGIN = 0.01  # nats below ln(vocab) a run must end, so a collapse to uniform never passes
-
-
-def check_learned(curve: list[dict], vocab: int) -> None:
-    """What a run must show before `trained=true` may be claimed.
-
-    The loss fell; no outer pass blew up far above the start; and the end is
-    better than predicting the uniform distribution over the vocabulary
-    (ln vocab), which is where a diverged network collapses to.
-    """
-    loss_before, loss_after = curve[0]["loss"], curve[-1]["loss"]
-    uniform = math.log(vocab)
-    for point in curve[1:]:
-        if point["loss"] > BLOWUP * loss_before:
-            raise TrainingFailed(f"loss blew up to {point['loss']:.4f} after outer "
-                                 f"{point['outer']} (start {loss_before:.4f}); training diverged "
-                                 "(lower step.lr or set step.clip); previous outputs kept")
-    if not loss_after < loss_before:
-        raise TrainingFailed(f"loss did not fall: loss_after {loss_after:.6f} >= loss_before "
-                             f"{loss_before:.6f}; previous outputs kept (try another step.lr)")
-    if not loss_after < uniform - MARGIN:
-        raise TrainingFailed(f"loss_after {loss_after:.4f} is no better than the uniform "
-                             f"distribution (ln {vocab} = {uniform:.4f}); the run learned "
-                             "nothing (lower step.lr?); previous outputs kept")
-
-
-def _progress(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
-
-
-# ------------------------------------------------------------------ set-up
-
 @dataclass
 class _Run:
-    """Everything the loop reads and the SGD state it updates."""
+    """Everything the loop reads, and the state it updates."""
     job: Job
     step: StepConfig
     model: Model
-    dataset: Dataset
+    data: TrainingData
     params: dict[str, np.ndarray]
     base_step: int
     step_n: int
     trainable: list[str]
-    start: dict[str, np.ndarray]     # trainable tensors before training
-    optimizer: object                # train/optim.py: SGD (the seed's) or AdamW, keyed like params
-    sampler: MinibatchSampler
-    full_batch: object | None        # the whole dataset when one batch holds it
-    whole: list                      # loss_batches: the whole-dataset loss
-    engine: GradientEngine           # loss_and_grads over step.shards fixed shards
-    heldout: list | None = None      # loss_batches of the held-out file, when one is given
-    heldout_path: str | None = None
-    tokenizer: dict = field(default_factory=dict)  # BPE: its kind and sha256, recorded in outputs
-
-    def next_batch(self):
-        if self.full_batch is not None:
-            return self.full_batch
-        return self.model.make_batch([self.dataset.encoded[j] for j in self.sampler.next()])
+    start: dict[str, np.ndarray]   # trainable tensors before training
+    optimizer: object              # train/optim.py: SGD or AdamW, keyed like params
+    engine: GradientEngine         # loss_and_grads over step.shards fixed shards
+    fingerprint: str               # what a resume state must match
 
 
-def _set_up(job: Job, step: StepConfig, cfg: ModelConfig, heldout: str | None = None,
-            tokenizer: str | Path | None = None) -> _Run:
-    tok, tok_record = pairs_tokenizer(tokenizer)
-    if tok is not None:  # the model's vocab is the tokenizer's
-        cfg = dataclasses.replace(cfg, vocab=tok.vocab)
-    cfg.validate()
+def _set_up(job: Job, step: StepConfig, cfg: ModelConfig, source: DataSource) -> _Run:
+    tokenizer, tokenizer_sha256 = job_tokenizer(job.out_dir)
+    cfg = dataclasses.replace(cfg, vocab=tokenizer.vocab).validate()  # the tokenizer's vocab
     model = build_model(cfg)
+    data = source.training_data(job.out_dir / CORPUS, model, tokenizer, tokenizer_sha256, step)
     salt = bytes.fromhex(job.sparkbc_sha256) if job.sparkbc_sha256 else b""
-    dataset = load_dataset(job.dataset, cfg.seq_len, tok)
     params, base_step = initial_params(job, model, step.seed, salt)
-    step_n = resolve_step_n(step.step, base_step, job.base)
     trainable = [n for n in params if step.train_embed or n != EMBED]
     if not trainable:
         raise SparkError("nothing to train: train_embed=false freezes the only trained tensor")
-    if step.checkpoint_every:
-        raise SparkError("step.checkpoint_every applies to corpus jobs; a pairs run is short "
-                         "and is simply run again")
-    run = _Run(
-        job=job, step=step, model=model, dataset=dataset, params=params,
-        base_step=base_step, step_n=step_n, trainable=trainable,
-        start={n: params[n].copy() for n in trainable},
-        optimizer=make_optimizer(step, params, trainable),
-        sampler=MinibatchSampler(dataset.n, step.batch_size, step.seed),
-        full_batch=model.make_batch(dataset.encoded) if step.batch_size >= dataset.n else None,
-        whole=loss_batches(model, dataset),
-        engine=GradientEngine(model, step.shards, step.workers), tokenizer=tok_record)
-    if heldout is not None:
-        run.heldout_path = heldout
-        run.heldout = loss_batches(model, load_dataset(heldout, cfg.seq_len, tok))
+    fingerprint = sha256_bytes(canonical_json({
+        "job": job.id, "arch": cfg.to_dict(), "data": data.fingerprint,
+        "step": {k: v for k, v in dataclasses.asdict(step).items() if k != "workers"},
+        "sparkbc_sha256": job.sparkbc_sha256, "base": job.base}).encode())
+    run = _Run(job=job, step=step, model=model, data=data, params=params, base_step=base_step,
+               step_n=resolve_step_n(step.step_n, base_step, job.base), trainable=trainable,
+               start={n: params[n].copy() for n in trainable},
+               optimizer=make_optimizer(step, params, trainable),
+               engine=GradientEngine(model, step.shards, step.workers), fingerprint=fingerprint)
     outputs.lock_job(job.out_dir)  # the only writer of this job until the process exits
     return run
 
@@ -229,55 +173,37 @@ class _Log:
     """What the loop did: the loss curve and the counters of checkpoint and perf."""
     t0: float
     curve: list[dict] = field(default_factory=list)
+    done: int = 0              # outer passes finished (also those of a resumed state)
     train_seconds: float = 0.0
     tokens_seen: int = 0
     flops_seen: int = 0
     clipped: int = 0
-    micro_steps: int = 0   # done so far: the schedule's clock
+    # this process only, so a resumed run's speed and ETA are its own
+    run_seconds: float = 0.0
+    run_tokens: int = 0
 
 
-def _train(run: _Run, progress) -> _Log:
-    """Outer passes of inner micro-steps, the whole-dataset loss before and after each pass."""
-    step, job = run.step, run.job
-    log = _Log(t0=time.perf_counter())
-    loss_before = dataset_loss(run.engine, run.params, run.whole)
-    _finite_or_fail(loss_before, "loss_before", "at start")
-    log.curve.append(_point(run, 0, loss_before, "start"))
-    progress(f"[{job.job}] start  loss {loss_before:.4f}  {run.dataset.n} pairs, "
-             f"{run.model.n_params:,} params, {step.outer}x{step.inner} micro-steps")
-    for k in range(1, step.outer + 1):
-        for i in range(step.inner):
-            _micro_step(run, log, run.next_batch(), f"at outer {k} micro-step {i + 1}")
-        loss_k = dataset_loss(run.engine, run.params, run.whole)
-        _finite_or_fail(loss_k, "dataset loss", f"after outer {k}")
-        log.curve.append(_point(run, k, loss_k, "after_outer"))
-        elapsed = time.perf_counter() - log.t0
-        held = (f"  held-out {log.curve[-1]['heldout_loss']:.4f}"
-                if "heldout_loss" in log.curve[-1] else "")
-        progress(f"[{job.job}] outer {k}/{step.outer}  loss {loss_k:.4f}{held}  "
-                 f"{log.tokens_seen / max(log.train_seconds, 1e-9):,.0f} tok/s  {elapsed:.1f}s")
-    return log
-
-
-def _point(run: _Run, outer: int, loss: float, phase: str) -> dict:
-    """A loss_curve entry; with a held-out file, its loss at the same moment too."""
-    point = {"outer": outer, "loss": loss, "phase": phase}
-    if run.heldout is not None:
-        held = dataset_loss(run.engine, run.params, run.heldout)
-        _finite_or_fail(held, "held-out loss", f"after outer {outer}")
-        point["heldout_loss"] = held
+def _point(run: _Run, outer: int, phase: str) -> dict:
+    """A loss_curve entry: the training set's loss, and the held-out set's (with its
+    bits per byte when the source knows the bytes) at the same moment."""
+    data, params = run.data, run.params
+    where = f"after outer {outer}" if outer else "at start"
+    train = score(run.engine.batch_losses(params, data.train_set.batches), data.train_set)
+    _finite_or_fail(train["loss"], "loss", where)
+    point = {"outer": outer, "loss": train["loss"], "phase": phase}
+    if data.heldout_set is not None:
+        held = score(run.engine.batch_losses(params, data.heldout_set.batches),
+                     data.heldout_set)
+        _finite_or_fail(held["loss"], "held-out loss", where)
+        point["heldout_loss"] = held["loss"]
+        if "bpb" in held:
+            point["heldout_bpb"] = held["bpb"]
     return point
 
 
-def _micro_step(run: _Run, log: _Log, batch, where: str) -> None:
-    """One optimizer update (SGD with momentum by default) on the next batch."""
-    apply_update(run, log, batch, where, log.micro_steps)
-    log.micro_steps += 1
-
-
-def apply_update(run, log, batch, where: str, t: int) -> None:
+def apply_update(run: _Run, log: _Log, batch, where: str, t: int) -> None:
     """Gradients of `batch`, global-norm clipping, the optimizer's update at
-    micro-step `t`, timed and counted in `log`; shared by the pairs and corpus loops."""
+    micro-step `t`, timed and counted in `log`."""
     step, params = run.step, run.params
     ts = time.perf_counter()
     loss, grads = run.engine.loss_and_grads(params, batch)
@@ -289,120 +215,131 @@ def apply_update(run, log, batch, where: str, t: int) -> None:
     if step.clip > 0 and norm > step.clip:
         scale, log.clipped = step.clip / norm, log.clipped + 1
     run.optimizer.update(params, grads, lr_at(step, t, step.outer * step.inner), scale)
-    log.train_seconds += time.perf_counter() - ts
+    seconds = time.perf_counter() - ts
+    log.train_seconds += seconds
+    log.run_seconds += seconds
     log.tokens_seen += batch.n_tokens
+    log.run_tokens += batch.n_tokens
     log.flops_seen += batch.n_tokens * run.model.flops_per_token(batch.width)
 
 
-def changed_tensors(run: _Run) -> list[str]:
-    """The names of the trained tensors that changed; TrainingFailed if none did."""
-    changed = [n for n in run.trainable if not np.array_equal(run.start[n], run.params[n])]
-    if not changed:
-        raise TrainingFailed("no weight changed during training; nothing to claim")
-    return changed
+def _train(run: _Run, log: _Log, progress) -> None:
+    """Outer passes of inner micro-steps, the curve point after each."""
+    step, job = run.step, run.job
+    if not log.curve:
+        log.curve.append(_point(run, 0, "start"))
+    progress(f"[{job.id}] {'resumed after outer ' + str(log.done) if log.done else 'start'}  "
+             f"{_losses(log.curve[-1])}  {run.data.describe}, {run.model.n_params:,} params, "
+             f"{step.outer}x{step.inner} micro-steps of {step.batch_size}")
+    t_start, first = time.perf_counter(), log.done
+    for k in range(log.done + 1, step.outer + 1):
+        for i in range(step.inner):
+            apply_update(run, log, run.data.sampler.next(), f"at outer {k} micro-step {i + 1}",
+                         (k - 1) * step.inner + i)
+        log.curve.append(_point(run, k, "after_outer"))
+        log.done = k
+        if step.checkpoint_every and k % step.checkpoint_every == 0 and k < step.outer:
+            save_resume(run, log)
+        now = time.perf_counter()
+        eta = (now - t_start) / (k - first) * (step.outer - k)
+        progress(f"[{job.id}] outer {k}/{step.outer}  {_losses(log.curve[-1])}  "
+                 f"{log.run_tokens / max(log.run_seconds, 1e-9):,.0f} tok/s  "
+                 f"{now - log.t0:.1f}s, ~{eta:.0f}s left")
+
+
+def _losses(point: dict) -> str:
+    text = f"loss {point['loss']:.4f}"
+    if "heldout_loss" in point:
+        text += f"  held-out {point['heldout_loss']:.4f}"
+    if "heldout_bpb" in point:
+        text += f" ({point['heldout_bpb']:.3f} bpb)"
+    return text
+
+
+# ------------------------------------------------------------------ resume
+
+def save_resume(run: _Run, log: _Log) -> None:
+    """The whole state after pass `log.done`, through the commit journal: a kill at
+    any moment leaves the previous state or this one, never half of each."""
+    tensors = {f"param.{n}": a for n, a in run.params.items()}
+    tensors.update({f"opt.{n}": a for n, a in run.optimizer.state().items()})
+    state = {"fingerprint": run.fingerprint, "done": log.done, "curve": log.curve,
+             "tokens_seen": log.tokens_seen, "clipped": log.clipped,
+             "flops_seen": log.flops_seen, "sampler": run.data.sampler.state()}
+    outputs.commit_files(run.job.out_dir, {
+        RESUME_TENSORS: weights_bytes(tensors, {"resume_of": run.job.id}),
+        RESUME_STATE: canonical_json(state).encode()})
+
+
+def load_resume(run: _Run, log: _Log, progress) -> None:
+    """Continue from a saved state of this very run; another run's state is ignored."""
+    folder = run.job.out_dir
+    outputs.recover(folder)
+    path = folder / RESUME_STATE
+    if not path.is_file() or not (folder / RESUME_TENSORS).is_file():
+        return
+    try:
+        state = json.loads(path.read_bytes())
+    except ValueError:
+        return
+    if not isinstance(state, dict) or state.get("fingerprint") != run.fingerprint:
+        progress(f"[{run.job.id}] {path} is the state of another run; starting afresh")
+        return
+    tensors, _ = load_weights(folder / RESUME_TENSORS)
+    for n in run.params:
+        run.params[n][...] = tensors[f"param.{n}"]
+    run.optimizer.load_state({k[4:]: v for k, v in tensors.items() if k.startswith("opt.")})
+    run.data.sampler.set_state(state["sampler"])
+    log.curve, log.done = state["curve"], state["done"]
+    log.tokens_seen, log.clipped, log.flops_seen = (state["tokens_seen"], state["clipped"],
+                                                    state["flops_seen"])
+
+
+def clear_resume(folder) -> None:
+    for name in (RESUME_STATE, RESUME_TENSORS):
+        (folder / name).unlink(missing_ok=True)
 
 
 # -------------------------------------------------------------- the record
 
 def _weights_meta(run: _Run, log: _Log, labels: dict) -> dict:
     job = run.job
-    return {"job": job.job, "step_n": run.step_n, "trained": True, "not_sgd": False,
+    return {"job": job.id, "step_n": run.step_n, "trained": True, "not_sgd": False,
             "arch": run.model.cfg.to_dict(), "loss_before": log.curve[0]["loss"],
             "loss_after": log.curve[-1]["loss"], "sparkbc_sha256": job.sparkbc_sha256,
-            "dataset_sha256": run.dataset.sha256, "base": job.base, **run.tokenizer, **labels}
+            "base": job.base, **run.data.weights_meta, **labels}
 
 
-def run_record(run, log, changed: list[str], weights_sha256: str) -> dict:
-    """The checkpoint keys every STEP writes (pairs and corpus loops alike): who
-    ran, with which knobs, what changed and the claims (docs/outputs.md)."""
+def _checkpoint(run: _Run, log: _Log, changed: list[str], weights_sha256: str,
+                labels: dict) -> dict:
+    """checkpoint.json: a contract (docs/outputs.md). Who ran, with which knobs,
+    on which data, what changed; trained/not_sgd/sgd/claim are the original's
+    fixed fields of a real SGD step."""
     job, step, cfg = run.job, run.step, run.model.cfg
     return {
-        "job": job.job, "step_n": run.step_n, "loss_before": log.curve[0]["loss"],
+        "job": job.id, "step_n": run.step_n, "loss_before": log.curve[0]["loss"],
         "loss_after": log.curve[-1]["loss"], "loss_curve": log.curve, **step_record(step),
         "train_attn": cfg.train_attn, "dataset": job.dataset,
         "arch": cfg.to_dict(), "n_params": run.model.n_params, "trained_tensors": len(changed),
         "frozen_tensors": ",".join(sorted(set(run.params) - set(run.trainable))),
         "micro_steps": step.outer * step.inner, "clipped_steps": log.clipped,
-        "tokens_seen": log.tokens_seen, "weights": job.rel("weights.safetensors"),
+        "tokens_seen": log.tokens_seen, "weights": job.rel(WEIGHTS),
         "weights_sha256": weights_sha256, "sparkbc_sha256": job.sparkbc_sha256,
         "program": job.program, "method": job.method, "base": job.base,
         "base_step_n": run.base_step, "blas_threads": BLAS_THREADS, "trained": True,
         "not_sgd": False, "sgd": True, "claim": False, "device": "cpu",
+        **run.data.checkpoint, **labels,
     }
 
 
-def _checkpoint(run: _Run, log: _Log, changed: list[str], weights_sha256: str,
-                labels: dict) -> dict:
-    """checkpoint.json of a pairs job: a contract (docs/outputs.md), its keys and values fixed."""
-    dataset = run.dataset
-    return {
-        **run_record(run, log, changed, weights_sha256),
-        "dataset_sha256": dataset.sha256, "dataset_n": dataset.n,
-        "dataset_tokens": dataset.n_tokens, "truncated": dataset.n_truncated,
-        **run.tokenizer, **labels,
-        **({"heldout": run.heldout_path} if run.heldout_path else {}),
-    }
-
-
-# -------------------------------------------------------------- the commit
-
-def _commit(run: _Run, log: _Log, changed: list[str], matmul_peak, labels: dict) -> StepResult:
-    return commit_step(run, log, _weights_meta(run, log, labels), matmul_peak,
-                       lambda wsha: _checkpoint(run, log, changed, wsha, labels))
-
-
-def commit_step(run, log, meta: dict, matmul_peak, make_checkpoint,
-                after_commit=lambda: None) -> StepResult:
-    """Write weights + checkpoint + ARTIFACT as one commit, then perf.json beside
-    them; shared by the pairs and corpus loops. `make_checkpoint(weights_sha256)`
-    builds the checkpoint, which names the weights' hash."""
-    job = run.job
-    wbytes = weights_bytes(run.params, meta)
-    wsha = sha256_bytes(wbytes)
-    checkpoint = make_checkpoint(wsha)
-    files = {"weights.safetensors": wbytes,
-             "checkpoint.json": canonical_json(checkpoint).encode(),
-             "ARTIFACT": outputs.sgd_artifact(job, run.step_n).encode()}
-    outputs.commit_files(job.out_dir, files)
-    outputs.clear_failure(job.out_dir)
-    after_commit()
-    perf = _perf(log.train_seconds, time.perf_counter() - log.t0, log.tokens_seen,
-                 log.flops_seen, matmul_peak)
-    perf.update(shards=run.engine.shards, workers=run.engine.workers)
-    outputs.atomic_write_bytes(job.out_dir / "perf.json", canonical_json(perf).encode())
-    return StepResult(checkpoint=checkpoint, perf=perf, weights_sha256=wsha, files=files)
-
-
-LABELS = ("source", "command")  # free-text labels a run may record (spark apply-step)
-
-
-def run_step(job: Job, step: StepConfig, cfg: ModelConfig, *, progress=_progress,
-             matmul_peak=None, labels: dict | None = None,
-             heldout: str | None = None, tokenizer: str | Path | None = None) -> StepResult:
-    """Train `job` and commit weights.safetensors + checkpoint.json + ARTIFACT.
-    `labels` (keys of LABELS) are recorded in the weights metadata and checkpoint;
-    with `heldout` (a JSONL file never trained on), every loss_curve entry also
-    holds that file's loss (`heldout_loss`), as nanoGPT logs val loss. With
-    `tokenizer` (a BPE tokenizer.json) rows are its ids and the vocab is its own."""
-    labels = dict(labels or {})
-    unknown = sorted(set(labels) - set(LABELS))
-    if unknown:
-        raise SparkError(f"unknown run labels {unknown}; known: {', '.join(LABELS)}")
-    run = _set_up(job, step, cfg, heldout, tokenizer)
-    try:
-        log = _train(run, progress)
-    finally:
-        run.engine.close()
-    changed = changed_tensors(run)
-    check_learned(log.curve, run.model.cfg.vocab)
-    return _commit(run, log, changed, matmul_peak, labels)
-
-
-def _perf(train_seconds, total_seconds, tokens, flops, matmul_peak) -> dict:
-    perf = {"train_seconds": round(train_seconds, 4), "total_seconds": round(total_seconds, 4),
-            "tokens": tokens, "tokens_per_s": round(tokens / max(train_seconds, 1e-9), 1),
-            "model_flops_per_s": round(flops / max(train_seconds, 1e-9), 1),
-            "blas_threads": BLAS_THREADS}
+def _perf(log: _Log, run: _Run, matmul_peak) -> dict:
+    seconds = max(log.run_seconds, 1e-9)
+    perf = {"train_seconds": round(log.train_seconds, 4),
+            "total_seconds": round(time.perf_counter() - log.t0, 4),
+            "tokens": log.tokens_seen, "tokens_per_s": round(log.run_tokens / seconds, 1),
+            "model_flops_per_s": round(log.flops_seen / max(log.train_seconds, 1e-9), 1),
+            "blas_threads": BLAS_THREADS, "shards": run.engine.shards,
+            "workers": run.engine.workers}
     if matmul_peak is None:
         matmul_peak = measure_matmul_peak()
     if matmul_peak:
@@ -411,7 +348,51 @@ def _perf(train_seconds, total_seconds, tokens, flops, matmul_peak) -> dict:
     return perf
 
 
+def _commit(run: _Run, log: _Log, changed: list[str], matmul_peak, labels: dict) -> StepResult:
+    """weights + checkpoint + ARTIFACT as one commit (the checkpoint names the
+    weights' hash), then perf.json beside them, then the resume state goes."""
+    job = run.job
+    wbytes = weights_bytes(run.params, _weights_meta(run, log, labels))
+    wsha = sha256_bytes(wbytes)
+    checkpoint = _checkpoint(run, log, changed, wsha, labels)
+    files = {WEIGHTS: wbytes, CHECKPOINT: canonical_json(checkpoint).encode(),
+             ARTIFACT: outputs.sgd_artifact(job, run.step_n).encode()}
+    outputs.commit_files(job.out_dir, files)
+    outputs.clear_failure(job.out_dir)
+    clear_resume(job.out_dir)
+    perf = _perf(log, run, matmul_peak)
+    outputs.atomic_write_bytes(job.out_dir / PERF, canonical_json(perf).encode())
+    return StepResult(checkpoint=checkpoint, perf=perf, weights_sha256=wsha, files=files)
+
+
+# ------------------------------------------------------------------- entry
+
+def run_step(job: Job, step: StepConfig, cfg: ModelConfig, source: DataSource | None = None,
+             *, heldout: str | None = None, progress=_progress, matmul_peak=None,
+             labels: dict | None = None) -> StepResult:
+    """Train `job` on its data source (default: the one its dataset names, with
+    `heldout` pairs measured after every pass) and commit weights.safetensors +
+    checkpoint.json + ARTIFACT. `labels` (keys of LABELS) are recorded in the
+    weights metadata and checkpoint. A saved state of this very run is resumed."""
+    labels = dict(labels or {})
+    unknown = sorted(set(labels) - set(LABELS))
+    if unknown:
+        raise SparkError(f"unknown run labels {unknown}; known: {', '.join(LABELS)}")
+    if source is None:
+        source = source_for(job.dataset, Defaults(), heldout)
+    run = _set_up(job, step, cfg, source)
+    log = _Log(t0=time.perf_counter())
+    try:
+        load_resume(run, log, progress)
+        _train(run, log, progress)
+    finally:
+        run.engine.close()
+    changed = changed_tensors(run)
+    check_learned(log.curve, run.model.cfg.vocab)
+    return _commit(run, log, changed, matmul_peak, labels)
+
+
 def run_failed(job: Job, err: Exception, step: StepConfig) -> None:
     """Record a failed attempt beside (never over) the previous good outputs."""
-    outputs.write_failure(job.out_dir, {"job": job.job, "state": "failed", "reason": str(err),
+    outputs.write_failure(job.out_dir, {"job": job.id, "state": "failed", "reason": str(err),
                                         "lr": step.lr, "outer": step.outer, "inner": step.inner})

@@ -25,12 +25,14 @@ from pathlib import Path
 
 from sparktrain.errors import SparkError
 from sparktrain.fsutil import atomic_write_bytes, canonical_json, read_input, sha256_file
+from sparktrain.jobfiles import (ARTIFACT, CHECKPOINT, EVAL, EVAL_DETAIL, FAILED, PERF,
+                                 RESUME_STATE, RESUME_TENSORS, STATUS, WEIGHTS)
 
 JOURNAL = ".commit"
 LOCK = ".lock"
-JOB_FILES = ("ARTIFACT", "checkpoint.json", "weights.safetensors")  # what readers verify
-# a corpus run's state between outer passes (train/corpus_loop.py): a pair that must agree
-RESUME_FILES = ("resume.json", "resume.safetensors")
+JOB_FILES = (ARTIFACT, CHECKPOINT, WEIGHTS)  # what readers verify
+# a run's state between outer passes (train/loop.py): a pair that must agree
+RESUME_FILES = (RESUME_STATE, RESUME_TENSORS)
 JOURNALLED = JOB_FILES + RESUME_FILES  # the only names a journal may roll forward
 _kill_hook = os.environ.get("SPARK_TEST_CRASH_AT")  # tests only: simulate SIGKILL mid-commit
 _held: dict[str, int] = {}  # resolved folder -> fd of its locked .lock, for this process
@@ -178,16 +180,16 @@ def _fmt(v) -> str:
 
 def dry_artifact(job) -> str:
     return artifact_text([("mode", "dry-run"), ("not_sgd", True), ("trained", False),
-                          ("checkpoint", job.rel("checkpoint.json"))],
-                         f"spark-train-dry {job.job}")
+                          ("checkpoint", job.rel(CHECKPOINT))],
+                         f"spark-train-dry {job.id}")
 
 
 def sgd_artifact(job, step_n: int) -> str:
     return artifact_text([("mode", "cpu-sgd"), ("not_sgd", False), ("trained", True),
                           ("step_n", step_n), ("op", "step"),
-                          ("weights", job.rel("weights.safetensors")),
-                          ("checkpoint", job.rel("checkpoint.json"))],
-                         f"spark-train-sgd {job.job}")
+                          ("weights", job.rel(WEIGHTS)),
+                          ("checkpoint", job.rel(CHECKPOINT))],
+                         f"spark-train-sgd {job.id}")
 
 
 def parse_artifact(text: str) -> dict:
@@ -226,13 +228,13 @@ def job_state(folder: str | os.PathLike, job_id: str | None = None) -> dict:
     journal = journal_names(folder) if folder.is_dir() else []
     job_id = job_id or folder.name
     state: dict = {"job": job_id, "out": folder.as_posix(), "state": "absent"}
-    status = read_json(folder / "status.json")
+    status = read_json(folder / STATUS)
     if isinstance(status, dict):
         state["state"] = "declared"
         for key in ("dataset", "base", "method", "arch", "n_params"):
             if key in status:
                 state[key] = status[key]
-    artifact = current_file(folder, "ARTIFACT", journal)
+    artifact = current_file(folder, ARTIFACT, journal)
     if artifact.is_file():
         try:
             text = read_input(artifact, "job file").decode("utf-8", errors="replace")
@@ -241,8 +243,8 @@ def job_state(folder: str | os.PathLike, job_id: str | None = None) -> dict:
         state["artifact"] = parse_artifact(text)
         if state["state"] == "absent":
             state["state"] = "declared"
-    ckpt = read_json(current_file(folder, "checkpoint.json", journal))
-    weights = current_file(folder, "weights.safetensors", journal)
+    ckpt = read_json(current_file(folder, CHECKPOINT, journal))
+    weights = current_file(folder, WEIGHTS, journal)
     verified = False
     if isinstance(ckpt, dict) and ckpt.get("trained") is True:
         verified = _verified_sha(weights, ckpt.get("weights_sha256"))
@@ -252,16 +254,16 @@ def job_state(folder: str | os.PathLike, job_id: str | None = None) -> dict:
                      weights_verified=verified)
         if not verified:
             state["reason"] = "weights file missing or its sha256 differs from checkpoint.json"
-    failed = read_json(folder / "failed.json")
+    failed = read_json(folder / FAILED)
     if isinstance(failed, dict):
         state["state"] = "failed"
         state["failure"] = failed
-    perf = read_json(folder / "perf.json")
+    perf = read_json(folder / PERF)
     if isinstance(perf, dict):
         state["perf"] = perf
     # eval.json: the headline numbers; eval_detail.json: the rest (counts, families,
     # samples, the weights' sha256). An eval.json from before the split holds both.
-    ev, detail = read_json(folder / "eval.json"), read_json(folder / "eval_detail.json")
+    ev, detail = read_json(folder / EVAL), read_json(folder / EVAL_DETAIL)
     if isinstance(ev, dict):
         ev = {**(detail if isinstance(detail, dict) else {}), **ev}
         if verified and ev.get("weights_sha256", ckpt.get("weights_sha256")) == \
@@ -278,9 +280,9 @@ def job_state(folder: str | os.PathLike, job_id: str | None = None) -> dict:
 
 def write_failure(folder: Path, info: dict) -> None:
     lock_job(folder)
-    atomic_write_bytes(Path(folder) / "failed.json", canonical_json(info).encode())
+    atomic_write_bytes(Path(folder) / FAILED, canonical_json(info).encode())
 
 
 def clear_failure(folder: Path) -> None:
     lock_job(folder)
-    (Path(folder) / "failed.json").unlink(missing_ok=True)
+    (Path(folder) / FAILED).unlink(missing_ok=True)

@@ -4,7 +4,7 @@ import pytest
 
 from sparktrain.eval.tasks import COPY_PREFIX
 from sparktrain.model.config import ModelConfig
-from sparktrain.train.data import EOS, SEP
+from sparktrain.data.pairs import EOS, SEP
 
 SMALL = ModelConfig(dim=16, n_layer=1, n_head=2, n_kv_head=1, seq_len=32)
 SMALL_POOL = ModelConfig(dim=16, n_layer=1, n_head=2, n_kv_head=1, seq_len=32, train_attn=False)

@@ -5,7 +5,7 @@ import pytest
 from sparktrain.errors import SparkError
 from sparktrain.eval.generate import decode, generate, generate_tokens, pick_next, prompt_context
 from sparktrain.model.build import build_model
-from sparktrain.train.data import BOS, EOS, SEP
+from sparktrain.data.pairs import BOS, EOS, SEP
 
 from evalkit import SMALL, SMALL_POOL, oracle  # noqa: F401 (fixture)
 

@@ -8,7 +8,7 @@ from sparktrain.errors import SparkError
 from sparktrain.eval.metrics import evaluate
 from sparktrain.model.batch import PoolBatch, TokenBatch
 from sparktrain.model.build import build_model
-from sparktrain.train.data import Pair, encode_pair
+from sparktrain.data.pairs import Pair, encode_pair
 
 from evalkit import SMALL, SMALL_POOL, oracle  # noqa: F401 (fixture)
 

@@ -4,7 +4,7 @@ from pathlib import Path
 
 from sparktrain.eval.tasks import (EVAL_FILE, PREFIXES, TRAIN_FILE, family_of, is_heldout,
                                    make_rows, write_scale_data)
-from sparktrain.train.data import load_dataset, load_pairs
+from sparktrain.data.pairs import load_dataset, load_pairs
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -6,8 +6,8 @@ from sparktrain.eval.metrics import evaluate
 from sparktrain.model.build import build_model
 from sparktrain.model.config import SCALES
 from sparktrain.model.weights import load_weights
-from sparktrain.train.config import StepConfig
-from sparktrain.train.data import load_pairs
+from sparktrain.params import StepConfig
+from sparktrain.data.pairs import load_pairs
 from sparktrain.train.job import job_from_program
 from sparktrain.train.loop import run_step
 

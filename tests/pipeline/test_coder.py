@@ -21,7 +21,7 @@ def test_coder_job_and_tokenizer_sweep(repro_copy):
     ck = json.loads((folder / "checkpoint.json").read_text())
     assert ck["dataset_kind"] == "corpus" and ck["tokenizer"] == "byte"
     assert (folder / "corpus/train.bin").stat().st_size == ck["corpus"]["train_tokens"]
-    assert ck["heldout_bpb"] < ck["loss_curve"][0]["heldout_bpb"]
+    assert ck["loss_curve"][-1]["heldout_bpb"] < ck["loss_curve"][0]["heldout_bpb"]
     dvc(repo, "exp", "run", "-n", "coder-bpe", *CODER, "-S", "tokenizer=bpe",
         "-S", "vocab_size=512", timeout=600)
     bpe = json.loads((folder / "checkpoint.json").read_text())

@@ -20,8 +20,8 @@ from sparktrain.bc.reader import decode
 from sparktrain.bc.vm import check_executable
 from sparktrain.errors import SparkError
 from sparktrain.model.weights import load_model
-from sparktrain.train.config import load_params
-from sparktrain.train.data import encode_pair, parse_pairs
+from sparktrain.params import load_params
+from sparktrain.data.pairs import encode_pair, parse_pairs
 
 ROOT = Path(__file__).resolve().parents[2]
 SETTINGS = settings(max_examples=300, deadline=None, database=None,

@@ -6,7 +6,7 @@ import pytest
 
 from sparktrain.errors import SparkError
 from sparktrain.model.batch import PAD, PoolBatch, TokenBatch
-from sparktrain.train.data import (BOS, EOS, SEP, Pair, encode_pair, iter_batches, load_dataset,
+from sparktrain.data.pairs import (BOS, EOS, SEP, Pair, encode_pair, iter_batches, load_dataset,
                                    load_pairs)
 
 

@@ -10,9 +10,10 @@ from sparktrain.errors import SparkError, TrainingFailed
 from sparktrain.fsutil import sha256_file
 from sparktrain.model.config import SCALES
 from sparktrain.model.weights import load_weights
-from sparktrain.train.config import StepConfig
+from sparktrain.params import StepConfig
 from sparktrain.train.job import adhoc_job, job_from_program
-from sparktrain.train.loop import MinibatchSampler, run_step
+from sparktrain.data.pairs import MinibatchSampler
+from sparktrain.train.loop import run_step
 from sparktrain.train.outputs import job_state, parse_artifact
 
 TINY = SCALES["tiny"]
@@ -95,7 +96,7 @@ def test_loss_that_does_not_fall_fails_loud_and_keeps_outputs(project, monkeypat
     folder = project / job.out
     before = _outputs(folder)
     rising = iter([3.0, 3.1, 3.2, 3.3, 3.4])
-    monkeypatch.setattr(loop, "dataset_loss", lambda *a: next(rising))
+    monkeypatch.setattr(loop, "score", lambda *a: {"loss": next(rising)})
     with pytest.raises(TrainingFailed, match="loss did not fall"):
         run_step(job, StepConfig(), TINY, **QUIET)
     _assert_kept(folder, before)
@@ -163,7 +164,7 @@ def test_sampler_whole_dataset_in_file_order_and_seeded_epochs():
 def test_heldout_loss_after_every_pass_matches_eval(project, monkeypatch):
     from sparktrain.eval.metrics import evaluate
     from sparktrain.model.weights import load_model
-    from sparktrain.train.data import load_pairs
+    from sparktrain.data.pairs import load_pairs
 
     monkeypatch.chdir(project)
     job = job_from_program(PROGRAM, "job-dry-001")
@@ -194,6 +195,11 @@ def test_pairs_job_trains_with_adamw_and_cosine(project, monkeypatch):
     assert "optimizer" not in sgd.checkpoint and sgd.weights_sha256 != res.weights_sha256
 
 
-def test_checkpoint_every_is_refused_for_a_pairs_job(project, monkeypatch):
-    with pytest.raises(SparkError, match="corpus jobs"):
-        _train(project, monkeypatch, StepConfig(checkpoint_every=1))
+def test_checkpoint_every_saves_states_of_a_pairs_job_too(project, monkeypatch):
+    """One loop: a pairs job saves resumable states like a corpus job, and the
+    saved states change nothing in the weights; the last commit removes them."""
+    _, plain = _train(project, monkeypatch, StepConfig(outer=3))
+    job, saved = _train(project, monkeypatch, StepConfig(outer=3, checkpoint_every=1))
+    assert saved.weights_sha256 == plain.weights_sha256
+    assert saved.checkpoint["checkpoint_every"] == 1
+    assert not list((project / job.out).glob("resume.*"))

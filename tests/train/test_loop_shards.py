@@ -8,7 +8,7 @@ import pytest
 
 from sparktrain.cli import main
 from sparktrain.model.config import SCALES
-from sparktrain.train.config import StepConfig
+from sparktrain.params import StepConfig
 from sparktrain.train.job import adhoc_job
 from sparktrain.train.loop import run_step
 

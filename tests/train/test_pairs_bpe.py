@@ -13,7 +13,7 @@ from sparkhelp import ROOT, assert_one_line_error, run_spark
 from sparktrain.data.tokenizer import load_tokenizer, train_bpe
 from sparktrain.fsutil import sha256_file
 from sparktrain.model.weights import load_model
-from sparktrain.train.data import Pair, encode_pair, load_dataset, load_pairs
+from sparktrain.data.pairs import Pair, encode_pair, load_dataset, load_pairs
 from test_corpus_loop import coder_project, stage
 
 JOB = "job-dry-001"

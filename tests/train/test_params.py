@@ -5,7 +5,7 @@ import pytest
 import yaml
 
 from sparktrain.errors import SparkError
-from sparktrain.train.config import StepConfig, load_params
+from sparktrain.params import StepConfig, load_params
 
 BASE = {
     "job": "job-dry-001", "program": "data/programs/train-step.sparkbc", "scale": "tiny",
@@ -30,7 +30,7 @@ def _load(tmp_path, **changes):
 
 def test_the_committed_params_load():
     p = load_params("params.yaml")
-    assert p.step.outer == 4 and p.step.inner == 8 and p.step.step == 1
+    assert p.step.outer == 4 and p.step.inner == 8 and p.step.step_n == 1
     assert p.model_config().dim == 32
 
 

@@ -1,10 +1,11 @@
-"""The dataset: JSONL rows -> (prompt, completion) pairs -> tokens.
+"""The pairs data source: JSONL rows -> (prompt, completion) pairs -> tokens.
 
 docs/training.md "Dataset rows" and "Tokens" fix the format; this module is the
 only place that turns a pair into token ids, so training and eval agree on it.
-Tokens are UTF-8 bytes (the default) or the ids of a job's tokenizer (a BPE:
-`tok`, with its own BOS/SEP/EOS ids); the layout and mask rule are the same.
-The model pads tokenised rows into its own batches (model/batch.py).
+Tokens are UTF-8 bytes (the byte tokenizer) or the ids of a job's BPE, each
+with its own BOS/SEP/EOS ids; the layout and mask rule are the same. The model
+pads tokenised rows into its own batches (model/batch.py). PairsSource is this
+kind behind the data source interface (data/source.py).
 """
 from __future__ import annotations
 
@@ -17,8 +18,11 @@ from typing import BinaryIO, Callable, Iterator, Sequence, TypeVar
 
 import numpy as np
 
+from sparktrain.data.base import EvalSet, TrainingData
+from sparktrain.data.prepare import write_pairs_note
 from sparktrain.errors import SparkError
-from sparktrain.fsutil import open_input, read_input, size_cap
+from sparktrain.fsutil import open_input, read_input, sha256_bytes, size_cap
+from sparktrain.model.config import flops_per_token
 
 # Byte values that never occur in UTF-8, so they cannot collide with text.
 # (EOS doubles as right padding in the model's batches: model/batch.py PAD.)
@@ -156,9 +160,9 @@ def _pairs_of(f: BinaryIO, path, digest) -> list[Pair]:
     return list(_iter_pairs(f, path, digest))
 
 
-def _iter_pairs(f: BinaryIO, path, digest) -> Iterator[Pair]:
-    """The pairs of the file one by one; an empty dataset is an error at the end."""
-    seen = False
+def json_objects(f: BinaryIO, path, digest) -> Iterator[tuple[int, dict]]:
+    """(line number, object) of each non-blank line of a JSONL file; one line
+    naming the row for anything that is not a JSON object of UTF-8 text."""
     for lineno, raw in _rows(f, path, digest):
         try:
             text = raw.decode("utf-8")
@@ -167,23 +171,31 @@ def _iter_pairs(f: BinaryIO, path, digest) -> Iterator[Pair]:
                              f"{err.start + 1})") from None
         if not text.strip():
             continue  # blank lines are allowed anywhere
+        where = f"{path}:{lineno}"
+        try:
+            row = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise SparkError(f"{where}: not JSON ({err.msg} at column {err.colno})") from None
+        except RecursionError:
+            raise SparkError(f"{where}: JSON nested too deeply") from None
+        except ValueError as err:  # e.g. an integer of more digits than Python converts
+            raise SparkError(f"{where}: not usable JSON ({str(err).splitlines()[0]})") from None
+        if not isinstance(row, dict):
+            raise SparkError(f"{where}: a row must be a JSON object, got {type(row).__name__}")
+        yield lineno, row
+
+
+def _iter_pairs(f: BinaryIO, path, digest) -> Iterator[Pair]:
+    """The pairs of the file one by one; an empty dataset is an error at the end."""
+    seen = False
+    for lineno, row in json_objects(f, path, digest):
         seen = True
-        yield _parse_row(text, f"{path}:{lineno}", lineno)
+        yield _pair_of(row, f"{path}:{lineno}", lineno)
     if not seen:
         raise SparkError(f"dataset {path} has no rows (empty file or only blank lines)")
 
 
-def _parse_row(text: str, where: str, lineno: int) -> Pair:
-    try:
-        row = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise SparkError(f"{where}: not JSON ({err.msg} at column {err.colno})") from None
-    except RecursionError:
-        raise SparkError(f"{where}: JSON nested too deeply") from None
-    except ValueError as err:  # e.g. an integer of more digits than Python converts
-        raise SparkError(f"{where}: not usable JSON ({str(err).splitlines()[0]})") from None
-    if not isinstance(row, dict):
-        raise SparkError(f"{where}: a row must be a JSON object, got {type(row).__name__}")
+def _pair_of(row: dict, where: str, lineno: int) -> Pair:
     if "messages" in row:
         prompt, completion = _chat_row(row["messages"], where)
     elif "prompt" in row or "completion" in row:
@@ -312,3 +324,157 @@ def iter_batches(rows: Sequence[Encoded], batch_size: int,
         raise SparkError(f"batch_size must be at least 1, got {batch_size}")
     for start in range(0, len(rows), batch_size):
         yield make_batch(rows[start:start + batch_size])
+
+
+# ---------------------------------------------------------------- the source
+
+LOSS_BATCH = 64   # pairs per forward when measuring a whole-set loss
+KEEP_ROWS = 4096  # up to this many rows, the loss batches are padded once and kept
+
+
+class MinibatchSampler:
+    """Seeded permutation, reshuffled each epoch; batch_size >= n: all, in file order."""
+
+    def __init__(self, n: int, batch_size: int, seed: int):
+        self.n, self.batch_size = n, batch_size
+        self.rng = np.random.default_rng([seed, 0x5EED])
+        self.order: np.ndarray = np.arange(0)
+        self.pos = 0
+
+    def next(self) -> np.ndarray:
+        if self.batch_size >= self.n:
+            return np.arange(self.n)
+        if self.pos + self.batch_size > self.order.size:
+            self.order = self.rng.permutation(self.n)
+            self.pos = 0
+        idx = self.order[self.pos:self.pos + self.batch_size]
+        self.pos += self.batch_size
+        return idx
+
+    def state(self) -> dict:
+        return {"rng": self.rng.bit_generator.state, "order": self.order.tolist(),
+                "pos": self.pos}
+
+    def set_state(self, state: dict) -> None:
+        self.rng.bit_generator.state = state["rng"]
+        self.order = np.array(state["order"], dtype=np.int64)
+        self.pos = state["pos"]
+
+
+class RowBatches:
+    """Micro-batches of rows for the loop: the whole set (laid out once) when one
+    batch holds it, else the sampler's rows laid out in the model's batch kind."""
+
+    def __init__(self, rows: PackedRows, batch_size: int, seed: int, make_batch):
+        self.rows, self.make_batch = rows, make_batch
+        self.sampler = MinibatchSampler(len(rows), batch_size, seed)
+        self.whole = make_batch(rows) if batch_size >= len(rows) else None
+
+    def next(self):
+        if self.whole is not None:
+            return self.whole
+        return self.make_batch([self.rows[j] for j in self.sampler.next()])
+
+    def state(self) -> dict:
+        return self.sampler.state()
+
+    def set_state(self, state: dict) -> None:
+        self.sampler.set_state(state)
+
+
+class _Relaid:
+    """The loss batches of a large set, laid out again at each measurement: kept
+    padded, 200k short rows cost 30x their file (int64 grids); this keeps memory a
+    small factor of the dataset, for one more pass over the rows per measurement."""
+
+    def __init__(self, rows, make_batch):
+        self.rows, self.make_batch = rows, make_batch
+
+    def __iter__(self):
+        return iter_batches(self.rows, LOSS_BATCH, self.make_batch)
+
+
+def loss_batches(rows: PackedRows, make_batch):
+    """A whole set in file order for every whole-set loss: small sets padded once
+    and reused, large ones laid out batch by batch each time."""
+    if len(rows) > KEEP_ROWS:
+        return _Relaid(rows, make_batch)
+    return list(iter_batches(rows, LOSS_BATCH, make_batch))
+
+
+def tokenizer_record(tokenizer, tokenizer_sha256: str | None) -> dict:
+    """What a pairs model records of its tokenizer: nothing for bytes (the layout
+    every reader assumes), else the kind and the tokenizer.json's sha256, with
+    dataset_kind "pairs" (generate and eval read the prompt layout from it)."""
+    if tokenizer.kind == "byte":
+        return {}
+    return {"dataset_kind": "pairs", "tokenizer": tokenizer.kind,
+            "tokenizer_sha256": tokenizer_sha256}
+
+
+class PairsSource:
+    """A JSONL file of (prompt, completion) rows; the loss counts completion
+    targets; the held-out set is another JSONL file of pairs (eval.data)."""
+    kind = "pairs"
+
+    def __init__(self, dataset: str, heldout: str | None = None):
+        self.dataset, self.heldout = dataset, heldout
+
+    @classmethod
+    def claims(cls, dataset: str) -> bool:
+        return True  # any regular file: its rows say what is wrong with it
+
+    @classmethod
+    def from_knobs(cls, dataset: str, knobs, heldout: str | None) -> "PairsSource":
+        return cls(dataset, heldout)
+
+    def tokenizer_texts(self) -> list[str]:
+        """Each prompt and completion, as encode_pair reads them."""
+        return [text for pair in load_pairs(self.dataset)
+                for text in (pair.prompt, pair.completion)]
+
+    def prepare(self, folder, tokenizer, tokenizer_sha256: str):
+        """No streams: the step reads the rows itself; files.json names the file."""
+        return write_pairs_note(folder, self.dataset, read_input(self.dataset, "dataset"))
+
+    def plan(self, cfg, batch_size: int, tokenizer, tokenizer_sha256: str | None) -> dict:
+        dataset = load_dataset(self.dataset, cfg.seq_len, tokenizer)
+        pairs_per_step = min(batch_size, dataset.n)
+        mean_tokens = dataset.n_tokens / dataset.n
+        return {"dataset_sha256": dataset.sha256, "dataset_rows": dataset.n,
+                "dataset_tokens": dataset.n_tokens,
+                "dataset_counted_targets": dataset.n_counted,
+                "truncated": dataset.n_truncated, "pairs_per_micro_step": pairs_per_step,
+                "flops_per_micro_step": int(round(flops_per_token(cfg) * mean_tokens
+                                                  * pairs_per_step)),
+                **tokenizer_record(tokenizer, tokenizer_sha256)}
+
+    def training_data(self, folder, model, tokenizer, tokenizer_sha256, step):
+        dataset = load_dataset(self.dataset, model.cfg.seq_len, tokenizer)
+        heldout = None
+        if self.heldout is not None:
+            rows = load_dataset(self.heldout, model.cfg.seq_len, tokenizer).encoded
+            heldout = EvalSet(loss_batches(rows, model.make_batch))
+        record = tokenizer_record(tokenizer, tokenizer_sha256)
+        return TrainingData(
+            describe=f"{dataset.n} pairs",
+            sampler=RowBatches(dataset.encoded, step.batch_size, step.seed, model.make_batch),
+            train_set=EvalSet(loss_batches(dataset.encoded, model.make_batch)),
+            heldout_set=heldout,
+            checkpoint={"dataset_sha256": dataset.sha256, "dataset_n": dataset.n,
+                        "dataset_tokens": dataset.n_tokens, "truncated": dataset.n_truncated,
+                        **record, **({"heldout": self.heldout} if self.heldout else {})},
+            weights_meta={"dataset_sha256": dataset.sha256, **record},
+            fingerprint={"dataset_sha256": dataset.sha256, "tokenizer_sha256": tokenizer_sha256,
+                         "heldout": self.heldout})
+
+    def evaluate(self, folder, params, cfg, tokenizer, tokenizer_sha256, eval_cfg) -> dict:
+        """Loss, accuracy, copy recall and exact match on eval.data's pairs."""
+        # eval's metrics encode rows with this module: imported here, not at the top
+        from sparktrain.eval.metrics import evaluate
+
+        metrics = evaluate(params, cfg, load_pairs(eval_cfg.data),
+                           batch_size=eval_cfg.batch_size, max_new=eval_cfg.max_new,
+                           n_samples=eval_cfg.n_samples, tokenizer=tokenizer)
+        metrics["data"] = eval_cfg.data
+        return metrics

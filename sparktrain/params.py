@@ -1,4 +1,4 @@
-"""params.yaml and the STEP knobs: one typed definition, validated by pydantic.
+"""params.yaml: the one typed schema of the whole file, validated by pydantic.
 
 `StepConfig` is the single definition of a training knob: its fields (type,
 default, bounds, help text) drive params.yaml validation, the `spark train` /
@@ -20,14 +20,17 @@ from pydantic import BeforeValidator, ConfigDict, Field, StrictBool, StrictInt, 
 from pydantic import ValidationError, model_validator
 from pydantic.dataclasses import dataclass
 
-from sparktrain.data.vocab import MAX_VOCAB, MIN_BPE_VOCAB
+from sparktrain.data.vocab import MAX_VOCAB, MIN_BPE_VOCAB, TOKENIZERS
 from sparktrain.errors import SparkError
 from sparktrain.fsutil import read_input
-from sparktrain.model.config import SCALES, ModelConfig
+from sparktrain.model.config import ARCH_KEYS, SCALES, ModelConfig
 from sparktrain.train.job import check_job_id
 
-ARCH_KEYS = ("dim", "n_layer", "n_head", "n_kv_head", "seq_len")
+PARAMS_FILE = "params.yaml"
 STRICT = ConfigDict(extra="forbid")
+# `step.step` in params.yaml and `--step` on the command line are the original's
+# names; inside the code the field is `step_n`, like the weights' metadata.
+STEP_STRICT = ConfigDict(extra="forbid", populate_by_name=True)
 
 
 def _as_float(value):
@@ -51,12 +54,13 @@ Float = Annotated[float, BeforeValidator(_as_float)]
 Count = Annotated[StrictInt, Field(ge=1)]
 
 
-@dataclass(frozen=True, config=STRICT)
+@dataclass(frozen=True, config=STEP_STRICT)
 class StepConfig:
     outer: Count = Field(4, description="outer passes; the whole-dataset loss is logged after each")
     inner: Count = Field(8, description="SGD micro-steps per outer pass")
-    step: Optional[Count] = Field(None, description="step_n stamped into the weights "
-                                                    "(default 1, or the base's step_n + 1)")
+    step_n: Optional[Count] = Field(None, alias="step",
+                                    description="step_n stamped into the weights "
+                                                "(default 1, or the base's step_n + 1)")
     lr: Float = Field(0.1, gt=0, description="learning rate")
     batch_size: Count = Field(8, description="pairs per micro-step (>= rows: the whole "
                                              "dataset in file order)")
@@ -73,8 +77,8 @@ class StepConfig:
     workers: Optional[Count] = Field(None, description="processes computing the shards "
                                                        "(default SPARK_WORKERS, else the "
                                                        "usable cores); never changes bytes")
-    # Optimisation for real runs; every default keeps the seed's SGD loop, and the
-    # checkpoint records these only when they differ from it (step_record).
+    # Optimisation for real runs. At their defaults the loop is heavy-ball SGD, and
+    # the checkpoint records these only when they differ from it (step_record).
     optimizer: Literal["sgd", "adamw"] = Field("sgd", description="sgd (heavy-ball, "
                                                "momentum) or adamw")
     weight_decay: Float = Field(0.0, ge=0, description="AdamW decoupled weight decay on "
@@ -159,7 +163,7 @@ class Params:
     scales: dict[StrictStr, ScaleRow] = Field(default_factory=dict)
     step: StepConfig = Field(default_factory=StepConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
-    tokenizer: Literal["byte", "bpe"] = Field("byte", description="byte tokens or a "
+    tokenizer: Literal[TOKENIZERS] = Field("byte", description="byte tokens or a "
                                               "byte-level BPE trained on the train split")
     vocab_size: Annotated[StrictInt, Field(ge=MIN_BPE_VOCAB, le=MAX_VOCAB)] = Field(
         1024, description="BPE vocab, BOS/SEP/EOS included (byte: ignored)")
@@ -167,6 +171,10 @@ class Params:
 
     def model_config(self) -> ModelConfig:
         return model_config(self.scale, self.scales, train_attn=self.step.train_attn)
+
+    def heldout(self) -> str | None:
+        """The held-out pairs measured after every pass: eval.data."""
+        return self.eval.data
 
 
 def scale_table(scales: dict | None = None) -> dict[str, dict]:
@@ -197,9 +205,34 @@ def scale_config(scale: str, params_path: str | None = None, *, train_attn: bool
                  **overrides) -> ModelConfig:
     """`--scale NAME` of a CLI command: the built-in table, extended by the scales of
     `params_path` (default: ./params.yaml when it exists)."""
-    path = params_path or ("params.yaml" if Path("params.yaml").is_file() else None)
-    scales = load_params(path).scales if path else None
-    return model_config(scale, scales, train_attn=train_attn, **overrides)
+    params = load_params_or_defaults(params_path)
+    return model_config(scale, params.scales, train_attn=train_attn, **overrides)
+
+
+def scale_names(params_path: str | None = None) -> str:
+    """The scale names a `--scale` accepts, for help texts: the built-in table's."""
+    return ", ".join(SCALES)
+
+
+@dataclass(frozen=True, config=STRICT)
+class Defaults(Params):
+    """What a command uses when it reads no params file: every knob's default."""
+    job: Optional[StrictStr] = None
+    program: Optional[StrictStr] = None
+
+    def heldout(self) -> str | None:
+        return None  # no params file: a held-out file only when one is given
+
+
+def load_params_or_defaults(path: str | Path | None = None, *,
+                            default_file: bool = True) -> "Params | Defaults":
+    """The params of `path`; without one, ./params.yaml when it exists (and
+    `default_file`); else the knobs' defaults (a Defaults)."""
+    if path is None and default_file and Path(PARAMS_FILE).is_file():
+        path = PARAMS_FILE
+    if path is None:
+        return Defaults()
+    return load_params(path)
 
 
 def _one_line(err: ValidationError, section: str = "") -> str:
@@ -246,7 +279,7 @@ def parse_params(raw) -> Params:
     return params
 
 
-def load_params(path: str | Path = "params.yaml") -> Params:
+def load_params(path: str | Path = PARAMS_FILE) -> Params:
     path = Path(path)
     text = read_input(path, "params file")
     try:
@@ -258,20 +291,19 @@ def load_params(path: str | Path = "params.yaml") -> Params:
     return parse_params(raw)
 
 
-# Knobs added after the seed: recorded only when set, so a default run's
-# checkpoint keeps its exact bytes.
+# Knobs recorded only when they differ from their defaults, so a run that does
+# not use them has the checkpoint bytes of a plain SGD run.
 LATER_KNOBS = ("optimizer", "weight_decay", "beta1", "beta2", "schedule", "warmup", "min_lr",
                "checkpoint_every")
 
 
 def step_record(step: StepConfig) -> dict:
-    """The knobs as the checkpoint records them. Left out: step (recorded on its own as
-    step_n), workers (they never change the bytes), shards when it is 1 (absent
-    means 1), and the LATER_KNOBS at their defaults, so a run that does not use
-    them keeps the bytes it had before they existed."""
+    """The knobs as the checkpoint records them. Left out: step_n (recorded on its
+    own), workers (they never change the bytes), shards when it is 1 (absent
+    means 1), and the LATER_KNOBS at their defaults."""
     default = StepConfig()
     record = {k: v for k, v in dataclasses.asdict(step).items()
-              if k not in ("step", "workers")
+              if k not in ("step_n", "workers")
               and not (k in LATER_KNOBS and v == getattr(default, k))}
     if record["shards"] == 1:
         del record["shards"]
@@ -287,7 +319,7 @@ def add_step_flags(parser: argparse.ArgumentParser) -> None:
     default None means "keep params.yaml's value"."""
     group = parser.add_argument_group("training knobs (override params.yaml's step section)")
     for name, info in step_fields():
-        flag = "--" + name.replace("_", "-")
+        flag = "--" + (info.alias or name).replace("_", "-")
         if info.default is True:
             group.add_argument(f"--no-{name.replace('_', '-')}", dest=name,
                                action="store_const", const=False, default=None,
@@ -300,7 +332,7 @@ def add_step_flags(parser: argparse.ArgumentParser) -> None:
             continue
         kind = float if "float" in str(info.annotation) else int
         shown = "" if info.default is None else f" (default {info.default})"
-        group.add_argument(flag, dest=name, type=_flag_type(name, kind), default=None,
+        group.add_argument(flag, dest=name, type=_flag_type(info.alias or name, kind), default=None,
                            metavar=name.upper(), help=f"{info.description}{shown}")
 
 

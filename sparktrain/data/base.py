@@ -1,0 +1,75 @@
+"""The data source interface (docs/training.md "Data sources"): what every kind
+of data gives the loop, the stages and eval. The kinds are listed in
+data/source.py; this module holds only the shapes they share.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Protocol
+
+import numpy as np
+
+from sparktrain.data.bpb import bits_per_byte
+
+
+@dataclass(frozen=True)
+class EvalSet:
+    """Fixed batches whose loss is measured (re-iterable, in a fixed order), and the
+    bytes of text each token id stands for when bits per byte are reported."""
+    batches: Iterable
+    byte_lengths: np.ndarray | None = None  # (V,)
+
+
+@dataclass
+class TrainingData:
+    """What the loop trains on, laid out for one model."""
+    describe: str                 # "57 pairs", "1,234,567 train tokens": progress lines
+    sampler: object               # next() -> batch; state() -> JSON; set_state(state)
+    train_set: EvalSet            # the loss_curve's training loss after each pass
+    heldout_set: EvalSet | None   # the held-out loss (and bpb) after each pass
+    checkpoint: dict              # what checkpoint.json records about the data
+    weights_meta: dict            # what the weights' metadata records about the data
+    fingerprint: dict             # what a resume state must match
+
+
+class DataSource(Protocol):
+    kind: str
+    dataset: str
+
+    @classmethod
+    def claims(cls, dataset: str) -> bool: ...
+
+    def tokenizer_texts(self) -> list[str]: ...
+
+    def prepare(self, folder: Path, tokenizer, tokenizer_sha256: str) -> Path: ...
+
+    def plan(self, cfg, batch_size: int, tokenizer, tokenizer_sha256: str | None) -> dict: ...
+
+    def training_data(self, folder: Path, model, tokenizer, tokenizer_sha256: str | None,
+                      step) -> TrainingData: ...
+
+    def evaluate(self, folder: Path, params, cfg, tokenizer, tokenizer_sha256: str | None,
+                 eval_cfg) -> dict: ...
+
+
+def measure(losses, batches, byte_lengths=None) -> tuple[float, int, int]:
+    """(summed nats, counted targets, bytes of text those targets stand for) from
+    the (sum, count) of each batch, added in batch order."""
+    total, count, nbytes = 0.0, 0, 0
+    for s, c in losses:
+        total += s
+        count += c
+    if byte_lengths is not None:
+        for batch in batches:
+            nbytes += int(byte_lengths[batch.targets[batch.mask > 0]].sum())
+    return total, count, nbytes
+
+
+def score(losses, evalset: EvalSet) -> dict:
+    """The mean loss of a set (and its bits per byte when the set knows its bytes)."""
+    total, count, nbytes = measure(losses, evalset.batches, evalset.byte_lengths)
+    result = {"loss": total / max(count, 1)}
+    if evalset.byte_lengths is not None:
+        result["bpb"] = bits_per_byte(total, nbytes)
+    return result

@@ -1,0 +1,75 @@
+"""The text data source: a JSONL file of `{"text": ...}` rows, each row one
+document, trained as a corpus (docs/training.md "Data sources").
+
+Rows are split into train and held-out by a hash of their text (a repeated
+document lands on one side only), framed and streamed exactly like the files
+of a corpus folder; everything after reading is the corpus source's.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from sparktrain.data.corpus import Corpus, CorpusFile, is_heldout
+from sparktrain.data.corpus_source import CorpusSource
+from sparktrain.data.pairs import json_objects
+from sparktrain.errors import SparkError
+from sparktrain.fsutil import open_input, sha256_bytes
+
+PEEK_BYTES = 1 << 16  # enough of the file to see its first row
+
+
+class TextSource(CorpusSource):
+    kind = "text"
+
+    def __init__(self, dataset: str, heldout_fraction: float):
+        super().__init__(dataset, (), heldout_fraction)
+
+    @classmethod
+    def claims(cls, dataset: str) -> bool:
+        """A file whose first row is an object with a string "text" and no pair fields."""
+        try:
+            with open(dataset, "rb") as f:
+                head = f.read(PEEK_BYTES)
+        except OSError:
+            return False
+        for line in head.splitlines():
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except (ValueError, RecursionError):
+                return False
+            return (isinstance(row, dict) and isinstance(row.get("text"), str)
+                    and not {"prompt", "completion", "messages"} & set(row))
+        return False
+
+    @classmethod
+    def from_knobs(cls, dataset: str, knobs, heldout: str | None):
+        return cls(dataset, knobs.corpus.heldout)
+
+    def read(self) -> Corpus:
+        if not 0 < self.heldout_fraction < 1:
+            raise SparkError(f"heldout fraction must be in (0, 1), got {self.heldout_fraction}")
+        files = []
+        with open_input(self.dataset, "dataset") as f:
+            for lineno, row in json_objects(f, self.dataset, hashlib.sha256()):
+                text = row.get("text")
+                if not isinstance(text, str):
+                    raise SparkError(f"{self.dataset}:{lineno}: 'text' must be a string")
+                try:
+                    data = text.encode("utf-8")
+                except UnicodeEncodeError as err:
+                    raise SparkError(f"{self.dataset}:{lineno}: the text holds a lone "
+                                     f"surrogate at character {err.start}") from None
+                digest = sha256_bytes(data)
+                files.append(CorpusFile(f"row-{lineno:09d}", len(data), digest,
+                                        is_heldout(digest, self.heldout_fraction), text))
+        corpus = Corpus(Path(self.dataset).as_posix(), (), self.heldout_fraction, tuple(files))
+        for split, chosen in (("train", corpus.train), ("held-out", corpus.heldout)):
+            if not any(f.size for f in chosen):
+                raise SparkError(f"dataset {self.dataset}: the {split} split of its "
+                                 f"{len(files)} rows is empty; add rows or change "
+                                 f"corpus.heldout")
+        return corpus
