@@ -7,13 +7,14 @@ PY     := $(BIN)/python
 STAMP  := $(VENV)/.installed-stamp
 
 .PHONY: help setup run test test-sparkbc test-fast spark-sgd-proof spark-sgd-proof-scale \
-        sparkbc-e2e repro-check bench clean test-hf spark-coder-proof
+        sparkbc-e2e repro-check bench clean test-hf test-gpu spark-coder-proof
 
 help:
 	@echo "make run        set up, run the default job (dvc repro), print a summary"
 	@echo "make test       set up, run the whole test suite"
 	@echo "make test-sparkbc   only the SPARK_BC toolchain tests"
 	@echo "make test-hf       install the hf extra (torch, transformers) and run the export proofs"
+	@echo "make test-gpu      install the gpu extra (torch) and run the array-path tests on it"
 	@echo "make spark-sgd-proof        train the default program's tiny job and check it"
 	@echo "make spark-sgd-proof-scale  the large-scale proof (about 5 minutes)"
 	@echo "make spark-coder-proof  medium code model on the stdlib vs zlib-9 / lzma-9e (bits per byte)"
@@ -42,6 +43,14 @@ test-sparkbc: $(STAMP)
 test-hf: $(STAMP)
 	$(PY) -m pip install -q -e '.[dev,hf]'
 	$(PY) -m pytest -q tests/export
+
+# torch only here: `make test` runs the same tests on array-api-strict and skips torch's.
+# -rs prints why a GPU-only test was skipped (no CUDA/MPS device on this machine).
+GPU_TESTS := tests/model/test_model_backend.py tests/model/test_model_generic.py \
+             tests/model/test_model_device.py
+test-gpu: $(STAMP)
+	$(PY) -m pip install -q -e '.[dev,gpu]'
+	$(PY) -m pytest -q -rs $(GPU_TESTS)
 
 clean:
 	rm -rf out .pytest_cache .hypothesis

@@ -4,7 +4,9 @@ A micro-step is exactly what training does per minibatch: loss_and_grads on a
 full-length batch (random bytes, every target counted, T = seq_len) and a
 plain SGD update of every tensor. Utilisation = model FLOP/s (tokens/s x
 flops_per_token) over the float32 matmul peak measured in this process, at
-the same BLAS thread count, right before the timed steps.
+the same BLAS thread count, right before the timed steps. With a GPU device
+(`--device`, model/device.py) the params live on it, each step ends with a
+sync, and the peak is the device's float32 matmul peak (docs/gpu.md).
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from sparktrain.fsutil import sha256_bytes
 from sparktrain.model.batch import TokenBatch
 from sparktrain.model.build import build_model
 from sparktrain.model.config import SCALES
+from sparktrain.model.device import CPU
 from sparktrain.model.parallel import GradientEngine
 
 DEFAULT_BATCH = {"tiny": 8, "large": 16}
@@ -42,6 +45,23 @@ def matmul_peak(sizes=(768, 1024, 1280), repeats=3) -> float:
     return best
 
 
+def device_matmul_peak(dev, n=4096, repeats=5) -> float:
+    """Best float32 FLOP/s of an n x n matmul on a device (waits for each to finish)."""
+    xp = dev.xp
+    rng = np.random.default_rng(0)
+    a, b = (xp.asarray(rng.standard_normal((n, n), dtype=np.float32), device=dev.torch_device)
+            for _ in range(2))
+    a @ b
+    dev.sync()
+    best = 0.0
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        a @ b
+        dev.sync()
+        best = max(best, 2.0 * n ** 3 / (time.perf_counter() - t0))
+    return best
+
+
 def synthetic_batch(batch_size: int, seq_len: int, seed: int = BENCH_SEED) -> TokenBatch:
     rng = np.random.default_rng(seed)
     tokens = rng.integers(0, 256, (batch_size, seq_len + 1))          # (B, T+1)
@@ -57,19 +77,20 @@ def sgd_step(params, grads, lr):
 
 def run_bench(scale: str, batch_size: int | None = None, steps: int = 10,
               progress=None, cfg=None, shards: int = 1, workers: int = 1,
-              peak: float | None = None) -> dict:
+              peak: float | None = None, device=CPU) -> dict:
     cfg = cfg or SCALES[scale]
     model = build_model(cfg)
     batch_size = batch_size or DEFAULT_BATCH.get(scale, 16)
-    params = model.init_params(BENCH_SEED, b"bench")
+    params = device.to_device(model.init_params(BENCH_SEED, b"bench"))
     batch = synthetic_batch(batch_size, cfg.seq_len)
-    peak = peak or matmul_peak()
+    peak = peak or (matmul_peak() if device.kind == "cpu" else device_matmul_peak(device))
     times = []
     with GradientEngine(model, shards, workers) as engine:  # warm-up starts its workers
         for i in range(WARMUP_STEPS + steps):
             t0 = time.perf_counter()
             loss, grads = engine.loss_and_grads(params, batch)
             sgd_step(params, grads, BENCH_LR)
+            device.sync()
             dt = time.perf_counter() - t0
             if i >= WARMUP_STEPS:
                 times.append(dt)
@@ -81,7 +102,7 @@ def run_bench(scale: str, batch_size: int | None = None, steps: int = 10,
     tok_s = tokens / step_s
     model_flops = tok_s * model.flops_per_token()
     return {
-        "scale": scale, "arch": cfg.to_dict(), "n_params": model.n_params,
+        "scale": scale, "device": device.name, "arch": cfg.to_dict(), "n_params": model.n_params,
         "batch_size": batch_size, "seq_len": cfg.seq_len, "steps": steps,
         "warmup_steps": WARMUP_STEPS, "blas_threads": BLAS_THREADS,
         "shards": shards, "workers": workers,
@@ -89,7 +110,8 @@ def run_bench(scale: str, batch_size: int | None = None, steps: int = 10,
         "tokens_per_s": tok_s, "flops_per_token": model.flops_per_token(),
         "model_flops_per_s": model_flops, "matmul_peak_flops_per_s": peak,
         "utilisation": model_flops / peak, "final_loss": float(loss),
-        "params_sha256": sha256_bytes(b"".join(p.tobytes() for p in params.values())),
+        "params_sha256": sha256_bytes(b"".join(p.tobytes()
+                                               for p in device.to_host(params).values())),
     }
 
 
@@ -123,12 +145,13 @@ def format_report(r: dict) -> str:
     return "\n".join([
         f"bench {r['scale']}: {r['n_params']:,} params, batch {r['batch_size']} x "
         f"seq {r['seq_len']}, {r['steps']} steps after {r['warmup_steps']} warm-up, "
-        f"BLAS threads {r['blas_threads']}",
+        f"BLAS threads {r['blas_threads']}, device {r['device']}",
         f"median step   {r['median_step_s'] * 1e3:8.2f} ms   (min {r['min_step_s'] * 1e3:.2f} ms)",
         f"tokens/s      {r['tokens_per_s']:11,.0f}",
         f"model FLOP/s  {r['model_flops_per_s'] / 1e9:8.2f} G   "
         f"({r['flops_per_token']:,} FLOPs/token)",
-        f"matmul peak   {r['matmul_peak_flops_per_s'] / 1e9:8.2f} G   (float32, same process)",
+        f"matmul peak   {r['matmul_peak_flops_per_s'] / 1e9:8.2f} G   (float32, same process"
+        f"{'' if r['device'] == 'cpu' else ', on the device'})",
         f"utilisation   {100 * r['utilisation']:8.1f} %",
     ] + _scaling_lines(r))
 

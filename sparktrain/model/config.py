@@ -82,6 +82,9 @@ SCALES: dict[str, ModelConfig] = {
     "large": ModelConfig(dim=64, n_layer=4, n_head=4, n_kv_head=2, seq_len=128),
     # seq_len 128, not 256: attention is most of a step at 256 on two CPU cores
     "medium": ModelConfig(dim=128, n_layer=4, n_head=4, n_kv_head=2, seq_len=128),
+    # worth a GPU (--device cuda|mps, docs/gpu.md): ~32M params; on two CPU cores a step
+    # of 16 sequences takes tens of seconds, so no test trains it
+    "gpu": ModelConfig(dim=512, n_layer=8, n_head=8, n_kv_head=4, seq_len=512),
 }
 
 

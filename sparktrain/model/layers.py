@@ -3,7 +3,10 @@
 Each `xxx_forward(...)` returns `(out, cache)`; the matching
 `xxx_backward(dout, cache)` returns the gradients of its inputs and weights.
 Backward comments quote the forward line they differentiate. Everything runs
-in the dtype of its inputs: float32 in training, float64 in the gradient tests.
+in the dtype of its inputs: float32 in training, float64 in the gradient tests,
+and in the array namespace of its inputs (numpy, or a GPU library's arrays):
+`be = backend.of(x)` gives the few operations the array API standard lacks
+(model/backend.py, docs/gpu.md); the rest is standard calls and operators.
 Shapes: B batch, T time, C = dim, H query heads, KV kv heads, G = H // KV,
 hd head dim, V vocab, N = B * T rows.
 """
@@ -13,6 +16,8 @@ import math
 from typing import NamedTuple
 
 import numpy as np
+
+from sparktrain.model import backend
 
 RMS_EPS = 1e-5
 ROPE_BASE = 10000.0
@@ -70,7 +75,7 @@ class CrossEntropyCache(NamedTuple):
 
 def embedding_forward(ids, weight):
     """Row lookup: ids (...) int -> (..., C)."""
-    out = weight[ids]                                        # (..., C)
+    out = backend.of(weight).gather_rows(weight, ids)         # (..., C)
     return out, EmbeddingCache(ids, weight.shape[0])
 
 
@@ -79,24 +84,26 @@ def embedding_backward(dout, cache):
 
     Differentiates `out = weight[ids]`: every row of dout is added to the
     weight row it came from. A one-hot matmul does that scatter-add in one BLAS
-    call in the working dtype (np.add.at is slow, np.bincount works in float64).
+    call in the working dtype (np.add.at is slow, np.bincount works in float64),
+    and, with no unordered scatter, gives the same bytes every run on a GPU.
     """
     ids, vocab = cache
-    flat_ids = ids.reshape(-1)                               # (N,)
-    dflat = dout.reshape(flat_ids.size, -1)                  # (N, C)
-    onehot = np.zeros((vocab, flat_ids.size), dtype=dout.dtype)  # (V, N)
-    onehot[flat_ids, np.arange(flat_ids.size)] = 1
-    return onehot @ dflat                                    # (V, C)
+    be = backend.of(dout)
+    xp = be.xp
+    flat_ids = xp.reshape(ids, (-1,))                        # (N,)
+    dflat = xp.reshape(dout, (flat_ids.shape[0], -1))        # (N, C)
+    return be.embedding_grad(flat_ids, dflat, vocab)         # (V, C) = onehot (V, N) @ dflat
 
 
 # ------------------------------------------------------------------- rmsnorm
 
 def rmsnorm_forward(x, weight):
     """x (..., C) / sqrt(mean(x*x, -1) + eps) * weight (C,)."""
-    ms = np.einsum("...c,...c->...", x, x)[..., None]        # (..., 1) sum of squares
+    be = backend.of(x)
+    ms = be.rowdot(x, x)[..., None]                          # (..., 1) sum of squares
     ms *= 1.0 / x.shape[-1]
     ms += RMS_EPS
-    rstd = 1.0 / np.sqrt(ms)                                 # (..., 1)
+    rstd = 1.0 / be.xp.sqrt(ms)                              # (..., 1)
     xhat = x * rstd                                          # (..., C)
     out = xhat * weight                                      # (..., C)
     return out, RmsNormCache(xhat, rstd, weight)
@@ -105,13 +112,15 @@ def rmsnorm_forward(x, weight):
 def rmsnorm_backward(dout, cache):
     """Returns (dx, dweight)."""
     xhat, rstd, weight = cache
+    be = backend.of(dout)
+    xp = be.xp
     # out = xhat * weight
     C = xhat.shape[-1]
-    dweight = np.einsum("nc,nc->c", dout.reshape(-1, C), xhat.reshape(-1, C))  # (C,)
+    dweight = be.coldot(xp.reshape(dout, (-1, C)), xp.reshape(xhat, (-1, C)))  # (C,)
     dxhat = dout * weight                                    # (..., C)
     # xhat = x * rstd, rstd = (mean(x*x) + eps)^-1/2, so
     # dx = rstd * (dxhat - xhat * mean(dxhat * xhat))
-    proj = np.einsum("...c,...c->...", dxhat, xhat)[..., None]  # (..., 1)
+    proj = be.rowdot(dxhat, xhat)[..., None]                 # (..., 1)
     proj *= 1.0 / xhat.shape[-1]
     dxhat -= xhat * proj
     dxhat *= rstd
@@ -125,19 +134,21 @@ def linear_forward(x, weight):
 
     Leading axes are flattened first: one (N, in) x (in, out) gemm, not one per batch row.
     """
-    x2 = x.reshape(-1, x.shape[-1])                          # (N, in)
+    xp = backend.of(x).xp
+    x2 = xp.reshape(x, (-1, x.shape[-1]))                    # (N, in)
     out = x2 @ weight.T                                      # (N, out)
-    return out.reshape(*x.shape[:-1], weight.shape[0]), LinearCache(x2, weight)
+    return xp.reshape(out, (*x.shape[:-1], weight.shape[0])), LinearCache(x2, weight)
 
 
 def linear_backward(dout, cache):
     """Returns (dx, dweight)."""
     x2, weight = cache
-    d2 = dout.reshape(-1, dout.shape[-1])                    # (N, out)
+    xp = backend.of(dout).xp
+    d2 = xp.reshape(dout, (-1, dout.shape[-1]))              # (N, out)
     # out = x @ weight.T
     dx = d2 @ weight                                         # (N, in)
     dweight = d2.T @ x2                                      # (out, in)
-    return dx.reshape(*dout.shape[:-1], weight.shape[1]), dweight
+    return xp.reshape(dx, (*dout.shape[:-1], weight.shape[1])), dweight
 
 
 # ---------------------------------------------------------------------- rope
@@ -151,7 +162,7 @@ def rope_tables(T, heads, hd, dtype):
     Column h * hd/2 + i holds angle p * f_i of pair i of head h, matching the
     planes layout of rope_forward. Angles are computed in float64 once, then cast.
     """
-    key = (T, heads, hd, np.dtype(dtype).str)
+    key = (T, heads, hd, np.dtype(dtype).str)  # host tables; backend.constant() places them
     if key not in _ROPE_CACHE:
         freqs = ROPE_BASE ** (-2.0 * np.arange(hd // 2) / hd)  # (hd/2,) f_i = 10000^(-2i/hd)
         angle = np.arange(T)[:, None] * freqs[None, :]       # (T, hd/2) a = p * f_i
@@ -170,33 +181,20 @@ def rope_forward(u, hd):
     product runs over whole contiguous rows:
       out1 = u1 cos a - u2 sin a,   out2 = u2 cos a + u1 sin a.
     """
+    be = backend.of(u)
     _, B, T, X = u.shape
-    cos, sin = rope_tables(T, X * 2 // hd, hd, u.dtype)     # (T, X)
-    u1, u2 = u[0], u[1]                                      # (B, T, X)
-    out = np.empty_like(u)                                   # (2, B, T, X)
-    tmp = u2 * sin                                           # (B, T, X)
-    np.multiply(u1, cos, out=out[0])
-    out[0] -= tmp
-    np.multiply(u1, sin, out=tmp)
-    np.multiply(u2, cos, out=out[1])
-    out[1] += tmp
+    cos, sin = rope_tables(T, X * 2 // hd, hd, be.host_dtype(u))  # (T, X)
+    cos, sin = be.constant(cos, u), be.constant(sin, u)
+    out = be.rotate_pairs(u, cos, sin)                       # (2, B, T, X)
     return out, RopeCache(cos, sin)
 
 
 def rope_backward(dout, cache):
     """Returns du (2, B, T, heads * hd/2)."""
     cos, sin = cache
-    d1, d2 = dout[0], dout[1]                                # (B, T, X)
     # out1 = u1 cos - u2 sin ; out2 = u2 cos + u1 sin
-    #   => du1 = d1 cos + d2 sin ; du2 = d2 cos - d1 sin
-    du = np.empty_like(dout)                                 # (2, B, T, X)
-    tmp = d2 * sin                                           # (B, T, X)
-    np.multiply(d1, cos, out=du[0])
-    du[0] += tmp
-    np.multiply(d1, sin, out=tmp)
-    np.multiply(d2, cos, out=du[1])
-    du[1] -= tmp
-    return du
+    #   => du1 = d1 cos + d2 sin ; du2 = d2 cos - d1 sin  (the rotation by -a)
+    return backend.of(dout).rotate_pairs(dout, cos, sin, inverse=True)  # (2, B, T, X)
 
 
 # ----------------------------------------------------------------- attention
@@ -220,9 +218,15 @@ EXP_SAFE = 60.0
 
 
 def _scores_are_small(qs, k) -> bool:
-    """|q.k| <= |q| |k| (Cauchy-Schwarz): a cheap bound on every score."""
-    q2 = np.einsum("...d,...d->...", qs, qs).max()
-    k2 = np.einsum("...d,...d->...", k, k).max()
+    """|q.k| <= |q| |k| (Cauchy-Schwarz): a cheap bound on every score.
+
+    Only asked on the host: on a device, reading the bound back would stall the
+    queue once a layer, so there the max is always subtracted (same softmax)."""
+    be = backend.of(qs)
+    if not be.is_host:
+        return False
+    q2 = be.xp.max(be.rowdot(qs, qs))
+    k2 = be.xp.max(be.rowdot(k, k))
     return float(q2) * float(k2) <= EXP_SAFE * EXP_SAFE
 
 
@@ -236,48 +240,49 @@ def attention_forward(q, k, v):
     sums afterwards, on the 16x smaller (.., hd) side; the row max is only
     subtracted when the scores could be large enough for exp to overflow.
     """
+    be = backend.of(q)
+    xp = be.xp
     B, H, T, hd = q.shape
     KV = k.shape[1]
     G = H // KV
-    qs = np.multiply(q, 1.0 / math.sqrt(hd), out=np.empty(q.shape, q.dtype))  # (B, H, T, hd)
-    qs = qs.reshape(B, KV, G * T, hd)                        # (B, KV, G*T, hd) scaled q
-    s = qs @ k.swapaxes(-1, -2)                              # (B, KV, G*T, T)
-    s.reshape(B, KV, G, T, T)[...] += causal_mask(T, s.dtype)
+    qs = be.scaled(q, 1.0 / math.sqrt(hd))                   # (B, H, T, hd)
+    qs = xp.reshape(qs, (B, KV, G * T, hd))                  # (B, KV, G*T, hd) scaled q
+    s = qs @ be.mT(k)                                        # (B, KV, G*T, T)
+    mask = be.constant(causal_mask(T, be.host_dtype(s)), s)  # (T, T)
+    s = be.add_as(s, (B, KV, G, T, T), mask)
     if not _scores_are_small(qs, k):
         # softmax is shift-invariant; the diagonal is never masked, so the max is finite
-        s -= s.max(axis=-1, keepdims=True)
-    e = np.exp(s, out=s)                                     # (B, KV, G*T, T) unnormalised
-    ones = np.ones((T, 1), dtype=e.dtype)
+        s -= xp.max(s, axis=-1, keepdims=True)
+    e = be.exp_(s)                                           # (B, KV, G*T, T) unnormalised
+    ones = be.ones((T, 1), e)
     r = 1.0 / (e @ ones)                                     # (B, KV, G*T, 1) 1 / row sum
     y = e @ v                                                # (B, KV, G*T, hd)
     y *= r                                                   # att @ v, att = e * r
-    return y.reshape(B, H, T, hd), AttentionCache(qs, k, v, e, r, y)
+    return xp.reshape(y, (B, H, T, hd)), AttentionCache(qs, k, v, e, r, y)
 
 
 def attention_backward(dy, cache):
     """Returns (dq, dk, dv); dk, dv summed over the G query heads of each kv head."""
     qs, k, v, e, r, y = cache
+    be = backend.of(dy)
+    xp = be.xp
     B, KV, GT, hd = qs.shape
-    dyg = dy.reshape(B, KV, GT, hd)                          # (B, KV, G*T, hd)
+    dyg = xp.reshape(dy, (B, KV, GT, hd))                    # (B, KV, G*T, hd)
     # y = (e @ v) * r,  r = 1 / (e @ 1):
     #   de = (dy * r) @ v^T - r * rowdot(dy, y)
     # both terms come out of one matmul by appending a column to each side.
     dyr = dyg * r                                            # (B, KV, G*T, hd)
-    lhs = np.empty((B, KV, GT, hd + 1), dtype=dy.dtype)      # (B, KV, G*T, hd+1)
-    lhs[..., :hd] = dyr
-    np.einsum("...d,...d->...", dyr, y, out=lhs[..., hd])
-    np.negative(lhs[..., hd], out=lhs[..., hd])
-    rhs = np.ones((B, KV, v.shape[2], hd + 1), dtype=dy.dtype)  # (B, KV, T, hd+1)
-    rhs[..., :hd] = v
-    ds = lhs @ rhs.swapaxes(-1, -2)                          # (B, KV, G*T, T) de
+    lhs = be.append_column(dyr, -be.rowdot(dyr, y))          # (B, KV, G*T, hd+1)
+    rhs = be.append_column(v, 1)                             # (B, KV, T, hd+1)
+    ds = lhs @ be.mT(rhs)                                    # (B, KV, G*T, T) de
     # e = exp(s - const): ds = de * e
     ds *= e
-    dv = e.swapaxes(-1, -2) @ dyr                            # (B, KV, T, hd)
+    dv = be.mT(e) @ dyr                                      # (B, KV, T, hd)
     # s = qs @ k^T, qs = q * scale  (the mask and the shift are constants)
     dq = ds @ k                                              # (B, KV, G*T, hd)
     dq *= 1.0 / math.sqrt(hd)
-    dk = ds.swapaxes(-1, -2) @ qs                            # (B, KV, T, hd)
-    return dq.reshape(dy.shape), dk, dv
+    dk = be.mT(ds) @ qs                                      # (B, KV, T, hd)
+    return xp.reshape(dq, dy.shape), dk, dv
 
 
 # ---------------------------------------------------------------- swiglu mlp
@@ -289,13 +294,11 @@ def swiglu_forward(h, w_gate, w_up, w_down):
     weight, as two contiguous (N, F) planes: element-wise work on contiguous
     rows runs about twice as fast as on the column halves of an (N, 2F) array.
     """
-    w_gu = np.stack([w_gate, w_up])                          # (2, F, C)
-    gu = np.matmul(h, w_gu.transpose(0, 2, 1))               # (2, N, F)
-    g, u = gu[0], gu[1]                                      # (N, F) contiguous planes
-    sig = np.negative(g)                                     # (N, F)
-    np.exp(sig, out=sig)
-    sig += 1
-    np.reciprocal(sig, out=sig)                              # sigmoid(g)
+    be = backend.of(h)
+    w_gu = be.xp.stack([w_gate, w_up])                       # (2, F, C)
+    gu = h @ be.mT(w_gu)                                     # (2, N, F)
+    g, u = gu[0, ...], gu[1, ...]                            # (N, F) contiguous planes
+    sig = be.sigmoid(g)                                      # (N, F) 1 / (1 + exp(-g))
     silu = g * sig                                           # (N, F)
     a = silu * u                                             # (N, F)
     out = a @ w_down.T                                       # (N, C)
@@ -305,24 +308,19 @@ def swiglu_forward(h, w_gate, w_up, w_down):
 def swiglu_backward(dout, cache):
     """Returns (dh, dw_gate, dw_up, dw_down)."""
     h, g, u, sig, silu, a, w_gu, w_down = cache
+    be = backend.of(dout)
     # out = a @ w_down.T
     dw_down = dout.T @ a                                     # (C, F)
     da = dout @ w_down                                       # (N, F)
-    dgu = np.empty((2,) + da.shape, dtype=da.dtype)          # (2, N, F)
-    dg, du = dgu[0], dgu[1]                                  # (N, F) contiguous planes
-    # a = silu * u
-    np.multiply(da, silu, out=du)
+    # a = silu * u:  du = da * silu
     # silu = g * sig(g):  dsilu/dg = sig * (1 + g * (1 - sig)) = sig + silu * (1 - sig)
-    np.subtract(1, sig, out=dg)
-    dg *= silu
-    dg += sig
-    dg *= u
-    dg *= da
+    dgu = be.swiglu_gate_grads(da, silu, sig, u)             # (2, N, F) dg, du planes
+    dg, du = dgu[0, ...], dgu[1, ...]                        # (N, F)
     # gu = h @ w_gu.T  (per plane)
-    dw_gu = np.matmul(dgu.transpose(0, 2, 1), h)             # (2, F, C)
-    dh = dg @ w_gu[0]                                        # (N, C)
-    dh += du @ w_gu[1]
-    return dh, dw_gu[0], dw_gu[1], dw_down
+    dw_gu = be.mT(dgu) @ h                                   # (2, F, C)
+    dh = dg @ w_gu[0, ...]                                   # (N, C)
+    dh += du @ w_gu[1, ...]
+    return dh, dw_gu[0, ...], dw_gu[1, ...], dw_down
 
 
 # ------------------------------------------------------------- cross-entropy
@@ -334,14 +332,15 @@ def cross_entropy_forward(logits, targets, weights, denom):
     Returns (loss as a Python float, cache). The per-row log-sum-exp stays in
     the working dtype; only the final weighted sum is accumulated in float64.
     """
-    rows = np.arange(targets.shape[0])
-    shifted = logits - logits.max(axis=-1, keepdims=True)    # (N, V)
-    picked = shifted[rows, targets]                          # (N,) target logit - max
-    probs = np.exp(shifted, out=shifted)                     # (N, V) unnormalised
-    z = probs @ np.ones(probs.shape[1], dtype=probs.dtype)   # (N,) row sums
+    be = backend.of(logits)
+    xp = be.xp
+    shifted = logits - xp.max(logits, axis=-1, keepdims=True)  # (N, V)
+    picked = be.pick(shifted, targets)                       # (N,) target logit - max
+    probs = be.exp_(shifted)                                 # (N, V) unnormalised
+    z = probs @ be.ones((probs.shape[1],), probs)            # (N,) row sums
     probs *= (1 / z)[:, None]
-    nll = np.log(z) - picked                                 # (N,)
-    loss = float(np.dot(weights.astype(np.float64), nll.astype(np.float64))) / denom
+    nll = xp.log(z) - picked                                 # (N,)
+    loss = be.weighted_sum(weights, nll) / denom
     return loss, CrossEntropyCache(probs, targets, weights, denom)
 
 
@@ -351,10 +350,10 @@ def cross_entropy_backward(cache):
     Reuses the cached probs in place: call once per forward.
     """
     probs, targets, weights, denom = cache
+    be = backend.of(probs)
     # loss = sum_n w_n * (logsumexp(logits_n) - logits_n[t_n]) / denom
-    dlogits = probs                                          # (N, V)
-    dlogits[np.arange(targets.shape[0]), targets] -= 1
-    dlogits *= (weights * (1.0 / denom)).astype(dlogits.dtype)[:, None]
+    dlogits = be.sub_onehot_(probs, targets)                 # (N, V) probs - onehot(targets)
+    dlogits *= be.astype(weights * (1.0 / denom), dlogits.dtype)[:, None]
     return dlogits
 
 
@@ -362,9 +361,10 @@ def cross_entropy_backward(cache):
 
 def mean_pool_forward(x, mask):
     """Masked mean over time: x (B, T, C), mask (B, T) 1.0 on real tokens -> (B, C)."""
-    count = mask.sum(axis=1, keepdims=True)                  # (B, 1)
-    w = mask / np.maximum(count, 1)                          # (B, T)
-    out = np.einsum("bt,btc->bc", w, x)                      # (B, C)
+    be = backend.of(x)
+    count = be.xp.sum(mask, axis=1, keepdims=True)           # (B, 1)
+    w = mask / be.at_least(count, 1)                         # (B, T)
+    out = be.pool(w, x)                                      # (B, C) sum_t w x
     return out, w
 
 

@@ -7,7 +7,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from sparktrain.model import layers
+from sparktrain.model import backend, layers
 from sparktrain.model.base import Model, mean_denom, sum_denom
 from sparktrain.model.batch import PoolBatch
 from sparktrain.model.config import MeanPoolArch
@@ -29,10 +29,12 @@ class MeanPool(MeanPoolArch, Model):
     max_new_tokens = 1    # it only ever predicts the first completion byte
 
     def _forward(self, params, context, context_mask):
-        """context (B, T) int, context_mask (B, T) -> logits (B, V), PoolCache."""
-        dtype = params["spark.embed.weight"].dtype
-        mask = np.asarray(context_mask, dtype=dtype)                   # (B, T)
-        e, c_emb = layers.embedding_forward(np.asarray(context), params["spark.embed.weight"])
+        """context (B, T) int, context_mask (B, T) -> logits (B, V), PoolCache.
+        Host arrays in; the logits stay where the params live."""
+        embed = params["spark.embed.weight"]
+        be = backend.of(embed)
+        mask = be.asarray(context_mask, embed, embed.dtype)            # (B, T)
+        e, c_emb = layers.embedding_forward(be.asarray(context, embed), embed)
         h, c_pool = layers.mean_pool_forward(e, mask)                  # (B, C)
         logits, c_head = layers.linear_forward(h, params["spark.lm_head.weight"])  # (B, V)
         return logits, PoolCache(c_emb, c_pool, c_head)
@@ -48,11 +50,13 @@ class MeanPool(MeanPoolArch, Model):
         return grads
 
     def _loss_forward(self, params, batch: PoolBatch, denom_of):
-        dtype = params["spark.embed.weight"].dtype
+        embed = params["spark.embed.weight"]
+        be = backend.of(embed)
         logits, c_fwd = self._forward(params, batch.context, batch.context_mask)  # (B, V)
-        weights = np.ones(logits.shape[0], dtype=dtype)                # (B,) one target per pair
+        weights = np.ones(logits.shape[0], dtype=be.host_dtype(embed))  # (B,) one target per pair
+        target = be.asarray(np.asarray(batch.target).reshape(-1), embed)
         loss, c_ce = layers.cross_entropy_forward(
-            logits, np.asarray(batch.target).reshape(-1), weights, denom_of(weights))
+            logits, target, be.asarray(weights, embed), denom_of(weights))
         return loss, PoolLossCache(c_fwd, c_ce)
 
     def loss_and_grads(self, params, batch, denom=None):
@@ -70,9 +74,9 @@ class MeanPool(MeanPoolArch, Model):
         return loss, batch.n_counted
 
     def pool_logits(self, params, context, context_mask) -> np.ndarray:
-        """context (B, T) int, context_mask (B, T) -> logits (B, 256)."""
+        """context (B, T) int, context_mask (B, T) -> logits (B, 256), on the host."""
         logits, _ = self._forward(params, context, context_mask)
-        return logits
+        return backend.of(logits).to_host(logits)
 
     def scored_logits(self, params, batch):
         self.check_batch(batch)

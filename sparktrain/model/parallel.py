@@ -29,6 +29,7 @@ from multiprocessing import shared_memory
 import numpy as np
 
 from sparktrain.errors import SparkError
+from sparktrain.model import backend
 from sparktrain.model.base import Model
 from sparktrain.model.build import build_model
 from sparktrain.model.config import ModelConfig
@@ -81,7 +82,8 @@ def loss_denominator(batch) -> float:
 
 def add_in_order(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
     """sum(parts) with the additions in list order: the reduction that fixes the bytes."""
-    total = {name: g.copy() for name, g in parts[0].items()}
+    be = backend.of_params(parts[0])
+    total = {name: be.copy(g) for name, g in parts[0].items()}
     for part in parts[1:]:
         for name, g in part.items():
             total[name] += g
@@ -182,7 +184,8 @@ class GradientEngine:
         ranges = shard_ranges(batch_rows(batch), self.shards)
         denom = loss_denominator(batch)
         parts = [slice_rows(batch, a, b) for a, b in ranges]
-        if self.workers == 1 or len(parts) == 1:
+        if self.workers == 1 or len(parts) == 1 or not backend.of_params(params).is_host:
+            # params on a device: its shards run one after another here (same sum, same bytes)
             results = [self.model.loss_and_grads(params, part, denom=denom) for part in parts]
         else:
             results = self._parallel(params, parts, denom)
@@ -195,7 +198,7 @@ class GradientEngine:
         """The model's batch_loss of each batch (any iterable), in order, spread over the
         workers a few batches at a time: each batch is computed whole by one process, so
         the list is the same with any worker count."""
-        if self.workers == 1:
+        if self.workers == 1 or not backend.of_params(params).is_host:
             return [self.model.batch_loss(params, batch) for batch in batches]
         results, pending = [], iter(batches)
         while chunk := list(itertools.islice(pending, LOSS_CHUNK * self.workers)):

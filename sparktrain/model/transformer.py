@@ -1,9 +1,12 @@
-"""The Spark decoder: forward, loss and hand-written backward in numpy.
+"""The Spark decoder: forward, loss and hand-written backward, in numpy or in the
+array namespace the params live in (model/backend.py, docs/gpu.md).
 
 Math and tensor names: docs/training.md "The model", "Tensors". The params dict is
 keyed by the safetensors names (param_shapes order); the grads dict uses the
 same keys, shapes and dtype. All work happens in the dtype of the params
 (float32 in training, float64 in the gradient tests). Init: base.py.
+Batches arrive as host numpy arrays; which positions count is worked out on
+the host and only the arrays the maths reads are moved to the params' device.
 """
 from __future__ import annotations
 
@@ -11,7 +14,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from sparktrain.model import layers
+from sparktrain.model import backend, layers
 from sparktrain.model.base import Model, mean_denom, sum_denom
 from sparktrain.model.batch import TokenBatch
 from sparktrain.model.config import AttentionArch, layer_names
@@ -50,10 +53,12 @@ def _qk_planes(w_q, w_k, half):
     batched matmul gives the first and the second halves of every head as two
     contiguous (N, X) planes, X = (n_head + n_kv_head) * hd/2.
     """
-    w_qk = np.concatenate([w_q, w_k])                              # ((H + KV) hd, C)
+    be = backend.of(w_q)
+    xp = be.xp
+    w_qk = be.concat([w_q, w_k])                                   # ((H + KV) hd, C)
     heads, C = w_qk.shape[0] // (2 * half), w_qk.shape[1]
-    return np.ascontiguousarray(
-        w_qk.reshape(heads, 2, half, C).transpose(1, 0, 2, 3)).reshape(2, heads * half, C)
+    planes = be.contiguous(be.permute(xp.reshape(w_qk, (heads, 2, half, C)), (1, 0, 2, 3)))
+    return xp.reshape(planes, (2, heads * half, C))
 
 
 class Transformer(AttentionArch, Model):
@@ -69,65 +74,70 @@ class Transformer(AttentionArch, Model):
         after rope they are regrouped per head, (B, heads, T, hd), for attention.
         """
         w = {k: params[n] for k, n in layer_names(L).items()}
+        be = backend.of(x)
+        xp = be.xp
         B, T, C = x.shape
         H, KV, hd = self.cfg.n_head, self.cfg.n_kv_head, self.cfg.head_dim
         half, N = hd // 2, B * T
         w_planes = _qk_planes(w["q"], w["k"], half)                   # (2, X, C)
         h, c_n1 = layers.rmsnorm_forward(x, w["attn_norm"])            # (B, T, C)
-        h2 = h.reshape(N, C)                                           # (N, C)
-        qk = np.matmul(h2, w_planes.transpose(0, 2, 1))                # (2, N, X) = h @ [Wq; Wk].T
-        qk, c_rope = layers.rope_forward(qk.reshape(2, B, T, -1), hd)  # (2, B, T, X)
-        heads = np.ascontiguousarray(qk.reshape(2, B, T, H + KV, half).transpose(1, 3, 2, 0, 4))
-        heads = heads.reshape(B, H + KV, T, hd)                        # (B, H + KV, T, hd)
+        h2 = xp.reshape(h, (N, C))                                     # (N, C)
+        qk = h2 @ be.mT(w_planes)                                      # (2, N, X) = h @ [Wq; Wk].T
+        qk, c_rope = layers.rope_forward(xp.reshape(qk, (2, B, T, -1)), hd)  # (2, B, T, X)
+        heads = be.contiguous(be.permute(xp.reshape(qk, (2, B, T, H + KV, half)),
+                                         (1, 3, 2, 0, 4)))
+        heads = xp.reshape(heads, (B, H + KV, T, hd))                  # (B, H + KV, T, hd)
         v = h2 @ w["v"].T                                              # (N, KV hd)
-        v = np.ascontiguousarray(v.reshape(B, T, KV, hd).transpose(0, 2, 1, 3))  # (B, KV, T, hd)
-        y, c_att = layers.attention_forward(heads[:, :H], heads[:, H:], v)  # (B, H, T, hd)
-        y = y.transpose(0, 2, 1, 3).reshape(B, T, C)                  # (B, T, C) heads side by side
+        v = be.contiguous(be.permute(xp.reshape(v, (B, T, KV, hd)), (0, 2, 1, 3)))  # (B, KV, T, hd)
+        y, c_att = layers.attention_forward(heads[:, :H, ...], heads[:, H:, ...], v)  # (B, H, T, hd)
+        y = xp.reshape(be.permute(y, (0, 2, 1, 3)), (B, T, C))        # (B, T, C) heads side by side
         att_out, c_o = layers.linear_forward(y, w["o"])                # (B, T, C)
         x = x + att_out                                                # (B, T, C)
         h2n, c_n2 = layers.rmsnorm_forward(x, w["mlp_norm"])           # (B, T, C)
         mlp_out, c_mlp = layers.swiglu_forward(
-            h2n.reshape(N, C), w["mlp_gate"], w["mlp_up"], w["mlp_down"])  # (N, C)
-        x = x + mlp_out.reshape(B, T, C)                               # (B, T, C)
+            xp.reshape(h2n, (N, C)), w["mlp_gate"], w["mlp_up"], w["mlp_down"])  # (N, C)
+        x = x + xp.reshape(mlp_out, (B, T, C))                         # (B, T, C)
         return x, BlockCache(c_n1, h2, w_planes, w["v"], c_rope, c_att, c_o, c_n2, c_mlp)
 
     def _block_backward(self, dx, cache: BlockCache, L, grads):
         """Reverse of _block_forward; writes this layer's grads, returns dx (B, T, C)."""
         names = layer_names(L)
+        be = backend.of(dx)
+        xp = be.xp
         B, T, C = dx.shape
         H, KV, hd = self.cfg.n_head, self.cfg.n_kv_head, self.cfg.head_dim
         half, N = hd // 2, B * T
         # x = x + mlp_out ; mlp_out = swiglu(h2n)
         dh2n, grads[names["mlp_gate"]], grads[names["mlp_up"]], grads[names["mlp_down"]] = \
-            layers.swiglu_backward(dx.reshape(N, C), cache.mlp)        # (N, C)
+            layers.swiglu_backward(xp.reshape(dx, (N, C)), cache.mlp)  # (N, C)
         # h2n = rmsnorm(x, mlp_norm)
-        dxn, grads[names["mlp_norm"]] = layers.rmsnorm_backward(dh2n.reshape(B, T, C),
+        dxn, grads[names["mlp_norm"]] = layers.rmsnorm_backward(xp.reshape(dh2n, (B, T, C)),
                                                                 cache.mlp_norm)
         dx = dx + dxn                                                  # (B, T, C)
         # x = x + att_out ; att_out = y @ Wo.T
         dy, grads[names["o"]] = layers.linear_backward(dx, cache.o)    # (B, T, C)
-        dy = dy.reshape(B, T, H, hd).transpose(0, 2, 1, 3)             # (B, H, T, hd)
+        dy = be.permute(xp.reshape(dy, (B, T, H, hd)), (0, 2, 1, 3))   # (B, H, T, hd)
         # y = attention(heads[:, :H], heads[:, H:], v)
         dq, dk, dv = layers.attention_backward(dy, cache.attention)    # (B, H|KV, T, hd)
         # v = (h2 @ Wv.T) regrouped per head
-        dv2 = dv.transpose(0, 2, 1, 3).reshape(N, KV * hd)             # (N, KV hd)
+        dv2 = xp.reshape(be.permute(dv, (0, 2, 1, 3)), (N, KV * hd))   # (N, KV hd)
         grads[names["v"]] = dv2.T @ cache.h2                           # (KV hd, C)
         dh = dv2 @ cache.w_v                                           # (N, C)
         # heads = planes regrouped per head
-        dheads = np.empty((B, H + KV, T, 2, half), dtype=dx.dtype)     # (B, H + KV, T, 2, half)
-        dheads[:, :H] = dq.reshape(B, H, T, 2, half)
-        dheads[:, H:] = dk.reshape(B, KV, T, 2, half)
-        dqk = np.ascontiguousarray(dheads.transpose(3, 0, 2, 1, 4)).reshape(2, B, T, -1)
+        dheads = be.concat([xp.reshape(dq, (B, H, T, 2, half)),
+                            xp.reshape(dk, (B, KV, T, 2, half))], axis=1)  # (B, H + KV, T, 2, half)
+        dqk = xp.reshape(be.contiguous(be.permute(dheads, (3, 0, 2, 1, 4))), (2, B, T, -1))
         # qk = rope(planes)
-        dqk = layers.rope_backward(dqk, cache.rope).reshape(2, N, -1)  # (2, N, X)
+        dqk = xp.reshape(layers.rope_backward(dqk, cache.rope), (2, N, -1))  # (2, N, X)
         # planes = h2 @ w_planes.T (per plane)
-        dw_planes = np.matmul(dqk.transpose(0, 2, 1), cache.h2)        # (2, X, C)
-        dh += dqk[0] @ cache.w_planes[0]
-        dh += dqk[1] @ cache.w_planes[1]
-        dw_qk = dw_planes.reshape(2, H + KV, half, C).transpose(1, 0, 2, 3).reshape(-1, C)
-        grads[names["q"]], grads[names["k"]] = dw_qk[:H * hd], dw_qk[H * hd:]
+        dw_planes = be.mT(dqk) @ cache.h2                              # (2, X, C)
+        dh += dqk[0, ...] @ cache.w_planes[0, ...]
+        dh += dqk[1, ...] @ cache.w_planes[1, ...]
+        dw_qk = xp.reshape(be.permute(xp.reshape(dw_planes, (2, H + KV, half, C)), (1, 0, 2, 3)),
+                           (-1, C))
+        grads[names["q"]], grads[names["k"]] = dw_qk[:H * hd, ...], dw_qk[H * hd:, ...]
         # h = rmsnorm(x, attn_norm)
-        dxn, grads[names["attn_norm"]] = layers.rmsnorm_backward(dh.reshape(B, T, C),
+        dxn, grads[names["attn_norm"]] = layers.rmsnorm_backward(xp.reshape(dh, (B, T, C)),
                                                                  cache.attn_norm)
         return dx + dxn
 
@@ -157,17 +167,21 @@ class Transformer(AttentionArch, Model):
     def _loss_forward(self, params, batch: TokenBatch, denom_of):
         """Forward to the loss. Only counted rows go through lm_head: the others
         carry weight 0, so skipping them changes neither loss nor gradients."""
-        dtype = params["spark.embed.weight"].dtype
-        inputs = np.asarray(batch.inputs)
+        embed = params["spark.embed.weight"]
+        be = backend.of(embed)
+        xp = be.xp
+        inputs = be.asarray(batch.inputs, embed)                       # (B, T) to the device
         B, T = inputs.shape
         hf, c_trunk = self._trunk_forward(params, inputs)              # (B, T, C)
-        mask = np.asarray(batch.mask).reshape(-1)                      # (N,)
-        rows = np.flatnonzero(mask)                                    # (M,) counted rows
-        h_sel = hf.reshape(B * T, -1)[rows]                            # (M, C)
+        mask = np.asarray(batch.mask).reshape(-1)                      # (N,) host
+        rows = np.flatnonzero(mask)                                    # (M,) counted rows, host
+        h_sel = be.take_rows(xp.reshape(hf, (B * T, -1)), rows)        # (M, C)
         logits, c_head = layers.linear_forward(h_sel, params["spark.lm_head.weight"])  # (M, V)
-        weights = mask[rows].astype(dtype)                             # (M,)
-        targets = np.asarray(batch.targets).reshape(-1)[rows]          # (M,)
-        loss, c_ce = layers.cross_entropy_forward(logits, targets, weights, denom_of(weights))
+        weights = mask[rows].astype(be.host_dtype(embed))              # (M,) host
+        targets = np.asarray(batch.targets).reshape(-1)[rows]          # (M,) host
+        denom = denom_of(weights)
+        loss, c_ce = layers.cross_entropy_forward(
+            logits, be.asarray(targets, embed), be.asarray(weights, embed), denom)
         return loss, LossCache(c_trunk, rows, hf.shape, c_head, c_ce)
 
     def _loss_backward(self, cache: LossCache) -> dict[str, np.ndarray]:
@@ -177,10 +191,10 @@ class Transformer(AttentionArch, Model):
         # logits = h_sel @ lm_head.T
         dh_sel, grads["spark.lm_head.weight"] = layers.linear_backward(dlogits, cache.lm_head)
         # h_sel = hf[rows] (uncounted rows: 0)
+        be = backend.of(dh_sel)
         B, T, C = cache.hidden_shape
-        dhf = np.zeros((B * T, C), dtype=dh_sel.dtype)                 # (N, C)
-        dhf[cache.rows] = dh_sel
-        self._trunk_backward(dhf.reshape(B, T, C), cache.trunk, grads)
+        dhf = be.scatter_rows(dh_sel, cache.rows, B * T)               # (N, C)
+        self._trunk_backward(be.xp.reshape(dhf, (B, T, C)), cache.trunk, grads)
         return grads
 
     def loss_and_grads(self, params, batch, denom=None):
@@ -197,16 +211,24 @@ class Transformer(AttentionArch, Model):
 
     # -------------------------------------------------------------- logits
 
-    def forward_logits(self, params, inputs) -> np.ndarray:
-        """inputs (B, T) int -> logits (B, T, 256) at every position."""
-        hf, _ = self._trunk_forward(params, np.asarray(inputs))       # (B, T, C)
+    def forward_logits(self, params, inputs):
+        """inputs (B, T) int -> logits (B, T, 256) at every position, where params live."""
+        embed = params["spark.embed.weight"]
+        be = backend.of(embed)
+        hf, _ = self._trunk_forward(params, be.asarray(inputs, embed))  # (B, T, C)
         logits, _ = layers.linear_forward(hf, params["spark.lm_head.weight"])
         return logits                                                  # (B, T, V)
 
     def scored_logits(self, params, batch):
         self.check_batch(batch)
-        return self.forward_logits(params, batch.inputs), batch.targets, batch.mask
+        logits = self.forward_logits(params, batch.inputs)             # (B, T, V)
+        return backend.of(logits).to_host(logits), batch.targets, batch.mask
 
     def next_logits(self, params, windows, lens):
         logits = self.forward_logits(params, windows)                  # (A, T, V)
-        return logits[np.arange(len(lens)), lens - 1]                  # (A, V) own last position
+        be = backend.of(logits)
+        if be.is_host:
+            return logits[np.arange(len(lens)), lens - 1]              # (A, V) own last position
+        A, T, V = logits.shape
+        last = np.arange(A) * T + np.asarray(lens) - 1                 # (A,) host
+        return be.to_host(be.take_rows(be.xp.reshape(logits, (A * T, V)), last))

@@ -7,12 +7,19 @@ scales, not features). The schedule is constant, or a linear warm-up then a
 cosine decay to `min_lr` (nanoGPT's get_lr). Every optimizer's state is a dict
 of arrays under the parameter names plus a step count, so a resumed run
 continues bit for bit.
+
+The state lives where the params live (numpy, or a GPU library's arrays:
+model/backend.py, docs/gpu.md); `state()` hands back those arrays, so the
+caller brings them to the host to save them, and `load_state` takes host arrays.
+`grad_norm` and `clip_scale` are the global-norm clipping the loop applies.
 """
 from __future__ import annotations
 
 import math
 
 import numpy as np
+
+from sparktrain.model import backend
 
 ADAM_EPS = 1e-8
 
@@ -28,25 +35,46 @@ def lr_at(step, t: int, total: int) -> float:
     return step.min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (step.lr - step.min_lr)
 
 
+def grad_norm(grads: dict, names) -> float:
+    """The global L2 norm of the gradients of `names` (one host sync on a device)."""
+    return backend.of_params(grads).global_norm([grads[n] for n in names])
+
+
+def clip_scale(norm: float, clip: float) -> float:
+    """The factor that brings a gradient of global norm `norm` down to `clip` (0: no clipping)."""
+    return clip / norm if clip > 0 and norm > clip else 1.0
+
+
+def _f32(be):
+    """float32 scalars as the backend takes them: np.float32 for numpy; for another
+    namespace a Python float holding the same float32 value (the standard casts a
+    Python scalar to the array's dtype, so the product is the same)."""
+    if be.is_host:
+        return np.float32
+    return lambda v: float(np.float32(v))
+
+
 class SGD:
     name = "sgd"
 
     def __init__(self, params: dict, names, step):
         self.momentum = step.momentum
-        self.velocity = {n: np.zeros_like(params[n]) for n in names}
+        self.be = backend.of_params(params)
+        self.velocity = {n: self.be.zeros(params[n].shape, params[n]) for n in names}
 
     def update(self, params: dict, grads: dict, lr: float, scale: float) -> None:
+        f32 = _f32(self.be)
         for n, v in self.velocity.items():
             v *= self.momentum  # a Python float, exactly as the seed loop multiplied
-            v += grads[n] * np.float32(scale)
-            params[n] -= np.float32(lr) * v
+            v += grads[n] * f32(scale)
+            params[n] -= f32(lr) * v
 
     def state(self) -> dict[str, np.ndarray]:
         return {f"velocity.{n}": v for n, v in self.velocity.items()}
 
     def load_state(self, tensors: dict) -> None:
         for n in self.velocity:
-            self.velocity[n][...] = tensors[f"velocity.{n}"]
+            self.velocity[n] = self.be.load(self.velocity[n], tensors[f"velocity.{n}"])
 
 
 class AdamW:
@@ -54,27 +82,30 @@ class AdamW:
 
     def __init__(self, params: dict, names, step):
         self.b1, self.b2, self.wd = step.beta1, step.beta2, step.weight_decay
-        self.m = {n: np.zeros_like(params[n]) for n in names}
-        self.v = {n: np.zeros_like(params[n]) for n in names}
+        self.be = be = backend.of_params(params)
+        self.m = {n: be.zeros(params[n].shape, params[n]) for n in names}
+        self.v = {n: be.zeros(params[n].shape, params[n]) for n in names}
         self.decayed = {n for n in names if params[n].ndim >= 2}
         self.t = 0
 
     def update(self, params: dict, grads: dict, lr: float, scale: float) -> None:
         self.t += 1
-        c1 = np.float32(1.0 - self.b1 ** self.t)
-        c2 = np.float32(1.0 - self.b2 ** self.t)
+        f32, xp = _f32(self.be), self.be.xp
+        c1 = f32(1.0 - self.b1 ** self.t)
+        c2 = f32(1.0 - self.b2 ** self.t)
         b1, b2 = np.float32(self.b1), np.float32(self.b2)
-        lr32 = np.float32(lr)
+        one_b1, one_b2 = f32(1 - b1), f32(1 - b2)   # rounded in float32, as before
+        b1, b2, lr32, eps = f32(b1), f32(b2), f32(lr), f32(ADAM_EPS)
         for n, m in self.m.items():
-            g = grads[n] * np.float32(scale)
+            g = grads[n] * f32(scale)
             v = self.v[n]
             m *= b1
-            m += (1 - b1) * g
+            m += one_b1 * g
             v *= b2
-            v += (1 - b2) * (g * g)
+            v += one_b2 * (g * g)
             if n in self.decayed and self.wd:
-                params[n] *= np.float32(1.0 - lr * self.wd)
-            params[n] -= lr32 * (m / c1) / (np.sqrt(v / c2) + np.float32(ADAM_EPS))
+                params[n] *= f32(1.0 - lr * self.wd)
+            params[n] -= lr32 * (m / c1) / (xp.sqrt(v / c2) + eps)
 
     def state(self) -> dict[str, np.ndarray]:
         out = {f"m.{n}": a for n, a in self.m.items()}
@@ -84,8 +115,8 @@ class AdamW:
 
     def load_state(self, tensors: dict) -> None:
         for n in self.m:
-            self.m[n][...] = tensors[f"m.{n}"]
-            self.v[n][...] = tensors[f"v.{n}"]
+            self.m[n] = self.be.load(self.m[n], tensors[f"m.{n}"])
+            self.v[n] = self.be.load(self.v[n], tensors[f"v.{n}"])
         self.t = int(tensors["t"][0])
 
 

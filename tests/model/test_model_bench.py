@@ -82,3 +82,25 @@ def test_bench_shards_change_the_bytes_not_the_workers():
     two = bench.run_bench("tiny", 4, 1, shards=2, workers=1, peak=1e9)
     again = bench.run_bench("tiny", 4, 1, shards=2, workers=2, peak=1e9)
     assert one["params_sha256"] != two["params_sha256"] == again["params_sha256"]
+
+
+@pytest.mark.parametrize("device,msg", [
+    ("tpu", "device must be one of cpu, cuda, mps, auto, got 'tpu'"),
+])
+def test_bench_bad_device_is_one_line(device, msg, capsys):
+    assert main(["bench", "--device", device]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and msg in err[0]
+
+
+def test_bench_runs_the_generic_path_on_a_device():
+    """The bench's step on a non-numpy namespace (array-api-strict standing in for a GPU)."""
+    import array_api_strict
+
+    from sparktrain.model.device import Device
+    dev = Device("strict", "array-api-strict", array_api_strict)
+    cpu = bench.run_bench("tiny", batch_size=2, steps=1, peak=1.0)
+    r = bench.run_bench("tiny", batch_size=2, steps=1, device=dev)
+    assert r["device"] == "array-api-strict" and cpu["device"] == "cpu"
+    assert r["tokens_per_s"] > 0 and r["matmul_peak_flops_per_s"] > 0
+    assert r["final_loss"] == pytest.approx(cpu["final_loss"], rel=1e-5)

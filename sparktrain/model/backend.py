@@ -1,0 +1,386 @@
+"""The array backend: the few operations the array API standard lacks, twice.
+
+The layers, the loss, the optimizers and clipping are written once, against an
+array namespace `xp` (docs/gpu.md). They take it from their inputs,
+`be = backend.of(x)`, the array API's own pattern, so the namespace is chosen
+once per run: by where the params were put (model/device.py).
+
+  NumpyOps     numpy arrays: the fast CPU path, byte-identical to the code
+               before this module existed (einsum, `out=`, fancy indexing).
+  ArrayApiOps  any array-API namespace (PyTorch through array-api-compat on
+               CUDA/MPS/CPU, CuPy, array-api-strict in the tests): only
+               standard calls, no scatter: the embedding gradient is a one-hot
+               matmul, row scatters are gathers through an index made on the
+               host, so every result is deterministic on a GPU.
+
+Each method of NumpyOps has a twin of the same name and meaning in
+ArrayApiOps; tests/model/test_model_backend.py checks every pair agrees.
+Index arithmetic (which rows count, where they go) stays on the host in
+numpy; only gathers run on the device.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+try:  # the `gpu` extra: PyTorch / CuPy arrays get their namespace from it
+    import array_api_compat
+except ImportError:  # pragma: no cover - the default install
+    array_api_compat = None
+
+
+def _host_index(index) -> np.ndarray:
+    return np.asarray(index, dtype=np.int64)
+
+
+class NumpyOps:
+    """numpy arrays: the CPU path of today, every line as it was."""
+    xp = np
+    name = "numpy"
+    is_host = True       # arrays live in this process: no transfer, no sync to avoid
+
+    # ---------------------------------------------- place and move arrays
+    def asarray(self, host, like=None, dtype=None):
+        """A host array in this backend (on the device of `like`), of `dtype` if given."""
+        return np.asarray(host, dtype=dtype)
+
+    def constant(self, host: np.ndarray, like):
+        """A read-only host table (rope, mask) where `like` lives: numpy needs no copy."""
+        return host
+
+    def to_host(self, x) -> np.ndarray:
+        return x
+
+    def host_dtype(self, x):
+        """The numpy dtype that matches x's dtype (host-side bookkeeping in the same precision)."""
+        return x.dtype
+
+    def zeros(self, shape, like):
+        return np.zeros(shape, dtype=like.dtype)
+
+    def ones(self, shape, like):
+        return np.ones(shape, dtype=like.dtype)
+
+    def copy(self, x):
+        return x.copy()
+
+    def load(self, dst, src):
+        """dst's contents replaced by the host array src; returns the array to keep."""
+        dst[...] = src
+        return dst
+
+    # ------------------------------------------ names numpy 1.26 spells otherwise
+    def astype(self, x, dtype):
+        return x.astype(dtype)
+
+    def permute(self, x, axes):
+        return x.transpose(axes)
+
+    def contiguous(self, x):
+        return np.ascontiguousarray(x)
+
+    def mT(self, x):
+        return x.swapaxes(-1, -2)
+
+    def concat(self, arrays, axis=0):
+        return np.concatenate(arrays, axis=axis)
+
+    # ----------------------------------------------------------- reductions
+    def rowdot(self, a, b):
+        """sum(a * b, -1): (..., C) x (..., C) -> (...)."""
+        return np.einsum("...c,...c->...", a, b)
+
+    def coldot(self, a, b):
+        """sum(a * b, 0): (N, C) x (N, C) -> (C,)."""
+        return np.einsum("nc,nc->c", a, b)
+
+    def pool(self, w, x):
+        """sum_t w[b, t] x[b, t]: (B, T) x (B, T, C) -> (B, C)."""
+        return np.einsum("bt,btc->bc", w, x)
+
+    def at_least(self, x, low):
+        return np.maximum(x, low)
+
+    def weighted_sum(self, w, x) -> float:
+        """sum(w * x) accumulated in float64 on the host: (N,) x (N,) -> float."""
+        return float(np.dot(w.astype(np.float64), x.astype(np.float64)))
+
+    def global_norm(self, tensors) -> float:
+        """sqrt(sum over tensors of sum(g * g)), each tensor's sum in its dtype, the total in float64."""
+        return float(np.sqrt(sum(float(np.dot(g.ravel(), g.ravel())) for g in tensors)))
+
+    # ------------------------------------------------- element-wise in place
+    def exp_(self, x):
+        """exp(x), overwriting x where the backend can."""
+        return np.exp(x, out=x)
+
+    def scaled(self, x, s):
+        """x * s as a fresh C-ordered array (x may be a strided view)."""
+        return np.multiply(x, s, out=np.empty(x.shape, x.dtype))
+
+    def add_as(self, x, shape, y):
+        """x + y with x viewed as `shape` for the broadcast (x overwritten where possible)."""
+        x.reshape(shape)[...] += y
+        return x
+
+    def sigmoid(self, g):
+        sig = np.negative(g)
+        np.exp(sig, out=sig)
+        sig += 1
+        np.reciprocal(sig, out=sig)
+        return sig
+
+    def rotate_pairs(self, u, cos, sin, inverse=False):
+        """u (2, ...) two planes: (u1 cos - u2 sin, u2 cos + u1 sin); inverse: sin -> -sin."""
+        u1, u2 = u[0], u[1]
+        out = np.empty_like(u)
+        tmp = u2 * sin
+        np.multiply(u1, cos, out=out[0])
+        if inverse:
+            out[0] += tmp
+        else:
+            out[0] -= tmp
+        np.multiply(u1, sin, out=tmp)
+        np.multiply(u2, cos, out=out[1])
+        if inverse:
+            out[1] -= tmp
+        else:
+            out[1] += tmp
+        return out
+
+    def append_column(self, a, col):
+        """[a, col] along the last axis: (..., n) and (...) or a scalar -> (..., n + 1)."""
+        n = a.shape[-1]
+        out = np.empty(a.shape[:-1] + (n + 1,), dtype=a.dtype)
+        out[..., :n] = a
+        out[..., n] = col
+        return out
+
+    def swiglu_gate_grads(self, da, silu, sig, u):
+        """(dg, du) stacked as (2, N, F): du = da silu, dg = da u (sig + silu (1 - sig))."""
+        dgu = np.empty((2,) + da.shape, dtype=da.dtype)
+        dg, du = dgu[0], dgu[1]
+        np.multiply(da, silu, out=du)
+        np.subtract(1, sig, out=dg)
+        dg *= silu
+        dg += sig
+        dg *= u
+        dg *= da
+        return dgu
+
+    # ------------------------------------------------------ gathers, scatters
+    def gather_rows(self, weight, ids):
+        """weight[ids]: (V, C) and (...) int -> (..., C)."""
+        return weight[ids]
+
+    def take_rows(self, x, rows_host):
+        """x[rows]: (N, C) and host (M,) int -> (M, C)."""
+        return x[rows_host]
+
+    def scatter_rows(self, src, rows_host, n):
+        """(n, C) zeros with row rows[i] = src[i]; rows distinct."""
+        out = np.zeros((n, src.shape[1]), dtype=src.dtype)
+        out[rows_host] = src
+        return out
+
+    def pick(self, x, targets):
+        """x[i, targets[i]]: (M, V) and (M,) int -> (M,)."""
+        return x[np.arange(targets.shape[0]), targets]
+
+    def sub_onehot_(self, x, targets):
+        """x - onehot(targets): x[i, targets[i]] -= 1, in place where possible."""
+        x[np.arange(targets.shape[0]), targets] -= 1
+        return x
+
+    def embedding_grad(self, ids, dout, vocab):
+        """sum of the rows of dout (N, C) per id (N,) -> (vocab, C), as a one-hot matmul."""
+        onehot = np.zeros((vocab, ids.size), dtype=dout.dtype)   # (V, N)
+        onehot[ids, np.arange(ids.size)] = 1
+        return onehot @ dout                                     # (V, C)
+
+
+class ArrayApiOps:
+    """Any array-API namespace: standard calls only (array-api-strict runs this path in CI)."""
+    is_host = False
+
+    def __init__(self, xp):
+        self.xp = xp
+        self.name = getattr(xp, "__name__", str(xp))
+        self._constants: dict[int, tuple] = {}
+
+    # ---------------------------------------------- place and move arrays
+    def asarray(self, host, like=None, dtype=None):
+        device = None if like is None else like.device
+        return self.xp.asarray(host, dtype=dtype, device=device)
+
+    def constant(self, host: np.ndarray, like):
+        """A read-only host table (rope, mask) on like's device, copied there once."""
+        key = (id(host), str(like.device), str(like.dtype))
+        hit = self._constants.get(key)
+        if hit is None:
+            hit = self._constants[key] = (host, self.asarray(host, like, like.dtype))
+        return hit[1]
+
+    def to_host(self, x) -> np.ndarray:
+        if hasattr(x, "get") and not hasattr(x, "cpu"):        # CuPy
+            return x.get()
+        if hasattr(x, "cpu"):                                  # PyTorch
+            return x.detach().cpu().numpy()
+        return np.from_dlpack(x)
+
+    def host_dtype(self, x):
+        return np.dtype(np.float64) if x.dtype == self.xp.float64 else np.dtype(np.float32)
+
+    def zeros(self, shape, like):
+        return self.xp.zeros(shape, dtype=like.dtype, device=like.device)
+
+    def ones(self, shape, like):
+        return self.xp.ones(shape, dtype=like.dtype, device=like.device)
+
+    def copy(self, x):
+        return self.xp.asarray(x, copy=True)
+
+    def load(self, dst, src):
+        return self.asarray(src, dst, dst.dtype)
+
+    # ------------------------------------------------------- standard names
+    def astype(self, x, dtype):
+        return self.xp.astype(x, dtype)
+
+    def permute(self, x, axes):
+        return self.xp.permute_dims(x, axes)
+
+    def contiguous(self, x):
+        return x
+
+    def mT(self, x):
+        return self.xp.matrix_transpose(x)
+
+    def concat(self, arrays, axis=0):
+        return self.xp.concat(arrays, axis=axis)
+
+    # ----------------------------------------------------------- reductions
+    def rowdot(self, a, b):
+        return self.xp.sum(a * b, axis=-1)
+
+    def coldot(self, a, b):
+        return self.xp.sum(a * b, axis=0)
+
+    def pool(self, w, x):
+        return (w[:, None, :] @ x)[:, 0, :]
+
+    def at_least(self, x, low):
+        return self.xp.maximum(x, self.xp.full_like(x, low))
+
+    def weighted_sum(self, w, x) -> float:
+        # one transfer of two (N,) vectors; the sum in float64 on the host, as numpy's
+        return float(np.dot(self.to_host(w).astype(np.float64), self.to_host(x).astype(np.float64)))
+
+    def global_norm(self, tensors) -> float:
+        xp = self.xp
+        squares = xp.stack([xp.sum(g * g) for g in tensors])  # one transfer, not one per tensor
+        return float(np.sqrt(sum(float(s) for s in self.to_host(squares))))
+
+    # ------------------------------------------------- element-wise, fresh arrays
+    def exp_(self, x):
+        return self.xp.exp(x)
+
+    def scaled(self, x, s):
+        return x * s
+
+    def add_as(self, x, shape, y):
+        xp = self.xp
+        return xp.reshape(xp.reshape(x, shape) + y, x.shape)
+
+    def sigmoid(self, g):
+        return 1.0 / (1.0 + self.xp.exp(-g))
+
+    def rotate_pairs(self, u, cos, sin, inverse=False):
+        u1, u2 = u[0, ...], u[1, ...]
+        if inverse:
+            return self.xp.stack([u1 * cos + u2 * sin, u2 * cos - u1 * sin])
+        return self.xp.stack([u1 * cos - u2 * sin, u2 * cos + u1 * sin])
+
+    def append_column(self, a, col):
+        xp = self.xp
+        if isinstance(col, (int, float)):
+            col = xp.full(a.shape[:-1], float(col), dtype=a.dtype, device=a.device)
+        return xp.concat([a, col[..., None]], axis=-1)
+
+    def swiglu_gate_grads(self, da, silu, sig, u):
+        du = da * silu
+        dg = (1 - sig) * silu
+        dg += sig
+        dg *= u
+        dg *= da
+        return self.xp.stack([dg, du])
+
+    # ------------------------------------------------------ gathers, scatters
+    def gather_rows(self, weight, ids):
+        xp = self.xp
+        flat = xp.take(weight, xp.reshape(ids, (-1,)), axis=0)         # (N, C)
+        return xp.reshape(flat, tuple(ids.shape) + (weight.shape[1],))
+
+    def take_rows(self, x, rows_host):
+        return self.xp.take(x, self.asarray(_host_index(rows_host), x), axis=0)
+
+    def scatter_rows(self, src, rows_host, n):
+        # a gather from [src; 0]: row r reads src[i] where rows[i] = r, else the zero row
+        xp = self.xp
+        rows = _host_index(rows_host)
+        source = np.full(n, rows.shape[0], dtype=np.int64)              # (n,) -> the zero row
+        source[rows] = np.arange(rows.shape[0])
+        padded = xp.concat([src, self.zeros((1, src.shape[1]), src)], axis=0)  # (M + 1, C)
+        return xp.take(padded, self.asarray(source, src), axis=0)
+
+    def _onehot(self, targets, vocab, like):
+        xp = self.xp
+        classes = xp.arange(vocab, dtype=targets.dtype, device=targets.device)
+        return xp.astype(targets[:, None] == classes[None, :], like.dtype)  # (M, V)
+
+    def pick(self, x, targets):
+        xp = self.xp
+        M, V = x.shape
+        flat = xp.arange(M, dtype=targets.dtype, device=targets.device) * V + targets
+        return xp.take(xp.reshape(x, (-1,)), flat, axis=0)
+
+    def sub_onehot_(self, x, targets):
+        return x - self._onehot(targets, x.shape[1], x)
+
+    def embedding_grad(self, ids, dout, vocab):
+        # the one-hot matmul, no scatter: deterministic on any device
+        return self.xp.matrix_transpose(self._onehot(ids, vocab, dout)) @ dout  # (V, C)
+
+
+NUMPY = NumpyOps()
+_GENERIC: dict[int, ArrayApiOps] = {}
+
+
+def namespace(x):
+    """The array-API namespace of x: its own, or array-api-compat's wrapper (PyTorch)."""
+    if hasattr(x, "__array_namespace__"):
+        return x.__array_namespace__()
+    if array_api_compat is None:
+        raise TypeError(f"no array namespace for {type(x).__name__}: "
+                        "install the gpu extra: pip install -e '.[gpu]'")
+    return array_api_compat.array_namespace(x)
+
+
+def for_namespace(xp):
+    """The ops of namespace xp (numpy itself gets the fast path)."""
+    if xp is np:
+        return NUMPY
+    ops = _GENERIC.get(id(xp))
+    if ops is None:
+        ops = _GENERIC[id(xp)] = ArrayApiOps(xp)
+    return ops
+
+
+def of(x):
+    """The ops for arrays like x: NumpyOps for numpy, ArrayApiOps for anything else."""
+    if isinstance(x, (np.ndarray, np.generic)):
+        return NUMPY
+    return for_namespace(namespace(x))
+
+
+def of_params(params: dict):
+    return of(next(iter(params.values())))

@@ -1,0 +1,118 @@
+"""Where a run's arrays live: `cpu | cuda | mps | auto` -> a Device (docs/gpu.md).
+
+`cpu` is numpy, the default and the reference bytes. `cuda` and `mps` are
+PyTorch tensors through array-api-compat (the optional `gpu` extra), run with
+PyTorch's deterministic mode on (`torch.use_deterministic_algorithms(True)`,
+CUBLAS_WORKSPACE_CONFIG, no TF32), so two runs on one device give the same
+bytes. `auto` takes a GPU when PyTorch sees one, else the CPU, and says which.
+
+A run puts its params and optimizer state on the device once (`to_device`),
+hands the model host batches (the model moves them, once per micro-step), and
+brings back only logged numbers (Python floats already) and, at the end, the
+weights (`to_host`). Files on disk are host float32 whatever the device.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from sparktrain.errors import SparkError
+from sparktrain.model import backend
+
+DEVICES = ("cpu", "cuda", "mps", "auto")
+INSTALL = "install the gpu extra: pip install -e '.[gpu]'"
+CUBLAS_WORKSPACE = ":4096:8"  # what PyTorch's deterministic cuBLAS needs set before its first call
+
+
+@dataclass(frozen=True)
+class Device:
+    kind: str                      # cpu | cuda | mps
+    name: str                      # recorded in checkpoint/weights: cpu, cuda:<GPU name>, mps
+    xp: object                     # the array namespace
+    note: str = ""                 # one line for the log: what `auto` picked and why
+    torch_device: object = None
+    sync: Callable[[], None] = field(default=lambda: None)  # wait for queued work (timing)
+
+    @property
+    def ops(self):
+        return backend.for_namespace(self.xp)
+
+    def to_device(self, tensors: dict) -> dict:
+        """Host arrays -> this device (numpy: the same arrays, nothing copied)."""
+        if self.kind == "cpu":
+            return tensors
+        return {n: self.xp.asarray(np.ascontiguousarray(a), device=self.torch_device)
+                for n, a in tensors.items()}
+
+    def to_host(self, tensors: dict) -> dict[str, np.ndarray]:
+        """Arrays on this device -> host numpy (the weights file, the optimizer state)."""
+        ops = self.ops
+        return {n: np.ascontiguousarray(ops.to_host(a)) for n, a in tensors.items()}
+
+
+CPU = Device("cpu", "cpu", np)
+
+
+def _import_gpu():
+    """(torch, its array-api namespace), or ImportError without the gpu extra."""
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE)
+    import torch
+    import array_api_compat.torch as xp
+    return torch, xp
+
+
+def _deterministic(torch) -> None:
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE)
+    torch.use_deterministic_algorithms(True)
+    torch.backends.cuda.matmul.allow_tf32 = False    # full float32 matmuls: CPU-close losses
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cudnn.benchmark = False
+
+
+def _mps_available(torch) -> bool:
+    mps = getattr(torch.backends, "mps", None)
+    return bool(mps is not None and mps.is_available())
+
+
+def _gpu(torch, xp, kind: str, note: str = "") -> Device:
+    _deterministic(torch)
+    if kind == "cuda":
+        name = f"cuda:{torch.cuda.get_device_name(0)}"
+        sync = torch.cuda.synchronize
+    else:
+        name, sync = "mps", torch.mps.synchronize
+    return Device(kind, name, xp, note=note or f"device: {name}",
+                  torch_device=torch.device(kind), sync=sync)
+
+
+def resolve(requested) -> Device:
+    """The Device for `requested`; SparkError (one line, exit 2) when it cannot be had."""
+    if not isinstance(requested, str) or requested not in DEVICES:
+        raise SparkError(f"device must be one of {', '.join(DEVICES)}, got {requested!r}")
+    if requested == "cpu":
+        return CPU
+    try:
+        torch, xp = _import_gpu()
+    except ImportError:
+        if requested == "auto":
+            return Device("cpu", "cpu", np, note="device: cpu (auto: the gpu extra is not "
+                                                 "installed, so no GPU library to ask)")
+        raise SparkError(f"--device {requested}: {INSTALL}") from None
+    cuda, mps = bool(torch.cuda.is_available()), _mps_available(torch)
+    if requested == "auto":
+        if cuda:
+            return _gpu(torch, xp, "cuda", f"device: cuda:{torch.cuda.get_device_name(0)} (auto)")
+        if mps:
+            return _gpu(torch, xp, "mps", "device: mps (auto)")
+        return Device("cpu", "cpu", np, note=f"device: cpu (auto: PyTorch {torch.__version__} "
+                                             "sees no CUDA or MPS device)")
+    if requested == "cuda" and not cuda:
+        raise SparkError(f"--device cuda: PyTorch {torch.__version__} sees no CUDA device "
+                         "(no NVIDIA GPU, or a CPU-only PyTorch build); use --device cpu or auto")
+    if requested == "mps" and not mps:
+        raise SparkError(f"--device mps: PyTorch {torch.__version__} sees no Apple MPS device; "
+                         "use --device cpu or auto")
+    return _gpu(torch, xp, requested)

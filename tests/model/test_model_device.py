@@ -1,0 +1,105 @@
+"""model/device.py: `cpu | cuda | mps | auto` resolution and its one-line errors,
+with PyTorch replaced by a fake (the real one is only in `make test-gpu`)."""
+import os
+import types
+
+import numpy as np
+import pytest
+
+from sparktrain.errors import SparkError
+from sparktrain.model import device as devmod
+
+
+def fake_torch(cuda=False, mps=False, calls=None):
+    calls = calls if calls is not None else []
+    ns = types.SimpleNamespace
+    return ns(
+        __version__="2.9.0-fake",
+        cuda=ns(is_available=lambda: cuda, get_device_name=lambda i: "NVIDIA GeForce RTX 4090",
+                synchronize=lambda: calls.append("sync")),
+        mps=ns(synchronize=lambda: None),
+        backends=ns(mps=ns(is_available=lambda: mps), cuda=ns(matmul=ns(allow_tf32=True)),
+                    cudnn=ns(allow_tf32=True, benchmark=True)),
+        use_deterministic_algorithms=lambda on: calls.append(("deterministic", on)),
+        device=lambda kind: f"device({kind})",
+    )
+
+
+def with_torch(monkeypatch, torch):
+    monkeypatch.setattr(devmod, "_import_gpu", lambda: (torch, "xp-of-torch"))
+
+
+def without_torch(monkeypatch):
+    def missing():
+        raise ImportError("No module named 'torch'")
+    monkeypatch.setattr(devmod, "_import_gpu", missing)
+
+
+def test_cpu_is_numpy_and_moves_nothing():
+    dev = devmod.resolve("cpu")
+    assert (dev.kind, dev.name, dev.xp) == ("cpu", "cpu", np)
+    params = {"w": np.ones(3, np.float32)}
+    assert dev.to_device(params)["w"] is params["w"]
+    assert dev.to_host(params)["w"].tobytes() == params["w"].tobytes()
+
+
+@pytest.mark.parametrize("bad", ["tpu", "CUDA", "", 3, None, True])
+def test_unknown_devices_are_one_line(bad):
+    with pytest.raises(SparkError) as err:
+        devmod.resolve(bad)
+    assert str(err.value) == f"device must be one of cpu, cuda, mps, auto, got {bad!r}"
+
+
+@pytest.mark.parametrize("kind", ["cuda", "mps"])
+def test_a_gpu_without_the_extra_names_the_install_line(monkeypatch, kind):
+    without_torch(monkeypatch)
+    with pytest.raises(SparkError) as err:
+        devmod.resolve(kind)
+    assert str(err.value) == f"--device {kind}: install the gpu extra: pip install -e '.[gpu]'"
+
+
+def test_auto_without_the_extra_is_the_cpu_and_says_so(monkeypatch):
+    without_torch(monkeypatch)
+    dev = devmod.resolve("auto")
+    assert dev.kind == "cpu" and dev.xp is np
+    assert "gpu extra is not installed" in dev.note and "\n" not in dev.note
+
+
+@pytest.mark.parametrize("kind,word", [("cuda", "CUDA"), ("mps", "MPS")])
+def test_the_extra_but_no_device_is_one_line(monkeypatch, kind, word):
+    with_torch(monkeypatch, fake_torch())
+    with pytest.raises(SparkError) as err:
+        devmod.resolve(kind)
+    msg = str(err.value)
+    assert msg.startswith(f"--device {kind}: PyTorch 2.9.0-fake sees no ")
+    assert word in msg and "\n" not in msg
+
+
+def test_auto_with_the_extra_but_no_gpu_is_the_cpu(monkeypatch):
+    with_torch(monkeypatch, fake_torch())
+    dev = devmod.resolve("auto")
+    assert dev.kind == "cpu" and "sees no CUDA or MPS device" in dev.note
+
+
+@pytest.mark.parametrize("requested", ["cuda", "auto"])
+def test_cuda_is_named_and_deterministic(monkeypatch, requested):
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    calls = []
+    torch = fake_torch(cuda=True, mps=True, calls=calls)
+    with_torch(monkeypatch, torch)
+    dev = devmod.resolve(requested)
+    assert (dev.kind, dev.name, dev.xp) == ("cuda", "cuda:NVIDIA GeForce RTX 4090", "xp-of-torch")
+    assert dev.torch_device == "device(cuda)"
+    assert ("deterministic", True) in calls
+    assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == devmod.CUBLAS_WORKSPACE
+    assert torch.backends.cuda.matmul.allow_tf32 is False
+    assert torch.backends.cudnn.benchmark is False
+    assert dev.name in dev.note
+    dev.sync()
+    assert "sync" in calls
+
+
+def test_auto_falls_back_to_mps(monkeypatch):
+    with_torch(monkeypatch, fake_torch(mps=True))
+    dev = devmod.resolve("auto")
+    assert (dev.kind, dev.name) == ("mps", "mps") and "(auto)" in dev.note
