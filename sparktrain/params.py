@@ -209,11 +209,6 @@ def scale_config(scale: str, params_path: str | None = None, *, train_attn: bool
     return model_config(scale, params.scales, train_attn=train_attn, **overrides)
 
 
-def scale_names(params_path: str | None = None) -> str:
-    """The scale names a `--scale` accepts, for help texts: the built-in table's."""
-    return ", ".join(SCALES)
-
-
 @dataclass(frozen=True, config=STRICT)
 class Defaults(Params):
     """What a command uses when it reads no params file: every knob's default."""

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from sparktrain.argtypes import positive_int
+from sparktrain.model.config import scale_names
 
 
 def register(sub) -> None:
@@ -10,7 +11,7 @@ def register(sub) -> None:
         description="Time loss_and_grads + SGD on synthetic full-length batches and report "
                     "tokens/s and model FLOP/s over the float32 matmul peak of this process.")
     p.add_argument("--scale", default="tiny",
-                   help="a built-in scale (tiny, large) or a row of --params' scales "
+                   help=f"a built-in scale ({scale_names()}) or a row of --params' scales "
                         "(default tiny)")
     p.add_argument("--params", default=None,
                    help="params.yaml whose scales table to use (default: ./params.yaml "

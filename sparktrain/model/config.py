@@ -186,3 +186,8 @@ def n_params(cfg: ModelConfig) -> int:
 
 def flops_per_token(cfg: ModelConfig, seq_len: int | None = None) -> int:
     return cfg.kind(cfg).flops_per_token(seq_len)
+
+
+def scale_names() -> str:
+    """The built-in scale names, for help texts and messages."""
+    return ", ".join(SCALES)

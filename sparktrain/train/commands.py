@@ -13,7 +13,8 @@ ARCH = (("--dim", "dim"), ("--n-layer", "n_layer"), ("--n-head", "n_head"),
 
 
 def add_train_flags(p: argparse.ArgumentParser) -> None:
-    from sparktrain.params import add_step_flags, scale_names
+    from sparktrain.model.config import scale_names
+    from sparktrain.params import add_step_flags
 
     add_step_flags(p)
     a = p.add_argument_group("architecture")

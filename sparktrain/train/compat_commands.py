@@ -16,7 +16,7 @@ from pathlib import Path
 
 from sparktrain.errors import SparkError, TrainingFailed
 from sparktrain.jobfiles import CHECKPOINT, WEIGHTS
-from sparktrain.params import scale_names
+from sparktrain.model.config import scale_names
 from sparktrain.train.commands import ARCH, add_train_flags
 
 DEVICES = ("auto", "cpu")
