@@ -78,6 +78,7 @@ SIZE_CAPS = {
     "dataset row": (1, "SPARK_MAX_ROW_MB"),      # one JSONL line
     "weights file": (1024, "SPARK_MAX_WEIGHTS_MB"),
     "checkpoint": (64, None),
+    "params file": (1, None),                    # params.yaml: a config file, not data
     "eval file": (64, None),
     "job file": (64, None),                      # status.json, failed.json, ... of a job
     "file": (None, None),                        # hashed in chunks, never held whole

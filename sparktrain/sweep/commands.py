@@ -52,7 +52,8 @@ def cmd_sweep(args) -> int:
         raise SparkError("--workers sizes the LocalCluster; with --scheduler the cluster "
                          "has its own workers")
     plan = driver.plan_sweep(Path.cwd(), args.specs, args.git_remote, args.dvc_remote)
-    doc = driver.sweep(plan, args.scheduler, args.workers or driver.usable_cores(),
+    workers = args.workers or (0 if args.scheduler else driver.usable_cores())
+    doc = driver.sweep(plan, args.scheduler, workers,
                        args.scratch, progress=lambda line: print(f"sweep: {line}",
                                                                  file=sys.stderr, flush=True))
     write_json(args.out, doc)
