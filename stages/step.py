@@ -29,7 +29,7 @@ def step() -> Path:
                      tokenizer=job.out_dir / "tokenizer.json")
     except TrainingFailed as err:
         run_failed(job, err, p.step)
-        raise TrainingFailed(f"{err}; {restore_outputs(STAGE)}") from None
+        raise TrainingFailed(f"{err}; {restore_outputs(STAGE, job.out_dir)}") from None
     return job.out_dir / "checkpoint.json"
 
 

@@ -131,7 +131,7 @@ def _check_rope(conf: dict, where: str) -> None:
 def export_hf(weights: str | os.PathLike, out: str | os.PathLike,
               tokenizer: str | os.PathLike | None = None, force: bool = False) -> list[str]:
     """Write the Hugging Face folder; returns the file names written."""
-    out = check_target(out, force, folder=True)
+    out = check_target(out, force, folder=True, inputs=(weights, tokenizer))
     params, cfg, meta = load_model(weights)
     require_attention(cfg, weights)
     tok_text = tokenizer_json(cfg, tokenizer)
@@ -156,7 +156,7 @@ def import_hf(folder: str | os.PathLike, out: str | os.PathLike, force: bool = F
     folder = Path(folder)
     if not folder.is_dir():
         raise SparkError(f"{os.fspath(folder)} is not a folder; give the Hugging Face model folder")
-    out = check_target(out, force)
+    out = check_target(out, force, inputs=(folder,))
     conf = _read_json(folder / "config.json", "config.json")
     cfg = spark_config(conf, os.fspath(folder / "config.json"))
     meta = _import_meta(conf, cfg, folder)

@@ -102,7 +102,9 @@ def run_and_record(job, step, cfg, labels: dict | None = None,
     from sparktrain.errors import TrainingFailed
     from sparktrain.train.corpus_loop import run_corpus_step
     from sparktrain.train.loop import run_failed, run_step
+    from sparktrain.train.outputs import lock_job
 
+    lock_job(job.out_dir)  # before the base is read: two writers cannot both commit on it
     try:
         if job.is_corpus:  # its data prepared first (prepare_job or the prepare stage)
             if labels:
