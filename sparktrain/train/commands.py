@@ -102,9 +102,13 @@ def run_and_record(job, step, cfg, labels: dict | None = None,
     from sparktrain.errors import TrainingFailed
     from sparktrain.train.corpus_loop import run_corpus_step
     from sparktrain.train.loop import run_failed, run_step
+    from sparktrain.model.memory import line_count, step_fits
     from sparktrain.train.outputs import lock_job
 
-    lock_job(job.out_dir)  # before the base is read: two writers cannot both commit on it
+    if Path(job.out_dir).is_dir():  # before the base is read: no two writers commit on it
+        lock_job(job.out_dir)
+    step_fits("training", cfg, step, None if job.is_corpus else line_count(job.dataset),
+              loss_rows=16 if job.is_corpus else 64)  # the loops' LOSS_BATCH; memory.py
     try:
         if job.is_corpus:  # its data prepared first (prepare_job or the prepare stage)
             if labels:

@@ -109,7 +109,8 @@ def cmd_apply_step(args) -> int:
     folder = _job_folder(args)
     weights = folder / WEIGHTS
     read_program(args.sparkbc)  # a valid SPARK_BC file, or one line
-    outputs.lock_job(folder)  # held from reading the base to the commit: no lost update
+    if weights.exists():  # held from reading the base to the commit: no lost update
+        outputs.lock_job(folder)
     if weights.exists():
         _arch_from_base(args, weights)
     job = adhoc_job(args.dataset, folder.as_posix(), weights.as_posix() if weights.exists()
