@@ -181,9 +181,10 @@ def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def sha256_file(path: str | os.PathLike) -> str:
+def sha256_file(path: str | os.PathLike, what: str = "file") -> str:
+    """sha256 in 1 MiB chunks, of a regular file within the cap of its kind `what`."""
     h = hashlib.sha256()
-    with open_input(path, "file") as f:
+    with open_input(path, what) as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()

@@ -10,7 +10,8 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from sparktrain.errors import SparkError, TrainingFailed
+from sparktrain import ENV_ERROR
+from sparktrain.errors import SparkError, TrainingFailed, printable
 from sparktrain.fsutil import read_input
 from sparktrain.train.config import Params, load_params
 from sparktrain.train.job import Job, validate_job
@@ -45,12 +46,14 @@ def run(name: str, stage: Callable[[], object]) -> int:
     """Run one stage: exit 0 with the path written, 1 when training failed,
     2 with one line for a user mistake."""
     try:
+        if ENV_ERROR:
+            raise SparkError(ENV_ERROR)
         path = stage()
     except TrainingFailed as err:
-        print(f"stage {name}: training failed: {err}", file=sys.stderr)
+        print(f"stage {name}: training failed: {printable(str(err))}", file=sys.stderr)
         return 1
     except SparkError as err:
-        print(f"stage {name}: error: {err}", file=sys.stderr)
+        print(f"stage {name}: error: {printable(str(err))}", file=sys.stderr)
         return 2
     if path is not None:
         print(f"stage {name}: wrote {Path(path).as_posix()}", file=sys.stderr)

@@ -209,7 +209,7 @@ def read_json(path: Path):
 
 def _verified_sha(path: Path, want) -> bool:
     try:
-        return path.is_file() and sha256_file(path) == want
+        return path.is_file() and sha256_file(path, "weights file") == want  # size cap first
     except SparkError:
         return False
 
@@ -251,7 +251,8 @@ def job_state(folder: str | os.PathLike, job_id: str | None = None) -> dict:
                      weights=ckpt.get("weights"), weights_sha256=ckpt.get("weights_sha256"),
                      weights_verified=verified)
         if not verified:
-            state["reason"] = "weights file missing or its sha256 differs from checkpoint.json"
+            state["reason"] = ("weights file missing, above the weights size cap, or its sha256 "
+                               "differs from checkpoint.json")
     failed = read_json(folder / "failed.json")
     if isinstance(failed, dict):
         state["state"] = "failed"
