@@ -77,6 +77,7 @@ SIZE_CAPS = {
     "dataset": (512, "SPARK_MAX_DATASET_MB"),    # JSONL, train or held-out
     "dataset row": (1, "SPARK_MAX_ROW_MB"),      # one JSONL line
     "weights file": (1024, "SPARK_MAX_WEIGHTS_MB"),
+    "corpus": (256, "SPARK_MAX_CORPUS_MB"),      # all matched corpus files together
     "checkpoint": (64, None),
     "params file": (1, None),                    # params.yaml: a config file, not data
     "eval file": (64, None),
