@@ -1,6 +1,8 @@
 """Outputs appear whole or not at all: checked first, written aside, renamed into place."""
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import shutil
 import tempfile
@@ -25,6 +27,13 @@ def check_target(path: str | os.PathLike, force: bool, folder: bool = False,
 
     folder: the output is a folder (else a file, and a folder there is refused)."""
     path = Path(path)
+    try:
+        return _check_target(path, force, folder, inputs)
+    except OSError as err:  # a name too long, a parent that is a file, a loop of links
+        raise SparkError(f"cannot write {os.fspath(path)}: {err.strerror or err}") from None
+
+
+def _check_target(path: Path, force: bool, folder: bool, inputs: tuple) -> Path:
     if path.is_dir() and not folder:
         raise SparkError(f"{os.fspath(path)} is a folder; give a file name")
     if path.is_dir():
@@ -38,7 +47,29 @@ def check_target(path: str | os.PathLike, force: bool, folder: bool = False,
 
 
 def publish_dir(files: dict[str, bytes], out: Path) -> None:
-    """Write files into a fresh folder beside `out`, then swap it in."""
+    """Write files into a fresh folder beside `out`, then swap it in; a write error (disk
+    full, a name too long, a parent that is a file) is one line, the temp folder gone."""
+    with _one_line(out):
+        _publish_dir(files, out)
+
+
+def publish_file(write, out: Path) -> None:
+    """`write(tmp_path)` writes the file aside; then it replaces `out`. Errors as publish_dir."""
+    with _one_line(out):
+        _publish_file(write, out)
+
+
+@contextlib.contextmanager
+def _one_line(out: Path):
+    try:
+        yield
+    except OSError as err:
+        code = errno.errorcode.get(err.errno, "") if err.errno else ""
+        raise SparkError(f"cannot write {os.fspath(out)}: {err.strerror or err}"
+                         + (f" ({code})" if code else "") + "; nothing was replaced") from None
+
+
+def _publish_dir(files: dict[str, bytes], out: Path) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
     try:
@@ -51,8 +82,7 @@ def publish_dir(files: dict[str, bytes], out: Path) -> None:
         raise
 
 
-def publish_file(write, out: Path) -> None:
-    """`write(tmp_path)` writes the file aside; then it replaces `out`."""
+def _publish_file(write, out: Path) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
     os.close(fd)
