@@ -284,7 +284,10 @@ def test_status_does_not_hash_a_file_above_the_weights_cap(trained):
     with open(folder / "weights.safetensors", "r+b") as f:
         f.truncate(64 << 30)  # sparse: 64 GiB claimed, nothing on disk
     t0 = time.monotonic()
-    rc, out, err = run_spark(["status", folder], cwd=project, timeout=60)
+    try:
+        rc, out, err = run_spark(["status", folder], cwd=project, timeout=60)
+    finally:
+        shutil.rmtree(folder)  # the module's other tests snapshot the project
     assert rc == 0, err
     assert time.monotonic() - t0 < 20
     state = json.loads(out)
