@@ -4,6 +4,7 @@ Both refuse, in one line naming the file, what would make a small file expensive
 
 - YAML aliases (`*name`): an alias bomb expands a few hundred bytes into
   billions of nodes. A config file never needs them; anchors alone are harmless.
+- YAML integers beyond 2**63 (no setting needs one; converting one to float overflows);
 - nesting deeper than MAX_DEPTH (a recursion error in the parser, or later in
   whatever walks the document);
 - JSON's non-standard `NaN`, `Infinity` and `-Infinity` (a NaN compares false
@@ -22,6 +23,7 @@ import yaml
 from sparktrain.errors import SparkError
 
 MAX_DEPTH = 64
+MAX_INT = 2 ** 63  # a config value beyond this is a typo (and overflows float conversion)
 
 
 class _Refused(Exception):
@@ -50,6 +52,17 @@ class _BoundedLoader(yaml.SafeLoader):
             return super().compose_node(parent, index)
         finally:
             self._depth -= 1
+
+
+def _bounded_int(loader, node):
+    value = yaml.SafeLoader.construct_yaml_int(loader, node)
+    if abs(value) > MAX_INT:
+        raise _Refused(f"integer {node.value[:24]}... is out of range (beyond 2**63)",
+                       node.start_mark)
+    return value
+
+
+_BoundedLoader.add_constructor("tag:yaml.org,2002:int", _bounded_int)
 
 
 def _where(name: str, mark) -> str:

@@ -96,8 +96,7 @@ def spark_config(conf: dict, where: str) -> ModelConfig:
         raise SparkError(f"{where}: hidden_act {get('hidden_act')!r}; Spark's MLP is SwiGLU (silu)")
     _check_rope(conf, where)
     eps = get("rms_norm_eps", 1e-6)
-    if (not isinstance(eps, (int, float)) or isinstance(eps, bool) or not math.isfinite(eps)
-            or abs(eps - RMS_EPS) > 1e-12):
+    if not _close(eps, RMS_EPS):
         raise SparkError(f"{where}: rms_norm_eps {eps!r}; Spark's RMSNorm uses {RMS_EPS}")
     try:
         dim, heads = _integer(get("hidden_size")), _integer(get("num_attention_heads"))
@@ -118,6 +117,17 @@ def spark_config(conf: dict, where: str) -> ModelConfig:
         return cfg.validate()
     except SparkError as err:
         raise SparkError(f"{where}: {err}") from None
+
+
+def _close(value, want: float) -> bool:
+    """A finite JSON number within 1e-12 of `want` (NaN compares false: isfinite first;
+    an integer past float range is not close to anything)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return math.isfinite(value) and abs(value - want) <= 1e-12
+    except OverflowError:
+        return False
 
 
 def _integer(value) -> int:
@@ -223,6 +233,8 @@ def _shard_files(folder: Path) -> list[Path]:
     if not isinstance(weight_map, dict) or not weight_map:
         raise SparkError(f"{os.fspath(index_path)}: weight_map must be an object of tensor "
                          "name -> shard file name")
+    if not all(isinstance(v, str) for v in weight_map.values()):
+        raise SparkError(f"{os.fspath(index_path)}: weight_map values must be shard file names")
     names = set(weight_map.values())
     if len(names) > MAX_SHARDS:
         raise SparkError(f"{os.fspath(index_path)}: {len(names):,} shard files, above the "
