@@ -8,6 +8,7 @@ big kinds are configurable with SPARK_MAX_<KIND>_MB.
 """
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import json
@@ -33,7 +34,8 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     try:
         _atomic_write(path, data)
     except OSError as err:
-        raise SparkError(f"cannot write {os.fspath(path)}: {err.strerror or err}") from None
+        code = f" ({errno.errorcode.get(err.errno, err.errno)})" if err.errno else ""
+        raise SparkError(f"cannot write {os.fspath(path)}: {err.strerror or err}{code}") from None
 
 
 def _atomic_write(path: Path, data: bytes) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -64,14 +65,17 @@ def _one_line(out: Path):
     try:
         yield
     except OSError as err:
-        code = errno.errorcode.get(err.errno, "") if err.errno else ""
-        raise SparkError(f"cannot write {os.fspath(out)}: {err.strerror or err}"
-                         + (f" ({code})" if code else "") + "; nothing was replaced") from None
+        if err.errno:
+            why = f"{err.strerror or err} ({errno.errorcode.get(err.errno, err.errno)})"
+        else:  # a writer that reports a short write without an errno
+            why = f"{err}: a short write (the disk is full or the file-size limit is reached)"
+        raise SparkError(f"cannot write {os.fspath(out)}: {why}; nothing was replaced") from None
 
 
 def _publish_dir(files: dict[str, bytes], out: Path) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+    remove_stale(out)
+    tmp = Path(tempfile.mkdtemp(prefix=_prefix(out), suffix=".tmp", dir=out.parent))
     try:
         tmp.chmod(0o777 & ~current_umask())
         for name, data in sorted(files.items()):
@@ -82,9 +86,42 @@ def _publish_dir(files: dict[str, bytes], out: Path) -> None:
         raise
 
 
+def _prefix(out: Path) -> str:
+    """Temp names beside OUT: ".OUT.PID.", so a later run can tell a dead writer's."""
+    return f".{out.name}.{os.getpid()}."
+
+
+def remove_stale(out: Path) -> list[str]:
+    """Temp files and folders of earlier runs writing this OUT that were killed (their
+    process is gone): only our own name pattern, only beside OUT."""
+    pattern = re.compile(re.escape(f".{out.name}.") + r"(\d+)\.[A-Za-z0-9_]+\.(tmp|old)$")
+    removed = []
+    for entry in os.scandir(out.parent):
+        match = pattern.match(entry.name)
+        if not match or _alive(int(match.group(1))):
+            continue
+        if entry.is_dir(follow_symlinks=False):
+            shutil.rmtree(entry.path, ignore_errors=True)
+        else:
+            Path(entry.path).unlink(missing_ok=True)
+        removed.append(entry.name)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True
+    return True
+
+
 def _publish_file(write, out: Path) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
+    remove_stale(out)
+    fd, tmp = tempfile.mkstemp(prefix=_prefix(out), suffix=".tmp", dir=out.parent)
     os.close(fd)
     try:
         write(tmp)
@@ -100,7 +137,7 @@ def _swap_in(new: Path, out: Path) -> None:
             or (out.is_dir() and new.is_dir() and not any(out.iterdir()))):
         os.replace(new, out)
         return
-    old = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".old", dir=out.parent))
+    old = Path(tempfile.mkdtemp(prefix=_prefix(out), suffix=".old", dir=out.parent))
     os.replace(out, old / "x")
     os.replace(new, out)
     shutil.rmtree(old, ignore_errors=True)

@@ -21,6 +21,7 @@ import errno
 import fcntl
 import json
 import os
+import re
 from pathlib import Path
 
 from sparktrain.errors import SparkError
@@ -72,6 +73,25 @@ def lock_job(folder: str | os.PathLike) -> None:
         raise SparkError(f"cannot lock job folder {folder.as_posix()}: "
                          f"{err.strerror or err}") from None
     _held[key] = fd
+    remove_stale_temps(folder)
+
+
+# fsutil.atomic_write_bytes's temp files: ".NAME.XXXXXXXX.tmp" (mkstemp's 8 characters)
+STALE_TEMP = re.compile(r"^\..+\.[A-Za-z0-9_]{8}\.tmp$")
+
+
+def remove_stale_temps(folder: Path) -> list[str]:
+    """Temp files a killed writer left in this job folder. Only the lock holder calls
+    this, so no live writer owns one; only names of our own temp pattern, only here."""
+    removed = []
+    for entry in os.scandir(folder):
+        if STALE_TEMP.match(entry.name) and entry.is_file(follow_symlinks=False):
+            try:
+                os.unlink(entry.path)
+                removed.append(entry.name)
+            except FileNotFoundError:
+                pass
+    return removed
 
 
 def unlock_job(folder: str | os.PathLike) -> None:

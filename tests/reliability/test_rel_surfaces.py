@@ -493,3 +493,119 @@ def test_pick_next_never_draws_from_a_non_finite_distribution():
         got = pick_next(logits, t, 0, np.random.default_rng(0))
         assert ((0 <= got) & (got < 3)).all()
     assert (pick_next(logits, 1e-300, 0, np.random.default_rng(0)) == [0, 0]).all()
+
+
+# ------------------------------------------------------------ 8. Ctrl-C and SIGTERM in a stage
+
+def _stage_project(tmp_path, monkeypatch):
+    """A cwd with params.yaml, and a dvc.lock + cache recording the step's weights."""
+    shutil.copy(ROOT / "params.yaml", tmp_path / "params.yaml")
+    from stages.common import params
+
+    monkeypatch.chdir(tmp_path)
+    job = params().job
+    weights = f"out/train/{job}/weights.safetensors"
+    cache = _lock_with(tmp_path, [(weights, b"the previous weights")])
+    monkeypatch.setattr(dvclock, "cache_dir", lambda: cache)
+    return tmp_path / weights
+
+
+def test_sigint_in_a_stage_restores_and_is_one_line_exit_130(tmp_path, monkeypatch, capsys):
+    from stages.common import run
+
+    weights = _stage_project(tmp_path, monkeypatch)
+
+    def stage():
+        raise KeyboardInterrupt
+    try:
+        assert run("step", stage) == 130
+    finally:
+        import signal
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "interrupted by SIGINT" in err and "restored" in err
+    assert weights.read_bytes() == b"the previous weights"
+
+
+def test_sigterm_in_a_stage_is_one_line_exit_143(tmp_path):
+    script = ("import sys, time; from stages.common import run; "
+              "sys.exit(run('check-params', lambda: (print('up', flush=True), time.sleep(60))))")
+    shutil.copy(ROOT / "params.yaml", tmp_path / "params.yaml")
+    proc = subprocess.Popen([sys.executable, "-c", script], cwd=tmp_path, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.stdout.readline().strip() == "up"
+    proc.terminate()
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 143, err
+    assert err.count("\n") == 1 and "interrupted by SIGTERM" in err and "Traceback" not in err
+
+
+# ------------------------------------------------------------ 7. litter of killed runs
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def test_the_next_run_removes_a_killed_runs_temp_files_and_only_those(trained):
+    project, weights = trained
+    folder = project / "out/litter"
+    shutil.copytree(weights.parent, folder)
+    stale = [folder / ".weights.safetensors.pending.k3j_9xq1.tmp",
+             folder / ".checkpoint.json.a8Zk02lm.tmp"]
+    kept = [folder / ".notes.tmp", folder / "mine.tmp"]
+    for path in stale + kept:
+        path.write_bytes(b"x" * 1000)
+    rc, _, err = _apply_step(project, folder / "weights.safetensors")
+    assert rc == 0, err
+    assert not any(p.exists() for p in stale) and all(p.exists() for p in kept)
+
+
+def test_export_removes_a_dead_exports_temp_folder_beside_out(trained, tmp_path):
+    _, weights = trained
+    dead, live = _dead_pid(), os.getpid()
+    stale = tmp_path / f".hf.{dead}.abc_1234.tmp"
+    alive = tmp_path / f".hf.{live}.abc_1234.tmp"
+    other = tmp_path / f".other.{dead}.abc_1234.tmp"
+    for path in (stale, alive, other):
+        path.mkdir()
+        (path / "model.safetensors").write_bytes(b"x")
+    rc, _, err = run_spark(["export", "--to", "hf", tmp_path / "hf", "--weights", weights])
+    assert rc == 0, err
+    assert not stale.exists() and alive.exists() and other.exists()
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".hf")) == [alive.name]
+
+
+# ------------------------------------------------------------ 6. write errors
+
+def test_a_write_error_in_the_step_stage_restores_and_says_so(tmp_path, monkeypatch, capsys):
+    from stages.common import run
+
+    weights = _stage_project(tmp_path, monkeypatch)
+
+    def stage():
+        raise SparkError(f"cannot write {weights}: No space left on device")
+    assert run("step", stage) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "No space left" in err and "restored" in err
+    assert weights.read_bytes() == b"the previous weights"
+
+
+def _limit_file_size():
+    import resource
+    resource.setrlimit(resource.RLIMIT_FSIZE, (20_000, 20_000))
+
+
+@pytest.mark.parametrize("argv", [["export", "--to", "gguf", "OUT/x.gguf", "--weights", "W"],
+                                  ["export", "--to", "hf", "OUT/hf", "--weights", "W"]])
+def test_export_under_ulimit_f_is_one_line_and_leaves_no_temp(trained, tmp_path, argv):
+    _, weights = trained
+    argv = [str(weights) if a == "W" else a.replace("OUT", str(tmp_path)) for a in argv]
+    done = subprocess.run([sys.executable, "-m", "sparktrain.cli", *argv], capture_output=True,
+                          text=True, preexec_fn=_limit_file_size, timeout=120)
+    assert_one_line_error(done.returncode, done.stderr, "cannot write")
+    assert "EFBIG" in done.stderr or "short write" in done.stderr
+    assert list(tmp_path.iterdir()) == []
