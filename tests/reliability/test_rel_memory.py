@@ -54,6 +54,8 @@ def test_estimate_is_within_2x_of_the_measured_peak(long_rows, tmp_path, dim, n_
     assert done.returncode == 0, done.stderr
     peak = next(int(line.split()[1]) * 1024 for line in done.stderr.splitlines()
                 if line.startswith("PEAK"))
+    print(f"\nmemory dim {dim} x {n_layer} T {seq_len} B {batch}: estimate {est >> 20} MiB, "
+          f"peak RSS {peak >> 20} MiB")
     assert est / 2 <= peak <= est * 2, f"estimate {est >> 20} MiB, peak {peak >> 20} MiB"
 
 
