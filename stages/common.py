@@ -6,7 +6,6 @@ docs/pipeline.md for the stages, their files and how their deps are checked.
 from __future__ import annotations
 
 import json
-import signal
 import sys
 from pathlib import Path
 from typing import Callable
@@ -14,7 +13,7 @@ from typing import Callable
 from sparktrain import ENV_ERROR
 from sparktrain.errors import SparkError, TrainingFailed, printable
 from sparktrain.fsutil import read_input
-from sparktrain.repro.lock import restore_outputs
+from sparktrain.repro import interrupt
 from sparktrain.train.config import Params, load_params
 from sparktrain.train.job import Job, validate_job
 
@@ -47,7 +46,7 @@ def load_job(p: Params) -> Job:
 def run(name: str, stage: Callable[[], object]) -> int:
     """Run one stage: exit 0 with the path written, 1 when training failed,
     2 with one line for a user mistake, 130/143 on SIGINT/SIGTERM (outputs restored)."""
-    signal.signal(signal.SIGTERM, _terminate)
+    interrupt.on_sigterm()
     try:
         if ENV_ERROR:
             raise SparkError(ENV_ERROR)
@@ -56,40 +55,13 @@ def run(name: str, stage: Callable[[], object]) -> int:
         print(f"stage {name}: training failed: {printable(str(err))}", file=sys.stderr)
         return 1
     except SparkError as err:  # DVC removed the outputs before the run: put them back
-        print(f"stage {name}: error: {printable(str(err) + restored_note(name))}",
-              file=sys.stderr)
+        note = interrupt.restored_note(name, lambda: job_folder(params().job))
+        print(f"stage {name}: error: {printable(str(err) + note)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        return interrupted(name, "SIGINT", 130)
-    except Terminated:
-        return interrupted(name, "SIGTERM", 143)
+        return interrupt.interrupted(name, "SIGINT", lambda: job_folder(params().job))
+    except interrupt.Terminated:
+        return interrupt.interrupted(name, "SIGTERM", lambda: job_folder(params().job))
     if path is not None:
         print(f"stage {name}: wrote {Path(path).as_posix()}", file=sys.stderr)
     return 0
-
-
-class Terminated(BaseException):
-    """SIGTERM, raised where the stage was, so its `finally` blocks run."""
-
-
-def _terminate(signum, frame):
-    raise Terminated()
-
-
-def interrupted(name: str, signame: str, code: int) -> int:
-    """Put back the outputs DVC removed before the stage ran (as after a failure), then
-    one line. Further signals are ignored while the restore writes."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    note = restored_note(name) or "; no earlier outputs recorded in dvc.lock"
-    print(f"stage {name}: interrupted by {signame}{printable(note)}", file=sys.stderr)
-    return code
-
-
-def restored_note(name: str) -> str:
-    """"; <what restore_outputs did>" for a stage with outputs recorded in dvc.lock, else ""."""
-    try:
-        note = restore_outputs(name, job_folder(params().job))
-    except (SparkError, OSError) as err:  # a disk still full, params.yaml broken
-        return f"; the previous outputs were not restored ({err}); `dvc checkout {name}` does"
-    return "" if note.startswith("no earlier outputs") else f"; {note}"
