@@ -8,6 +8,7 @@ big kinds are configurable with SPARK_MAX_<KIND>_MB.
 """
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import json
@@ -33,7 +34,8 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     try:
         _atomic_write(path, data)
     except OSError as err:
-        raise SparkError(f"cannot write {os.fspath(path)}: {err.strerror or err}") from None
+        code = f" ({errno.errorcode.get(err.errno, err.errno)})" if err.errno else ""
+        raise SparkError(f"cannot write {os.fspath(path)}: {err.strerror or err}{code}") from None
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
@@ -77,7 +79,9 @@ SIZE_CAPS = {
     "dataset": (512, "SPARK_MAX_DATASET_MB"),    # JSONL, train or held-out
     "dataset row": (1, "SPARK_MAX_ROW_MB"),      # one JSONL line
     "weights file": (1024, "SPARK_MAX_WEIGHTS_MB"),
+    "corpus": (256, "SPARK_MAX_CORPUS_MB"),      # all matched corpus files together
     "checkpoint": (64, None),
+    "params file": (1, None),                    # params.yaml: a config file, not data
     "eval file": (64, None),
     "job file": (64, None),                      # status.json, failed.json, ... of a job
     "file": (None, None),                        # hashed in chunks, never held whole
@@ -180,9 +184,10 @@ def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def sha256_file(path: str | os.PathLike) -> str:
+def sha256_file(path: str | os.PathLike, what: str = "file") -> str:
+    """sha256 in 1 MiB chunks, of a regular file within the cap of its kind `what`."""
     h = hashlib.sha256()
-    with open_input(path, "file") as f:
+    with open_input(path, what) as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()

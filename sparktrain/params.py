@@ -15,7 +15,6 @@ import math
 from pathlib import Path
 from typing import Annotated, Literal, Optional
 
-import yaml
 from pydantic import BeforeValidator, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 from pydantic import ValidationError, model_validator
 from pydantic.dataclasses import dataclass
@@ -24,6 +23,7 @@ from sparktrain.data.vocab import MAX_VOCAB, MIN_BPE_VOCAB, TOKENIZERS
 from sparktrain.errors import SparkError
 from sparktrain.fsutil import read_input
 from sparktrain.model.config import ARCH_KEYS, SCALES, ModelConfig
+from sparktrain.safeload import load_yaml
 from sparktrain.train.job import check_job_id
 
 PARAMS_FILE = "params.yaml"
@@ -277,12 +277,7 @@ def parse_params(raw) -> Params:
 def load_params(path: str | Path = PARAMS_FILE) -> Params:
     path = Path(path)
     text = read_input(path, "params file")
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
-        raise SparkError(f"{path}{where}: not valid YAML ({getattr(err, 'problem', err)})") from None
+    raw = load_yaml(text, str(path))  # no aliases, bounded depth (sparktrain/safeload.py)
     return parse_params(raw)
 
 

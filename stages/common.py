@@ -10,12 +10,14 @@ import sys
 from pathlib import Path
 from typing import Callable
 
+from sparktrain import ENV_ERROR
 from sparktrain.data.base import DataSource
 from sparktrain.data.source import source_for
-from sparktrain.errors import SparkError, TrainingFailed
+from sparktrain.errors import SparkError, TrainingFailed, printable
 from sparktrain.fsutil import read_input
 from sparktrain.jobfiles import PROGRAM, job_dir
 from sparktrain.params import PARAMS_FILE, Params, load_params
+from sparktrain.repro import interrupt
 from sparktrain.train.job import Job, validate_job
 
 
@@ -46,15 +48,23 @@ def job_source(p: Params) -> tuple[Job, DataSource]:
 
 def run(name: str, stage: Callable[[], object]) -> int:
     """Run one stage: exit 0 with the path written, 1 when training failed,
-    2 with one line for a user mistake."""
+    2 with one line for a user mistake, 130/143 on SIGINT/SIGTERM (outputs restored)."""
+    interrupt.on_sigterm()
     try:
+        if ENV_ERROR:
+            raise SparkError(ENV_ERROR)
         path = stage()
     except TrainingFailed as err:
-        print(f"stage {name}: training failed: {err}", file=sys.stderr)
+        print(f"stage {name}: training failed: {printable(str(err))}", file=sys.stderr)
         return 1
-    except SparkError as err:
-        print(f"stage {name}: error: {err}", file=sys.stderr)
+    except SparkError as err:  # DVC removed the outputs before the run: put them back
+        note = interrupt.restored_note(name, lambda: job_dir(params().job))
+        print(f"stage {name}: error: {printable(str(err) + note)}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        return interrupt.interrupted(name, "SIGINT", lambda: job_dir(params().job))
+    except interrupt.Terminated:
+        return interrupt.interrupted(name, "SIGTERM", lambda: job_dir(params().job))
     if path is not None:
         print(f"stage {name}: wrote {Path(path).as_posix()}", file=sys.stderr)
     return 0

@@ -25,7 +25,7 @@ def step() -> Path:
         run_step(job, p.step, p.model_config(), source)
     except TrainingFailed as err:
         run_failed(job, err, p.step)
-        raise TrainingFailed(f"{err}; {restore_outputs(STAGE)}") from None
+        raise TrainingFailed(f"{err}; {restore_outputs(STAGE, job.out_dir)}") from None
     return job.out_dir / CHECKPOINT
 
 

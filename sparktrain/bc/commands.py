@@ -6,6 +6,8 @@ import os
 import sys
 from pathlib import Path
 
+from sparktrain.textout import printable_lines
+
 
 def register(sub) -> None:
     p = sub.add_parser("compile", help="compile a .spark source to SPARK_BC bytes",
@@ -61,5 +63,6 @@ def cmd_dump(args: argparse.Namespace) -> int:
     from sparktrain.fsutil import canonical_json
 
     program, _data = read_program(args.file)
-    sys.stdout.write(canonical_json(dump_json(program)) if args.json else dump_text(program))
+    sys.stdout.write(canonical_json(dump_json(program)) if args.json
+                     else printable_lines(dump_text(program)))
     return 0

@@ -36,9 +36,13 @@ class TrainingData:
 class DataSource(Protocol):
     kind: str
     dataset: str
+    loss_rows: int  # rows of one whole-set loss batch (the memory estimate)
 
     @classmethod
     def claims(cls, dataset: str) -> bool: ...
+
+    def row_bound(self) -> int | None:
+        """At most this many rows in a micro-batch (None: no bound from the data)."""
 
     def tokenizer_texts(self) -> list[str]: ...
 

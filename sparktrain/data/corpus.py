@@ -15,13 +15,14 @@ import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 
-from sparktrain.errors import SparkError
-from sparktrain.fsutil import sha256_bytes
+from sparktrain.errors import SparkError, printable
+from sparktrain.fsutil import sha256_bytes, size_cap
 
 # The default proof corpus: the standard library of the interpreter running the
 # project, found at run time (never downloaded or committed).
 STDLIB = "@stdlib"
 MAX_FILE_BYTES = 64 << 20  # one source file above this is a mistake, not code
+MAX_FILES = 100_000        # paths one glob may match
 
 
 @dataclass(frozen=True)
@@ -96,7 +97,11 @@ def match_files(root: Path, patterns) -> list[str]:
                 or ".." in Path(pattern).parts:
             raise SparkError(f"corpus glob {pattern!r} must be a relative pattern inside "
                              f"the root (e.g. '**/*.py')")
-        for path in root.glob(pattern):
+        try:
+            matched = _bounded(root.glob(pattern), pattern)
+        except (ValueError, OSError, RecursionError) as err:  # a malformed pattern, a loop
+            raise SparkError(f"corpus glob {printable(pattern)[:80]!r}: {_reason(err)}") from None
+        for path in matched:
             try:
                 mode = os.stat(path).st_mode  # follows links: a link to a FIFO is a FIFO
             except OSError as err:
@@ -110,6 +115,34 @@ def match_files(root: Path, patterns) -> list[str]:
                                  f"or device); narrow the glob")
             found.add(rel)
     return sorted(found)
+
+
+def _bounded(paths, pattern: str) -> list[Path]:
+    """The first MAX_FILES matches, or one line: a glob is not a crawl of the disk."""
+    found = []
+    for path in paths:
+        found.append(path)
+        if len(found) > MAX_FILES:
+            raise SparkError(f"corpus glob {printable(pattern)[:80]!r} matches over "
+                             f"{MAX_FILES:,} paths; narrow it")
+    return found
+
+
+def _reason(err: Exception) -> str:
+    if isinstance(err, OSError):
+        return err.strerror or str(err)
+    return str(err).splitlines()[0][:120] if str(err) else type(err).__name__
+
+
+def check_total(root: Path, rels: list[str]) -> None:
+    """The corpus's total size against its cap, from stat, before a byte is read."""
+    cap = size_cap("corpus")
+    total = 0
+    for rel in rels:
+        total += os.stat(root / rel).st_size
+    if cap is not None and total > cap:
+        raise SparkError(f"corpus is {total:,} bytes in {len(rels):,} files, above the "
+                         f"{cap:,}-byte limit (SPARK_MAX_CORPUS_MB raises it)")
 
 
 def read_text_file(root: Path, rel: str) -> tuple[bytes, str]:
@@ -137,6 +170,7 @@ def read_corpus(root: str, patterns, heldout_fraction: float) -> Corpus:
     rels = match_files(base, patterns)
     if not rels:
         raise SparkError(f"corpus glob {', '.join(patterns)} matches no file under {root}")
+    check_total(base, rels)
     files = []
     for rel in rels:
         data, text = read_text_file(base, rel)

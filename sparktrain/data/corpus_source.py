@@ -42,6 +42,7 @@ def spread_windows(stream, seq_len: int, n: int) -> list:
 class CorpusSource:
     """Text files under a root matched by globs, split by a hash of each path."""
     kind = "corpus"
+    loss_rows = LOSS_BATCH
 
     def __init__(self, dataset: str, patterns, heldout_fraction: float):
         self.dataset, self.patterns, self.heldout_fraction = dataset, patterns, heldout_fraction
@@ -53,6 +54,9 @@ class CorpusSource:
     @classmethod
     def from_knobs(cls, dataset: str, knobs, heldout: str | None):
         return cls(dataset, knobs.corpus.glob, knobs.corpus.heldout)
+
+    def row_bound(self) -> int | None:
+        return None  # windows anywhere in the stream: batch_size of them
 
     def read(self) -> Corpus:
         return read_corpus(self.dataset, self.patterns, self.heldout_fraction)

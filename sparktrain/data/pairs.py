@@ -23,6 +23,7 @@ from sparktrain.data.prepare import write_pairs_note
 from sparktrain.errors import SparkError
 from sparktrain.fsutil import open_input, read_input, sha256_bytes, size_cap
 from sparktrain.model.config import flops_per_token
+from sparktrain.model.memory import line_count
 
 # Byte values that never occur in UTF-8, so they cannot collide with text.
 # (EOS doubles as right padding in the model's batches: model/batch.py PAD.)
@@ -416,6 +417,7 @@ class PairsSource:
     """A JSONL file of (prompt, completion) rows; the loss counts completion
     targets; the held-out set is another JSONL file of pairs (eval.data)."""
     kind = "pairs"
+    loss_rows = LOSS_BATCH
 
     def __init__(self, dataset: str, heldout: str | None = None):
         self.dataset, self.heldout = dataset, heldout
@@ -427,6 +429,9 @@ class PairsSource:
     @classmethod
     def from_knobs(cls, dataset: str, knobs, heldout: str | None) -> "PairsSource":
         return cls(dataset, heldout)
+
+    def row_bound(self) -> int | None:
+        return line_count(self.dataset)  # a batch never holds more rows than the file
 
     def tokenizer_texts(self) -> list[str]:
         """Each prompt and completion, as encode_pair reads them."""

@@ -117,7 +117,7 @@ def parse_tokenizer(data: bytes, path: str = "<tokenizer>"):
     """A tokenizer.json of either kind; anything else is one line naming the file."""
     try:
         doc = json.loads(data)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: nested too deep
         raise SparkError(f"{path} is not a tokenizer.json (not JSON)") from None
     if isinstance(doc, dict) and doc.get("spark_tokenizer") == "byte":
         if doc != json.loads(ByteTokenizer().to_json()):

@@ -8,6 +8,7 @@ import json
 import math
 import sys
 
+from sparktrain.textout import printable_lines
 
 TOKENIZER_HELP = ("tokenizer.json of a corpus or BPE pairs job (default: the one beside "
                   "--weights); its sha256 must be the one the weights record")
@@ -131,7 +132,7 @@ def cmd_eval(args) -> int:
     if args.json:
         sys.stdout.write(canonical_json(result))
     else:
-        sys.stdout.write(format_table(result))
+        sys.stdout.write(printable_lines(format_table(result)))
     return 0
 
 
@@ -252,6 +253,6 @@ def cmd_compare(args) -> int:
     if args.json:
         sys.stdout.write(canonical_json(as_json(sweep)))
     else:
-        sys.stdout.write(format_table(sweep))
+        sys.stdout.write(printable_lines(format_table(sweep)))
         print(f"\nwrote {args.out}")
     return 0

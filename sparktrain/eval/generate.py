@@ -37,12 +37,22 @@ def prompt_context(prompt: str, seq_len: int, tok=None) -> tuple[np.ndarray, boo
     return tokens[-seq_len:], len(tokens) > seq_len
 
 
+MIN_TEMPERATURE = 1e-6  # below: greedy (logits / T would overflow float64)
+
+
 def pick_next(logits: np.ndarray, temperature: float, top_k: int,
               rng: np.random.Generator | None) -> np.ndarray:
-    """logits (A, V) -> next token ids (A,): argmax at T=0, else a seeded draw."""
-    if temperature == 0:
-        return np.argmax(logits, axis=-1).astype(np.int64)        # first max on ties
-    z = logits.astype(np.float64) / temperature                    # (A, V)
+    """logits (A, V) -> next token ids (A,): argmax at T=0 (and below MIN_TEMPERATURE,
+    where dividing by T overflows), else a seeded draw; a row whose scaled logits are
+    not all finite is taken greedily too: never a draw from a NaN distribution."""
+    greedy = np.argmax(logits, axis=-1).astype(np.int64)          # first max on ties
+    if temperature < MIN_TEMPERATURE:
+        return greedy
+    with np.errstate(over="ignore", invalid="ignore"):
+        z = logits.astype(np.float64) / temperature                # (A, V)
+    finite = np.isfinite(z).all(axis=-1)                           # (A,)
+    if not finite.all():
+        z = np.where(finite[:, None], z, 0.0)
     if 0 < top_k < z.shape[-1]:
         kth = np.sort(z, axis=-1)[:, -top_k][:, None]              # (A, 1)
         z = np.where(z >= kth, z, -np.inf)
@@ -51,7 +61,8 @@ def pick_next(logits: np.ndarray, temperature: float, top_k: int,
     p /= p.sum(axis=-1, keepdims=True)                             # (A, V)
     u = rng.random(z.shape[0])[:, None]                            # (A, 1)
     idx = (np.cumsum(p, axis=-1) < u).sum(axis=-1)                 # inverse CDF
-    return np.minimum(idx, z.shape[-1] - 1).astype(np.int64)
+    idx = np.minimum(idx, z.shape[-1] - 1).astype(np.int64)
+    return np.where(finite, idx, greedy)
 
 
 def generate_tokens(params, cfg: ModelConfig, contexts: Sequence[np.ndarray],

@@ -19,6 +19,7 @@ from sparktrain.eval.generate import MAX_NEW, decode, generate_tokens
 from sparktrain.eval.tasks import COPY_PREFIX, family_of
 from sparktrain.model.base import Model
 from sparktrain.model.build import build_model
+from sparktrain.model.memory import check_fits
 from sparktrain.model.config import ModelConfig
 from sparktrain.data.pairs import EOS, Encoded, Pair, encode_pair
 
@@ -57,6 +58,8 @@ def evaluate(params, cfg: ModelConfig, pairs: Sequence[Pair], *, batch_size: int
         raise SparkError(f"max_new must be in [1, {MAX_NEW}], got {max_new}")
     if tokenizer is not None and tokenizer.kind == "byte":
         tokenizer = None  # byte tokens: generations are compared as raw bytes, no bpb
+    check_fits("evaluation", cfg, max(1, min(batch_size, len(pairs))), optimizer=None,
+               train=False)
     model = build_model(cfg)
     encoded = [encode_pair(p, cfg.seq_len, tokenizer) for p in pairs]
     eos, decode_fn = (EOS, decode) if tokenizer is None else (tokenizer.eos, tokenizer.decode)

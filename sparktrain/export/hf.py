@@ -8,7 +8,7 @@ export then import gives back the same bytes.
 """
 from __future__ import annotations
 
-import json
+import math
 import os
 from pathlib import Path
 
@@ -17,13 +17,15 @@ from safetensors import SafetensorError
 from safetensors.numpy import load as load_safetensors
 from safetensors.numpy import save as save_safetensors
 
-from sparktrain.errors import SparkError
+from sparktrain.errors import SparkError, printable
 from sparktrain.export.mapping import name_map, require_attention
 from sparktrain.export.publish import check_target, publish_dir, publish_file
 from sparktrain.export.tokenizer import special_ids, tokenizer_config, tokenizer_json
 from sparktrain.fsutil import canonical_json, read_input
 from sparktrain.jobfiles import TOKENIZER
+from sparktrain.safeload import load_json
 from sparktrain.model.config import ModelConfig, param_shapes
+from sparktrain.model.memory import weights_fits
 from sparktrain.model.layers import RMS_EPS, ROPE_BASE
 from sparktrain.model.weights import (check_params, check_tensors, config_from_meta, load_model,
                                       weights_bytes)
@@ -33,6 +35,7 @@ MODEL_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
 IGNORED_SUFFIX = "rotary_emb.inv_freq"   # a buffer some checkpoints save; derived, not learned
 READABLE_DTYPES = ("float32", "float16")
+MAX_SHARDS = 1024
 
 
 # ------------------------------------------------------------------- config
@@ -79,7 +82,11 @@ def spark_config(conf: dict, where: str) -> ModelConfig:
     def get(key, default=None):
         return conf.get(key, default)
 
-    if get("model_type") != "llama" and "LlamaForCausalLM" not in (get("architectures") or []):
+    architectures = get("architectures") or []
+    if not isinstance(architectures, list):
+        raise SparkError(f"{where}: architectures must be a list of class names, "
+                         f"got {type(architectures).__name__}")
+    if get("model_type") != "llama" and "LlamaForCausalLM" not in architectures:
         raise SparkError(f"{where}: model_type {get('model_type')!r} is not llama")
     for key in ("attention_bias", "mlp_bias"):
         if get(key):
@@ -90,15 +97,15 @@ def spark_config(conf: dict, where: str) -> ModelConfig:
         raise SparkError(f"{where}: hidden_act {get('hidden_act')!r}; Spark's MLP is SwiGLU (silu)")
     _check_rope(conf, where)
     eps = get("rms_norm_eps", 1e-6)
-    if not isinstance(eps, (int, float)) or abs(eps - RMS_EPS) > 1e-12:
+    if not _close(eps, RMS_EPS):
         raise SparkError(f"{where}: rms_norm_eps {eps!r}; Spark's RMSNorm uses {RMS_EPS}")
     try:
-        dim, heads = int(get("hidden_size")), int(get("num_attention_heads"))
-        kv = int(get("num_key_value_heads") or heads)
-        cfg = ModelConfig(dim=dim, n_layer=int(get("num_hidden_layers")), n_head=heads,
-                          n_kv_head=kv, seq_len=int(get("max_position_embeddings")),
-                          vocab=int(get("vocab_size")))
-    except (TypeError, ValueError):
+        dim, heads = _integer(get("hidden_size")), _integer(get("num_attention_heads"))
+        kv = _integer(get("num_key_value_heads") or heads)
+        cfg = ModelConfig(dim=dim, n_layer=_integer(get("num_hidden_layers")), n_head=heads,
+                          n_kv_head=kv, seq_len=_integer(get("max_position_embeddings")),
+                          vocab=_integer(get("vocab_size")))
+    except (TypeError, ValueError, OverflowError):
         raise SparkError(f"{where}: hidden_size, num_hidden_layers, num_attention_heads, "
                          "max_position_embeddings and vocab_size must be integers") from None
     if get("intermediate_size") != 4 * dim:
@@ -113,8 +120,33 @@ def spark_config(conf: dict, where: str) -> ModelConfig:
         raise SparkError(f"{where}: {err}") from None
 
 
+def _close(value, want: float) -> bool:
+    """A finite JSON number within 1e-12 of `want` (NaN compares false: isfinite first;
+    an integer past float range is not close to anything)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return math.isfinite(value) and abs(value - want) <= 1e-12
+    except OverflowError:
+        return False
+
+
+def _integer(value) -> int:
+    """An integer field: an int, or a float with an integer value (some writers emit
+    4096.0); anything else, NaN and infinities included, is a ValueError."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(value)
+    if isinstance(value, float) and not (math.isfinite(value) and value.is_integer()):
+        raise ValueError(value)
+    return int(value)
+
+
 def _check_rope(conf: dict, where: str) -> None:
     params = conf.get("rope_parameters")
+    for key in ("rope_parameters", "rope_scaling"):
+        if conf.get(key) is not None and not isinstance(conf.get(key), dict):
+            raise SparkError(f"{where}: {key} must be an object or null, "
+                             f"got {type(conf.get(key)).__name__}")
     if params is not None:
         kind, theta = params.get("rope_type", "default"), params.get("rope_theta", ROPE_BASE)
     else:
@@ -132,7 +164,7 @@ def _check_rope(conf: dict, where: str) -> None:
 def export_hf(weights: str | os.PathLike, out: str | os.PathLike,
               tokenizer: str | os.PathLike | None = None, force: bool = False) -> list[str]:
     """Write the Hugging Face folder; returns the file names written."""
-    out = check_target(out, force, folder=True)
+    out = check_target(out, force, folder=True, inputs=(weights, tokenizer))
     params, cfg, meta = load_model(weights)
     require_attention(cfg, weights)
     tok_text = tokenizer_json(cfg, tokenizer)
@@ -157,9 +189,10 @@ def import_hf(folder: str | os.PathLike, out: str | os.PathLike, force: bool = F
     folder = Path(folder)
     if not folder.is_dir():
         raise SparkError(f"{os.fspath(folder)} is not a folder; give the Hugging Face model folder")
-    out = check_target(out, force)
+    out = check_target(out, force, inputs=(folder,))
     conf = _read_json(folder / "config.json", "config.json")
     cfg = spark_config(conf, os.fspath(folder / "config.json"))
+    weights_fits("spark import", cfg, copies=3)  # the file's tensors, Spark's, the bytes
     meta = _import_meta(conf, cfg, folder)
     hf_tensors = _read_tensors(folder)
     params = _spark_params(hf_tensors, cfg, folder)
@@ -188,13 +221,37 @@ def _import_meta(conf: dict, cfg: ModelConfig, folder: Path) -> dict:
 
 
 def _read_json(path: Path, what: str) -> dict:
-    try:
-        obj = json.loads(read_input(path, what))
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise SparkError(f"{os.fspath(path)} is not JSON ({err})") from None
+    obj = load_json(read_input(path, what), os.fspath(path))  # no NaN, bounded depth
     if not isinstance(obj, dict):
         raise SparkError(f"{os.fspath(path)} is not a JSON object")
     return obj
+
+
+def _shard_files(folder: Path) -> list[Path]:
+    """The shard files an index names, each a plain file directly in `folder`."""
+    index_path = folder / INDEX_FILE
+    weight_map = _read_json(index_path, "index").get("weight_map")
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise SparkError(f"{os.fspath(index_path)}: weight_map must be an object of tensor "
+                         "name -> shard file name")
+    if not all(isinstance(v, str) for v in weight_map.values()):
+        raise SparkError(f"{os.fspath(index_path)}: weight_map values must be shard file names")
+    names = set(weight_map.values())
+    if len(names) > MAX_SHARDS:
+        raise SparkError(f"{os.fspath(index_path)}: {len(names):,} shard files, above the "
+                         f"limit of {MAX_SHARDS}")
+    files = []
+    for name in sorted(names, key=str):
+        if (not isinstance(name, str) or not name or name in (".", "..")
+                or "/" in name or "\\" in name or "\0" in name):
+            raise SparkError(f"{os.fspath(index_path)}: shard {printable(repr(name))[:80]} is "
+                             "not a file name in the model folder")
+        path = folder / name
+        if path.is_symlink() and path.resolve().parent != folder.resolve():
+            raise SparkError(f"{os.fspath(path)} is a link out of the model folder; "
+                             "copy the shard into the folder")
+        files.append(path)
+    return files
 
 
 def _read_tensors(folder: Path) -> dict[str, np.ndarray]:
@@ -202,17 +259,22 @@ def _read_tensors(folder: Path) -> dict[str, np.ndarray]:
     if (folder / MODEL_FILE).exists() or not (folder / INDEX_FILE).exists():
         files = [folder / MODEL_FILE]
     else:
-        index = _read_json(folder / INDEX_FILE, "index")
-        files = [folder / f for f in sorted(set((index.get("weight_map") or {}).values()))]
+        files = _shard_files(folder)
     tensors: dict[str, np.ndarray] = {}
     for path in files:
         data = read_input(path, "weights file")
         try:
             tensors.update(load_safetensors(data))
-        except (SafetensorError, ValueError, TypeError) as err:
+        except (SafetensorError, ValueError, TypeError, KeyError, OverflowError,
+                RecursionError) as err:
             raise SparkError(f"{os.fspath(path)} is not a readable safetensors file "
-                             f"({str(err).splitlines()[0]}); float32 and float16 are read") from None
+                             f"({_first_line(err)}); float32 and float16 are read") from None
     return tensors
+
+
+def _first_line(err: Exception) -> str:
+    lines = str(err).strip().splitlines()
+    return printable(lines[0][:160]) if lines else type(err).__name__
 
 
 def _spark_params(hf_tensors: dict[str, np.ndarray], cfg: ModelConfig,

@@ -19,6 +19,7 @@ from sparktrain import BLAS_THREADS
 from sparktrain.fsutil import sha256_bytes
 from sparktrain.model.batch import TokenBatch
 from sparktrain.model.build import build_model
+from sparktrain.model.memory import check_fits
 from sparktrain.model.config import SCALES
 from sparktrain.model.device import CPU
 from sparktrain.model.parallel import GradientEngine
@@ -79,8 +80,9 @@ def run_bench(scale: str, batch_size: int | None = None, steps: int = 10,
               progress=None, cfg=None, shards: int = 1, workers: int = 1,
               peak: float | None = None, device=CPU) -> dict:
     cfg = cfg or SCALES[scale]
-    model = build_model(cfg)
     batch_size = batch_size or DEFAULT_BATCH.get(scale, 16)
+    check_fits("spark bench", cfg, batch_size, optimizer=None)  # plain SGD, no moments
+    model = build_model(cfg)
     params = device.to_device(model.init_params(BENCH_SEED, b"bench"))
     batch = synthetic_batch(batch_size, cfg.seq_len)
     peak = peak or (matmul_peak() if device.kind == "cpu" else device_matmul_peak(device))

@@ -18,6 +18,7 @@ from sparktrain.errors import SparkError
 VOCAB = 256
 MAX_PARAMS = 200_000_000
 MAX_SEQ_LEN = 4096
+MAX_LAYERS = 1024  # the shape table has 9 tensors a layer: keep it a table, not a flood
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,8 @@ class ModelConfig:
                 or not VOCAB <= self.vocab <= MAX_VOCAB:
             raise SparkError(f"vocab must be an integer in [{VOCAB}, {MAX_VOCAB}] (bytes, or "
                              f"a BPE tokenizer's vocab), got {self.vocab!r}")
+        if self.n_layer > MAX_LAYERS:
+            raise SparkError(f"n_layer {self.n_layer} is above the limit of {MAX_LAYERS}")
         if self.seq_len > MAX_SEQ_LEN:
             raise SparkError(f"seq_len {self.seq_len} is above the limit of {MAX_SEQ_LEN}")
         size = self.kind(self).n_params  # the kind checks its own rules first
@@ -147,19 +150,34 @@ class AttentionArch(Arch):
             raise SparkError(
                 f"head dim {cfg.head_dim} (dim/n_head) is odd; RoPE needs an even head dim")
 
+    def layer_shapes(self) -> dict[str, tuple[int, ...]]:
+        """One decoder block's tensors by short name (every block has the same)."""
+        d, kv = self.cfg.dim, self.cfg.kv_dim
+        return {"attn_norm": (d,), "q": (d, d), "k": (kv, d), "v": (kv, d), "o": (d, d),
+                "mlp_norm": (d,), "mlp_gate": (4 * d, d), "mlp_up": (4 * d, d),
+                "mlp_down": (d, 4 * d)}
+
+    def outer_shapes(self) -> dict[str, tuple[int, ...]]:
+        d, v = self.cfg.dim, self.cfg.vocab
+        return {"spark.embed.weight": (v, d), "spark.final_norm.weight": (d,),
+                "spark.lm_head.weight": (v, d)}
+
     def param_shapes(self) -> dict[str, tuple[int, ...]]:
-        cfg = self.cfg
-        d, v, kv = cfg.dim, cfg.vocab, cfg.kv_dim
-        layer = {"attn_norm": (d,), "q": (d, d), "k": (kv, d), "v": (kv, d), "o": (d, d),
-                 "mlp_norm": (d,), "mlp_gate": (4 * d, d), "mlp_up": (4 * d, d),
-                 "mlp_down": (d, 4 * d)}
-        shapes: dict[str, tuple[int, ...]] = {"spark.embed.weight": (v, d)}
-        for L in range(cfg.n_layer):
+        layer, outer = self.layer_shapes(), self.outer_shapes()
+        shapes: dict[str, tuple[int, ...]] = {"spark.embed.weight": outer["spark.embed.weight"]}
+        for L in range(self.cfg.n_layer):
             for key, name in layer_names(L).items():
                 shapes[name] = layer[key]
-        shapes["spark.final_norm.weight"] = (d,)
-        shapes["spark.lm_head.weight"] = (v, d)
+        shapes["spark.final_norm.weight"] = outer["spark.final_norm.weight"]
+        shapes["spark.lm_head.weight"] = outer["spark.lm_head.weight"]
         return shapes
+
+    @property
+    def n_params(self) -> int:
+        """The shape table's sum, from one block's shapes x n_layer: arithmetic only, so
+        a config claiming a billion layers is sized without building its table."""
+        per_layer = sum(math.prod(s) for s in self.layer_shapes().values())
+        return sum(math.prod(s) for s in self.outer_shapes().values()) + self.cfg.n_layer * per_layer
 
     def mixing_flops_per_token(self, seq_len: int) -> int:
         """QK^T and att@V: 2 matmuls x 2 FLOPs x 3 (forward + backward) x dim x T a layer."""

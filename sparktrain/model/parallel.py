@@ -35,6 +35,8 @@ from sparktrain.model.build import build_model
 from sparktrain.model.config import ModelConfig
 
 ALIGN = 64  # bytes: every tensor in the shared block starts on a cache line
+MAX_SHARDS = 65_536  # a shard is at least a row; more shards than that is a typo
+MAX_WORKERS = 1024   # processes; each is a spawned interpreter
 LOSS_CHUNK = 4  # loss batches in flight per worker: a streamed dataset is never all laid out
 
 
@@ -169,8 +171,10 @@ class GradientEngine:
     (at most one per shard), and the forward-only `batch_losses` of whole batches."""
 
     def __init__(self, model: Model, shards: int = 1, workers: int | None = None):
-        if shards < 1:
-            raise SparkError(f"shards must be >= 1, got {shards}")
+        if not 1 <= shards <= MAX_SHARDS:
+            raise SparkError(f"shards must be in [1, {MAX_SHARDS:,}], got {shards:,}")
+        if workers is not None and not 1 <= workers <= MAX_WORKERS:
+            raise SparkError(f"workers must be in [1, {MAX_WORKERS}], got {workers:,}")
         self.model, self.shards = model, shards
         self.workers = max(1, min(workers or default_workers(), shards))
         self._procs, self._conns, self._block = [], [], None

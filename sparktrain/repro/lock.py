@@ -3,17 +3,19 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
-from sparktrain.fsutil import atomic_write_bytes
+from sparktrain.errors import SparkError, printable
+from sparktrain.fsutil import atomic_write_bytes, read_input
+from sparktrain.safeload import load_yaml
 
 LOCK = "dvc.lock"
 DEFAULT_CACHE = Path(".dvc/cache")
+MD5 = re.compile(r"[0-9a-f]{32}")
 
 
 @dataclass(frozen=True)
@@ -25,19 +27,28 @@ class Output:
 
 
 def outputs(lock: dict) -> dict[str, Output]:
-    """Every output of a parsed dvc.lock, by path."""
+    """Every well-formed output of a parsed dvc.lock, by path; malformed entries
+    (a stages list, an output without a string path) are skipped, not trusted."""
+    stages = lock.get("stages") if isinstance(lock, dict) else None
     found = {}
-    for stage, entry in (lock.get("stages") or {}).items():
-        for out in entry.get("outs") or []:
-            found[out["path"]] = Output(out["path"], stage, out.get("md5"), "hash" not in out)
+    for stage, entry in (stages.items() if isinstance(stages, dict) else ()):
+        outs = entry.get("outs") if isinstance(entry, dict) else None
+        for out in outs if isinstance(outs, list) else ():
+            if not isinstance(out, dict) or not isinstance(out.get("path"), str):
+                continue
+            md5 = out.get("md5")
+            found[out["path"]] = Output(out["path"], str(stage),
+                                        md5 if isinstance(md5, str) else None, "hash" not in out)
     return found
 
 
 def read_lock(path: str | os.PathLike = LOCK) -> dict:
+    """dvc.lock parsed (bounded: no aliases, capped size), or {} when unreadable."""
     try:
-        return yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
-    except (OSError, yaml.YAMLError):
+        lock = load_yaml(read_input(path, "dvc.lock"), os.fspath(path)) or {}
+    except SparkError:
         return {}
+    return lock if isinstance(lock, dict) else {}
 
 
 def cache_dir() -> Path:
@@ -50,29 +61,50 @@ def cache_dir() -> Path:
 
 def cached_blob(out: Output, cache: Path) -> Path | None:
     """The cache file holding `out`'s recorded bytes, if the cache has it."""
-    if not out.md5 or out.md5.endswith(".dir"):
+    if not out.md5 or not MD5.fullmatch(out.md5):  # a ".dir" listing, or not a hash at all
         return None
     folder = cache if out.legacy else cache / "files" / "md5"
     blob = folder / out.md5[:2] / out.md5[2:]
     return blob if blob.is_file() else None
 
 
-def restore_outputs(stage: str) -> str:
+def confined(path: str, folder: str | os.PathLike) -> Path | None:
+    """`path` (as dvc.lock names it) when it is a relative path inside `folder`
+    (symlinks resolved), else None: a crafted lock must not steer a write elsewhere."""
+    if not path or os.path.isabs(path) or ".." in Path(path).parts:
+        return None
+    root = Path(folder).resolve()
+    target = Path(path).resolve()
+    return Path(path) if target != root and root in target.parents else None
+
+
+def restore_outputs(stage: str, folder: str | os.PathLike = ".") -> str:
     """Copy `stage`'s outputs as dvc.lock records them back from the cache (DVC
-    removes them before running the stage). Returns a sentence for the user."""
+    removes them before running the stage), only those inside `folder` (the job's)
+    and only bytes whose md5 matches the lock. Returns a sentence for the user."""
     recorded = [o for o in outputs(read_lock()).values() if o.stage == stage]
     if not recorded:
         return "no earlier outputs recorded in dvc.lock"
-    cache, missing = cache_dir(), []
+    cache, missing, refused = cache_dir(), [], []
     for out in recorded:
+        target = confined(out.path, folder)
+        if target is None:
+            refused.append(out.path)
+            continue
         blob = cached_blob(out, cache)
-        data = blob.read_bytes() if blob else None
+        try:
+            data = read_input(blob, "file") if blob else None
+        except SparkError:
+            data = None
         if data is None or hashlib.md5(data).hexdigest() != out.md5:
             missing.append(out.path)
             continue
-        if not Path(out.path).is_file() or Path(out.path).read_bytes() != data:
-            atomic_write_bytes(out.path, data)
+        if not target.is_file() or target.read_bytes() != data:
+            atomic_write_bytes(target, data)
+    note = (f"; dvc.lock names outputs outside {Path(folder).as_posix()}, not restored: "
+            f"{', '.join(printable(p)[:80] for p in refused[:3])}" if refused else "")
     if missing:
         return (f"the previous outputs are not all in the DVC cache ({', '.join(missing)}); "
-                f"`dvc pull {stage}` then `dvc checkout {stage}` brings them back")
-    return "the previous outputs (as dvc.lock records them) were restored from the DVC cache"
+                f"`dvc pull {stage}` then `dvc checkout {stage}` brings them back{note}")
+    return ("the previous outputs (as dvc.lock records them) were restored from the DVC cache"
+            + note)

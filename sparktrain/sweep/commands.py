@@ -6,6 +6,7 @@ from pathlib import Path
 
 from sparktrain.argtypes import positive_int
 from sparktrain.errors import SparkError
+from sparktrain.textout import printable, printable_lines
 
 
 def register(sub) -> None:
@@ -52,9 +53,11 @@ def cmd_sweep(args) -> int:
         raise SparkError("--workers sizes the LocalCluster; with --scheduler the cluster "
                          "has its own workers")
     plan = driver.plan_sweep(Path.cwd(), args.specs, args.git_remote, args.dvc_remote)
-    doc = driver.sweep(plan, args.scheduler, args.workers or driver.usable_cores(),
-                       args.scratch, progress=lambda line: print(f"sweep: {line}",
+    workers = args.workers or (0 if args.scheduler else driver.usable_cores())
+    doc = driver.sweep(plan, args.scheduler, workers,
+                       args.scratch, progress=lambda line: print(f"sweep: {printable(line)}",
                                                                  file=sys.stderr, flush=True))
     write_json(args.out, doc)
-    print(canonical_json(doc) if args.json else format_table(doc), end="" if args.json else "\n")
+    print(canonical_json(doc) if args.json else printable_lines(format_table(doc)),
+          end="" if args.json else "\n")
     return 1 if any(p["state"] != "done" for p in doc["points"]) else 0

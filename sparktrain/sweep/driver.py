@@ -16,11 +16,12 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
 from distributed import Client, LocalCluster, as_completed
 
 from sparktrain.errors import SparkError
+from sparktrain.safeload import load_yaml
 from sparktrain.fsutil import read_input
+from sparktrain.model.parallel import usable_cores  # noqa: F401  (commands: the default --workers)
 from sparktrain.repro.workspace import tool_env
 from sparktrain.sweep.compare import experiments_of, lock_outputs, point_record
 from sparktrain.sweep.grid import Axis, Point, expand
@@ -70,7 +71,7 @@ def plan_sweep(repo: Path, specs: list[str], git_remote: str = "origin",
         raise SparkError(f"commit {commit[:12]} is not on git remote {git_remote!r}; the "
                          f"workers clone it from there: `git push {git_remote} HEAD` first")
     _check_dvc_remote(repo, dvc_remote)
-    params = yaml.safe_load(read_input(repo / "params.yaml", "params file")) or {}
+    params = load_yaml(read_input(repo / "params.yaml", "params file"), "params.yaml") or {}
     points = expand(axes, params)
     return SweepPlan(repo, commit, git_remote, git_url, dvc_remote, tuple(axes), tuple(points))
 

@@ -10,14 +10,15 @@ from __future__ import annotations
 import copy
 import hashlib
 import itertools
+import math
 import re
 from dataclasses import dataclass
 
-import yaml
-
 from sparktrain.errors import SparkError
 from sparktrain.params import parse_params
+from sparktrain.safeload import load_yaml
 
+MAX_POINTS = 10_000  # a grid larger than this is a typo, not a sweep (docs: README, spark sweep)
 KEY = re.compile(r"^(\+?)([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_]+)*)=(.+)$")
 
 
@@ -42,6 +43,8 @@ def parse_axis(text: str) -> Axis:
         raise SparkError(f"-S expects KEY=VALUE[,VALUE...] (e.g. step.lr=0.02,0.05), "
                          f"got {text!r}")
     add, key, values = match.groups()
+    if values.count(",") >= MAX_POINTS:
+        raise SparkError(f"-S {key}: more than {MAX_POINTS:,} values")
     parts = tuple(v.strip() for v in values.split(","))
     if any(not v for v in parts):
         raise SparkError(f"-S {text!r}: an empty value in the list")
@@ -62,6 +65,10 @@ def expand(axes: list[Axis], params: dict) -> list[Point]:
     if len(set(keys)) != len(keys):
         dup = next(k for k in keys if keys.count(k) > 1)
         raise SparkError(f"-S {dup} is given twice; put all its values in one list")
+    size = math.prod(len(a.values) for a in axes)
+    if size > MAX_POINTS:
+        raise SparkError(f"the grid has {size:,} points, above the limit of {MAX_POINTS:,}; "
+                         f"sweep fewer values per -S")
     for axis in axes:
         _check_key(params, axis)
     points = []
@@ -97,8 +104,8 @@ def _invalid(params: dict, axes: list[Axis], combo) -> str | None:
         for part in parents:
             node = node.setdefault(part, {})
         try:
-            node[leaf] = yaml.safe_load(text)
-        except yaml.YAMLError:
+            node[leaf] = load_yaml(text, f"-S {axis.key}")
+        except SparkError:
             node[leaf] = text
     try:
         parse_params(doc)

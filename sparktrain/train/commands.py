@@ -164,6 +164,7 @@ def cmd_status(args) -> int:
     from sparktrain.fsutil import canonical_json
     from sparktrain.jobfiles import job_dir
     from sparktrain.params import load_params
+    from sparktrain.textout import printable_lines
     from sparktrain.train import outputs
     from sparktrain.train.job import check_job_id
 
@@ -177,7 +178,8 @@ def cmd_status(args) -> int:
     if not folder.is_dir():
         raise SparkError(f"no job folder {folder} (run the pipeline or `spark run` first)")
     state = outputs.job_state(folder)
-    sys.stdout.write(_summary_text(state, folder) if args.summary else canonical_json(state))
+    sys.stdout.write(printable_lines(_summary_text(state, folder)) if args.summary  # textout.py
+                     else canonical_json(state))
     return 0
 
 

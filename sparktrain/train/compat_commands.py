@@ -104,12 +104,15 @@ def cmd_apply_step(args) -> int:
     from dataclasses import replace
 
     from sparktrain.fsutil import sha256_file
+    from sparktrain.train import outputs
     from sparktrain.train.commands import resolve_configs, run_and_record
     from sparktrain.train.job import adhoc_job, read_program
 
     folder = _job_folder(args)
     weights = folder / WEIGHTS
     read_program(args.sparkbc)  # a valid SPARK_BC file, or one line
+    if weights.exists():  # held from reading the base to the commit: no lost update
+        outputs.lock_job(folder)
     if weights.exists():
         _arch_from_base(args, weights)
     job = adhoc_job(args.dataset, folder.as_posix(), weights.as_posix() if weights.exists()

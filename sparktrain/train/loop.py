@@ -32,6 +32,7 @@ from sparktrain.model.base import Model
 from sparktrain.model.bench import matmul_peak as measure_matmul_peak
 from sparktrain.model.build import build_model
 from sparktrain.model.config import ModelConfig
+from sparktrain.model.memory import step_fits
 from sparktrain.model.parallel import GradientEngine
 from sparktrain.model.weights import (check_params, config_from_meta, load_weights,
                                       weights_bytes)
@@ -144,8 +145,12 @@ class _Run:
 
 
 def _set_up(job: Job, step: StepConfig, cfg: ModelConfig, source: DataSource) -> _Run:
+    if job.out_dir.is_dir():  # held from before the base is read: no lost update
+        outputs.lock_job(job.out_dir)
     tokenizer, tokenizer_sha256 = job_tokenizer(job.out_dir)
     cfg = dataclasses.replace(cfg, vocab=tokenizer.vocab).validate()  # the tokenizer's vocab
+    # refused from the shapes before anything large is allocated (model/memory.py)
+    step_fits("training", cfg, step, source.row_bound(), loss_rows=source.loss_rows)
     model = build_model(cfg)
     data = source.training_data(job.out_dir / CORPUS, model, tokenizer, tokenizer_sha256, step)
     salt = bytes.fromhex(job.sparkbc_sha256) if job.sparkbc_sha256 else b""

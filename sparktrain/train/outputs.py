@@ -21,6 +21,7 @@ import errno
 import fcntl
 import json
 import os
+import re
 from pathlib import Path
 
 from sparktrain.errors import SparkError
@@ -74,6 +75,25 @@ def lock_job(folder: str | os.PathLike) -> None:
         raise SparkError(f"cannot lock job folder {folder.as_posix()}: "
                          f"{err.strerror or err}") from None
     _held[key] = fd
+    remove_stale_temps(folder)
+
+
+# fsutil.atomic_write_bytes's temp files: ".NAME.XXXXXXXX.tmp" (mkstemp's 8 characters)
+STALE_TEMP = re.compile(r"^\..+\.[A-Za-z0-9_]{8}\.tmp$")
+
+
+def remove_stale_temps(folder: Path) -> list[str]:
+    """Temp files a killed writer left in this job folder. Only the lock holder calls
+    this, so no live writer owns one; only names of our own temp pattern, only here."""
+    removed = []
+    for entry in os.scandir(folder):
+        if STALE_TEMP.match(entry.name) and entry.is_file(follow_symlinks=False):
+            try:
+                os.unlink(entry.path)
+                removed.append(entry.name)
+            except FileNotFoundError:
+                pass
+    return removed
 
 
 def unlock_job(folder: str | os.PathLike) -> None:
@@ -211,7 +231,7 @@ def read_json(path: Path):
 
 def _verified_sha(path: Path, want) -> bool:
     try:
-        return path.is_file() and sha256_file(path) == want
+        return path.is_file() and sha256_file(path, "weights file") == want  # size cap first
     except SparkError:
         return False
 
@@ -253,7 +273,8 @@ def job_state(folder: str | os.PathLike, job_id: str | None = None) -> dict:
                      weights=ckpt.get("weights"), weights_sha256=ckpt.get("weights_sha256"),
                      weights_verified=verified)
         if not verified:
-            state["reason"] = "weights file missing or its sha256 differs from checkpoint.json"
+            state["reason"] = ("weights file missing, above the weights size cap, or its sha256 "
+                               "differs from checkpoint.json")
     failed = read_json(folder / FAILED)
     if isinstance(failed, dict):
         state["state"] = "failed"

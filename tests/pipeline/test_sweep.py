@@ -120,6 +120,20 @@ def test_a_rerun_skips_existing_points_and_writes_the_same_bytes(shared, swept):
     assert (shared / "sweep.json").read_bytes() == first
 
 
+def test_the_documented_default_sweeps_on_a_localcluster_of_usable_cores(shared):
+    """`spark sweep -S ... -S ...` as the README writes it, without --workers: the
+    LocalCluster gets one worker per usable core (this line died before any point ran)."""
+    from sparktrain.model.parallel import usable_cores
+
+    done = spark(shared, "sweep", "-S", "step.lr=0.05", "-S", "step.seed=3",
+                 "-o", "default.json")
+    assert done.returncode == 0, done.stdout
+    _, progress = _split(done)
+    assert any(f"on {usable_cores()} Dask worker(s)" in ln for ln in progress), progress
+    point, = json.loads((shared / "default.json").read_text())["points"]
+    assert point["state"] == "done" and point["params"]["step.seed"] in (3, "3"), point
+
+
 def test_a_failed_point_is_reported_and_the_others_finish(shared, swept):
     # lr=1e30 diverges in the step stage, -1 is refused by params validation, and
     # lr=0.1 is a point of the first sweep: it is not run again but still compared

@@ -1,0 +1,156 @@
+"""How much memory a run will need, from the shapes alone, before anything is allocated.
+
+`estimate(cfg, rows)` adds up, in bytes (float32 everywhere in training):
+
+- params: the shape table's count (arithmetic, never the table itself) x 4;
+- optimizer state: gradients (1 x params), the start copy the loop keeps to
+  report how far it moved (1 x), and the optimizer's moments (SGD with momentum:
+  1 x, AdamW: 2 x, none for a forward-only command);
+- activations of ONE micro-step of `rows` sequences of seq_len tokens: per
+  layer the cached inputs of every layer pair (about ACT_PER_LAYER x dim floats
+  a token, the SwiGLU's 4 x dim tensors included) plus the attention scores and
+  probabilities (2 x heads x T x T a row), plus the logits, their softmax and
+  gradient (3 x vocab a token) and a layer's worth of backward temporaries;
+- the interpreter with numpy and the package loaded (BASE_BYTES).
+
+`check_fits` refuses (one line, the numbers in it) an estimate above the cap:
+the machine's memory, a lower address-space limit (`ulimit -v`), or
+SPARK_MAX_MEMORY_MB. tests/reliability/test_rel_memory.py holds the estimate
+against the measured peak RSS at three scales (within 2x). See docs/training.md
+("Memory").
+"""
+from __future__ import annotations
+
+import os
+import resource
+from dataclasses import dataclass
+
+from sparktrain.errors import SparkError
+from sparktrain.model.config import ModelConfig
+
+F32 = 4
+BASE_BYTES = 96 << 20     # python + numpy + safetensors + pydantic, measured ~80-95 MiB
+ACT_PER_LAYER = 26        # floats per token and dim a block keeps for its backward
+ENV = "SPARK_MAX_MEMORY_MB"
+OPTIMIZER_COPIES = {"sgd": 1, "adamw": 2, None: 0}  # moments per parameter
+
+
+@dataclass(frozen=True)
+class Estimate:
+    params: int         # bytes of the weights
+    optimizer: int      # gradients, start copy and optimizer moments
+    activations: int    # one micro-step (or one forward batch)
+    base: int = BASE_BYTES
+
+    @property
+    def total(self) -> int:
+        return self.params + self.optimizer + self.activations + self.base
+
+    def describe(self) -> str:
+        return (f"{gib(self.total)} (params {gib(self.params)}, optimizer state "
+                f"{gib(self.optimizer)}, activations {gib(self.activations)})")
+
+
+def gib(n: int) -> str:
+    return f"{n / (1 << 30):,.2f} GiB" if n >= 1 << 28 else f"{n / (1 << 20):,.1f} MiB"
+
+
+def estimate(cfg: ModelConfig, rows: int, optimizer: str | None = "sgd",
+             train: bool = True, seq_len: int | None = None) -> Estimate:
+    """Bytes a step over `rows` sequences of `seq_len` (default cfg.seq_len) tokens needs.
+
+    optimizer: "sgd", "adamw", or None (no moments: forward-only or plain SGD)."""
+    T = cfg.seq_len if seq_len is None else seq_len
+    P = cfg.kind(cfg).n_params            # arithmetic: see AttentionArch.n_params
+    tokens = rows * T
+    if cfg.train_attn:
+        per_layer = tokens * ACT_PER_LAYER * cfg.dim + 2 * rows * cfg.n_head * T * T
+        trunk = cfg.n_layer * per_layer if train else 2 * per_layer
+    else:
+        trunk = tokens * cfg.dim if train else rows * cfg.dim
+        tokens = rows  # the mean-pool model scores one position a row
+    logits = 3 * tokens * cfg.vocab if train else 2 * tokens * cfg.vocab
+    activations = (trunk + logits) * F32
+    copies = (2 + OPTIMIZER_COPIES.get(optimizer, 1)) if train else 0
+    return Estimate(params=P * F32, optimizer=copies * P * F32, activations=activations)
+
+
+def memory_cap() -> tuple[int, str]:
+    """(bytes, where the number comes from): SPARK_MAX_MEMORY_MB, else the smaller of
+    the machine's memory and the address-space limit."""
+    text = os.environ.get(ENV, "").strip()
+    if text:
+        try:
+            mb = float(text)
+        except ValueError:
+            mb = -1.0
+        if not 0 < mb < 1 << 40:
+            raise SparkError(f"{ENV}={text!r} is not a positive number of MiB")
+        return int(mb * (1 << 20)), ENV
+    cap, source = _physical(), "the machine's memory"
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft != resource.RLIM_INFINITY and soft < cap:
+        cap, source = soft, "the address-space limit (ulimit -v)"
+    return cap, source
+
+
+def _physical() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 1 << 40
+
+
+def check_fits(what: str, cfg: ModelConfig, rows: int, optimizer: str | None = "sgd",
+               train: bool = True) -> Estimate:
+    """The estimate, or one line saying it is above the cap (with both numbers)."""
+    est = estimate(cfg, rows, optimizer, train)
+    cap, source = memory_cap()
+    if est.total > cap:
+        shape = (f"dim {cfg.dim}, {cfg.n_layer} layers, vocab {cfg.vocab}, "
+                 f"{rows:,} x {cfg.seq_len} tokens a {'micro-step' if train else 'batch'}")
+        raise SparkError(f"{what} would need an estimated {est.describe()} for {shape}, "
+                         f"above the {gib(cap)} of {source}; use a smaller scale or batch "
+                         f"(or set {ENV})")
+    return est
+
+
+def weights_fits(what: str, cfg: ModelConfig, copies: int) -> Estimate:
+    """A command that holds `copies` of the weights at once (import: the file's
+    tensors, the converted ones and the bytes written) and no activations."""
+    est = estimate(cfg, 0, None, train=False)
+    est = Estimate(params=est.params, optimizer=(copies - 1) * est.params, activations=0)
+    cap, source = memory_cap()
+    if est.total > cap:
+        raise SparkError(f"{what} would need an estimated {est.describe()} for dim {cfg.dim}, "
+                         f"{cfg.n_layer} layers, vocab {cfg.vocab}, above the {gib(cap)} of "
+                         f"{source} (set {ENV} to change the cap)")
+    return est
+
+
+def step_fits(what: str, cfg: ModelConfig, step, rows_bound: int | None = None,
+              loss_rows: int = 0) -> Estimate:
+    """check_fits for a training step: the larger of batch_size rows and the loop's
+    loss batches (`loss_rows`, a forward that keeps its caches), each at most
+    rows_bound (the dataset's own row count when known), with the step's optimizer."""
+    rows = max(step.batch_size, loss_rows)
+    rows = rows if rows_bound is None else max(1, min(rows, rows_bound))
+    optimizer = step.optimizer if (step.optimizer != "sgd" or step.momentum) else None
+    return check_fits(what, cfg, rows, optimizer)
+
+
+def line_count(path, limit: int = 1 << 31) -> int | None:
+    """Newlines (+1) of a regular file, read in chunks: a dataset's row bound; None when
+    the path is not a readable regular file."""
+    if not os.path.isfile(path):  # a FIFO would block the open
+        return None
+    try:
+        with open(path, "rb") as f:
+            count = 1
+            while chunk := f.read(1 << 22):
+                count += chunk.count(b"\n")
+                if count > limit:
+                    break
+            return count
+    except OSError:
+        return None
