@@ -13,7 +13,7 @@ import time
 
 import numpy as np
 
-from sparktrain import BLAS_THREADS
+from sparktrain.blas import live_threads
 from sparktrain.fsutil import sha256_bytes
 from sparktrain.model.batch import TokenBatch
 from sparktrain.model.build import build_model
@@ -83,7 +83,7 @@ def run_bench(scale: str, batch_size: int | None = None, steps: int = 10,
     return {
         "scale": scale, "arch": cfg.to_dict(), "n_params": model.n_params,
         "batch_size": batch_size, "seq_len": cfg.seq_len, "steps": steps,
-        "warmup_steps": WARMUP_STEPS, "blas_threads": BLAS_THREADS,
+        "warmup_steps": WARMUP_STEPS, "blas_threads": live_threads(),
         "shards": shards, "workers": workers,
         "median_step_s": step_s, "min_step_s": float(min(times)),
         "tokens_per_s": tok_s, "flops_per_token": model.flops_per_token(),

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sparktrain import BLAS_THREADS
+from sparktrain.blas import live_threads
 from sparktrain.data.tokenizer import pairs_tokenizer
 from sparktrain.errors import SparkError, TrainingFailed
 from sparktrain.fsutil import canonical_json, sha256_bytes
@@ -326,7 +326,7 @@ def run_record(run, log, changed: list[str], weights_sha256: str) -> dict:
         "tokens_seen": log.tokens_seen, "weights": job.rel("weights.safetensors"),
         "weights_sha256": weights_sha256, "sparkbc_sha256": job.sparkbc_sha256,
         "program": job.program, "method": job.method, "base": job.base,
-        "base_step_n": run.base_step, "blas_threads": BLAS_THREADS, "trained": True,
+        "base_step_n": run.base_step, "blas_threads": live_threads(), "trained": True,
         "not_sgd": False, "sgd": True, "claim": False, "device": "cpu",
     }
 
@@ -402,7 +402,7 @@ def _perf(train_seconds, total_seconds, tokens, flops, matmul_peak) -> dict:
     perf = {"train_seconds": round(train_seconds, 4), "total_seconds": round(total_seconds, 4),
             "tokens": tokens, "tokens_per_s": round(tokens / max(train_seconds, 1e-9), 1),
             "model_flops_per_s": round(flops / max(train_seconds, 1e-9), 1),
-            "blas_threads": BLAS_THREADS}
+            "blas_threads": live_threads()}
     if matmul_peak is None:
         matmul_peak = measure_matmul_peak()
     if matmul_peak:
