@@ -22,6 +22,7 @@ DEVICES = ("auto", "cpu")
 # The Spark-coder job when the project has one, else the default fixture job.
 CODER_JOBS = (("data/programs/train-coder.sparkbc", "job-coder-tiny"),
               ("data/programs/train-step.sparkbc", "job-dry-001"))
+CODER_SHARDS = 2  # every core of a 2-core machine, at bytes that never depend on the cores
 
 
 def register(sub) -> None:
@@ -56,6 +57,10 @@ def register(sub) -> None:
     t.add_argument("--scale", default="tiny", help="tiny, large, medium or a params.yaml row")
     t.add_argument("--device", default="auto",
                    help="auto (the CPU on a machine without a supported GPU) or cpu")
+    t.add_argument("--shards", type=int, default=CODER_SHARDS,
+                   help=f"fixed gradient shards per micro-step, computed by one worker "
+                        f"process per core; the bytes depend on it, not on the cores "
+                        f"(default {CODER_SHARDS}; params.yaml's step.shards is not used)")
     t.set_defaults(func=cmd_code_train)
     code.set_defaults(func=lambda args: _usage(code))
 
@@ -130,7 +135,8 @@ def cmd_apply_step(args) -> int:
 def cmd_code_train(args) -> int:
     from sparktrain.data.prepare import prepare_job
     from sparktrain.train.commands import run_and_record
-    from sparktrain.train.config import CorpusConfig, StepConfig, load_params, model_config
+    from sparktrain.train.config import (CorpusConfig, StepConfig, load_params, model_config,
+                                         override)
     from sparktrain.train.job import job_from_program
 
     if args.device not in DEVICES:
@@ -138,7 +144,7 @@ def cmd_code_train(args) -> int:
                          f"the CPU; use --device auto or --device cpu")
     program, job_id = next(((p, j) for p, j in CODER_JOBS if Path(p).is_file()), CODER_JOBS[-1])
     params = load_params("params.yaml") if Path("params.yaml").is_file() else None
-    step = params.step if params else StepConfig()
+    step = override(params.step if params else StepConfig(), shards=args.shards)
     cfg = model_config(args.scale, params.scales if params else None,
                        train_attn=step.train_attn)
     job = job_from_program(program, job_id)
