@@ -20,7 +20,7 @@ help:
 	@echo "make spark-coder-proof  medium code model on the stdlib vs zlib-9 / lzma-9e (bits per byte)"
 	@echo "make sparkbc-e2e   spark run and dvc repro give the same weights"
 	@echo "make repro-check   force-repro and diff dvc.lock (copy into your CI)"
-	@echo "make bench         tokens/s and model FLOP/s utilisation"
+	@echo "make bench         tokens/s and model FLOP/s utilisation (tiny, large, the coder proof's job)"
 
 setup: $(STAMP)
 
@@ -80,3 +80,4 @@ repro-check: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/spark bench --scale tiny
 	$(BIN)/spark bench --scale large
+	$(BIN)/spark bench --params data/programs/coder-proof.yaml

@@ -1,22 +1,21 @@
 """Spark Train: reproducible numpy training of tiny transformer LMs."""
-import os as _os
+import sys as _sys
+
+from sparktrain import blas as _blas
+from sparktrain.errors import SparkError as _SparkError
 
 __version__ = "0.1.0"
 
-# BLAS thread count decides how float sums are split, so it is pinned before
-# numpy is first imported anywhere in the package: same inputs, same bytes.
-# SPARK_BLAS_THREADS overrides it (the value is recorded in checkpoint.json).
-# A value that is not a thread count is reported by the CLI and the stages as one
-# line (ENV_ERROR) before any work; until then BLAS runs on 1 thread.
-_blas_text = _os.environ.get("SPARK_BLAS_THREADS", "1").strip()
-ENV_ERROR = None
-BLAS_THREADS = int(_blas_text) if _blas_text.isdigit() and 0 < int(_blas_text) <= 1024 else 0
-if not BLAS_THREADS:
-    ENV_ERROR = f"SPARK_BLAS_THREADS must be an integer in [1, 1024], got {_blas_text[:40]!r}"
-    BLAS_THREADS = 1
-for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
-             "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS"):
-    _os.environ[_var] = str(BLAS_THREADS)
+# BLAS thread count decides how float sums are split, so every process that
+# imports the package runs BLAS on SPARK_BLAS_THREADS threads (default 1), set
+# at run time whether numpy was imported first or not (sparktrain/blas.py);
+# checkpoint.json and perf.json record the pool read back (blas.live_threads).
+ENV_ERROR = None  # an environment mistake the CLI and the stages report before any work
+try:
+    BLAS_THREADS = _blas.pin(_blas.requested_threads())
+except _SparkError as _err:  # every entry point imports the package: one line, exit 2
+    _sys.stderr.write(f"spark: error: {_err}\n")
+    raise SystemExit(2) from None
 
 
 def _keep_freed_memory() -> None:

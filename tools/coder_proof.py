@@ -83,7 +83,8 @@ def main(argv=None) -> int:
     corpus = source.read()
     print(f"prepared {len(corpus.train)} train / {len(corpus.heldout)} held-out files "
           f"({time.perf_counter() - t0:.0f}s)", file=sys.stderr)
-    ck = run_step(job, p.step, p.model_config(), source).checkpoint
+    result = run_step(job, p.step, p.model_config(), source)
+    ck = result.checkpoint
     tok, tok_sha256 = read_tokenizer(folder / TOKENIZER)
     params, cfg, _ = load_model(folder / WEIGHTS)
     score = source.evaluate(folder / CORPUS, params, cfg, tok, tok_sha256, p.eval)
@@ -109,7 +110,10 @@ def main(argv=None) -> int:
     for s in samples:
         print(f"\n--- prompt (held-out) ---\n{s['prompt']}\n--- greedy completion ---\n"
               f"{s['completion']}")
-    print(f"\nwall {time.perf_counter() - t0:.0f}s, cpu {time.process_time() - c0:.0f}s; "
+    perf = result.perf
+    print(f"\ntraining {perf['tokens_per_s']:,.0f} tokens/s on {perf['workers']} process(es) x "
+          f"{perf['blas_threads']} BLAS thread(s), {perf['shards']} shards")
+    print(f"wall {time.perf_counter() - t0:.0f}s, cpu {time.process_time() - c0:.0f}s; "
           f"wrote {folder / 'coder_proof.json'}")
     if not report["below_zlib9"] and not args.no_gate:
         print("coder proof: held-out bpb is not below zlib-9's", file=sys.stderr)

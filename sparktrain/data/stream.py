@@ -58,11 +58,15 @@ def check_stream(stream: np.ndarray, seq_len: int, what: str) -> None:
                          f"seq_len + 1 = {seq_len + 1}; use a larger corpus or a smaller seq_len")
 
 
+def window_index(starts, seq_len: int) -> np.ndarray:
+    """Positions s .. s + seq_len of each start s: one gather reads every window."""
+    return np.asarray(starts, dtype=np.int64)[:, None] + np.arange(seq_len + 1)  # (B, T+1)
+
+
 def windows_batch(stream: np.ndarray, starts, seq_len: int) -> TokenBatch:
     """The windows stream[s : s + seq_len + 1]: inputs, next-token targets, all counted."""
-    rows = np.stack([np.asarray(stream[s:s + seq_len + 1], dtype=np.int64)
-                     for s in starts])                                     # (B, T+1)
-    return TokenBatch(rows[:, :-1], rows[:, 1:], np.ones((len(starts), seq_len), np.float32))
+    rows = np.asarray(stream)[window_index(starts, seq_len)].astype(np.int64)  # (B, T+1)
+    return TokenBatch(rows[:, :-1], rows[:, 1:], np.ones((len(rows), seq_len), np.float32))
 
 
 class WindowSampler:
@@ -89,16 +93,11 @@ def stream_batches(stream: np.ndarray, seq_len: int, batch_size: int,
                    pad: int) -> Iterator[TokenBatch]:
     """Non-overlapping windows in order: targets 1..N-1 each counted once, the last
     window right-padded with mask 0."""
-    n = len(stream)
-    starts = list(range(0, max(n - 1, 0), seq_len))
+    flat, n = np.asarray(stream), len(stream)
+    starts = np.arange(0, max(n - 1, 0), seq_len)
     for b0 in range(0, len(starts), batch_size):
-        chunk = starts[b0:b0 + batch_size]
-        T = seq_len
-        inputs = np.full((len(chunk), T), pad, dtype=np.int64)   # (B, T)
-        targets = np.full((len(chunk), T), pad, dtype=np.int64)  # (B, T)
-        mask = np.zeros((len(chunk), T), dtype=np.float32)       # (B, T)
-        for r, s in enumerate(chunk):
-            window = np.asarray(stream[s:s + T + 1], dtype=np.int64)
-            m = len(window) - 1
-            inputs[r, :m], targets[r, :m], mask[r, :m] = window[:-1], window[1:], 1.0
-        yield TokenBatch(inputs, targets, mask)
+        idx = window_index(starts[b0:b0 + batch_size], seq_len)   # (B, T+1)
+        counted = idx[:, 1:] < n                                  # (B, T) target in the stream
+        rows = flat[np.minimum(idx, n - 1)].astype(np.int64)      # (B, T+1)
+        yield TokenBatch(np.where(counted, rows[:, :-1], pad),
+                         np.where(counted, rows[:, 1:], pad), counted.astype(np.float32))

@@ -11,10 +11,11 @@ from pathlib import Path
 
 from sparktrain.errors import SparkError
 from sparktrain.fsutil import current_umask
+from sparktrain.jobfiles import ARTIFACT, CHECKPOINT
 
 
 # A folder holding one of these is a job folder: its files are committed together
-JOB_MARKERS = ("checkpoint.json", "ARTIFACT")
+JOB_MARKERS = (CHECKPOINT, ARTIFACT)
 # The project's own tree: never an output, never inside one
 SOURCE_PARTS = ("sparktrain", "stages", "tests", "docs", "tools", "data", ".git", ".dvc")
 WALK_LIMIT = 100_000  # entries looked at under an existing OUT before giving up (and refusing)

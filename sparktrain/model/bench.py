@@ -1,8 +1,10 @@
 """`spark bench`: time the training loop core and report model FLOP/s utilisation.
 
 A micro-step is exactly what training does per minibatch: loss_and_grads on a
-full-length batch (random bytes, every target counted, T = seq_len) and a
-plain SGD update of every tensor. Utilisation = model FLOP/s (tokens/s x
+full-length batch (random tokens of the vocabulary, every target counted,
+T = seq_len) and an update of every tensor: plain SGD, or a job's own update
+(`make_update`: clip, optimizer and schedule, sparktrain/train/update.py) so
+the figure is the one of the job people run. Utilisation = model FLOP/s (tokens/s x
 flops_per_token) over the float32 matmul peak measured in this process, at
 the same BLAS thread count, right before the timed steps. With a GPU device
 (`--device`, model/device.py) the params live on it, each step ends with a
@@ -15,7 +17,7 @@ import time
 
 import numpy as np
 
-from sparktrain import BLAS_THREADS
+from sparktrain.blas import live_threads
 from sparktrain.fsutil import sha256_bytes
 from sparktrain.model.batch import TokenBatch
 from sparktrain.model.build import build_model
@@ -24,7 +26,7 @@ from sparktrain.model.config import SCALES
 from sparktrain.model.device import CPU
 from sparktrain.model.parallel import GradientEngine
 
-DEFAULT_BATCH = {"tiny": 8, "large": 16}
+DEFAULT_BATCH = {"tiny": 8, "large": 16, "medium": 16, "gpu": 8}
 BENCH_SEED = 1234
 BENCH_LR = 1e-3
 WARMUP_STEPS = 2
@@ -63,9 +65,10 @@ def device_matmul_peak(dev, n=4096, repeats=5) -> float:
     return best
 
 
-def synthetic_batch(batch_size: int, seq_len: int, seed: int = BENCH_SEED) -> TokenBatch:
+def synthetic_batch(batch_size: int, seq_len: int, seed: int = BENCH_SEED,
+                    vocab: int = 256) -> TokenBatch:
     rng = np.random.default_rng(seed)
-    tokens = rng.integers(0, 256, (batch_size, seq_len + 1))          # (B, T+1)
+    tokens = rng.integers(0, vocab, (batch_size, seq_len + 1))        # (B, T+1)
     return TokenBatch(tokens[:, :-1], tokens[:, 1:], np.ones((batch_size, seq_len), np.float32))
 
 
@@ -76,22 +79,37 @@ def sgd_step(params, grads, lr):
         p -= g
 
 
+class PlainSGD:
+    """The default update: SGD at BENCH_LR, no momentum, no clip."""
+    label = "plain SGD"
+
+    def __call__(self, params):
+        return lambda params, grads, t: sgd_step(params, grads, BENCH_LR)
+
+
+plain_sgd = PlainSGD()
+
+
 def run_bench(scale: str, batch_size: int | None = None, steps: int = 10,
-              progress=None, cfg=None, shards: int = 1, workers: int = 1,
-              peak: float | None = None, device=CPU) -> dict:
+              progress=None, cfg=None, shards: int = 1, workers: int | None = 1,
+              peak: float | None = None, device=CPU, make_update=plain_sgd) -> dict:
+    """`workers` None: as many as a training run would start (GradientEngine's default).
+    `make_update(params)` returns the micro-step's `update(params, grads, t)`; its
+    `label` names it in the report. `device`: where the params live (model/device.py)."""
     cfg = cfg or SCALES[scale]
     batch_size = batch_size or DEFAULT_BATCH.get(scale, 16)
     check_fits("spark bench", cfg, batch_size, optimizer=None)  # plain SGD, no moments
     model = build_model(cfg)
     params = device.to_device(model.init_params(BENCH_SEED, b"bench"))
-    batch = synthetic_batch(batch_size, cfg.seq_len)
+    batch = synthetic_batch(batch_size, cfg.seq_len, vocab=cfg.vocab)
     peak = peak or (matmul_peak() if device.kind == "cpu" else device_matmul_peak(device))
+    update = make_update(params)
     times = []
     with GradientEngine(model, shards, workers) as engine:  # warm-up starts its workers
         for i in range(WARMUP_STEPS + steps):
             t0 = time.perf_counter()
             loss, grads = engine.loss_and_grads(params, batch)
-            sgd_step(params, grads, BENCH_LR)
+            update(params, grads, i)
             device.sync()
             dt = time.perf_counter() - t0
             if i >= WARMUP_STEPS:
@@ -104,10 +122,11 @@ def run_bench(scale: str, batch_size: int | None = None, steps: int = 10,
     tok_s = tokens / step_s
     model_flops = tok_s * model.flops_per_token()
     return {
-        "scale": scale, "device": device.name, "arch": cfg.to_dict(), "n_params": model.n_params,
+        "scale": scale, "device": device.name, "arch": cfg.to_dict(), "vocab": cfg.vocab,
+        "n_params": model.n_params,
         "batch_size": batch_size, "seq_len": cfg.seq_len, "steps": steps,
-        "warmup_steps": WARMUP_STEPS, "blas_threads": BLAS_THREADS,
-        "shards": shards, "workers": workers,
+        "warmup_steps": WARMUP_STEPS, "blas_threads": live_threads(),
+        "shards": shards, "workers": workers, "update": make_update.label,
         "median_step_s": step_s, "min_step_s": float(min(times)),
         "tokens_per_s": tok_s, "flops_per_token": model.flops_per_token(),
         "model_flops_per_s": model_flops, "matmul_peak_flops_per_s": peak,
@@ -119,7 +138,7 @@ def run_bench(scale: str, batch_size: int | None = None, steps: int = 10,
 
 def run_scaling(scale: str, workers: int, shards: int | None = None, rounds: int = 3,
                 batch_size: int | None = None, steps: int = 10, cfg=None,
-                progress=None) -> dict:
+                progress=None, make_update=plain_sgd) -> dict:
     """1 worker against `workers` workers at one shard count, interleaved `rounds` times."""
     shards = shards or workers
     peak = matmul_peak()
@@ -127,7 +146,7 @@ def run_scaling(scale: str, workers: int, shards: int | None = None, rounds: int
     for r in range(rounds):
         for w in runs:
             result = run_bench(scale, batch_size, steps, cfg=cfg, shards=shards, workers=w,
-                               peak=peak)
+                               peak=peak, make_update=make_update)
             runs[w].append(result)
             if progress:
                 progress(f"round {r + 1}/{rounds}: {result['workers']} worker(s) "
@@ -145,9 +164,11 @@ def run_scaling(scale: str, workers: int, shards: int | None = None, rounds: int
 
 def format_report(r: dict) -> str:
     return "\n".join([
-        f"bench {r['scale']}: {r['n_params']:,} params, batch {r['batch_size']} x "
-        f"seq {r['seq_len']}, {r['steps']} steps after {r['warmup_steps']} warm-up, "
-        f"BLAS threads {r['blas_threads']}, device {r['device']}",
+        f"bench {r['scale']}: {r['n_params']:,} params, vocab {r['vocab']}, batch "
+        f"{r['batch_size']} x seq {r['seq_len']}, {r['update']}, {r['steps']} steps after "
+        f"{r['warmup_steps']} warm-up, device {r['device']}",
+        f"processes     {r['workers']:8d}     ({r['shards']} shards, BLAS threads "
+        f"{r['blas_threads']} each)",
         f"median step   {r['median_step_s'] * 1e3:8.2f} ms   (min {r['min_step_s'] * 1e3:.2f} ms)",
         f"tokens/s      {r['tokens_per_s']:11,.0f}",
         f"model FLOP/s  {r['model_flops_per_s'] / 1e9:8.2f} G   "

@@ -2,29 +2,41 @@
 from __future__ import annotations
 
 from sparktrain.argtypes import positive_int
-from sparktrain.model.config import scale_names
+from sparktrain.model.config import SCALES
+
+OPTIMIZERS = ("sgd", "adamw")  # step.optimizer's choices (sparktrain/train/optim.py)
 
 
 def register(sub) -> None:
     p = sub.add_parser(
         "bench", help="time training micro-steps and report model FLOP/s utilisation",
-        description="Time loss_and_grads + SGD on synthetic full-length batches and report "
-                    "tokens/s and model FLOP/s over the float32 matmul peak of this process.")
-    p.add_argument("--scale", default="tiny",
-                   help=f"a built-in scale ({scale_names()}) or a row of --params' scales "
-                        "(default tiny)")
+        description="Time loss_and_grads + the update on synthetic full-length batches and "
+                    "report tokens/s and model FLOP/s over the float32 matmul peak of this "
+                    "process. With --params FILE, the job of that params file: its scale, "
+                    "vocabulary, batch, optimizer, clip, schedule and shards (flags override).")
+    p.add_argument("--scale", default=None,
+                   help=f"a built-in scale ({', '.join(SCALES)}) or a row of --params' "
+                        f"scales (default: --params' scale, else tiny)")
     p.add_argument("--params", default=None,
-                   help="params.yaml whose scales table to use (default: ./params.yaml "
-                        "when it exists)")
+                   help="a params file (e.g. data/programs/coder-proof.yaml): bench its job "
+                        "(default: only ./params.yaml's scales table, when it exists)")
+    p.add_argument("--vocab", type=positive_int, default=None,
+                   help="vocabulary size, the LM head's width (default: --params' tokenizer, "
+                        "else 256 bytes)")
+    p.add_argument("--optimizer", choices=OPTIMIZERS, default=None,
+                   help="the job's update (clip, optimizer, schedule) instead of plain SGD "
+                        "(default: --params' optimizer, else plain SGD)")
     p.add_argument("--batch-size", type=positive_int, default=None,
-                   help="sequences per step (default: tiny 8, large 16)")
+                   help="sequences per step (default: --params' batch_size, else "
+                        "tiny 8, large and medium 16)")
     p.add_argument("--steps", type=positive_int, default=10,
                    help="timed steps after warm-up (default 10)")
     p.add_argument("--workers", type=positive_int, default=None,
                    help="data-parallel workers: time 1 worker against N at one shard count, "
                         "in interleaved rounds, and report the scaling")
     p.add_argument("--shards", type=positive_int, default=None,
-                   help="fixed gradient shards per step (default: --workers, else 1)")
+                   help="fixed gradient shards per step (default: --params' step.shards, "
+                        "else --workers, else 1)")
     p.add_argument("--rounds", type=positive_int, default=3,
                    help="interleaved rounds with --workers (default 3)")
     p.add_argument("--device", default="cpu",
@@ -35,14 +47,28 @@ def register(sub) -> None:
 
 
 def _bench(args) -> int:
+    import dataclasses
+
     from sparktrain.errors import SparkError
     from sparktrain.fsutil import canonical_json
-    from sparktrain.model.bench import (format_report, run_bench, run_scaling,
-                                        stderr_line, stderr_progress)
+    from sparktrain.model.bench import (BENCH_LR, WARMUP_STEPS, format_report, plain_sgd,
+                                        run_bench, run_scaling, stderr_line, stderr_progress)
     from sparktrain.model.device import resolve
-    from sparktrain.params import scale_config
+    from sparktrain.params import StepConfig, load_params, override, scale_config
+    from sparktrain.train.update import JobUpdates
 
-    cfg = scale_config(args.scale, args.params)
+    job = load_params(args.params) if args.params else None
+    scale = args.scale or (job.scale if job else "tiny")
+    cfg = scale_config(scale, args.params)
+    vocab = args.vocab or (job.vocab_size if job and job.tokenizer == "bpe" else None)
+    if vocab:
+        cfg = dataclasses.replace(cfg, vocab=vocab).validate()
+    step = job.step if job else None
+    if args.optimizer:
+        step = override(step or StepConfig(lr=BENCH_LR), optimizer=args.optimizer)
+    make_update = JobUpdates(step, WARMUP_STEPS + args.steps) if step else plain_sgd
+    batch_size = args.batch_size or (step.batch_size if job else None)
+    shards = args.shards or (step.shards if job else None)
     device = resolve(args.device)
     if device.note and not args.json:
         stderr_line(device.note)
@@ -50,12 +76,13 @@ def _bench(args) -> int:
         raise SparkError(f"--workers times CPU worker processes; {device.name} runs one "
                          "process (drop --workers or use --device cpu)")
     if args.workers:
-        result = run_scaling(args.scale, args.workers, args.shards, args.rounds,
-                             args.batch_size, args.steps, cfg=cfg,
-                             progress=None if args.json else stderr_line)
-    else:
-        result = run_bench(args.scale, args.batch_size, args.steps,
+        result = run_scaling(scale, args.workers, shards, args.rounds, batch_size, args.steps,
+                             cfg=cfg, progress=None if args.json else stderr_line,
+                             make_update=make_update)
+    else:  # a params file's job runs on as many workers as its training would
+        result = run_bench(scale, batch_size, args.steps,
                            progress=None if args.json else stderr_progress, cfg=cfg,
-                           shards=args.shards or 1, workers=1, device=device)
+                           shards=shards or 1, workers=step.workers if job else 1,
+                           device=device, make_update=make_update)
     print(canonical_json(result) if args.json else format_report(result))
     return 0

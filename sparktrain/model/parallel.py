@@ -13,9 +13,9 @@ its own; threads contend in numpy's allocator and page faults, and a forked
 child copies every page the parent writes). The parent is worker 0. Params and
 the per-shard gradients live in one shared-memory block, so a micro-step hands
 each worker only its shards' rows and a float; each worker's BLAS stays at 1
-thread (sparktrain/__init__.py pins it before numpy loads: a process that
-loaded numpy before sparktrain runs BLAS on several threads, and its own
-shards then differ in the last bits from its workers').
+thread (importing sparktrain pins it, in the parent whether or not numpy was
+loaded first, and in the workers through the environment they inherit:
+sparktrain/blas.py), so every process sums a shard the same way.
 """
 from __future__ import annotations
 

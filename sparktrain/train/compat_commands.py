@@ -23,6 +23,7 @@ DEVICES = ("auto", "cpu")
 # The Spark-coder job when the project has one, else the default fixture job.
 CODER_JOBS = (("data/programs/train-coder.sparkbc", "job-coder-tiny"),
               ("data/programs/train-step.sparkbc", "job-dry-001"))
+CODER_SHARDS = 2  # every core of a 2-core machine, at bytes that never depend on the cores
 
 
 def register(sub) -> None:
@@ -58,6 +59,10 @@ def register(sub) -> None:
                    help=f"{scale_names()}, or a row of params.yaml's scales")
     t.add_argument("--device", default="auto",
                    help="auto (the CPU on a machine without a supported GPU) or cpu")
+    t.add_argument("--shards", type=int, default=CODER_SHARDS,
+                   help=f"fixed gradient shards per micro-step, computed by one worker "
+                        f"process per core; the bytes depend on it, not on the cores "
+                        f"(default {CODER_SHARDS}; params.yaml's step.shards is not used)")
     t.set_defaults(func=cmd_code_train)
     code.set_defaults(func=lambda args: _usage(code))
 
@@ -134,7 +139,7 @@ def cmd_apply_step(args) -> int:
 
 def cmd_code_train(args) -> int:
     from sparktrain.data.source import prepare_job, source_for
-    from sparktrain.params import load_params_or_defaults, model_config
+    from sparktrain.params import load_params_or_defaults, model_config, override
     from sparktrain.train.commands import run_and_record
     from sparktrain.train.job import job_from_program
 
@@ -143,14 +148,15 @@ def cmd_code_train(args) -> int:
                          f"the CPU; use --device auto or --device cpu")
     program, job_id = next(((p, j) for p, j in CODER_JOBS if Path(p).is_file()), CODER_JOBS[-1])
     knobs = load_params_or_defaults()
-    cfg = model_config(args.scale, knobs.scales, train_attn=knobs.step.train_attn)
+    step = override(knobs.step, shards=args.shards)
+    cfg = model_config(args.scale, knobs.scales, train_attn=step.train_attn)
     job = job_from_program(program, job_id)
     if args.device == "auto":  # said once, after the inputs checked out
         print("spark code: no supported GPU backend in this build; training on the CPU",
               file=sys.stderr)
     # what the tokenizer and prepare stages do, with the params' settings
     prepare_job(job.out_dir, source_for(job.dataset, knobs), knobs.tokenizer, knobs.vocab_size)
-    print(json.dumps(run_and_record(job, knobs, knobs.step, cfg, heldout=knobs.heldout()),
+    print(json.dumps(run_and_record(job, knobs, step, cfg, heldout=knobs.heldout()),
                      sort_keys=True))
     return 0
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from sparktrain import BLAS_THREADS
+from sparktrain.blas import live_threads
 from sparktrain.data.base import DataSource, TrainingData, score
 from sparktrain.data.source import source_for
 from sparktrain.data.tokenizer import job_tokenizer
@@ -331,7 +331,7 @@ def _checkpoint(run: _Run, log: _Log, changed: list[str], weights_sha256: str,
         "tokens_seen": log.tokens_seen, "weights": job.rel(WEIGHTS),
         "weights_sha256": weights_sha256, "sparkbc_sha256": job.sparkbc_sha256,
         "program": job.program, "method": job.method, "base": job.base,
-        "base_step_n": run.base_step, "blas_threads": BLAS_THREADS, "trained": True,
+        "base_step_n": run.base_step, "blas_threads": live_threads(), "trained": True,
         "not_sgd": False, "sgd": True, "claim": False, "device": "cpu",
         **run.data.checkpoint, **labels,
     }
@@ -343,7 +343,7 @@ def _perf(log: _Log, run: _Run, matmul_peak) -> dict:
             "total_seconds": round(time.perf_counter() - log.t0, 4),
             "tokens": log.tokens_seen, "tokens_per_s": round(log.run_tokens / seconds, 1),
             "model_flops_per_s": round(log.flops_seen / max(log.train_seconds, 1e-9), 1),
-            "blas_threads": BLAS_THREADS, "shards": run.engine.shards,
+            "blas_threads": live_threads(), "shards": run.engine.shards,
             "workers": run.engine.workers}
     if matmul_peak is None:
         matmul_peak = measure_matmul_peak()

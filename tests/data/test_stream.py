@@ -71,6 +71,48 @@ def test_whole_stream_batches_count_each_target_once(n):
     assert seen == list(range(1, n))
 
 
+def naive_windows(stream, starts, seq_len):
+    """The reference: one slice per window."""
+    return np.stack([np.asarray(stream[s:s + seq_len + 1], dtype=np.int64) for s in starts])
+
+
+def naive_stream_batches(stream, seq_len, batch_size, pad):
+    """The reference: one slice per window, padded by hand."""
+    starts = list(range(0, max(len(stream) - 1, 0), seq_len))
+    for b0 in range(0, len(starts), batch_size):
+        chunk = starts[b0:b0 + batch_size]
+        inputs = np.full((len(chunk), seq_len), pad, dtype=np.int64)
+        targets = np.full((len(chunk), seq_len), pad, dtype=np.int64)
+        mask = np.zeros((len(chunk), seq_len), dtype=np.float32)
+        for r, s in enumerate(chunk):
+            window = np.asarray(stream[s:s + seq_len + 1], dtype=np.int64)
+            m = len(window) - 1
+            inputs[r, :m], targets[r, :m], mask[r, :m] = window[:-1], window[1:], 1.0
+        yield inputs, targets, mask
+
+
+@pytest.mark.parametrize("n", [2, 9, 10, 17, 33, 300])
+def test_gathered_windows_equal_the_sliced_reference(tmp_path, n):
+    tokens = np.random.default_rng(n).integers(0, 1024, n)
+    write_stream(tmp_path / "s.bin", tokens, 1024)
+    stream = read_stream(tmp_path / "s.bin", 1024)  # uint16, memory-mapped, as training reads it
+    got = list(stream_batches(stream, 8, 3, pad=1023))
+    want = list(naive_stream_batches(stream, 8, 3, pad=1023))
+    assert len(got) == len(want)
+    for batch, (inputs, targets, mask) in zip(got, want):
+        for a, b in ((batch.inputs, inputs), (batch.targets, targets), (batch.mask, mask)):
+            assert a.dtype == b.dtype and type(a) is np.ndarray
+            np.testing.assert_array_equal(a, b)
+    if n > 9:
+        sampler = WindowSampler(stream, 8, 4, seed=0)
+        starts = np.random.default_rng([0, 0x57E4]).integers(0, n - 8, size=4)
+        batch = sampler.next()
+        rows = naive_windows(stream, starts, 8)
+        assert batch.inputs.dtype == np.int64 and type(batch.inputs) is np.ndarray
+        np.testing.assert_array_equal(batch.inputs, rows[:, :-1])
+        np.testing.assert_array_equal(batch.targets, rows[:, 1:])
+
+
 def test_bits_per_byte_and_compressors():
     assert bits_per_byte(math.log(2) * 80, 10) == pytest.approx(8.0)
     data = b"def f(x):\n    return x * 2\n" * 200

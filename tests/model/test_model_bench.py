@@ -104,3 +104,69 @@ def test_bench_runs_the_generic_path_on_a_device():
     assert r["device"] == "array-api-strict" and cpu["device"] == "cpu"
     assert r["tokens_per_s"] > 0 and r["matmul_peak_flops_per_s"] > 0
     assert r["final_loss"] == pytest.approx(cpu["final_loss"], rel=1e-5)
+
+
+def test_bench_takes_the_vocab_and_optimizer_of_a_job(capsys):
+    assert main(["bench", "--scale", "tiny", "--batch-size", "2", "--steps", "1",
+                 "--vocab", "1024", "--optimizer", "adamw", "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["vocab"] == r["arch"]["vocab"] == 1024 and r["update"].startswith("adamw")
+    assert np.isfinite(r["final_loss"]) and r["final_loss"] > np.log(256)  # 1024-way softmax
+    assert main(["bench", "--scale", "tiny", "--batch-size", "2", "--steps", "1", "--json"]) == 0
+    plain = json.loads(capsys.readouterr().out)
+    assert plain["vocab"] == 256 and plain["update"] == "plain SGD"
+    assert r["flops_per_token"] > plain["flops_per_token"]  # the wider LM head is counted
+
+
+def test_bench_params_file_is_the_job_people_run(capsys):
+    assert main(["bench", "--params", "data/programs/coder-proof.yaml", "--scale", "tiny",
+                 "--steps", "1", "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert (r["vocab"], r["batch_size"], r["shards"]) == (1024, 16, 2)
+    assert r["update"].startswith("adamw (lr 0.005, clip 1, cosine")
+    assert main(["bench", "--params", "data/programs/coder-proof.yaml", "--steps", "1",
+                 "--json", "--scale", "tiny", "--batch-size", "4", "--shards", "1",
+                 "--optimizer", "adamw"]) == 0
+    flags = json.loads(capsys.readouterr().out)  # flags override the file
+    assert (flags["batch_size"], flags["shards"], flags["workers"]) == (4, 1, 1)
+
+
+def test_bench_medium_has_a_batch_and_help_names_every_scale(capsys):
+    from sparktrain.model.config import SCALES
+
+    assert bench.DEFAULT_BATCH.keys() == SCALES.keys()
+    with pytest.raises(SystemExit):
+        main(["bench", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert all(name in out for name in SCALES)
+
+
+def test_job_update_is_the_loop_update():
+    """spark bench's update against the training loop's own apply_update, bytes for bytes."""
+    from types import SimpleNamespace
+
+    from sparktrain.model.build import build_model
+    from sparktrain.model.config import SCALES
+    from sparktrain.params import StepConfig
+    from sparktrain.train.loop import apply_update
+    from sparktrain.train.optim import make_optimizer
+    from sparktrain.train.update import JobUpdates
+
+    cfg = SCALES["tiny"]
+    model = build_model(cfg)
+    step = StepConfig(optimizer="adamw", lr=0.01, clip=0.5, weight_decay=0.01,
+                      schedule="cosine", warmup=1, outer=1, inner=3)
+    batch = bench.synthetic_batch(2, cfg.seq_len)
+    ours, theirs = model.init_params(0), model.init_params(0)
+    update = JobUpdates(step, 3)(ours)
+    names = list(theirs)
+    run = SimpleNamespace(step=step, params=theirs, engine=model, trainable=names, model=model,
+                          optimizer=make_optimizer(step, theirs, names))
+    log = SimpleNamespace(train_seconds=0.0, tokens_seen=0, flops_seen=0, clipped=0,
+                          run_seconds=0.0, run_tokens=0)
+    for t in range(3):
+        update(ours, model.loss_and_grads(ours, batch)[1], t)
+        apply_update(run, log, batch, "test", t)
+    assert log.clipped > 0  # the clip was exercised
+    for n in names:
+        np.testing.assert_array_equal(ours[n], theirs[n], err_msg=n)

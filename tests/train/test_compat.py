@@ -126,6 +126,12 @@ def test_spark_code_train_on_the_cpu(project):
     # the Spark-coder job: a corpus, its tokenizer and streams prepared first
     assert summary(out)["job"] == "job-coder-tiny"
     assert (project / "out/train/job-coder-tiny/corpus/train.bin").stat().st_size > 0
+    # every core, at bytes fixed by the shard count (params.yaml says 1)
+    folder = project / "out/train/job-coder-tiny"
+    assert json.loads((folder / "checkpoint.json").read_text())["shards"] == 2
+    assert json.loads((folder / "perf.json").read_text())["shards"] == 2
+    rc, out, err = run_spark(["code", "train", "--scale", "tiny", "--shards", "0"], cwd=project)
+    assert_one_line_error(rc, err, "shards must be >= 1")
     rc, out, err = run_spark(["code", "train", "--scale", "tiny", "--device", "cuda"],
                              cwd=project)
     assert_one_line_error(rc, err, "unknown device 'cuda'")

@@ -34,6 +34,11 @@ def test_the_committed_params_load():
     assert p.model_config().dim == 32
 
 
+def test_the_coder_proof_trains_on_a_fixed_shard_count():
+    p = load_params("data/programs/coder-proof.yaml")
+    assert p.step.shards == 2 and p.step.workers is None  # bytes set here, cores found there
+
+
 def test_defaults_and_ints_for_floats(tmp_path):
     p = _load(tmp_path, step__lr=1)
     assert p.step.lr == 1.0 and isinstance(p.step.lr, float)
