@@ -15,8 +15,9 @@ def register(sub) -> None:
     p.add_argument("--to", required=True, choices=FORMATS_OUT, help="the format to write")
     p.add_argument("--weights", required=True, help="Spark weights.safetensors to export")
     p.add_argument("--tokenizer", default=None,
-                   help="tokenizer.json the model was trained with (default: the byte "
-                        "tokenizer, id = byte value)")
+                   help="tokenizer.json the model was trained with (default: the job's "
+                        "tokenizer.json beside --weights when the weights record one, "
+                        "checked by sha256; else the byte tokenizer, id = byte value)")
     p.add_argument("--force", action="store_true",
                    help="replace OUT when it exists and is not empty")
     p.set_defaults(func=_export)
