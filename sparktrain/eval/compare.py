@@ -4,10 +4,12 @@ Experiments come from `dvc exp show --json` (names, revs, params, the eval.json
 metric); each one's training curve comes from its committed outputs: the
 `checkpoint.json` that its commit's dvc.lock records, read from the DVC cache.
 Nothing is fetched, so it works offline (`dvc exp pull` first for experiments
-made elsewhere). One figure draws every chosen experiment's training loss per
-outer pass (solid) and its held-out loss (dashed per pass when the checkpoint
-logs `heldout_loss`, else one marker at the last pass from eval.json), one
-legend entry per experiment named by the params that differ across the sweep.
+made elsewhere). One figure, a panel per unit: pairs jobs' training loss per
+outer pass (solid) and held-out loss (dashed per pass when the checkpoint logs
+`heldout_loss`, else one marker at the last pass from eval.json) in nats per
+token; corpus jobs' held-out bits per byte beside zlib-9 and lzma-9e. One legend
+under the panels, an entry per experiment named by the params that differ
+across the sweep, shortened.
 See docs/pipeline.md ("Sweep and compare").
 """
 from __future__ import annotations
