@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from sparktrain.errors import TrainingFailed
+from sparktrain.model.parallel import quiet_nonfinite
 from sparktrain.repro.lock import restore_outputs
 from sparktrain.train.corpus_loop import run_corpus_step
 from sparktrain.train.loop import run_failed, run_step
@@ -34,4 +35,5 @@ def step() -> Path:
 
 
 if __name__ == "__main__":
-    sys.exit(run(STAGE, step))
+    with quiet_nonfinite():   # a divergence is one line, not numpy's warnings first
+        sys.exit(run(STAGE, step))

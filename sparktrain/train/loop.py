@@ -414,4 +414,5 @@ def _perf(train_seconds, total_seconds, tokens, flops, matmul_peak) -> dict:
 def run_failed(job: Job, err: Exception, step: StepConfig) -> None:
     """Record a failed attempt beside (never over) the previous good outputs."""
     outputs.write_failure(job.out_dir, {"job": job.job, "state": "failed", "reason": str(err),
-                                        "lr": step.lr, "outer": step.outer, "inner": step.inner})
+                                        "lr": step.lr, "outer": step.outer, "inner": step.inner,
+                                        "step": step_record(step)})
