@@ -35,16 +35,21 @@ def register(sub) -> None:
 
 
 def _export(args) -> int:
-    if args.to == "hf":
-        from sparktrain.export.hf import export_hf
+    from sparktrain.progress import Progress
 
-        names = export_hf(args.weights, args.out, args.tokenizer, args.force)
-        print(f"wrote {args.out}: {', '.join(names)}")
-    else:
-        from sparktrain.export.gguf import export_gguf
+    with Progress("export", total=1, unit=f"{args.to} written") as bar:
+        if args.to == "hf":
+            from sparktrain.export.hf import export_hf
 
-        export_gguf(args.weights, args.out, args.tokenizer, args.force)
-        print(f"wrote {args.out}")
+            names = export_hf(args.weights, args.out, args.tokenizer, args.force)
+            bar.advance(note=args.out)
+            print(f"wrote {args.out}: {', '.join(names)}")
+        else:
+            from sparktrain.export.gguf import export_gguf
+
+            export_gguf(args.weights, args.out, args.tokenizer, args.force)
+            bar.advance(note=args.out)
+            print(f"wrote {args.out}")
     return 0
 
 
