@@ -171,8 +171,10 @@ def _client(scheduler: str | None, workers: int):
             raise SparkError(f"cannot reach the Dask scheduler at {scheduler}: {err}") from None
     # silence_logs: a worker's heartbeat cut off by the shutdown is logged by Dask
     # with a traceback; the sweep reports every point's outcome itself
+    # dashboard_address ":0": None still binds the default port 8787 and warns when
+    # another cluster on the machine holds it
     cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                           host="127.0.0.1", dashboard_address=None,
+                           host="127.0.0.1", dashboard_address=":0",
                            silence_logs=logging.CRITICAL)
     return Client(cluster), cluster
 
