@@ -77,16 +77,6 @@ def resolve_configs(args, params_path: str | None, default_params: bool):
     return step, cfg, args.heldout or heldout
 
 
-def knobs_line(params_path: str | None, step, cfg, heldout: str | None) -> str:
-    """The first line of `spark train`: where its knobs came from and the main ones."""
-    source = (f"knobs from {params_path} and flags" if params_path else
-              "knobs from the defaults and flags (no --params: params.yaml is not read)")
-    held = f"held-out {heldout}" if heldout else "no held-out file (--heldout)"
-    return (f"spark train: {source}: lr {step.lr:g}, outer {step.outer}, inner {step.inner}, "
-            f"batch_size {step.batch_size}, optimizer {step.optimizer}, seed {step.seed}, "
-            f"dim {cfg.dim}, {cfg.n_layer} layers; {held}")
-
-
 def cmd_train(args) -> int:
     from sparktrain.train.job import adhoc_job, job_from_program
 
@@ -102,22 +92,12 @@ def cmd_train(args) -> int:
             raise SparkError("give --program P.sparkbc --job ID, or --dataset D --out DIR")
         job = adhoc_job(args.dataset, args.out, args.base)
     step, cfg, heldout = resolve_configs(args, args.params, default_params=False)
+    from sparktrain.train.report import knobs_line
+
     first = knobs_line(args.params, step, cfg, heldout)
     print(json.dumps(run_and_record(job, step, cfg, heldout=heldout, first_line=first),
                      sort_keys=True))
     return 0
-
-
-def _lines_after(first: str | None):
-    """The loop's progress lines on stderr, `first` before the first of them (so a
-    bad input, refused before training starts, stays the only line)."""
-    pending = [first] if first else []
-
-    def progress(line: str) -> None:
-        while pending:
-            print(pending.pop(), file=sys.stderr, flush=True)
-        print(line, file=sys.stderr, flush=True)
-    return progress
 
 
 def run_and_record(job, step, cfg, labels: dict | None = None,
@@ -128,16 +108,17 @@ def run_and_record(job, step, cfg, labels: dict | None = None,
     from sparktrain.train.corpus_loop import run_corpus_step
     from sparktrain.model.parallel import quiet_nonfinite
     from sparktrain.train.loop import run_failed, run_step
+    from sparktrain.train.report import lines_after
 
     try:
         with quiet_nonfinite():   # a divergence is one line, not numpy's warnings first
             if job.is_corpus:  # its data prepared first (prepare_job or the prepare stage)
                 if labels:
                     raise SparkError("run labels are for pairs jobs")
-                result = run_corpus_step(job, step, cfg, progress=_lines_after(first_line))
+                result = run_corpus_step(job, step, cfg, progress=lines_after(first_line))
             else:
                 result = run_step(job, step, cfg, labels=labels, heldout=heldout,
-                                  progress=_lines_after(first_line))
+                                  progress=lines_after(first_line))
     except TrainingFailed as err:
         run_failed(job, err, step)
         raise
@@ -194,8 +175,9 @@ def cmd_status(args) -> int:
     from sparktrain.fsutil import canonical_json
     from sparktrain.train import outputs
     from sparktrain.train.job import check_job_id
+    from sparktrain.train.report import current_step, project_root
 
-    root = _project_root()
+    root = project_root()
     job = args.job
     if job is None:
         from sparktrain.train.config import load_params
@@ -207,31 +189,9 @@ def cmd_status(args) -> int:
         folder = Path(os.path.relpath(root / "out" / "train" / job))
     if not folder.is_dir():
         raise SparkError(f"no job folder {folder} (run the pipeline or `spark run` first)")
-    state = outputs.job_state(folder, current_step=_current_step(root / "params.yaml"))
+    state = outputs.job_state(folder, current_step=current_step(root / "params.yaml"))
     sys.stdout.write(_summary_text(state, folder) if args.summary else canonical_json(state))
     return 0
-
-
-def _project_root() -> Path:
-    """The project root (a subfolder works too); outside a project, the current folder."""
-    from sparktrain.project import find_root
-
-    try:
-        return find_root()
-    except SparkError:
-        return Path.cwd()
-
-
-def _current_step(params_file: Path) -> dict | None:
-    """The step knobs params.yaml holds now, as a failure records them; None if unreadable."""
-    from sparktrain.train.config import load_params, step_record
-
-    if not params_file.is_file():
-        return None
-    try:
-        return step_record(load_params(params_file).step)
-    except SparkError:
-        return None
 
 
 def _summary_text(state: dict, folder: Path) -> str:
@@ -250,12 +210,9 @@ def _summary_text(state: dict, folder: Path) -> str:
         lines.append(f"  speed       {perf['tokens_per_s']:,.0f} tokens/s{mfu}, "
                      f"{perf['total_seconds']:.1f}s in the step")
     if "failure" in state:
-        failure = state["failure"]
-        when = f" at {failure['when']}" if failure.get("when") else ""
-        knobs = ", ".join(f"{k} {failure[k]}" for k in ("lr", "outer", "inner") if k in failure)
-        now = "" if state.get("failure_current", True) else \
-            "; params.yaml differs now, the verified model above is the job's"
-        lines.append(f"  last run failed{when} ({knobs}): {failure.get('reason')}{now}")
+        from sparktrain.train.report import failure_line
+
+        lines.append(failure_line(state))
     files = sorted(p.name for p in folder.iterdir() if p.is_file() and not p.name.startswith("."))
     lines.append(f"  files       {folder.as_posix()}/{{{','.join(files)}}}")
     return "\n".join(lines) + "\n"
