@@ -7,7 +7,7 @@ PY     := $(BIN)/python
 STAMP  := $(VENV)/.installed-stamp
 
 .PHONY: help setup run test test-sparkbc test-fast spark-sgd-proof spark-sgd-proof-scale \
-        sparkbc-e2e repro-check bench clean test-hf test-gpu spark-coder-proof
+        sparkbc-e2e repro-check bench clean test-hf test-gpu spark-coder-proof readme-figures
 
 help:
 	@echo "make run        set up, run the default job (dvc repro), print a summary"
@@ -21,6 +21,7 @@ help:
 	@echo "make sparkbc-e2e   spark run and dvc repro give the same weights"
 	@echo "make repro-check   force-repro and diff dvc.lock (copy into your CI)"
 	@echo "make bench         tokens/s and model FLOP/s utilisation (tiny, large, the coder proof's job)"
+	@echo "make readme-figures  re-measure README's figures (proofs, bench, sweep, tests: about 20 min on a quiet machine)"
 
 setup: $(STAMP)
 
@@ -81,3 +82,9 @@ bench: $(STAMP)
 	$(BIN)/spark bench --scale tiny
 	$(BIN)/spark bench --scale large
 	$(BIN)/spark bench --params data/programs/coder-proof.yaml
+
+# Every measured figure of README.md, from real runs here, with the machine and date
+# recorded in out/readme_figures.json. `tools/readme_figures.py --quick` checks the
+# machinery in seconds and leaves README.md alone.
+readme-figures: $(STAMP)
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(PY) tools/readme_figures.py

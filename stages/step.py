@@ -11,6 +11,7 @@ from pathlib import Path
 
 from sparktrain.errors import TrainingFailed
 from sparktrain.jobfiles import CHECKPOINT
+from sparktrain.model.parallel import quiet_nonfinite
 from sparktrain.repro.lock import restore_outputs
 from sparktrain.train.loop import run_failed, run_step
 from stages.common import job_source, params, run
@@ -30,4 +31,5 @@ def step() -> Path:
 
 
 if __name__ == "__main__":
-    sys.exit(run(STAGE, step))
+    with quiet_nonfinite():   # a divergence is one line, not numpy's warnings first
+        sys.exit(run(STAGE, step))

@@ -4,6 +4,7 @@ every claim its outputs make against the files themselves.
     python tools/proof.py tiny                  # params.yaml's job, scale and knobs
     python tools/proof.py scale [--scale NAME]  # large (or any scale of params.yaml)
                                                 # on the task families (~5 min)
+    python tools/proof.py scale --scale tiny --outer 1 --inner 2   # its machinery, seconds
 
 Exit 0 only when the loss fell, trained=true, not_sgd=false, claim=false and
 the weights on disk hash to the checkpoint's weights_sha256 (and, for scale,
@@ -78,6 +79,26 @@ def proof_tiny() -> int:
     return 0
 
 
+# tools/readme_figures.py copies the table between these lines into the README
+TABLE_BEGIN, TABLE_END = "--- family table (markdown) ---", "--- end of family table ---"
+FAMILY_ORDER = ("copy", "upper", "next", "reverse", "lookup")
+
+
+def family_table(families: dict) -> list[str]:
+    """The held-out metrics per task family as a markdown table, easiest first."""
+    rows = [["family", "n", "loss", "next-token acc", "exact match"]]
+    order = sorted(families, key=lambda f: (FAMILY_ORDER.index(f) if f in FAMILY_ORDER
+                                            else len(FAMILY_ORDER), f))
+    for fam in order:
+        m = families[fam]
+        rows.append([fam, str(m["n"]), f"{m['loss']:.4f}", f"{m['next_token_accuracy']:.3f}",
+                     f"{m['exact_match']:.3f}"])
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |" for r in rows]
+    lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    return lines
+
+
 def proof_scale(program: str, job_id: str, heldout: str, knobs: dict, scale: str) -> int:
     job = job_from_program(program, job_id)
     step = StepConfig(**knobs)
@@ -90,13 +111,16 @@ def proof_scale(program: str, job_id: str, heldout: str, knobs: dict, scale: str
     (job.out_dir / EVAL).write_text(canonical_json(metrics))
     print(f"trained in {time.perf_counter() - t0:.0f}s; loss {ckpt['loss_before']:.4f} -> "
           f"{ckpt['loss_after']:.4f}")
-    print(f"{'family':10} {'n':>4} {'loss':>8} {'tok_acc':>8} {'exact':>7}")
-    for fam, m in sorted(metrics["families"].items()):
-        print(f"{fam:10} {m['n']:>4} {m['loss']:>8.4f} {m['next_token_accuracy']:>8.3f} "
-              f"{m['exact_match']:>7.3f}")
+    print(TABLE_BEGIN)
+    print("\n".join(family_table(metrics["families"])))
+    print(TABLE_END)
     for s in metrics.get("samples", []):
         print(f"  {s['prompt']!r} -> {s['generated']!r} (want {s['expected']!r})")
     copy = metrics["families"].get("copy", {}).get("exact_match", 0.0)
+    if knobs != SCALE_KNOBS:
+        print(f"spark-sgd-proof-scale: a smaller budget than the proof's; the copy bar "
+              f"({COPY_BAR}) is not checked (copy exact_match {copy:.3f})")
+        return 0
     if copy < COPY_BAR:
         raise SystemExit(f"proof failed: held-out copy exact_match {copy:.3f} < {COPY_BAR}")
     print(f"spark-sgd-proof-scale: ok (copy exact_match {copy:.3f} >= {COPY_BAR})")
@@ -109,12 +133,18 @@ def main(argv=None) -> int:
     p.add_argument("which", choices=("tiny", "scale"))
     p.add_argument("--scale", default="large",
                    help="for `scale`: a built-in scale or a row of params.yaml's scales")
+    p.add_argument("--outer", type=int, default=None,
+                   help="for `scale`: fewer outer passes (a quick check; the bar is skipped)")
+    p.add_argument("--inner", type=int, default=None,
+                   help="for `scale`: fewer micro-steps per pass (likewise)")
     args = p.parse_args(argv)
+    knobs = dict(SCALE_KNOBS, **{k: v for k, v in (("outer", args.outer), ("inner", args.inner))
+                                 if v is not None})
     try:
         if args.which == "tiny":
             return proof_tiny()
         return proof_scale("data/programs/train-scale.sparkbc", "job-scale-001",
-                           "data/eval/scale_heldout.jsonl", SCALE_KNOBS, args.scale)
+                           "data/eval/scale_heldout.jsonl", knobs, args.scale)
     except SparkError as err:
         print(f"proof: error: {err}", file=sys.stderr)
         return getattr(err, "exit_code", 2)

@@ -17,6 +17,7 @@ from sparktrain.data.vocab import token_dtype
 from sparktrain.errors import SparkError
 from sparktrain.fsutil import (atomic_write_text, read_input, sha256_bytes, sha256_file,
                                write_json)
+from sparktrain.progress import Progress
 
 FILES, TRAIN_BIN, VAL_BIN = "files.json", "train.bin", "val.bin"
 
@@ -40,15 +41,22 @@ def heldout_bytes(corpus: Corpus) -> bytes:
 
 def write_prepared(folder: str | Path, corpus: Corpus, tokenizer, tokenizer_sha256: str) -> Path:
     folder = Path(folder)
-    train = stream_of(tokenizer, [f.text for f in corpus.train])  # (N_train,)
-    val = stream_of(tokenizer, [f.text for f in corpus.heldout])  # (N_val,)
-    write_stream(folder / TRAIN_BIN, train, tokenizer.vocab)
-    write_stream(folder / VAL_BIN, val, tokenizer.vocab)
+    with Progress("prepare", total=4, unit="steps") as bar:
+        train = stream_of(tokenizer, [f.text for f in corpus.train])  # (N_train,)
+        bar.advance(note=f"train split: {len(corpus.train)} files, {train.size:,} tokens")
+        val = stream_of(tokenizer, [f.text for f in corpus.heldout])  # (N_val,)
+        bar.advance(note=f"held-out split: {len(corpus.heldout)} files, {val.size:,} tokens")
+        write_stream(folder / TRAIN_BIN, train, tokenizer.vocab)
+        write_stream(folder / VAL_BIN, val, tokenizer.vocab)
+        bar.advance(note=f"wrote {TRAIN_BIN}, {VAL_BIN}")
+        baselines = compressor_bpb(heldout_bytes(corpus))
+        bar.advance(note=f"zlib-9 {baselines['zlib9_bpb']:.3f} bpb, "
+                         f"lzma-9e {baselines['lzma9e_bpb']:.3f} bpb on the held-out bytes")
     manifest = {**corpus.manifest(), "kind": "corpus", "tokenizer": tokenizer.kind,
                 "tokenizer_sha256": tokenizer_sha256, "vocab": tokenizer.vocab,
                 "dtype": token_dtype(tokenizer.vocab).newbyteorder("<").str,
                 "train_tokens": int(train.size), "heldout_tokens": int(val.size),
-                "heldout_baselines": compressor_bpb(heldout_bytes(corpus))}
+                "heldout_baselines": baselines}
     write_json(folder / FILES, manifest)
     return folder / FILES
 

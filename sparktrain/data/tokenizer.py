@@ -17,6 +17,7 @@ from sparktrain.data.vocab import MAX_VOCAB, MIN_BPE_VOCAB, SPECIALS, TOKENIZERS
 from sparktrain.errors import SparkError
 from sparktrain.fsutil import canonical_json, read_input, sha256_bytes
 from sparktrain.jobfiles import TOKENIZER
+from sparktrain.progress import Progress
 
 
 class ByteTokenizer:
@@ -102,7 +103,10 @@ def train_bpe(texts: Sequence[str], vocab_size: int) -> BpeTokenizer:
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=2,
                                   special_tokens=list(SPECIALS), show_progress=False,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tok.train_from_iterator(list(texts), trainer=trainer, length=len(texts))
+    texts = list(texts)
+    with Progress("tokenizer", total=1, unit="BPE trained") as bar:
+        tok.train_from_iterator(texts, trainer=trainer, length=len(texts))
+        bar.advance(note=f"vocab {tok.get_vocab_size()} from {len(texts):,} texts")
     return BpeTokenizer(tok)
 
 

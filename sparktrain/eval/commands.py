@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 
 from sparktrain.textout import printable_lines
@@ -74,8 +75,9 @@ def register(sub) -> None:
     p.add_argument("experiments", nargs="*", metavar="EXP",
                    help="experiment names or revs (a baseline by its branch name)")
     p.add_argument("--json", action="store_true", help="print canonical JSON instead of a table")
-    p.add_argument("-o", "--out", default="out/compare.png",
-                   help="PNG file to write (default out/compare.png)")
+    p.add_argument("-o", "--out", default=None,
+                   help="PNG file to write (default out/compare.png under the project root, "
+                        "from any subfolder)")
     p.set_defaults(func=cmd_compare)
 
 
@@ -244,6 +246,9 @@ def cmd_compare(args) -> int:
     from sparktrain.eval.compare import as_json, compare, format_table, write_png
     from sparktrain.fsutil import canonical_json
 
+    from sparktrain.project import out_path
+
+    args.out = args.out or os.path.relpath(out_path("compare.png"))
     sweep = compare(args.experiments)
     for exp in sweep["experiments"]:
         if exp.old_layout:

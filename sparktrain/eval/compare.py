@@ -4,10 +4,12 @@ Experiments come from `dvc exp show --json` (names, revs, params, the eval.json
 metric); each one's training curve comes from its committed outputs: the
 `checkpoint.json` that its commit's dvc.lock records, read from the DVC cache.
 Nothing is fetched, so it works offline (`dvc exp pull` first for experiments
-made elsewhere). One figure draws every chosen experiment's training loss per
-outer pass (solid) and its held-out loss (dashed per pass when the checkpoint
-logs `heldout_loss`, else one marker at the last pass from eval.json), one
-legend entry per experiment named by the params that differ across the sweep.
+made elsewhere). One figure, a panel per unit: pairs jobs' training loss per
+outer pass (solid) and held-out loss (dashed per pass when the checkpoint logs
+`heldout_loss`, else one marker at the last pass from eval.json) in nats per
+token; corpus jobs' held-out bits per byte beside zlib-9 and lzma-9e. One legend
+under the panels, an entry per experiment named by the params that differ
+across the sweep, shortened.
 See docs/pipeline.md ("Sweep and compare").
 """
 from __future__ import annotations
@@ -20,16 +22,19 @@ import subprocess
 import sys
 import textwrap
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Callable, Sequence
 
 import matplotlib.style
 import yaml
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.ticker import MaxNLocator
 
 from sparktrain.errors import SparkError
 from sparktrain.eval.metrics import HEADLINE_KEYS
-from sparktrain.eval.plot import loss_axes, png_bytes
+from sparktrain.eval.plot import DPI, LOG_Y_RATIO, png_bytes
 from sparktrain.fsutil import atomic_write_bytes
 from sparktrain.jobfiles import CHECKPOINT, EVAL, job_dir
 from sparktrain.repro.lock import cache_dir, cached_blob, outputs
@@ -51,7 +56,13 @@ class Experiment:
     old_layout: bool             # eval.json from before eval_detail.json
     loss_curve: list = field(default_factory=list)   # [{"outer", "loss"}, ...]
     heldout: list = field(default_factory=list)      # [{"outer", "loss"}, ...]
+    heldout_bpb: list = field(default_factory=list)  # [{"outer", "bpb"}, ...] (corpus jobs)
     label: str = ""
+
+    @property
+    def kind(self) -> str:
+        """"corpus" (scored in bits per byte beside the compressors) or "pairs"."""
+        return "corpus" if "zlib9_bpb" in self.metrics else "pairs"
 
 
 # --- reading experiments through DVC ----------------------------------------
@@ -185,8 +196,12 @@ def add_curves(exp: Experiment, ckpt: dict) -> None:
         exp.loss_curve.append({"outer": outer, "loss": item["loss"]})
         if _is_finite(item.get("heldout_loss")):
             exp.heldout.append({"outer": outer, "loss": item["heldout_loss"]})
+        if _is_finite(item.get("heldout_bpb")):
+            exp.heldout_bpb.append({"outer": outer, "bpb": item["heldout_bpb"]})
     if not exp.heldout and _is_finite(exp.metrics.get("loss")):
         exp.heldout.append({"outer": exp.loss_curve[-1]["outer"], "loss": exp.metrics["loss"]})
+    if not exp.heldout_bpb and _is_finite(exp.metrics.get("bpb")):
+        exp.heldout_bpb.append({"outer": exp.loss_curve[-1]["outer"], "bpb": exp.metrics["bpb"]})
 
 
 def changed_params(refs: list[Experiment]) -> list[str]:
@@ -195,8 +210,34 @@ def changed_params(refs: list[Experiment]) -> list[str]:
     return [k for k in keys if len({json.dumps(e.params.get(k)) for e in refs}) > 1]
 
 
+LABEL_VALUE_CHARS = 18   # a longer value is cut, with "…", in a label
+
+
+def short_key(key: str, keys: list[str]) -> str:
+    """The last part of a dotted key (`step.lr` -> `lr`) unless another key ends so too."""
+    last = key.rsplit(".", 1)[-1]
+    return last if sum(k.rsplit(".", 1)[-1] == last for k in keys) == 1 else key
+
+
+def short_value(value) -> str:
+    """A value as a label shows it: a path by its file's stem, null as `none`,
+    anything long cut to LABEL_VALUE_CHARS."""
+    if value is None:
+        return "none"
+    if isinstance(value, str):
+        is_path = "/" in value and not any(c in value for c in "*?[")
+        text = PurePosixPath(value).stem if is_path else value
+    elif isinstance(value, float):
+        text = f"{value:g}"
+    else:
+        text = json.dumps(value, separators=(",", ":"))
+    return text if len(text) <= LABEL_VALUE_CHARS else text[:LABEL_VALUE_CHARS - 1] + "…"
+
+
 def label(exp: Experiment, keys: list[str]) -> str:
-    return " ".join(f"{k}={_value(exp.params.get(k))}" for k in keys) or exp.name
+    """The params that differ, shortened: `lr=0.05 program=coder`."""
+    return " ".join(f"{short_key(k, keys)}={short_value(exp.params.get(k))}"
+                    for k in keys) or exp.name
 
 
 def compare(wanted: Sequence[str], shown: list | None = None,
@@ -231,7 +272,8 @@ def as_json(sweep: dict) -> dict:
         "experiments": [{
             "name": e.name, "rev": e.rev, "baseline": e.baseline, "label": e.label,
             "params": {k: e.params.get(k) for k in keys}, "metrics": e.metrics,
-            "old_layout": e.old_layout, "loss_curve": e.loss_curve, "heldout": e.heldout,
+            "old_layout": e.old_layout, "kind": e.kind, "loss_curve": e.loss_curve,
+            "heldout": e.heldout, "heldout_bpb": e.heldout_bpb,
         } for e in sweep["experiments"]],
     }
 
@@ -268,27 +310,104 @@ def format_table(sweep: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+FIG_WIDTH_IN, BASE_HEIGHT_IN = 8.0, 4.76   # 800 x 500 px with one legend row; each row adds height
+LEGEND_ROW_IN = 0.24
+LEGEND_CHARS = 100        # characters of legend text one row holds at LEGEND_FONT
+LEGEND_FONT = 9
+REFERENCES = (("zlib9_bpb", "zlib-9", (0, (5, 3))), ("lzma9e_bpb", "lzma-9e", (0, (1, 2))))
+
+
+def _legend_layout(labels: list[str]) -> tuple[int, int]:
+    """(columns, rows) for the legend under the panels: as many columns as the
+    longest label leaves room for."""
+    widest = max(len(t) for t in labels) + 6          # + the line sample and the gap
+    ncol = max(1, min(len(labels), LEGEND_CHARS // widest))
+    return ncol, -(-len(labels) // ncol)
+
+
 def render(sweep: dict) -> Figure:
+    """Pairs jobs (loss in nats per token) and corpus jobs (held-out bits per byte,
+    beside zlib-9 and lzma-9e) on panels of their own, one legend under them."""
     exps = sweep["experiments"]
-    ys = [p["loss"] for e in exps for p in e.loss_curve + e.heldout]
+    kinds = [k for k in ("pairs", "corpus") if any(e.kind == k for e in exps)]
     with matplotlib.style.context("default"):
-        fig, ax = loss_axes(f"sweep of {len(exps)} experiment{'s' * (len(exps) != 1)} · "
-                            f"loss per outer pass", ys)
         colors = matplotlib.rcParams["axes.prop_cycle"].by_key()["color"]
-        for i, exp in enumerate(exps):
-            color = colors[i % len(colors)]
-            tx = [p["outer"] for p in exp.loss_curve]
-            ty = [p["loss"] for p in exp.loss_curve]
-            ax.plot(tx, ty, color=color, linewidth=2, marker="o", markersize=5,
-                    label=exp.label)
-            hx = [p["outer"] for p in exp.heldout]
-            hy = [p["loss"] for p in exp.heldout]
-            ax.plot(hx, hy, color=color, linewidth=1.5, linestyle="--", marker="s",
-                    markersize=8, markeredgecolor="black", markeredgewidth=0.6)
-        ax.legend(fontsize=10, loc="best", framealpha=0.95,
-                  title="● training loss   ■ held-out loss", title_fontsize=10)
-        fig.tight_layout()
+        color = {e.name: colors[i % len(colors)] for i, e in enumerate(exps)}
+        handles = [Line2D([], [], color=color[e.name], linewidth=2, label=e.label)
+                   for e in exps]
+        refs = _references(exps) if "corpus" in kinds else []
+        handles += [Line2D([], [], color="0.35", linestyle=style, linewidth=1.2, label=text)
+                    for _, text, style in refs]
+        texts = [textwrap.shorten(h.get_label(), LEGEND_CHARS - 6, placeholder="…")
+                 for h in handles]
+        ncol, nrows = _legend_layout(texts)
+        height = BASE_HEIGHT_IN + nrows * LEGEND_ROW_IN
+        fig = Figure(figsize=(FIG_WIDTH_IN, height), dpi=DPI, layout="constrained")
+        FigureCanvasAgg(fig)
+        fig.suptitle(f"sweep of {len(exps)} experiment{'s' * (len(exps) != 1)}", fontsize=13)
+        axes = fig.subplots(1, len(kinds), squeeze=False)[0]
+        for ax, kind in zip(axes, kinds):
+            chosen = [e for e in exps if e.kind == kind]
+            if kind == "pairs":
+                _pairs_panel(ax, chosen, color)
+            else:
+                _corpus_panel(ax, chosen, color, refs)
+        fig.legend(handles, texts, loc="outside lower center", ncol=ncol,
+                   fontsize=LEGEND_FONT, frameon=False,
+                   title=_legend_title(kinds), title_fontsize=LEGEND_FONT)
     return fig
+
+
+def _legend_title(kinds: list[str]) -> str:
+    parts = []
+    if "pairs" in kinds:
+        parts.append("pairs: ● training loss  ■ held-out loss")
+    if "corpus" in kinds:
+        parts.append("corpus: ■ held-out bits per byte")
+    return "    ".join(parts)
+
+
+def _style_axes(ax, title: str, ylabel: str, ys: list[float]) -> None:
+    ax.set_title(title, fontsize=11)
+    ax.set_xlabel("outer pass (0 = before training)", fontsize=10)
+    ax.set_ylabel(ylabel, fontsize=10)
+    ax.tick_params(labelsize=9)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    if ys and min(ys) > 0 and max(ys) / min(ys) > LOG_Y_RATIO:
+        ax.set_yscale("log")
+    ax.grid(True, which="major", color="0.88", linewidth=0.8)
+    ax.set_axisbelow(True)
+
+
+def _pairs_panel(ax, exps: list[Experiment], color: dict) -> None:
+    ys = [p["loss"] for e in exps for p in e.loss_curve + e.heldout]
+    _style_axes(ax, "pairs jobs", "loss (cross-entropy, nats per token)", ys)
+    for exp in exps:
+        ax.plot([p["outer"] for p in exp.loss_curve], [p["loss"] for p in exp.loss_curve],
+                color=color[exp.name], linewidth=2, marker="o", markersize=4)
+        ax.plot([p["outer"] for p in exp.heldout], [p["loss"] for p in exp.heldout],
+                color=color[exp.name], linewidth=1.5, linestyle="--", marker="s",
+                markersize=6, markeredgecolor="black", markeredgewidth=0.6)
+
+
+def _references(exps: list[Experiment]) -> list[tuple[float, str, object]]:
+    """(bpb, legend text, line style) of each compressor's distinct baseline."""
+    found = []
+    for key, name, style in REFERENCES:
+        for value in sorted({e.metrics[key] for e in exps
+                             if e.kind == "corpus" and _is_finite(e.metrics.get(key))}):
+            found.append((value, f"{name} ({value:.3f} bpb)", style))
+    return found
+
+
+def _corpus_panel(ax, exps: list[Experiment], color: dict, refs: list) -> None:
+    ys = [p["bpb"] for e in exps for p in e.heldout_bpb] + [v for v, _, _ in refs]
+    _style_axes(ax, "corpus jobs (held-out text)", "bits per byte", ys)
+    for exp in exps:
+        ax.plot([p["outer"] for p in exp.heldout_bpb], [p["bpb"] for p in exp.heldout_bpb],
+                color=color[exp.name], linewidth=2, marker="s", markersize=5)
+    for value, _, style in refs:
+        ax.axhline(value, color="0.35", linestyle=style, linewidth=1.2)
 
 
 def write_png(path: str | os.PathLike, sweep: dict) -> bytes:

@@ -15,8 +15,9 @@ def register(sub) -> None:
     p.add_argument("--to", required=True, choices=FORMATS_OUT, help="the format to write")
     p.add_argument("--weights", required=True, help="Spark weights.safetensors to export")
     p.add_argument("--tokenizer", default=None,
-                   help="tokenizer.json the model was trained with (default: the byte "
-                        "tokenizer, id = byte value)")
+                   help="tokenizer.json the model was trained with (default: the job's "
+                        "tokenizer.json beside --weights when the weights record one, "
+                        "checked by sha256; else the byte tokenizer, id = byte value)")
     p.add_argument("--force", action="store_true",
                    help="replace OUT when it exists and is not empty")
     p.set_defaults(func=_export)
@@ -34,16 +35,21 @@ def register(sub) -> None:
 
 
 def _export(args) -> int:
-    if args.to == "hf":
-        from sparktrain.export.hf import export_hf
+    from sparktrain.progress import Progress
 
-        names = export_hf(args.weights, args.out, args.tokenizer, args.force)
-        print(f"wrote {args.out}: {', '.join(names)}")
-    else:
-        from sparktrain.export.gguf import export_gguf
+    with Progress("export", total=1, unit=f"{args.to} written") as bar:
+        if args.to == "hf":
+            from sparktrain.export.hf import export_hf
 
-        export_gguf(args.weights, args.out, args.tokenizer, args.force)
-        print(f"wrote {args.out}")
+            names = export_hf(args.weights, args.out, args.tokenizer, args.force)
+            bar.advance(note=args.out)
+            print(f"wrote {args.out}: {', '.join(names)}")
+        else:
+            from sparktrain.export.gguf import export_gguf
+
+            export_gguf(args.weights, args.out, args.tokenizer, args.force)
+            bar.advance(note=args.out)
+            print(f"wrote {args.out}")
     return 0
 
 

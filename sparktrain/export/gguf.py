@@ -16,7 +16,7 @@ import numpy as np
 
 from sparktrain.export.mapping import name_map, require_attention, rope_interleave
 from sparktrain.export.publish import check_target, publish_file
-from sparktrain.export.tokenizer import gguf_vocab, special_ids, tokenizer_json
+from sparktrain.export.tokenizer import gguf_vocab, special_ids, model_tokenizer_json
 from sparktrain.model.config import ModelConfig
 from sparktrain.model.layers import RMS_EPS, ROPE_BASE
 from sparktrain.model.weights import load_model
@@ -79,5 +79,5 @@ def export_gguf(weights: str | os.PathLike, out: str | os.PathLike,
     out = check_target(out, force, inputs=(weights, tokenizer))
     params, cfg, meta = load_model(weights)
     require_attention(cfg, weights)
-    tok_text = tokenizer_json(cfg, tokenizer)
+    tok_text = model_tokenizer_json(weights, meta, cfg, tokenizer)
     publish_file(lambda tmp: write_gguf(tmp, params, cfg, meta, tok_text), out)

@@ -20,7 +20,7 @@ from safetensors.numpy import save as save_safetensors
 from sparktrain.errors import SparkError, printable
 from sparktrain.export.mapping import name_map, require_attention
 from sparktrain.export.publish import check_target, publish_dir, publish_file
-from sparktrain.export.tokenizer import special_ids, tokenizer_config, tokenizer_json
+from sparktrain.export.tokenizer import special_ids, tokenizer_config, model_tokenizer_json
 from sparktrain.fsutil import canonical_json, read_input
 from sparktrain.jobfiles import TOKENIZER
 from sparktrain.safeload import load_json
@@ -167,7 +167,7 @@ def export_hf(weights: str | os.PathLike, out: str | os.PathLike,
     out = check_target(out, force, folder=True, inputs=(weights, tokenizer))
     params, cfg, meta = load_model(weights)
     require_attention(cfg, weights)
-    tok_text = tokenizer_json(cfg, tokenizer)
+    tok_text = model_tokenizer_json(weights, meta, cfg, tokenizer)
     ids = special_ids(tok_text)
     names = name_map(cfg, "hf")
     tensors = {names[n]: np.ascontiguousarray(params[n], dtype=np.float32) for n in names}

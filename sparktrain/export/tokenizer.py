@@ -9,19 +9,24 @@ never uses are the specials, named so Hugging Face and llama.cpp can show them:
 Spark's prompt format, [BOS] + prompt + [SEP], when special tokens are asked for.
 
 A tokenizer.json given on the command line (e.g. a byte-level BPE) is taken as
-is, provided its vocabulary is the model's.
+is, provided its vocabulary is the model's. Weights that record the sha256 of
+their tokenizer (BPE and corpus jobs) take the job's tokenizer.json beside them
+and must match it byte for byte (`model_tokenizer_json`).
 """
 from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, processors
 
+from sparktrain.data.pairs import BOS, EOS, SEP
+from sparktrain.data.tokenizer import read_tokenizer
 from sparktrain.errors import SparkError
 from sparktrain.fsutil import read_input
+from sparktrain.jobfiles import TOKENIZER
 from sparktrain.model.config import ModelConfig
-from sparktrain.data.pairs import BOS, EOS, SEP
 
 SPECIALS = {BOS: "<|bos|>", SEP: "<|sep|>", EOS: "<|eos|>"}
 # One merge that never fires: 0xFD twice. The gguf writer refuses an empty
@@ -56,6 +61,34 @@ def byte_tokenizer() -> Tokenizer:
         single=f"{SPECIALS[BOS]} $A {SPECIALS[SEP]}",
         special_tokens=[(SPECIALS[BOS], BOS), (SPECIALS[SEP], SEP)])
     return tok
+
+
+def model_tokenizer_json(weights: str | os.PathLike, meta: dict, cfg: ModelConfig,
+                         given: str | os.PathLike | None) -> str:
+    """The tokenizer.json text an exported model travels with, never a guess.
+
+    Weights that record `tokenizer_sha256` (a corpus job or a BPE pairs job) take
+    the tokenizer.json `given`, else the one beside the weights (the job folder),
+    and its bytes must have that sha256. Weights that record none are a byte-token
+    model: the byte tokenizer, or the `given` one when its vocabulary is the
+    model's. Anything else is one line saying what to give. See docs/export.md.
+    """
+    recorded = meta.get("tokenizer_sha256")
+    if recorded is None:
+        if given is None and cfg.vocab != 256:
+            raise SparkError(f"{os.fspath(weights)} has a vocab of {cfg.vocab} tokens and "
+                             f"records no tokenizer; give the tokenizer.json it was trained "
+                             f"with (--tokenizer)")
+        return tokenizer_json(cfg, given)
+    path = Path(given) if given is not None else Path(weights).parent / TOKENIZER
+    if not path.is_file():
+        raise SparkError(f"{os.fspath(weights)} was trained with a tokenizer (sha256 "
+                         f"{str(recorded)[:12]}...) but there is no {path}; give the job's "
+                         f"tokenizer.json with --tokenizer")
+    tok, _ = read_tokenizer(path, recorded, os.fspath(weights))  # the sha256 checked first
+    if tok.kind == "byte":   # a corpus job on bytes: the HF byte tokenizer
+        return tokenizer_json(cfg, None)
+    return tokenizer_json(cfg, path)
 
 
 def tokenizer_json(cfg: ModelConfig, path: str | os.PathLike | None) -> str:

@@ -116,8 +116,16 @@ class _Block:
         return (self.shm.name, self.shapes, self.dtype.str, self.slots)
 
 
+def quiet_nonfinite():
+    """numpy's overflow / invalid-value warnings off, for training: the loop checks
+    every loss for finiteness and stops with one line ("training diverged ...");
+    numpy's RuntimeWarnings would only come first, several lines of them."""
+    return np.errstate(over="ignore", invalid="ignore", divide="ignore")
+
+
 def _worker_main(conn, cfg: dict, layout: tuple) -> None:
     """A worker process: compute the shards it is sent, write their gradients in place."""
+    np.seterr(over="ignore", invalid="ignore", divide="ignore")   # see quiet_nonfinite
     name, shapes, dtype, slots = layout
     block = _Block(shapes, dtype, slots, name=name)
     model = build_model(ModelConfig.from_dict(cfg))

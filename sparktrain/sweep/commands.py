@@ -1,8 +1,8 @@
 """`spark sweep` (the sweep area's command)."""
 from __future__ import annotations
 
+import os
 import sys
-from pathlib import Path
 
 from sparktrain.argtypes import positive_int
 from sparktrain.errors import SparkError
@@ -27,14 +27,18 @@ def register(sub) -> None:
                         "LocalCluster on 127.0.0.1)")
     p.add_argument("--workers", type=positive_int, default=None,
                    help="LocalCluster workers, one thread each (default: usable cores)")
-    p.add_argument("--git-remote", default="origin",
-                   help="the shared git remote the workers clone and push to (default origin)")
+    p.add_argument("--git-remote", default=None,
+                   help="the shared git remote the workers clone and push to (default "
+                        "origin; on one machine with no origin and committed DVC remote, "
+                        "a local bare repository under out/sweep-remote/)")
     p.add_argument("--dvc-remote", default=None,
-                   help="DVC remote for the outputs (default: .dvc/config's default remote)")
+                   help="DVC remote for the outputs (default: .dvc/config's default remote; "
+                        "on one machine without one, a local store under out/sweep-remote/)")
     p.add_argument("--scratch", default=None,
                    help="folder on each worker for its clones (default: its temp dir)")
-    p.add_argument("-o", "--out", default="sweep.json",
-                   help="write the comparison here as JSON (default sweep.json)")
+    p.add_argument("-o", "--out", default=None,
+                   help="write the comparison here as JSON (default out/sweep.json under "
+                        "the project root)")
     p.add_argument("--json", action="store_true",
                    help="print the comparison as JSON instead of a table")
     p.set_defaults(func=cmd_sweep)
@@ -52,12 +56,28 @@ def cmd_sweep(args) -> int:
     if args.scheduler and args.workers:
         raise SparkError("--workers sizes the LocalCluster; with --scheduler the cluster "
                          "has its own workers")
-    plan = driver.plan_sweep(Path.cwd(), args.specs, args.git_remote, args.dvc_remote)
-    workers = args.workers or (0 if args.scheduler else driver.usable_cores())
-    doc = driver.sweep(plan, args.scheduler, workers,
-                       args.scratch, progress=lambda line: print(f"sweep: {printable(line)}",
-                                                                 file=sys.stderr, flush=True))
-    write_json(args.out, doc)
+    from sparktrain.progress import Progress
+    from sparktrain.project import find_root
+
+    def say(line: str) -> None:
+        print(f"sweep: {printable(line)}", file=sys.stderr, flush=True)
+
+    root = find_root()
+    plan = driver.plan_sweep(root, args.specs, args.git_remote, args.dvc_remote,
+                             one_machine=args.scheduler is None, say=say)
+    counts = {"done": 0, "failed": 0}
+    with Progress("sweep", total=len(plan.points), unit="points") as bar:
+        def tick(state: str) -> None:
+            counts["failed" if state == "failed" else "done"] += 1
+            bar.advance(note=f"{counts['done']} done, {counts['failed']} failed")
+
+        workers = args.workers or (0 if args.scheduler else driver.usable_cores())
+        doc = driver.sweep(plan, args.scheduler, workers, args.scratch,
+                           progress=lambda line: bar.log(f"sweep: {printable(line)}"),
+                           tick=tick)
+    out = args.out or os.path.relpath(root / "out" / "sweep.json")
+    os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
+    write_json(out, doc)
     print(canonical_json(doc) if args.json else printable_lines(format_table(doc)),
           end="" if args.json else "\n")
     return 1 if any(p["state"] != "done" for p in doc["points"]) else 0

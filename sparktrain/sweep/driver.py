@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +38,7 @@ class SweepPlan:
     dvc_remote: str | None      # None: the committed default remote
     axes: tuple[Axis, ...]
     points: tuple[Point, ...] = field(default=())
+    dvc_remote_url: str | None = None   # a one-machine sweep's local DVC store (see below)
 
 
 def _tool(repo: Path, *cmd: str, what: str | None = None) -> str:
@@ -49,14 +51,24 @@ def _tool(repo: Path, *cmd: str, what: str | None = None) -> str:
     return done.stdout
 
 
-def plan_sweep(repo: Path, specs: list[str], git_remote: str = "origin",
-               dvc_remote: str | None = None) -> SweepPlan:
-    """Check the checkout can be swept from and expand the grid; every mistake is one line."""
+LOCAL_REMOTES = "sweep-remote"     # under the project root's out/
+LOCAL_DVC_REMOTE = "spark-sweep"   # its name in .dvc/config.local, here and in the clones
+BASE_REF = "refs/heads/spark-sweep-base"
+
+
+def plan_sweep(repo: Path, specs: list[str], git_remote: str | None = None,
+               dvc_remote: str | None = None, one_machine: bool = False,
+               say=lambda line: None) -> SweepPlan:
+    """Check the checkout can be swept from and expand the grid; every mistake is one line.
+
+    `one_machine` (a LocalCluster) with neither remote named and no shared pair
+    set up (a git `origin` and a committed default DVC remote): the sweep makes a
+    local bare git repository and a local DVC store under out/ and uses those."""
     from sparktrain.sweep.grid import parse_axis
 
     axes = [parse_axis(s) for s in specs]
     if not (repo / ".dvc").is_dir() or not (repo / "dvc.yaml").is_file():
-        raise SparkError(f"run spark sweep at the root of the project (no .dvc/ and "
+        raise SparkError(f"run spark sweep inside the project (no .dvc/ and "
                          f"dvc.yaml in {repo.name or repo})")
     commit = _tool(repo, "git", "rev-parse", "HEAD", what="git rev-parse HEAD").strip()
     dirty = _tool(repo, "git", "status", "--porcelain", "--untracked-files=no").split("\n")
@@ -64,6 +76,14 @@ def plan_sweep(repo: Path, specs: list[str], git_remote: str = "origin",
     if dirty:
         raise SparkError(f"uncommitted changes ({', '.join(dirty[:3])}); the workers run "
                          f"commit {commit[:12]}: commit (and push) them first")
+    params = load_yaml(read_input(repo / "params.yaml", "params file"), "params.yaml") or {}
+    points = expand(axes, params)
+    if one_machine and git_remote is None and dvc_remote is None \
+            and not _has_shared_remotes(repo):
+        git_url, store = local_remotes(repo, commit, say)
+        return SweepPlan(repo, commit, git_url, git_url, LOCAL_DVC_REMOTE, tuple(axes),
+                         tuple(points), dvc_remote_url=store)
+    git_remote = git_remote or "origin"
     git_url = _git_url(repo, git_remote)
     _tool(repo, "git", "fetch", "-q", git_remote, what=f"git fetch {git_remote}")
     holders = _tool(repo, "git", "branch", "-r", "--contains", commit).split()
@@ -71,9 +91,38 @@ def plan_sweep(repo: Path, specs: list[str], git_remote: str = "origin",
         raise SparkError(f"commit {commit[:12]} is not on git remote {git_remote!r}; the "
                          f"workers clone it from there: `git push {git_remote} HEAD` first")
     _check_dvc_remote(repo, dvc_remote)
-    params = load_yaml(read_input(repo / "params.yaml", "params file"), "params.yaml") or {}
-    points = expand(axes, params)
     return SweepPlan(repo, commit, git_remote, git_url, dvc_remote, tuple(axes), tuple(points))
+
+
+def _has_shared_remotes(repo: Path) -> bool:
+    """A git `origin` and a committed default DVC remote: what a cluster sweep uses."""
+    origin = subprocess.run(["git", "remote", "get-url", "origin"], cwd=repo,
+                            capture_output=True, text=True)
+    default = subprocess.run(["dvc", "config", "--project", "core.remote"], cwd=repo,
+                             env=tool_env(repo), capture_output=True, text=True)
+    return origin.returncode == 0 and bool(default.stdout.strip())
+
+
+def local_remotes(repo: Path, commit: str, say) -> tuple[str, str]:
+    """(git URL, DVC store) of a one-machine sweep: a bare repository and a folder
+    under out/sweep-remote/, the commit pushed there and the store added to
+    .dvc/config.local (never committed, so the experiments' commits stay clean)."""
+    base = repo / "out" / LOCAL_REMOTES
+    bare, store = base / "git", base / "dvc"
+    if not (bare / "HEAD").is_file():
+        bare.mkdir(parents=True, exist_ok=True)
+        _tool(repo, "git", "init", "-q", "--bare", str(bare), what="git init --bare")
+    store.mkdir(parents=True, exist_ok=True)
+    _tool(repo, "git", "push", "-q", "-f", str(bare), f"{commit}:{BASE_REF}",
+          what="git push to the local sweep remote")
+    _tool(repo, "dvc", "remote", "add", "--local", "-f", LOCAL_DVC_REMOTE, str(store),
+          what="dvc remote add --local")
+    shown = os.path.relpath(base)
+    say(f"no shared remotes (git origin + a committed DVC remote): using a local bare git "
+        f"repository {shown}/git and a local DVC store {shown}/dvc (DVC remote "
+        f"{LOCAL_DVC_REMOTE!r} in .dvc/config.local); for a cluster, see README "
+        f"\"Sweep and compare\"")
+    return str(bare), str(store)
 
 
 def _git_url(repo: Path, remote: str) -> str:
@@ -123,14 +172,16 @@ def _client(scheduler: str | None, workers: int):
             raise SparkError(f"cannot reach the Dask scheduler at {scheduler}: {err}") from None
     # silence_logs: a worker's heartbeat cut off by the shutdown is logged by Dask
     # with a traceback; the sweep reports every point's outcome itself
+    # dashboard_address ":0": None still binds the default port 8787 and warns when
+    # another cluster on the machine holds it
     cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                           host="127.0.0.1", dashboard_address=None,
+                           host="127.0.0.1", dashboard_address=":0",
                            silence_logs=logging.CRITICAL)
     return Client(cluster), cluster
 
 
 def run_points(plan: SweepPlan, todo: list[Point], scheduler: str | None, workers: int,
-               scratch: str | None, progress) -> dict[str, dict]:
+               scratch: str | None, progress, tick=lambda state: None) -> dict[str, dict]:
     """name -> the worker's record, each point a task on the cluster, in completion order."""
     if not todo:
         return {}
@@ -142,7 +193,7 @@ def run_points(plan: SweepPlan, todo: list[Point], scheduler: str | None, worker
         futures = {}
         for point in todo:
             job = PointJob(plan.git_url, plan.commit, point.name, point.overrides,
-                           plan.dvc_remote, scratch)
+                           plan.dvc_remote, scratch, plan.dvc_remote_url)
             future = client.submit(run_point, job, key=f"{point.name}-{plan.commit[:12]}",
                                    pure=False)
             futures[future] = point
@@ -157,6 +208,7 @@ def run_points(plan: SweepPlan, todo: list[Point], scheduler: str | None, worker
             took = f" in {record['seconds']:.1f}s" if record.get("seconds") else ""
             progress(f"{point.name} {' '.join(point.overrides)}: {record['state']}{took}"
                      + (f": {record['error']}" if record["error"] else ""))
+            tick(record["state"])
     finally:
         logging.getLogger("distributed").setLevel(logging.CRITICAL)  # shutdown chatter
         client.close()
@@ -191,19 +243,24 @@ def compare(plan: SweepPlan, failures: dict[str, str]) -> dict:
 
 
 def sweep(plan: SweepPlan, scheduler: str | None, workers: int, scratch: str | None,
-          progress) -> dict:
+          progress, tick=lambda state: None) -> dict:
+    """Run the points not yet on the remote, pull them, compare. `progress(line)`
+    gets a line per event, `tick(state)` is called once per point resolved
+    ("done" or "failed", a skipped point as "done")."""
     failures = {p.name: p.error for p in plan.points if p.error}
     on_remote, local = existing_experiments(plan)
     todo = []
     for point in plan.points:
         if point.error:
             progress(f"{point.name} {' '.join(point.overrides)}: failed: {point.error}")
+            tick("failed")
         elif point.name in on_remote or point.name in local:
             progress(f"{point.name} {' '.join(point.overrides)}: already on the remote, "
                      f"not run again")
+            tick("done")
         else:
             todo.append(point)
-    records = run_points(plan, todo, scheduler, workers, scratch, progress)
+    records = run_points(plan, todo, scheduler, workers, scratch, progress, tick)
     failures.update({n: r["error"] for n, r in records.items() if r["state"] != "done"})
     done = [p.name for p in plan.points if p.name not in failures and p.name not in local]
     pull(plan, done)

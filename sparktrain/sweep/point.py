@@ -31,6 +31,8 @@ class PointJob:
     overrides: tuple[str, ...]    # `-S` arguments
     dvc_remote: str | None = None # DVC remote name (None: the repo's default)
     scratch: str | None = None    # where the clone goes (None: the worker's temp dir)
+    dvc_remote_url: str | None = None  # add `dvc_remote` at this URL in the clone's
+                                       # .dvc/config.local (a one-machine sweep's store)
 
 
 class PointFailed(Exception):
@@ -59,6 +61,9 @@ def _in_clone(job: PointJob, clone: Path) -> None:
           f"git clone {job.git_url}")
     _call(["git", "checkout", "-q", job.commit], clone,
           f"commit {job.commit[:12]} is not on the git remote {job.git_url}; push it first")
+    if job.dvc_remote_url:
+        _call(["dvc", "remote", "add", "--local", "-f", job.dvc_remote, job.dvc_remote_url],
+              clone, "dvc remote add --local")
     remote = ["-r", job.dvc_remote] if job.dvc_remote else []
     run = ["dvc", "exp", "run", "-n", job.name]
     for override in job.overrides:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -89,22 +90,29 @@ def cmd_train(args) -> int:
             raise SparkError("give --program P.sparkbc --job ID, or --dataset D --out DIR")
         job = adhoc_job(args.dataset, args.out, args.base)
     knobs, step, cfg, heldout = resolve_configs(args, args.params, default_params=False)
-    print(json.dumps(run_and_record(job, knobs, step, cfg, heldout=heldout), sort_keys=True))
+    from sparktrain.train.report import knobs_line
+
+    first = knobs_line(args.params, step, cfg, heldout)
+    print(json.dumps(run_and_record(job, knobs, step, cfg, heldout=heldout, first_line=first),
+                     sort_keys=True))
     return 0
 
 
 def run_and_record(job, knobs, step, cfg, labels: dict | None = None,
-                   heldout: str | None = None) -> dict:
+                   heldout: str | None = None, first_line: str | None = None) -> dict:
     """STEP `job` on its data source (`knobs`: the params or defaults it reads; a
     failure is recorded beside the previous outputs, then raised); the one-line
     JSON summary every train command prints."""
     from sparktrain.data.source import source_for
     from sparktrain.errors import TrainingFailed
+    from sparktrain.model.parallel import quiet_nonfinite
     from sparktrain.train.loop import run_failed, run_step
+    from sparktrain.train.report import lines_after
 
     try:
-        result = run_step(job, step, cfg, source_for(job.dataset, knobs, heldout),
-                          labels=labels)
+        with quiet_nonfinite():   # a divergence is one line, not numpy's warnings first
+            result = run_step(job, step, cfg, source_for(job.dataset, knobs, heldout),
+                              labels=labels, progress=lines_after(first_line))
     except TrainingFailed as err:
         run_failed(job, err, step)
         raise
@@ -163,21 +171,23 @@ def cmd_run(args) -> int:
 def cmd_status(args) -> int:
     from sparktrain.fsutil import canonical_json
     from sparktrain.jobfiles import job_dir
-    from sparktrain.params import load_params
+    from sparktrain.params import PARAMS_FILE, load_params
     from sparktrain.textout import printable_lines
     from sparktrain.train import outputs
     from sparktrain.train.job import check_job_id
+    from sparktrain.train.report import current_step, project_root
 
+    root = project_root()
     job = args.job
     if job is None:
-        job = load_params().job
+        job = load_params(root / PARAMS_FILE).job
     folder = Path(job)
     if not folder.is_dir():
         check_job_id(job)
-        folder = job_dir(job)
+        folder = Path(os.path.relpath(job_dir(job, root)))
     if not folder.is_dir():
         raise SparkError(f"no job folder {folder} (run the pipeline or `spark run` first)")
-    state = outputs.job_state(folder)
+    state = outputs.job_state(folder, current_step=current_step(root / PARAMS_FILE))
     sys.stdout.write(printable_lines(_summary_text(state, folder)) if args.summary  # textout.py
                      else canonical_json(state))
     return 0
@@ -199,7 +209,9 @@ def _summary_text(state: dict, folder: Path) -> str:
         lines.append(f"  speed       {perf['tokens_per_s']:,.0f} tokens/s{mfu}, "
                      f"{perf['total_seconds']:.1f}s in the step")
     if "failure" in state:
-        lines.append(f"  last run failed: {state['failure'].get('reason')}")
+        from sparktrain.train.report import failure_line
+
+        lines.append(failure_line(state))
     files = sorted(p.name for p in folder.iterdir() if p.is_file() and not p.name.startswith("."))
     lines.append(f"  files       {folder.as_posix()}/{{{','.join(files)}}}")
     return "\n".join(lines) + "\n"

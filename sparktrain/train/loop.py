@@ -400,4 +400,5 @@ def run_step(job: Job, step: StepConfig, cfg: ModelConfig, source: DataSource | 
 def run_failed(job: Job, err: Exception, step: StepConfig) -> None:
     """Record a failed attempt beside (never over) the previous good outputs."""
     outputs.write_failure(job.out_dir, {"job": job.id, "state": "failed", "reason": str(err),
-                                        "lr": step.lr, "outer": step.outer, "inner": step.inner})
+                                        "lr": step.lr, "outer": step.outer, "inner": step.inner,
+                                        "step": step_record(step)})

@@ -22,6 +22,7 @@ import fcntl
 import json
 import os
 import re
+from datetime import datetime, timezone
 from pathlib import Path
 
 from sparktrain.errors import SparkError
@@ -236,13 +237,20 @@ def _verified_sha(path: Path, want) -> bool:
         return False
 
 
-def job_state(folder: str | os.PathLike, job_id: str | None = None) -> dict:
+def job_state(folder: str | os.PathLike, job_id: str | None = None,
+              current_step: dict | None = None) -> dict:
     """The real state of a job folder: declared, trained, failed (or absent).
 
     `trained` is reported only when checkpoint.json says so AND the weights
     file on disk hashes to the checkpoint's weights_sha256; held-out metrics
     only when eval.json was measured on those very weights. Reads only: an
     interrupted commit is read as it will be once its writer rolls it forward.
+
+    A failed run (failed.json) makes the state "failed" while its knobs are the
+    ones in effect; given `current_step` (the knobs params.yaml holds now, as
+    `step_record` writes them) that differ from the failed run's, the verified
+    model is the state ("trained") and the failure stays beside it as `failure`
+    with `failure_current: false`. See docs/outputs.md ("failed.json").
     """
     folder = Path(folder)
     journal = journal_names(folder) if folder.is_dir() else []
@@ -277,8 +285,11 @@ def job_state(folder: str | os.PathLike, job_id: str | None = None) -> dict:
                                "differs from checkpoint.json")
     failed = read_json(folder / FAILED)
     if isinstance(failed, dict):
-        state["state"] = "failed"
+        current = failure_is_current(failed, current_step)
+        if current or not verified:
+            state["state"] = "failed"
         state["failure"] = failed
+        state["failure_current"] = current
     perf = read_json(folder / PERF)
     if isinstance(perf, dict):
         state["perf"] = perf
@@ -300,8 +311,24 @@ def job_state(folder: str | os.PathLike, job_id: str | None = None) -> dict:
 
 
 def write_failure(folder: Path, info: dict) -> None:
+    """failed.json: the failure's record and when it happened (UTC); never declared
+    to DVC, so the time changes no hash."""
     lock_job(folder)
-    atomic_write_bytes(Path(folder) / FAILED, canonical_json(info).encode())
+    when = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    atomic_write_bytes(Path(folder) / FAILED, canonical_json({**info, "when": when}).encode())
+
+
+def failure_is_current(failed: dict, current_step: dict | None) -> bool:
+    """Whether a failed run's knobs are the ones in effect: its `step` record (or,
+    from before that was written, its lr/outer/inner) against `current_step`.
+    Unknown current knobs: the failure is taken as current."""
+    if current_step is None:
+        return True
+    recorded = failed.get("step")
+    if isinstance(recorded, dict):
+        return recorded == current_step
+    return all(failed.get(k) == current_step.get(k) for k in ("lr", "outer", "inner")
+               if k in failed)
 
 
 def clear_failure(folder: Path) -> None:

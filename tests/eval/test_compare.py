@@ -4,6 +4,7 @@ The real-DVC path is tests/pipeline/test_sweeps.py."""
 import copy
 import struct
 
+import matplotlib.axes
 import pytest
 
 from sparktrain.errors import SparkError
@@ -54,7 +55,7 @@ def test_every_experiment_oldest_first_labelled_by_the_params_that_differ():
     assert sweep["changed_params"] == ["step.lr"]       # against main's 0.1 too
     exps = sweep["experiments"]
     assert [e.name for e in exps] == ["lr-two", "lr-five"]   # queued one left out
-    assert [e.label for e in exps] == ["step.lr=0.02", "step.lr=0.05"]
+    assert [e.label for e in exps] == ["lr=0.02", "lr=0.05"]
     assert exps[1].loss_curve == [{"outer": 0, "loss": 5.5}, {"outer": 1, "loss": 4.0},
                                   {"outer": 2, "loss": 2.0}]
     # no heldout_loss in the curve: the metric's loss, at the last pass
@@ -65,7 +66,7 @@ def test_every_experiment_oldest_first_labelled_by_the_params_that_differ():
 def test_named_experiments_by_name_or_rev_and_the_baseline_by_branch():
     sweep = cmp.compare(["c" * 8, "main"], shown(LR_05, LR_02), checkpoint)
     assert [e.name for e in sweep["experiments"]] == ["lr-two", "main"]
-    assert [e.label for e in sweep["experiments"]] == ["step.lr=0.02", "step.lr=0.1"]
+    assert [e.label for e in sweep["experiments"]] == ["lr=0.02", "lr=0.1"]
 
 
 def test_a_per_pass_heldout_loss_in_the_checkpoint_is_drawn_as_a_curve():
@@ -83,13 +84,13 @@ def test_a_per_pass_heldout_loss_in_the_checkpoint_is_drawn_as_a_curve():
 def test_same_params_twice_are_told_apart_by_name():
     again = _exp("lr-five-again", "e" * 40, {"lr": 0.05}, HEADLINE, "2024-01-04")
     labels = [e.label for e in cmp.compare([], shown(LR_05, again), checkpoint)["experiments"]]
-    assert labels == ["step.lr=0.05 (lr-five)", "step.lr=0.05 (lr-five-again)"]
+    assert labels == ["lr=0.05 (lr-five)", "lr=0.05 (lr-five-again)"]
 
 
 def test_old_metric_layout_is_read_and_flagged():
     old = _exp("before-split", "f" * 40, {"seed": 1}, OLD_LAYOUT, "2024-01-05")
     [exp] = cmp.compare([], shown(old, base_metric=OLD_LAYOUT), checkpoint)["experiments"]
-    assert exp.old_layout and exp.metrics == HEADLINE and exp.label == "step.seed=1"
+    assert exp.old_layout and exp.metrics == HEADLINE and exp.label == "seed=1"
 
 
 @pytest.mark.parametrize("answer, wanted, needle", [
@@ -137,5 +138,90 @@ def test_the_picture_is_800_by_500_and_the_same_bytes_twice(tmp_path):
     assert first == again == (tmp_path / "sub" / "sweep.png").read_bytes()
     assert first[:8] == b"\x89PNG\r\n\x1a\n" and b"Software" not in first
     assert struct.unpack(">II", first[16:24]) == (800, 500)
-    labels = [t.get_text() for t in cmp.render(sweep).axes[0].get_legend().get_texts()]
-    assert labels == ["step.lr=0.02", "step.lr=0.05"]
+    labels = [t.get_text() for t in cmp.render(sweep).legends[0].get_texts()]
+    assert labels == ["lr=0.02", "lr=0.05"]
+
+
+# --- the picture holds for any sweep: 2, 6, 12 experiments, pairs and corpus ------
+
+CORPUS_METRIC = {"loss": 1.9, "bpb": 2.4, "zlib9_bpb": 2.9, "lzma9e_bpb": 2.5, "perplexity": 6.7}
+
+
+def _long_exp(i: int, corpus: bool) -> dict:
+    """An experiment whose params differ in long ways, as the coder runs do."""
+    step = {"lr": 0.01 * (i + 1), "seed": i, "optimizer": None if i % 2 else "adamw"}
+    exp = _exp(f"exp-{i:02d}-{'corpus' if corpus else 'pairs'}", f"{i + 1:x}" * 40, step,
+               dict(CORPUS_METRIC, bpb=2.4 - i / 50) if corpus else dict(HEADLINE, loss=4 + i / 9),
+               f"2024-02-{i + 1:02d}")
+    params = exp["revs"][0]["data"]["params"]["params.yaml"]["data"]
+    params["program"] = (f"data/programs/coder-medium-stdlib-{i}.sparkbc" if corpus
+                         else "data/programs/train-step.sparkbc")
+    params["corpus"] = {"glob": "**/*.py" if corpus else None, "heldout": 0.1}
+    return exp
+
+
+def _corpus_checkpoint(exp) -> dict:
+    return {"loss_curve": [{"outer": k, "loss": 3.0 - k / 3, "heldout_loss": 3.1 - k / 4,
+                            "heldout_bpb": 3.5 - k / 5} for k in range(4)]}
+
+
+def _any_checkpoint(exp):
+    return _corpus_checkpoint(exp) if exp.kind == "corpus" else checkpoint(exp)
+
+
+def _outside(fig) -> list[str]:
+    """Artists whose drawn extent leaves the canvas, and a legend overlapping a panel."""
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    canvas = fig.bbox
+    bad = []
+    # a panel's tight box holds its drawn tick labels, title and axis labels
+    artists = [t for t in [fig._suptitle, *fig.texts] if t is not None and t.get_text()]
+    artists += fig.legends + list(fig.axes)
+    for a in artists:
+        box = (a.get_tightbbox(renderer) if isinstance(a, matplotlib.axes.Axes)
+               else a.get_window_extent(renderer))
+        if (box.x0 < canvas.x0 - 1 or box.y0 < canvas.y0 - 1 or box.x1 > canvas.x1 + 1
+                or box.y1 > canvas.y1 + 1):
+            bad.append(f"{type(a).__name__} {getattr(a, 'get_text', lambda: '')()!r} {box}")
+    for legend in fig.legends:
+        for ax in fig.axes:
+            if legend.get_window_extent(renderer).overlaps(ax.get_window_extent(renderer)):
+                bad.append(f"the legend overlaps a panel")
+    return bad
+
+
+@pytest.mark.parametrize("n", [2, 6, 12])
+def test_every_artist_stays_inside_the_canvas(n):
+    exps = [_long_exp(i, corpus=i % 2 == 1) for i in range(n)]
+    sweep = cmp.compare([], shown(*exps), _any_checkpoint)
+    fig = cmp.render(sweep)
+    assert _outside(fig) == []
+    assert fig.bbox.width == 800
+    titles = sorted(ax.get_title() for ax in fig.axes)
+    assert titles == ["corpus jobs (held-out text)", "pairs jobs"]     # units never share an axis
+    corpus_ax = next(ax for ax in fig.axes if ax.get_title().startswith("corpus"))
+    assert corpus_ax.get_ylabel() == "bits per byte"
+    flat = sorted(round(line.get_ydata()[0], 6) for line in corpus_ax.get_lines()
+                  if len(set(line.get_ydata())) == 1 and len(line.get_ydata()) == 2)
+    assert flat == [2.5, 2.9]                                    # lzma-9e and zlib-9 drawn
+    texts = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert "zlib-9 (2.900 bpb)" in texts and "lzma-9e (2.500 bpb)" in texts
+    for text in texts[:n]:
+        assert "data/programs" not in text and "step." not in text     # shortened
+        assert "lr=" in text
+
+
+def test_labels_show_only_what_differs_shortened():
+    exps = [_long_exp(i, corpus=True) for i in range(3)]
+    labels = [e.label for e in cmp.compare([], shown(*exps), _any_checkpoint)["experiments"]]
+    # main (the baseline) has no corpus: glob and heldout differ from it too
+    assert labels[0] == ("glob=**/*.py heldout=0.1 program=coder-medium-stdl… lr=0.01 "
+                         "optimizer=adamw seed=0")
+    assert labels[1].endswith("lr=0.02 optimizer=none seed=1")
+
+
+def test_a_pairs_only_sweep_has_one_panel_in_nats():
+    fig = cmp.render(cmp.compare([], shown(LR_05, LR_02), checkpoint))
+    assert [ax.get_ylabel() for ax in fig.axes] == ["loss (cross-entropy, nats per token)"]
+    assert _outside(fig) == []

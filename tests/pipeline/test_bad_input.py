@@ -79,3 +79,17 @@ def test_a_failed_step_keeps_the_previous_outputs(repro_copy):
     state = json.loads(status.stdout)
     assert state["state"] == "failed" and state["weights_verified"] is True
     assert "failure" in state and state["eval"]
+    assert state["failure_current"] is True and state["failure"]["when"]
+
+    # params.yaml reverted: nothing to re-run, and the verified model is the state,
+    # with the last failure (when, which knobs) beside it; from a subfolder too
+    params.write_text(params.read_text().replace("  lr: 1.0e-30", "  lr: 0.1"))
+    assert "Running stage 'step'" not in dvc(repro_copy, "repro").stdout
+    sub = repro_copy / "data"
+    state = json.loads(run(sub, "spark", "status").stdout)
+    assert state["state"] == "trained" and state["failure_current"] is False
+    assert state["failure"]["lr"] == 1e-30 and state["failure"]["step"]["lr"] == 1e-30
+    summary = run(sub, "spark", "status", "--summary").stdout
+    assert summary.startswith("job job-dry-001: trained\n"), summary
+    assert f"last run failed at {state['failure']['when']} (lr 1e-30, outer" in summary
+    assert "params.yaml differs now" in summary

@@ -48,7 +48,7 @@ def shared(template_repo, tmp_path_factory):
 @pytest.fixture(scope="module")
 def swept(shared):
     done = spark(shared, "sweep", *GRID, "--workers", "2")
-    return done, json.loads((shared / "sweep.json").read_text())
+    return done, json.loads((shared / "out" / "sweep.json").read_text())
 
 
 def _queue_results(repo, grid, timeout=600):
@@ -111,13 +111,13 @@ def test_points_equal_the_same_grid_through_dvc_queue(shared, swept):
 
 
 def test_a_rerun_skips_existing_points_and_writes_the_same_bytes(shared, swept):
-    first = (shared / "sweep.json").read_bytes()
+    first = (shared / "out" / "sweep.json").read_bytes()
     done = spark(shared, "sweep", *GRID, "--workers", "2")
     assert done.returncode == 0, done.stdout
     _, progress = _split(done)
     assert sum("not run again" in ln for ln in progress) == 2, progress
     assert not any("Dask worker" in ln for ln in progress), progress
-    assert (shared / "sweep.json").read_bytes() == first
+    assert (shared / "out" / "sweep.json").read_bytes() == first
 
 
 def test_the_documented_default_sweeps_on_a_localcluster_of_usable_cores(shared):
@@ -165,7 +165,7 @@ def test_sweep_mistakes_are_one_line_before_anything_runs(shared, tmp_path):
              "no git remote 'nope'")
     one_line(spark(shared, "sweep", "-S", "step.lr=0.1", "--dvc-remote", "nope"),
              "DVC remote 'nope' is not in the committed .dvc/config")
-    one_line(spark(tmp_path, "sweep", "-S", "step.lr=0.1"), "root of the project")
+    one_line(spark(tmp_path, "sweep", "-S", "step.lr=0.1"), "not inside a Spark Train project")
 
     local = clone(shared, tmp_path / "unpushed")
     git(local, "commit", "-q", "--allow-empty", "-m", "not pushed")

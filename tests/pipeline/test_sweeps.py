@@ -122,7 +122,7 @@ def test_spark_compare_draws_and_tabulates_every_experiment(swept, tmp_path):
     assert set(by_name) == set(names.values())
     for lr, name in names.items():
         exp = by_name[name]
-        assert exp["label"] == f"step.lr={lr}" and exp["params"] == {"step.lr": lr}
+        assert exp["label"] == f"lr={lr}" and exp["params"] == {"step.lr": lr}
         # the curve is the experiment's own committed checkpoint, not the workspace's
         [metric] = [e["data"]["metrics"][METRIC]["data"]
                     for e in _experiments(dvc_json(repo, "exp", "show")) if e["name"] == name]

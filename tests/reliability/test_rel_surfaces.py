@@ -16,6 +16,8 @@ import time
 from pathlib import Path
 
 import numpy as np
+import types
+
 import pytest
 from safetensors.numpy import save
 
@@ -57,12 +59,14 @@ def test_documented_sweep_lines_reach_the_cluster(argv, monkeypatch, tmp_path):
     from sparktrain.sweep import driver
 
     seen = {}
-    monkeypatch.setattr(driver, "plan_sweep", lambda repo, specs, *a: seen.setdefault(
-        "specs", specs))
-    monkeypatch.setattr(driver, "sweep", lambda plan, scheduler, workers, scratch, progress:
-                        seen.update(scheduler=scheduler, workers=workers) or
+    monkeypatch.setattr(driver, "plan_sweep", lambda repo, specs, *a, **k: seen.setdefault(
+        "specs", types.SimpleNamespace(points=())))
+    monkeypatch.setattr(driver, "sweep", lambda plan, scheduler, workers, scratch, progress,
+                        **k: seen.update(scheduler=scheduler, workers=workers) or
                         {"baseline": "0" * 40, "axes": [], "points": []})
     monkeypatch.setattr("sparktrain.sweep.compare.format_table", lambda doc: "table")
+    (tmp_path / ".dvc").mkdir()          # a project root for the sweep to find
+    (tmp_path / "dvc.yaml").write_text("stages: {}\n")
     monkeypatch.chdir(tmp_path)
     assert main(argv) == 0
     if "--scheduler" in argv:

@@ -1,0 +1,112 @@
+"""Progress a person can follow: a `rich` bar on a terminal, one plain line per
+unit of work anywhere else (DVC's captured output, CI, a pipe).
+
+The ETA counts only the work done in *this* process: after a resume the units
+done before it took no time here, so they must not make the rate look fast (the
+first line after a resume would otherwise promise a finish in seconds). Until
+one unit is done here there is no ETA. See docs/training.md ("Progress").
+"""
+from __future__ import annotations
+
+import sys
+import time
+from typing import Callable, TextIO
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+from rich.progress import Progress as RichProgress
+
+
+def eta_seconds(done_at_start: int, done: int, total: int | None,
+                seconds: float) -> float | None:
+    """Seconds left at the rate of this process: (total - done) units at
+    `seconds / (done - done_at_start)` each; None before the first unit."""
+    did = done - done_at_start
+    if total is None or did <= 0 or seconds <= 0:
+        return None
+    return max(total - done, 0) * seconds / did
+
+
+def format_seconds(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    s = int(round(seconds))
+    if s >= 3600:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    if s >= 60:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s}s"
+
+
+class Progress:
+    """`advance()` once per unit of work (a pass, a file, a sweep point).
+
+    On a terminal: a bar with done/total, elapsed time, the ETA and a short note.
+    Elsewhere: one line per `advance()`: "WHAT: 3/8 UNIT, 12s elapsed, ETA 20s, NOTE".
+    `log(line)` prints a line of its own (above the bar on a terminal).
+    """
+
+    def __init__(self, what: str, total: int | None, done: int = 0, unit: str = "",
+                 stream: TextIO | None = None, tty: bool | None = None,
+                 clock: Callable[[], float] = time.monotonic):
+        self.what, self.total, self.unit = what, total, unit
+        self.done = self.done_at_start = done
+        self.stream = stream if stream is not None else sys.stderr
+        self.tty = self.stream.isatty() if tty is None else tty
+        self.clock = clock
+        self.started = clock()
+        self._bar = self._task = None
+        if self.tty:
+            console = Console(file=self.stream, force_terminal=True)
+            self._bar = RichProgress(
+                TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                TextColumn(unit), TimeElapsedColumn(), TextColumn("ETA {task.fields[eta]}"),
+                TextColumn("{task.fields[note]}"), console=console)
+            self._task = self._bar.add_task(what, total=total, completed=done, eta="-", note="")
+            self._bar.start()
+
+    @property
+    def elapsed(self) -> float:
+        return self.clock() - self.started
+
+    @property
+    def eta(self) -> float | None:
+        return eta_seconds(self.done_at_start, self.done, self.total, self.elapsed)
+
+    def advance(self, n: int = 1, note: str = "") -> None:
+        self.done += n
+        if self._bar is not None:
+            self._bar.update(self._task, completed=self.done, eta=format_seconds(self.eta),
+                             note=note)
+            return
+        of = f"/{self.total}" if self.total is not None else ""
+        unit = f" {self.unit}" if self.unit else ""
+        tail = f", {note}" if note else ""
+        self.stream.write(f"{self.what}: {self.done}{of}{unit}, "
+                          f"{format_seconds(self.elapsed)} elapsed, "
+                          f"ETA {format_seconds(self.eta)}{tail}\n")
+        self.stream.flush()
+
+    def describe(self, what: str) -> None:
+        """A new description (the bar's text, the plain lines' prefix)."""
+        self.what = what
+        if self._bar is not None:
+            self._bar.update(self._task, description=what)
+
+    def log(self, line: str) -> None:
+        if self._bar is not None:
+            self._bar.console.print(line, markup=False, highlight=False)
+        else:
+            self.stream.write(line + "\n")
+            self.stream.flush()
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+            self._bar = None
+
+    def __enter__(self) -> "Progress":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

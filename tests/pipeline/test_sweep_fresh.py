@@ -1,0 +1,46 @@
+"""The README's one-machine sweep on a fresh clone with no remotes at all, run from
+a subfolder: `spark sweep` makes a local bare git repository and a local DVC store
+under out/, says so, and writes out/sweep.json at the project root; `spark compare`
+from the same subfolder draws out/compare.png there too."""
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from .conftest import clone, git, run
+
+pytestmark = pytest.mark.e2e
+
+
+def spark(cwd, *args, timeout=900):
+    return run(cwd, sys.executable, "-m", "sparktrain.cli", *args, timeout=timeout)
+
+
+def test_a_fresh_clone_without_remotes_sweeps_from_a_subfolder(template_repo, tmp_path):
+    repo = clone(template_repo, tmp_path / "repo")
+    assert git(repo, "remote").strip() == ""
+    sub = repo / "data"
+    done = spark(sub, "sweep", "-S", "step.lr=0.05,0.1", "-S", "step.seed=1", "--workers", "2")
+    assert done.returncode == 0, done.stdout
+    assert "Traceback" not in done.stdout
+    assert "local bare git repository ../out/sweep-remote/git" in done.stdout, done.stdout
+    assert any("sweep: 2/2 points" in ln and "2 done, 0 failed" in ln
+               for ln in done.stdout.splitlines()), done.stdout
+    doc = json.loads((repo / "out" / "sweep.json").read_text())
+    assert [p["state"] for p in doc["points"]] == ["done", "done"]
+    assert len({p["outputs"]["out/train/job-dry-001/weights.safetensors"]
+                for p in doc["points"]}) == 2
+    assert not (sub / "sweep.json").exists() and not (sub / "out").exists()
+    # the user's git config and committed files are untouched
+    assert git(repo, "remote").strip() == ""
+    assert git(repo, "status", "--porcelain", "--untracked-files=no").strip() == ""
+    # a second sweep finds the points on the local remote
+    again = spark(sub, "sweep", "-S", "step.lr=0.05,0.1", "-S", "step.seed=1", "--workers", "2")
+    assert again.returncode == 0 and again.stdout.count("not run again") == 2, again.stdout
+
+    drawn = spark(sub, "compare")
+    assert drawn.returncode == 0, drawn.stdout
+    assert (repo / "out" / "compare.png").is_file() and not (sub / "out").exists()
+    assert "wrote ../out/compare.png" in drawn.stdout

@@ -1,0 +1,64 @@
+"""tools/readme_figures.py: the quick run records the machine and real numbers,
+the README's blocks are rewritten from a record, and the README's scale-proof
+table has the exact form `tools/proof.py scale` prints."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from sparkhelp import ROOT
+
+sys.path.insert(0, str(ROOT))
+from tools import readme_figures as rf  # noqa: E402
+from tools.proof import family_table  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+
+def test_quick_run_records_machine_date_and_the_proofs_printed_table(tmp_path):
+    record = tmp_path / "fig.json"
+    readme = tmp_path / "README.md"
+    readme.write_text("x\n<!-- figures:machine -->\nold\n<!-- /figures:machine -->\n")
+    done = subprocess.run([sys.executable, "tools/readme_figures.py", "--quick", "--only",
+                           "scale-proof,bench", "--record", str(record), "--readme", str(readme)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(record.read_text())
+    m = doc["machine"]
+    assert m["cores"] >= 1 and m["date"] and m["cpu"] and isinstance(m["simd_flags"], list)
+    assert len(m["load_average"]) == 3 and doc["quick"] is True
+    table = doc["figures"]["scale-proof"]["table"]
+    assert table[0] == "| family  | n  | loss   | next-token acc | exact match |"
+    assert [row.split("|")[1].strip() for row in table[2:]] == [
+        "copy", "upper", "next", "reverse", "lookup"]
+    assert doc["figures"]["bench"]["tiny"]["tokens_per_s"] > 0
+    assert "old" in readme.read_text()          # --quick never rewrites the README
+
+
+def test_blocks_are_rewritten_from_a_record():
+    record = {"machine": {"date": "2026-01-02", "cores": 4, "usable_cores": 2, "cpu": "CPU X",
+                          "arch": "x86_64", "simd_flags": ["avx2", "fma"], "python": "3.11",
+                          "numpy": "2.0", "load_average": [0.1, 0.2, 0.3]},
+              "figures": {"scale-proof": {"text": "| new | table |"}}}
+    text = ("a\n<!-- figures:machine -->\nold line\n<!-- /figures:machine -->\nb\n"
+            "<!-- figures:scale-proof -->\n| old |\n<!-- /figures:scale-proof -->\n"
+            "<!-- figures:other -->\nkept\n<!-- /figures:other -->\n")
+    new, done = rf.rewrite(text, rf.blocks(record))
+    assert done == ["machine", "scale-proof"]
+    assert "Measured 2026-01-02 on 4 cores (2 usable) of CPU X (x86_64; SIMD: avx2 fma)" in new
+    assert "<!-- figures:scale-proof -->\n| new | table |\n<!-- /figures:scale-proof -->" in new
+    assert "kept" in new and "old line" not in new
+
+
+def test_the_readmes_scale_table_has_the_form_the_proof_prints():
+    text = (ROOT / "README.md").read_text()
+    body = text.split("<!-- figures:scale-proof -->\n")[1].split("\n<!-- /figures:scale-proof -->")[0]
+    rows = body.splitlines()
+    families = {r.split("|")[1].strip(): dict(zip(("n", "loss", "next_token_accuracy",
+                                                   "exact_match"),
+                                                  [float(c) for c in r.split("|")[2:6]]))
+                for r in rows[2:]}
+    for m in families.values():
+        m["n"] = int(m["n"])
+    assert family_table(families) == rows

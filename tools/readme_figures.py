@@ -1,0 +1,230 @@
+"""Regenerate the measured figures of README.md from real runs on this machine.
+
+    .venv/bin/python tools/readme_figures.py            # every figure; rewrites README.md
+    .venv/bin/python tools/readme_figures.py --quick    # a tiny version of each quick
+                                                        # figure; README.md untouched
+    make readme-figures                                 # the first line
+
+Every run is in a fresh copy of the project (its own out/ and DVC cache), and
+the record (out/readme_figures.json) holds the machine it ran on (cores, CPU
+model and the SIMD flags numpy's kernels use, load average before and after),
+the date (UTC) and each figure's numbers and raw output. The README's blocks
+between `<!-- figures:NAME -->` and `<!-- /figures:NAME -->` are rewritten
+from that record, so a figure in them is never typed by hand: the scale-proof
+table is the lines `tools/proof.py scale` prints, verbatim.
+
+Times on a shared machine: every wall time here is the elapsed time of one
+run; other processes on the same cores stretch it (a coder proof took 116 s
+idle and 307 s at load average 2.5), while CPU time and every loss, bpb and
+hash stay the same. The record's load averages say how quiet the machine was.
+See docs/pipeline.md ("README figures").
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from sparktrain.repro.workspace import copy_project, tool_env  # noqa: E402
+from tools.proof import TABLE_BEGIN, TABLE_END  # noqa: E402
+
+RECORD = ROOT / "out" / "readme_figures.json"
+README = ROOT / "README.md"
+SIMD_FLAGS = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512_vnni",
+              "amx_tile", "asimd", "sve")
+
+
+# --- the machine ---------------------------------------------------------------
+
+def machine() -> dict:
+    """Cores, CPU model and SIMD flags, the BLAS numpy uses, load, date."""
+    import numpy as np
+
+    model, flags = platform.processor() or platform.machine(), []
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+        found = re.search(r"^model name\s*:\s*(.+)$", text, re.M)
+        model = found.group(1).strip() if found else model
+        have = set((re.search(r"^(?:flags|Features)\s*:\s*(.+)$", text, re.M)
+                    or re.match("()", "")).group(1).split())
+        flags = [f for f in SIMD_FLAGS if f in have]
+    except OSError:
+        pass
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
+        "cores": os.cpu_count(), "usable_cores": len(os.sched_getaffinity(0))
+        if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "cpu": model, "simd_flags": flags, "arch": platform.machine(),
+        "python": platform.python_version(), "numpy": np.__version__,
+        "load_average": [round(x, 2) for x in os.getloadavg()],
+    }
+
+
+# --- the runs --------------------------------------------------------------------
+
+def _run(cwd: Path, *cmd: str, timeout: float = 3600) -> tuple[float, str]:
+    """(wall seconds, stdout+stderr) of a command that must succeed."""
+    t0 = time.perf_counter()
+    done = subprocess.run(list(cmd), cwd=cwd, env=tool_env(cwd), stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, timeout=timeout)
+    wall = time.perf_counter() - t0
+    if done.returncode != 0:
+        tail = "\n".join(done.stdout.splitlines()[-15:])
+        raise SystemExit(f"readme_figures: {' '.join(cmd)} exited {done.returncode}:\n{tail}")
+    return wall, done.stdout
+
+
+def fig_pipeline(work: Path, quick: bool) -> dict:
+    """The default job's whole pipeline from a fresh copy (`dvc repro`)."""
+    repo = copy_project(ROOT, work / "pipeline")
+    wall, out = _run(repo, "dvc", "repro")
+    return {"wall_s": round(wall, 1), "text": f"whole pipeline from a fresh clone "
+                                              f"(`dvc repro`): {wall:.1f} s"}
+
+
+def fig_scale_proof(work: Path, quick: bool) -> dict:
+    """`tools/proof.py scale`; its printed family table, verbatim. Quick: the tiny
+    scale for one short pass (the same code path, meaningless numbers)."""
+    repo = copy_project(ROOT, work / "scale")
+    extra = ["--scale", "tiny", "--outer", "1", "--inner", "2"] if quick else []
+    wall, out = _run(repo, sys.executable, "tools/proof.py", "scale", *extra)
+    lines = out.splitlines()
+    table = lines[lines.index(TABLE_BEGIN) + 1:lines.index(TABLE_END)]
+    return {"wall_s": round(wall, 1), "table": table, "quick_budget": quick,
+            "text": "\n".join(table)}
+
+
+def fig_bench(work: Path, quick: bool) -> dict:
+    """`spark bench` (tokens/s and utilisation) at tiny and large."""
+    found = {}
+    for scale in (("tiny",) if quick else ("tiny", "large")):
+        extra = ["--steps", "2", "--rounds", "1"] if quick else []
+        _, out = _run(ROOT, sys.executable, "-m", "sparktrain.cli", "bench", "--scale", scale,
+                      *extra, "--json")
+        doc, _ = json.JSONDecoder().raw_decode(out[out.index("{"):])
+        found[scale] = {"tokens_per_s": round(doc["tokens_per_s"]), "mfu": doc.get("utilisation"),
+                        "batch_size": doc["batch_size"]}
+    text = ", ".join(f"{s} batch {v['batch_size']} {v['tokens_per_s']:,} tokens/s"
+                     + (f" ({v['mfu'] * 100:.0f} % of the matmul peak)" if v["mfu"] else "")
+                     for s, v in found.items())
+    return {**found, "text": f"`spark bench`: {text}"}
+
+
+def fig_coder_proof(work: Path, quick: bool) -> dict:
+    repo = copy_project(ROOT, work / "coder")
+    wall, out = _run(repo, sys.executable, "tools/coder_proof.py")
+    numbers = dict(re.findall(r"^\s+(\S.*?)\s+(\d+\.\d{4})$", out, re.M))
+    return {"wall_s": round(wall, 1), "bpb": numbers,
+            "text": "`make spark-coder-proof`: " + ", ".join(
+                f"{k} {v}" for k, v in numbers.items()) + f"; {wall:.0f} s wall"}
+
+
+def fig_sweep(work: Path, quick: bool) -> dict:
+    wall, out = _run(ROOT, sys.executable, "tools/sweep_timing.py")
+    doc = json.loads(out.strip().splitlines()[-1])
+    return {"wall_seconds": doc["wall_seconds"], "text": "8-point sweep: " + ", ".join(
+        f"{k} {v:.1f} s" for k, v in doc["wall_seconds"].items())}
+
+
+def fig_tests(work: Path, quick: bool) -> dict:
+    wall, out = _run(ROOT, sys.executable, "-m", "pytest", "-q", "-m", "not proof")
+    summary = out.strip().splitlines()[-1]
+    return {"wall_s": round(wall, 1), "summary": summary,
+            "text": f"`make test`: {summary.strip('= ')} ({wall / 60:.1f} min wall)"}
+
+
+# name -> (measure, in --quick)
+FIGURES = {
+    "pipeline": (fig_pipeline, True),
+    "scale-proof": (fig_scale_proof, True),
+    "bench": (fig_bench, True),
+    "coder-proof": (fig_coder_proof, False),
+    "sweep": (fig_sweep, False),
+    "tests": (fig_tests, False),
+}
+
+
+# --- the README ------------------------------------------------------------------
+
+def machine_line(m: dict) -> str:
+    flags = " ".join(m["simd_flags"]) or "none found"
+    return (f"Measured {m['date']} on {m['cores']} cores ({m['usable_cores']} usable) of "
+            f"{m['cpu']} ({m['arch']}; SIMD: {flags}), Python {m['python']}, numpy "
+            f"{m['numpy']}, 1 BLAS thread; load average {m['load_average'][0]} at the start. "
+            f"Regenerated by `make readme-figures` (tools/readme_figures.py); on a shared "
+            f"machine the wall times stretch with the load, the numbers do not.")
+
+
+def blocks(record: dict) -> dict[str, str]:
+    """README block name -> its text, from a record."""
+    out = {"machine": machine_line(record["machine"])}
+    for name, fig in record["figures"].items():
+        out[name] = fig["text"]
+    return out
+
+
+def rewrite(text: str, new: dict[str, str]) -> tuple[str, list[str]]:
+    """`text` with each `<!-- figures:NAME -->...<!-- /figures:NAME -->` block's body
+    replaced by new[NAME]; (text, the names replaced)."""
+    done = []
+
+    def put(match):
+        name = match.group(1)
+        if name not in new:
+            return match.group(0)
+        done.append(name)
+        return f"<!-- figures:{name} -->\n{new[name]}\n<!-- /figures:{name} -->"
+    pattern = re.compile(r"<!-- figures:([\w-]+) -->\n.*?\n?<!-- /figures:\1 -->", re.S)
+    return pattern.sub(put, text), done
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="tools/readme_figures.py", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true",
+                   help="only the quick figures, at a tiny budget; README.md untouched")
+    p.add_argument("--only", default=None, help="comma-separated figure names "
+                                                f"({', '.join(FIGURES)})")
+    p.add_argument("--record", default=str(RECORD), help="where the JSON record goes")
+    p.add_argument("--readme", default=str(README), help="the README to rewrite")
+    args = p.parse_args(argv)
+    names = args.only.split(",") if args.only else [n for n, (_, q) in FIGURES.items()
+                                                     if q or not args.quick]
+    unknown = [n for n in names if n not in FIGURES]
+    if unknown:
+        print(f"readme_figures: error: unknown figure {unknown[0]!r}; known: "
+              f"{', '.join(FIGURES)}", file=sys.stderr)
+        return 2
+    record = {"machine": machine(), "quick": args.quick, "figures": {}}
+    with tempfile.TemporaryDirectory(prefix="readme-figures-") as tmp:
+        for name in names:
+            print(f"readme_figures: {name} ...", file=sys.stderr, flush=True)
+            t0 = time.perf_counter()
+            record["figures"][name] = FIGURES[name][0](Path(tmp), args.quick)
+            print(f"readme_figures: {name} done in {time.perf_counter() - t0:.0f}s",
+                  file=sys.stderr, flush=True)
+    record["machine"]["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
+    Path(args.record).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.record).write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+    print(f"wrote {args.record}")
+    if not args.quick:
+        readme = Path(args.readme)
+        text, done = rewrite(readme.read_text(), blocks(record))
+        readme.write_text(text)
+        print(f"rewrote {args.readme}: {', '.join(done) or 'no blocks'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
