@@ -12,6 +12,7 @@ passes, and a run killed mid-way resumes to the same final bytes.
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import math
 import sys
@@ -39,6 +40,7 @@ from sparktrain.model.weights import (check_params, config_from_meta, load_weigh
 from sparktrain.params import Defaults, StepConfig, step_record
 from sparktrain.train import outputs
 from sparktrain.train.job import Job
+from sparktrain.train.live import PassLogger
 from sparktrain.train.optim import lr_at, make_optimizer
 
 EMBED = "spark.embed.weight"
@@ -229,27 +231,45 @@ def apply_update(run: _Run, log: _Log, batch, where: str, t: int) -> None:
 
 
 def _train(run: _Run, log: _Log, progress) -> None:
-    """Outer passes of inner micro-steps, the curve point after each."""
+    """Outer passes of inner micro-steps, the curve point after each; each point
+    also goes to DVCLive (train/live.py) and to one progress line."""
     step, job = run.step, run.job
-    if not log.curve:
+    resumed = bool(log.curve)
+    if not resumed:
         log.curve.append(_point(run, 0, "start"))
     progress(f"[{job.id}] {'resumed after outer ' + str(log.done) if log.done else 'start'}  "
              f"{_losses(log.curve[-1])}  {run.data.describe}, {run.model.n_params:,} params, "
              f"{step.outer}x{step.inner} micro-steps of {step.batch_size}")
-    t_start, first = time.perf_counter(), log.done
-    for k in range(log.done + 1, step.outer + 1):
-        for i in range(step.inner):
-            apply_update(run, log, run.data.sampler.next(), f"at outer {k} micro-step {i + 1}",
-                         (k - 1) * step.inner + i)
-        log.curve.append(_point(run, k, "after_outer"))
-        log.done = k
-        if step.checkpoint_every and k % step.checkpoint_every == 0 and k < step.outer:
-            save_resume(run, log)
-        now = time.perf_counter()
-        eta = (now - t_start) / (k - first) * (step.outer - k)
-        progress(f"[{job.id}] outer {k}/{step.outer}  {_losses(log.curve[-1])}  "
-                 f"{log.run_tokens / max(log.run_seconds, 1e-9):,.0f} tok/s  "
-                 f"{now - log.t0:.1f}s, ~{eta:.0f}s left")
+    total = step.outer * step.inner
+    # progress lines are the loop's own (below); the logger's display goes nowhere
+    with PassLogger(job.out_dir, total=step.outer + 1, start_outer=len(log.curve) - resumed,
+                    stream=_NOWHERE, tty=False) as passes:
+        if not resumed:
+            passes.log_pass({**log.curve[0], "lr": lr_at(step, 0, total)})
+        t_start, first = time.perf_counter(), log.done
+        for k in range(log.done + 1, step.outer + 1):
+            for i in range(step.inner):
+                apply_update(run, log, run.data.sampler.next(),
+                             f"at outer {k} micro-step {i + 1}", (k - 1) * step.inner + i)
+            log.curve.append(_point(run, k, "after_outer"))
+            log.done = k
+            if step.checkpoint_every and k % step.checkpoint_every == 0 and k < step.outer:
+                save_resume(run, log)
+            now = time.perf_counter()
+            rate = log.run_tokens / max(log.run_seconds, 1e-9)
+            # tokens/s stays out of DVCLive: its files are DVC outputs, the same every run
+            passes.log_pass({**log.curve[-1], "lr": lr_at(step, k * step.inner - 1, total)})
+            eta = (now - t_start) / (k - first) * (step.outer - k)
+            progress(f"[{job.id}] outer {k}/{step.outer}  {_losses(log.curve[-1])}  "
+                     f"{rate:,.0f} tok/s  {now - log.t0:.1f}s, ~{eta:.0f}s left")
+
+
+class _Nowhere(io.TextIOBase):
+    def write(self, text: str) -> int:
+        return len(text)
+
+
+_NOWHERE = _Nowhere()
 
 
 def _losses(point: dict) -> str:

@@ -24,7 +24,8 @@ TRAINING_STAGES = ("decode-bc", "tokenizer", "prepare", "train-status", "step", 
 STAGES = ("check-params",) + TRAINING_STAGES
 DECLARED_NAMES = {"program.json", "status.json", "weights.safetensors", "checkpoint.json",
                   "ARTIFACT", "eval.json", "eval_detail.json", "loss.png", "tokenizer.json",
-                  "corpus"}
+                  "corpus", "loss.tsv", "heldout_loss.tsv",
+                  "lr.tsv", "metrics.json"}
 
 
 def tool_env(repo: Path, extra: dict | None = None) -> dict:

@@ -82,3 +82,18 @@ def test_plots_show_json_returns_the_loss_curve_offline(fresh_repro, tmp_path):
     assert [(p["outer"], p["loss"]) for p in points] == \
         [(c["outer"], c["loss"]) for c in curve]
     assert "https://" not in json.dumps(plot["content"]["data"])
+
+
+def test_plots_show_has_the_dvclive_training_and_heldout_curves(fresh_repro, tmp_path):
+    """The step logs each pass through DVCLive; dvc.yaml declares both series, so
+    `dvc plots show` draws the held-out curve beside the training one."""
+    repo, _ = fresh_repro
+    curve = json.loads((repo / "out/train/job-dry-001/checkpoint.json").read_text())["loss_curve"]
+    shown = dvc_json(repo, "plots", "show", "-o", str(tmp_path / "plots"))
+    assert not shown.get("errors"), shown["errors"]
+    for name, key in (("loss", "loss"), ("heldout_loss", "heldout_loss")):
+        path = f"out/train/job-dry-001/dvclive/plots/metrics/{name}.tsv"
+        [plot] = shown["data"][path]
+        values = plot["content"]["data"]["values"]
+        assert [(int(v["step"]), float(v[name])) for v in values] == \
+            [(c["outer"], c[key]) for c in curve]
