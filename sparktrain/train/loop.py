@@ -14,6 +14,8 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
+import os
+import shutil
 import math
 import sys
 import time
@@ -40,10 +42,11 @@ from sparktrain.model.weights import (check_params, config_from_meta, load_weigh
 from sparktrain.params import Defaults, StepConfig, step_record
 from sparktrain.train import outputs
 from sparktrain.train.job import Job
-from sparktrain.train.live import PassLogger
+from sparktrain.train.live import LIVE_DIR, PassLogger
 from sparktrain.train.optim import lr_at, make_optimizer
 
 EMBED = "spark.embed.weight"
+LIVE_PENDING = ".live.pending"  # DVCLive's folder of a run not yet committed
 LABELS = ("source", "command")  # free-text labels a run may record (spark apply-step)
 
 
@@ -242,8 +245,10 @@ def _train(run: _Run, log: _Log, progress) -> None:
              f"{step.outer}x{step.inner} micro-steps of {step.batch_size}")
     total = step.outer * step.inner
     # progress lines are the loop's own (below); the logger's display goes nowhere
-    with PassLogger(job.out_dir, total=step.outer + 1, start_outer=len(log.curve) - resumed,
-                    stream=_NOWHERE, tty=False) as passes:
+    # DVCLive writes beside the job's files and its folder replaces dvclive/ with the
+    # commit: a failed run leaves the last good curves as they were
+    with PassLogger(job.out_dir / LIVE_PENDING, total=step.outer + 1,
+                    start_outer=len(log.curve) - resumed, stream=_NOWHERE, tty=False) as passes:
         if not resumed:
             passes.log_pass({**log.curve[0], "lr": lr_at(step, 0, total)})
         t_start, first = time.perf_counter(), log.done
@@ -325,6 +330,15 @@ def clear_resume(folder) -> None:
         (folder / name).unlink(missing_ok=True)
 
 
+def _publish_curves(folder) -> None:
+    """The committed run's DVCLive folder becomes the job's dvclive/."""
+    pending, live = folder / LIVE_PENDING / LIVE_DIR, folder / LIVE_DIR
+    if pending.is_dir():
+        shutil.rmtree(live, ignore_errors=True)
+        os.replace(pending, live)
+    shutil.rmtree(folder / LIVE_PENDING, ignore_errors=True)
+
+
 # -------------------------------------------------------------- the record
 
 def _weights_meta(run: _Run, log: _Log, labels: dict) -> dict:
@@ -385,6 +399,7 @@ def _commit(run: _Run, log: _Log, changed: list[str], matmul_peak, labels: dict)
     outputs.commit_files(job.out_dir, files)
     outputs.clear_failure(job.out_dir)
     clear_resume(job.out_dir)
+    _publish_curves(job.out_dir)
     perf = _perf(log, run, matmul_peak)
     outputs.atomic_write_bytes(job.out_dir / PERF, canonical_json(perf).encode())
     return StepResult(checkpoint=checkpoint, perf=perf, weights_sha256=wsha, files=files)
@@ -408,13 +423,18 @@ def run_step(job: Job, step: StepConfig, cfg: ModelConfig, source: DataSource | 
     run = _set_up(job, step, cfg, source)
     log = _Log(t0=time.perf_counter())
     try:
-        load_resume(run, log, progress)
-        _train(run, log, progress)
-    finally:
-        run.engine.close()
-    changed = changed_tensors(run)
-    check_learned(log.curve, run.model.cfg.vocab)
-    return _commit(run, log, changed, matmul_peak, labels)
+        try:
+            load_resume(run, log, progress)
+            _train(run, log, progress)
+        finally:
+            run.engine.close()
+        changed = changed_tensors(run)
+        check_learned(log.curve, run.model.cfg.vocab)
+        return _commit(run, log, changed, matmul_peak, labels)
+    except BaseException:
+        if not (job.out_dir / RESUME_STATE).is_file():  # nothing to resume: no curves either
+            shutil.rmtree(job.out_dir / LIVE_PENDING, ignore_errors=True)
+        raise
 
 
 def run_failed(job: Job, err: Exception, step: StepConfig) -> None:

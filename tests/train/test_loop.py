@@ -79,7 +79,8 @@ def test_same_inputs_same_bytes(project, monkeypatch, tmp_path_factory):
 
 
 def _outputs(folder):
-    return {p.name: p.read_bytes() for p in folder.iterdir() if p.name != "failed.json"}
+    return {p.name: p.read_bytes() for p in folder.iterdir()
+            if p.name != "failed.json" and p.is_file()}
 
 
 def _assert_kept(folder, before):
