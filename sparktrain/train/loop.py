@@ -46,7 +46,7 @@ from sparktrain.train.live import LIVE_DIR, PassLogger
 from sparktrain.train.optim import lr_at, make_optimizer
 
 EMBED = "spark.embed.weight"
-LIVE_PENDING = ".live.pending"  # DVCLive's folder of a run not yet committed
+LIVE_PENDING = ".live-run"  # DVCLive's folder of a run not yet committed
 LABELS = ("source", "command")  # free-text labels a run may record (spark apply-step)
 
 
