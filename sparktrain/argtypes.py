@@ -1,7 +1,11 @@
-"""argparse value types shared by the command modules (one-line errors, exit 2)."""
+"""Count values from the command line and the environment, with one-line errors
+(exit 2): argparse types for the command modules, and environment counts."""
 from __future__ import annotations
 
 import argparse
+import os
+
+from sparktrain.errors import SparkError
 
 
 def positive_int(text: str) -> int:
@@ -11,4 +15,19 @@ def positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def env_count(name: str, default, environ=os.environ):
+    """A positive integer from environment variable `name`; `default` when unset
+    or blank (a callable is called then); one line naming the variable otherwise."""
+    text = environ.get(name, "").strip()
+    if not text:
+        return default() if callable(default) else default
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise SparkError(f"{name} must be a positive integer, got {text!r}")
     return value

@@ -16,7 +16,7 @@ import os
 
 from threadpoolctl import threadpool_info, threadpool_limits
 
-from sparktrain.errors import SparkError
+from sparktrain.argtypes import env_count
 
 ENV = "SPARK_BLAS_THREADS"
 DEFAULT_THREADS = 1
@@ -27,16 +27,7 @@ LIBRARY_ENV = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
 
 def requested_threads(environ=os.environ) -> int:
     """SPARK_BLAS_THREADS, else 1."""
-    text = environ.get(ENV, "").strip()
-    if not text:
-        return DEFAULT_THREADS
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise SparkError(f"{ENV} must be a positive integer, got {text!r}")
-    return value
+    return env_count(ENV, DEFAULT_THREADS, environ)
 
 
 def pin(threads: int) -> int:

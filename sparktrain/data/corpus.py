@@ -176,10 +176,15 @@ def read_corpus(root: str, patterns, heldout_fraction: float) -> Corpus:
         data, text = read_text_file(base, rel)
         files.append(CorpusFile(rel, len(data), sha256_bytes(data),
                                 is_heldout(rel, heldout_fraction), text))
-    corpus = Corpus(root, patterns, heldout_fraction, tuple(files))
+    return check_splits(Corpus(root, patterns, heldout_fraction, tuple(files)),
+                        f"corpus {root} ({', '.join(patterns)})", "files",
+                        "add files or change the heldout fraction")
+
+
+def check_splits(corpus: Corpus, what: str, unit: str, fix: str) -> Corpus:
+    """`corpus`, when both splits hold some text; else one line saying which is empty."""
     for split, chosen in (("train", corpus.train), ("held-out", corpus.heldout)):
         if not any(f.size for f in chosen):
-            raise SparkError(f"corpus {root} ({', '.join(patterns)}): the {split} split is "
-                             f"empty ({len(rels)} files); add files or change the "
-                             f"heldout fraction")
+            raise SparkError(f"{what}: the {split} split is empty ({len(corpus.files)} "
+                             f"{unit}); {fix}")
     return corpus

@@ -11,7 +11,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from sparktrain.data.corpus import Corpus, CorpusFile, is_heldout
+from sparktrain.data.corpus import Corpus, CorpusFile, check_splits, is_heldout
 from sparktrain.data.corpus_source import CorpusSource
 from sparktrain.data.pairs import json_objects
 from sparktrain.errors import SparkError
@@ -66,10 +66,7 @@ class TextSource(CorpusSource):
                 digest = sha256_bytes(data)
                 files.append(CorpusFile(f"row-{lineno:09d}", len(data), digest,
                                         is_heldout(digest, self.heldout_fraction), text))
-        corpus = Corpus(Path(self.dataset).as_posix(), (), self.heldout_fraction, tuple(files))
-        for split, chosen in (("train", corpus.train), ("held-out", corpus.heldout)):
-            if not any(f.size for f in chosen):
-                raise SparkError(f"dataset {self.dataset}: the {split} split of its "
-                                 f"{len(files)} rows is empty; add rows or change "
-                                 f"corpus.heldout")
-        return corpus
+        return check_splits(Corpus(Path(self.dataset).as_posix(), (), self.heldout_fraction,
+                                   tuple(files)),
+                            f"dataset {self.dataset}", "rows",
+                            "add rows or change corpus.heldout")

@@ -28,6 +28,7 @@ from multiprocessing import shared_memory
 
 import numpy as np
 
+from sparktrain.argtypes import env_count
 from sparktrain.errors import SparkError
 from sparktrain.model import backend
 from sparktrain.model.base import Model
@@ -49,16 +50,7 @@ def usable_cores() -> int:
 
 def default_workers() -> int:
     """SPARK_WORKERS, else the cores this process may run on."""
-    text = os.environ.get("SPARK_WORKERS", "").strip()
-    if not text:
-        return usable_cores()
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise SparkError(f"SPARK_WORKERS must be a positive integer, got {text!r}")
-    return value
+    return env_count("SPARK_WORKERS", usable_cores)
 
 
 def shard_ranges(rows: int, shards: int) -> list[tuple[int, int]]:
