@@ -92,6 +92,9 @@ class StepConfig:
     min_lr: Float = Field(0.0, ge=0, description="floor of the cosine decay")
     checkpoint_every: StrictInt = Field(0, ge=0, description="save a resumable state every "
                                                              "N outer passes (0 = off)")
+    device: Literal["cpu", "cuda", "mps", "auto"] = Field(
+        "cpu", description="where the arrays live: cpu (numpy, the reference bytes), cuda or "
+                           "mps (the gpu extra), auto = a GPU when one is seen (docs/gpu.md)")
 
     @model_validator(mode="after")
     def _coherent(self):
@@ -289,11 +292,12 @@ LATER_KNOBS = ("optimizer", "weight_decay", "beta1", "beta2", "schedule", "warmu
 
 def step_record(step: StepConfig) -> dict:
     """The knobs as the checkpoint records them. Left out: step_n (recorded on its
-    own), workers (they never change the bytes), shards when it is 1 (absent
+    own), workers (they never change the bytes), device (the checkpoint's own
+    `device` field names the one actually used), shards when it is 1 (absent
     means 1), and the LATER_KNOBS at their defaults."""
     default = StepConfig()
     record = {k: v for k, v in dataclasses.asdict(step).items()
-              if k not in ("step_n", "workers")
+              if k not in ("step_n", "workers", "device")
               and not (k in LATER_KNOBS and v == getattr(default, k))}
     if record["shards"] == 1:
         del record["shards"]

@@ -13,6 +13,9 @@ from sparktrain.textout import printable_lines
 
 TOKENIZER_HELP = ("tokenizer.json of a corpus or BPE pairs job (default: the one beside "
                   "--weights); its sha256 must be the one the weights record")
+DEVICES = ("cpu", "cuda", "mps", "auto")  # model/device.py's, kept here so --help stays fast
+DEVICE_HELP = ("where the forward passes run: cpu (default, numpy), cuda or mps (the gpu "
+               "extra), auto = a GPU when one is seen (docs/gpu.md)")
 
 
 def register(sub) -> None:
@@ -28,6 +31,7 @@ def register(sub) -> None:
     p.add_argument("--samples", type=int, default=3, help="generated samples to show (default 3)")
     p.add_argument("-o", "--out", default=None, help="also write the JSON to this file (atomic)")
     p.add_argument("--tokenizer", default=None, help=TOKENIZER_HELP)
+    p.add_argument("--device", default="cpu", choices=DEVICES, help=DEVICE_HELP)
     p.set_defaults(func=cmd_eval)
 
     p = sub.add_parser("generate", help="continue a prompt with a trained model",
@@ -44,6 +48,7 @@ def register(sub) -> None:
                    help="print the text exactly, control bytes included, even on a terminal "
                         "(when stdout is not a terminal it always is)")
     p.add_argument("--tokenizer", default=None, help=TOKENIZER_HELP)
+    p.add_argument("--device", default="cpu", choices=DEVICES, help=DEVICE_HELP)
     p.add_argument("prompt", help="the user text (a corpus model: the text to continue)")
     p.set_defaults(func=cmd_generate)
 
@@ -105,6 +110,17 @@ def _positive(value: int, flag: str) -> None:
 
 # ------------------------------------------------------------------ handlers
 
+def _on_device(args, params):
+    """The weights on --device (host float32 on disk whatever device wrote them);
+    a device that cannot be had is one line before any work."""
+    from sparktrain.model.device import resolve
+
+    device = resolve(args.device)
+    if device.note:
+        print(f"spark: {device.note}", file=sys.stderr)
+    return device.to_device(params)
+
+
 def cmd_eval(args) -> int:
     from sparktrain.data.tokenizer import is_pairs_model, tokenizer_for
     from sparktrain.errors import SparkError
@@ -126,6 +142,7 @@ def cmd_eval(args) -> int:
         raise SparkError(f"{args.weights} is a corpus model of {tok.vocab} BPE tokens; spark "
                          "eval scores JSONL pairs with a pairs model (a corpus job's held-out "
                          "bits per byte are in its eval.json)")
+    params = _on_device(args, params)
     result = evaluate(params, cfg, pairs, batch_size=args.batch_size, max_new=args.max_new,
                       n_samples=args.samples, tokenizer=tok)
     result.update(data=str(args.data), data_sha256=data_sha256, weights=str(args.weights))
@@ -197,6 +214,7 @@ def cmd_generate(args) -> int:
               f"byte(s)", file=sys.stderr)
     sampling = dict(max_new=args.max_new, temperature=args.temperature, top_k=args.top_k,
                     seed=args.seed)
+    params = _on_device(args, params)
     if pairs:
         [text] = generate(params, cfg, [args.prompt], tokenizer=tok, **sampling)
     else:

@@ -210,7 +210,9 @@ class ArrayApiOps:
     # ---------------------------------------------- place and move arrays
     def asarray(self, host, like=None, dtype=None):
         device = None if like is None else like.device
-        return self.xp.asarray(host, dtype=dtype, device=device)
+        # a read-only host array (a memory-mapped batch) is copied, never shared writable
+        copy = True if isinstance(host, np.ndarray) and not host.flags.writeable else None
+        return self.xp.asarray(host, dtype=dtype, device=device, copy=copy)
 
     def constant(self, host: np.ndarray, like):
         """A read-only host table (rope, mask) on like's device, copied there once."""

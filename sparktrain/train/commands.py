@@ -68,8 +68,11 @@ def resolve_configs(args, params_path: str | None, default_params: bool):
     defaults < params.yaml < flags."""
     from sparktrain.params import load_params_or_defaults, model_config, step_from_flags
 
+    from sparktrain.model.device import resolve as resolve_device
+
     knobs = load_params_or_defaults(params_path, default_file=default_params)
     step = step_from_flags(knobs.step, args)
+    resolve_device(step.device)  # a GPU that cannot be had: one line before anything is written
     cfg = model_config(args.scale or knobs.scale, knobs.scales, train_attn=step.train_attn,
                        **{d: getattr(args, d) for _, d in ARCH})
     return knobs, step, cfg, args.heldout or knobs.heldout()

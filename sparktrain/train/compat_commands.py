@@ -2,7 +2,7 @@
 
 - `spark apply-step --sparkbc P --weights W --dataset D ...`: one STEP on a
   weights file, created or updated in place (the original `apply_step.py`);
-- `spark code train --scale S [--device auto|cpu]` (also `spark-code train`):
+- `spark code train --scale S [--device auto|cpu|cuda|mps]` (also `spark-code train`):
   train the Spark-coder job with the scale table's settings.
 
 Both are thin fronts over the calls `spark train` makes, so the same inputs give
@@ -17,9 +17,9 @@ from pathlib import Path
 from sparktrain.errors import SparkError, TrainingFailed
 from sparktrain.jobfiles import CHECKPOINT, WEIGHTS
 from sparktrain.model.config import scale_names
+from sparktrain.model.device import DEVICES
 from sparktrain.train.commands import ARCH, add_train_flags
 
-DEVICES = ("auto", "cpu")
 # The Spark-coder job when the project has one, else the default fixture job.
 CODER_JOBS = (("data/programs/train-coder.sparkbc", "job-coder-tiny"),
               ("data/programs/train-step.sparkbc", "job-dry-001"))
@@ -57,8 +57,10 @@ def register(sub) -> None:
                                         "settings and params.yaml's step knobs.")
     t.add_argument("--scale", default="tiny",
                    help=f"{scale_names()}, or a row of params.yaml's scales")
-    t.add_argument("--device", default="auto",
-                   help="auto (the CPU on a machine without a supported GPU) or cpu")
+    t.add_argument("--device", default="auto", choices=DEVICES,
+                   help="auto (default): the GPU PyTorch sees (the gpu extra), else the CPU, "
+                        "saying which; cpu: numpy, the reference bytes; cuda or mps "
+                        "(docs/gpu.md)")
     t.add_argument("--shards", type=int, default=CODER_SHARDS,
                    help=f"fixed gradient shards per micro-step, computed by one worker "
                         f"process per core; the bytes depend on it, not on the cores "
@@ -139,21 +141,17 @@ def cmd_apply_step(args) -> int:
 
 def cmd_code_train(args) -> int:
     from sparktrain.data.source import prepare_job, source_for
+    from sparktrain.model.device import resolve as resolve_device
     from sparktrain.params import load_params_or_defaults, model_config, override
     from sparktrain.train.commands import run_and_record
     from sparktrain.train.job import job_from_program
 
-    if args.device not in DEVICES:
-        raise SparkError(f"unknown device {args.device!r}: this build trains with numpy on "
-                         f"the CPU; use --device auto or --device cpu")
     program, job_id = next(((p, j) for p, j in CODER_JOBS if Path(p).is_file()), CODER_JOBS[-1])
     knobs = load_params_or_defaults()
-    step = override(knobs.step, shards=args.shards)
+    step = override(knobs.step, shards=args.shards, device=args.device)
+    resolve_device(step.device)  # a GPU that cannot be had: one line before prepare writes
     cfg = model_config(args.scale, knobs.scales, train_attn=step.train_attn)
     job = job_from_program(program, job_id)
-    if args.device == "auto":  # said once, after the inputs checked out
-        print("spark code: no supported GPU backend in this build; training on the CPU",
-              file=sys.stderr)
     # what the tokenizer and prepare stages do, with the params' settings
     prepare_job(job.out_dir, source_for(job.dataset, knobs), knobs.tokenizer, knobs.vocab_size)
     print(json.dumps(run_and_record(job, knobs, step, cfg, heldout=knobs.heldout()),

@@ -11,6 +11,7 @@ passes, and a run killed mid-way resumes to the same final bytes.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import io
 import json
@@ -32,9 +33,12 @@ from sparktrain.fsutil import canonical_json, sha256_bytes
 from sparktrain.jobfiles import (ARTIFACT, CHECKPOINT, CORPUS, PERF, RESUME_STATE,
                                  RESUME_TENSORS, WEIGHTS)
 from sparktrain.model.base import Model
+from sparktrain.model.bench import device_matmul_peak
 from sparktrain.model.bench import matmul_peak as measure_matmul_peak
 from sparktrain.model.build import build_model
 from sparktrain.model.config import ModelConfig
+from sparktrain.model.device import Device
+from sparktrain.model.device import resolve as resolve_device
 from sparktrain.model.memory import step_fits
 from sparktrain.model.parallel import GradientEngine
 from sparktrain.model.weights import (check_params, config_from_meta, load_weights,
@@ -43,7 +47,7 @@ from sparktrain.params import Defaults, StepConfig, step_record
 from sparktrain.train import outputs
 from sparktrain.train.job import Job
 from sparktrain.train.live import LIVE_DIR, PassLogger
-from sparktrain.train.optim import lr_at, make_optimizer
+from sparktrain.train.optim import clip_scale, grad_norm, lr_at, make_optimizer
 
 EMBED = "spark.embed.weight"
 LIVE_PENDING = ".live-run"  # DVCLive's folder of a run not yet committed
@@ -95,7 +99,8 @@ def check_learned(curve: list[dict], vocab: int) -> None:
 
 def changed_tensors(run: "_Run") -> list[str]:
     """The names of the trained tensors that changed; TrainingFailed if none did."""
-    changed = [n for n in run.trainable if not np.array_equal(run.start[n], run.params[n])]
+    now = run.host_params()
+    changed = [n for n in run.trainable if not np.array_equal(run.start[n], now[n])]
     if not changed:
         raise TrainingFailed("no weight changed during training; nothing to claim")
     return changed
@@ -139,19 +144,32 @@ class _Run:
     step: StepConfig
     model: Model
     data: TrainingData
-    params: dict[str, np.ndarray]
+    params: dict                   # on the run's device (numpy arrays on the CPU)
     base_step: int
     step_n: int
     trainable: list[str]
-    start: dict[str, np.ndarray]   # trainable tensors before training
+    start: dict[str, np.ndarray]   # trainable tensors before training (host)
     optimizer: object              # train/optim.py: SGD or AdamW, keyed like params
     engine: GradientEngine         # loss_and_grads over step.shards fixed shards
     fingerprint: str               # what a resume state must match
+    device: Device = field(default=None)  # model/device.py: where params and state live
+
+    def host_params(self) -> dict[str, np.ndarray]:
+        return self.device.to_host(self.params)
+
+    def host_state(self) -> dict[str, np.ndarray]:
+        """The optimizer's state as host arrays (its step count is host already)."""
+        state = self.optimizer.state()
+        return {**self.device.to_host({k: a for k, a in state.items()
+                                       if not isinstance(a, np.ndarray)}),
+                **{k: a for k, a in state.items() if isinstance(a, np.ndarray)}}
 
 
-def _set_up(job: Job, step: StepConfig, cfg: ModelConfig, source: DataSource) -> _Run:
+def _set_up(job: Job, step: StepConfig, cfg: ModelConfig, source: DataSource,
+            progress) -> _Run:
     if job.out_dir.is_dir():  # held from before the base is read: no lost update
         outputs.lock_job(job.out_dir)
+    device = resolve_device(step.device)  # a missing GPU is one line before any work
     tokenizer, tokenizer_sha256 = job_tokenizer(job.out_dir)
     cfg = dataclasses.replace(cfg, vocab=tokenizer.vocab).validate()  # the tokenizer's vocab
     # refused from the shapes before anything large is allocated (model/memory.py)
@@ -163,15 +181,21 @@ def _set_up(job: Job, step: StepConfig, cfg: ModelConfig, source: DataSource) ->
     trainable = [n for n in params if step.train_embed or n != EMBED]
     if not trainable:
         raise SparkError("nothing to train: train_embed=false freezes the only trained tensor")
+    ran_on = {} if device.kind == "cpu" else {"device": device.name}  # cpu: as before
     fingerprint = sha256_bytes(canonical_json({
         "job": job.id, "arch": cfg.to_dict(), "data": data.fingerprint,
-        "step": {k: v for k, v in dataclasses.asdict(step).items() if k != "workers"},
-        "sparkbc_sha256": job.sparkbc_sha256, "base": job.base}).encode())
+        "step": {k: v for k, v in dataclasses.asdict(step).items()
+                 if k not in ("workers", "device")},
+        "sparkbc_sha256": job.sparkbc_sha256, "base": job.base, **ran_on}).encode())
+    start = {n: params[n].copy() for n in trainable}
+    if device.note:
+        progress(f"[{job.id}] {device.note}")
+    params = device.to_device(params)  # once: the optimizer's state is made beside them
     run = _Run(job=job, step=step, model=model, data=data, params=params, base_step=base_step,
                step_n=resolve_step_n(step.step_n, base_step, job.base), trainable=trainable,
-               start={n: params[n].copy() for n in trainable},
-               optimizer=make_optimizer(step, params, trainable),
-               engine=GradientEngine(model, step.shards, step.workers), fingerprint=fingerprint)
+               start=start, optimizer=make_optimizer(step, params, trainable),
+               engine=GradientEngine(model, step.shards, step.workers), fingerprint=fingerprint,
+               device=device)
     outputs.lock_job(job.out_dir)  # the only writer of this job until the process exits
     return run
 
@@ -218,12 +242,10 @@ def apply_update(run: _Run, log: _Log, batch, where: str, t: int) -> None:
     ts = time.perf_counter()
     loss, grads = run.engine.loss_and_grads(params, batch)
     _finite_or_fail(loss, "minibatch loss", where)
-    norm = float(np.sqrt(sum(float(np.dot(grads[n].ravel(), grads[n].ravel()))
-                             for n in run.trainable)))
+    norm = grad_norm(grads, run.trainable)
     _finite_or_fail(norm, "gradient norm", where)
-    scale = 1.0
-    if step.clip > 0 and norm > step.clip:
-        scale, log.clipped = step.clip / norm, log.clipped + 1
+    scale = clip_scale(norm, step.clip)
+    log.clipped += scale != 1.0
     run.optimizer.update(params, grads, lr_at(step, t, step.outer * step.inner), scale)
     seconds = time.perf_counter() - ts
     log.train_seconds += seconds
@@ -286,13 +308,36 @@ def _losses(point: dict) -> str:
     return text
 
 
+@contextlib.contextmanager
+def out_of_memory_is_one_line(run: _Run):
+    """A GPU that runs out of memory mid-run: TrainingFailed (exit 1) naming the
+    shape and batch that did not fit; the earlier outputs stay as they were."""
+    try:
+        yield
+    except Exception as err:
+        if run.device.kind == "cpu" or not _is_out_of_memory(err):
+            raise
+        c = run.model.cfg
+        raise TrainingFailed(
+            f"{run.device.name} ran out of memory: dim {c.dim}, n_layer {c.n_layer}, seq_len "
+            f"{c.seq_len}, vocab {c.vocab} with batch_size {run.step.batch_size} did not fit "
+            "(lower step.batch_size, raise step.shards or take a smaller scale); previous "
+            "outputs kept") from None
+
+
+def _is_out_of_memory(err: BaseException) -> bool:
+    """PyTorch's OutOfMemoryError (CUDA), or its RuntimeError of MPS / older releases."""
+    return (type(err).__name__ == "OutOfMemoryError"
+            or (isinstance(err, RuntimeError) and "out of memory" in str(err).lower()))
+
+
 # ------------------------------------------------------------------ resume
 
 def save_resume(run: _Run, log: _Log) -> None:
     """The whole state after pass `log.done`, through the commit journal: a kill at
     any moment leaves the previous state or this one, never half of each."""
-    tensors = {f"param.{n}": a for n, a in run.params.items()}
-    tensors.update({f"opt.{n}": a for n, a in run.optimizer.state().items()})
+    tensors = {f"param.{n}": a for n, a in run.host_params().items()}
+    tensors.update({f"opt.{n}": a for n, a in run.host_state().items()})
     state = {"fingerprint": run.fingerprint, "done": log.done, "curve": log.curve,
              "tokens_seen": log.tokens_seen, "clipped": log.clipped,
              "flops_seen": log.flops_seen, "sampler": run.data.sampler.state()}
@@ -316,8 +361,9 @@ def load_resume(run: _Run, log: _Log, progress) -> None:
         progress(f"[{run.job.id}] {path} is the state of another run; starting afresh")
         return
     tensors, _ = load_weights(folder / RESUME_TENSORS)
-    for n in run.params:
-        run.params[n][...] = tensors[f"param.{n}"]
+    ops = run.device.ops
+    for n in run.params:  # host float32 in the file, whatever device saved it
+        run.params[n] = ops.load(run.params[n], tensors[f"param.{n}"])
     run.optimizer.load_state({k[4:]: v for k, v in tensors.items() if k.startswith("opt.")})
     run.data.sampler.set_state(state["sampler"])
     log.curve, log.done = state["curve"], state["done"]
@@ -346,7 +392,9 @@ def _weights_meta(run: _Run, log: _Log, labels: dict) -> dict:
     return {"job": job.id, "step_n": run.step_n, "trained": True, "not_sgd": False,
             "arch": run.model.cfg.to_dict(), "loss_before": log.curve[0]["loss"],
             "loss_after": log.curve[-1]["loss"], "sparkbc_sha256": job.sparkbc_sha256,
-            "base": job.base, **run.data.weights_meta, **labels}
+            "base": job.base, **run.data.weights_meta, **labels,
+            # absent means the CPU: the default job's weights bytes are as before
+            **({} if run.device.kind == "cpu" else {"device": run.device.name})}
 
 
 def _checkpoint(run: _Run, log: _Log, changed: list[str], weights_sha256: str,
@@ -366,7 +414,7 @@ def _checkpoint(run: _Run, log: _Log, changed: list[str], weights_sha256: str,
         "weights_sha256": weights_sha256, "sparkbc_sha256": job.sparkbc_sha256,
         "program": job.program, "method": job.method, "base": job.base,
         "base_step_n": run.base_step, "blas_threads": live_threads(), "trained": True,
-        "not_sgd": False, "sgd": True, "claim": False, "device": "cpu",
+        "not_sgd": False, "sgd": True, "claim": False, "device": run.device.name,
         **run.data.checkpoint, **labels,
     }
 
@@ -378,9 +426,11 @@ def _perf(log: _Log, run: _Run, matmul_peak) -> dict:
             "tokens": log.tokens_seen, "tokens_per_s": round(log.run_tokens / seconds, 1),
             "model_flops_per_s": round(log.flops_seen / max(log.train_seconds, 1e-9), 1),
             "blas_threads": live_threads(), "shards": run.engine.shards,
-            "workers": run.engine.workers}
+            "workers": run.engine.workers if run.device.kind == "cpu" else 1,
+            "device": run.device.name}
     if matmul_peak is None:
-        matmul_peak = measure_matmul_peak()
+        matmul_peak = (measure_matmul_peak() if run.device.kind == "cpu"
+                       else device_matmul_peak(run.device))
     if matmul_peak:
         perf["matmul_peak_flops_per_s"] = round(matmul_peak, 1)
         perf["mfu"] = round(perf["model_flops_per_s"] / matmul_peak, 4)
@@ -391,7 +441,7 @@ def _commit(run: _Run, log: _Log, changed: list[str], matmul_peak, labels: dict)
     """weights + checkpoint + ARTIFACT as one commit (the checkpoint names the
     weights' hash), then perf.json beside them, then the resume state goes."""
     job = run.job
-    wbytes = weights_bytes(run.params, _weights_meta(run, log, labels))
+    wbytes = weights_bytes(run.host_params(), _weights_meta(run, log, labels))
     wsha = sha256_bytes(wbytes)
     checkpoint = _checkpoint(run, log, changed, wsha, labels)
     files = {WEIGHTS: wbytes, CHECKPOINT: canonical_json(checkpoint).encode(),
@@ -420,12 +470,13 @@ def run_step(job: Job, step: StepConfig, cfg: ModelConfig, source: DataSource | 
         raise SparkError(f"unknown run labels {unknown}; known: {', '.join(LABELS)}")
     if source is None:
         source = source_for(job.dataset, Defaults(), heldout)
-    run = _set_up(job, step, cfg, source)
+    run = _set_up(job, step, cfg, source, progress)
     log = _Log(t0=time.perf_counter())
     try:
         try:
             load_resume(run, log, progress)
-            _train(run, log, progress)
+            with out_of_memory_is_one_line(run):
+                _train(run, log, progress)
         finally:
             run.engine.close()
         changed = changed_tensors(run)

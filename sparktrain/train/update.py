@@ -4,19 +4,7 @@ optimizer and the learning-rate schedule, as the training loop applies them
 """
 from __future__ import annotations
 
-import numpy as np
-
-from sparktrain.train.optim import lr_at, make_optimizer
-
-
-def grad_norm(grads: dict, names) -> float:
-    """The global L2 norm of the named gradients, summed tensor by tensor in order."""
-    return float(np.sqrt(sum(float(np.dot(grads[n].ravel(), grads[n].ravel())) for n in names)))
-
-
-def clip_scale(norm: float, clip: float) -> float:
-    """The factor the gradients are scaled by: clip / norm above the clip, else 1."""
-    return clip / norm if clip > 0 and norm > clip else 1.0
+from sparktrain.train.optim import clip_scale, grad_norm, lr_at, make_optimizer
 
 
 class JobUpdates:
