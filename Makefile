@@ -48,7 +48,7 @@ test-hf: $(STAMP)
 # torch only here: `make test` runs the same tests on array-api-strict and skips torch's.
 # -rs prints why a GPU-only test was skipped (no CUDA/MPS device on this machine).
 GPU_TESTS := tests/model/test_model_backend.py tests/model/test_model_generic.py \
-             tests/model/test_model_device.py
+             tests/model/test_model_device.py tests/train/test_loop_device.py
 test-gpu: $(STAMP)
 	$(PY) -m pip install -q -e '.[dev,gpu]'
 	$(PY) -m pytest -q -rs $(GPU_TESTS)

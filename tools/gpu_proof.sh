@@ -15,7 +15,12 @@ $PY -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_av
 
 # 1. the same tests as make test, through PyTorch (CPU tensors and the GPU)
 $PY -m pytest -q -rs tests/model/test_model_backend.py tests/model/test_model_generic.py \
-    tests/model/test_model_device.py | tee "$OUT/tests.txt" || echo "GPU TESTS FAILED"
+    tests/model/test_model_device.py tests/train/test_loop_device.py \
+    | tee "$OUT/tests.txt" || echo "GPU TESTS FAILED"
+
+# 1b. the real command line on the device: the default job's knobs, then the coder job
+.venv/bin/spark train --dataset data/train/dataset.jsonl --out "$OUT/job-gpu" --device auto \
+    > "$OUT/train_default.json" || echo "SPARK TRAIN ON THE DEVICE FAILED"
 
 # 2. losses within float32 rounding of the CPU's, and a rerun gives the same bytes
 $PY tools/gpu_compare.py --scale tiny --steps 100 --optimizer sgd | tee "$OUT/compare_tiny.json" || echo "LOSS/BYTES CHECK FAILED (tiny)"
