@@ -66,7 +66,8 @@ class SGD:
         f32 = _f32(self.be)
         for n, v in self.velocity.items():
             v *= self.momentum  # a Python float, exactly as the seed loop multiplied
-            v += grads[n] * f32(scale)
+            # g * 1.0 == g exactly: an unclipped step skips the product and its temporary
+            v += grads[n] if scale == 1.0 else grads[n] * f32(scale)
             params[n] -= f32(lr) * v
 
     def state(self) -> dict[str, np.ndarray]:
@@ -97,7 +98,7 @@ class AdamW:
         one_b1, one_b2 = f32(1 - b1), f32(1 - b2)   # rounded in float32, as before
         b1, b2, lr32, eps = f32(b1), f32(b2), f32(lr), f32(ADAM_EPS)
         for n, m in self.m.items():
-            g = grads[n] * f32(scale)
+            g = grads[n] if scale == 1.0 else grads[n] * f32(scale)  # exact either way
             v = self.v[n]
             m *= b1
             m += one_b1 * g
