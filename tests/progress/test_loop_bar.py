@@ -4,13 +4,16 @@ anywhere else, and an ETA that after a resume counts only this process's work.""
 from __future__ import annotations
 
 import io
+import os
+import pty
 import re
+import subprocess
 import sys
 
 import pytest
 
 import sparktrain.train.loop as loop
-from sparkhelp import ROOT
+from sparkhelp import ROOT, SPARK
 from sparktrain.model.config import SCALES
 from sparktrain.params import StepConfig
 from sparktrain.progress import Progress
@@ -131,19 +134,12 @@ def test_a_resumed_run_starts_its_bar_at_the_passes_behind_it(tmp_path, monkeypa
     assert "resumed after outer 2" in term.getvalue() and "6/6" in term.getvalue()
 
 
-def test_spark_train_on_a_real_terminal_draws_the_bar(tmp_path):
-    """Through a pty, as a person runs it: the CLI's first line, then the bar."""
-    import os
-    import pty
-    import subprocess
-    from sparkhelp import SPARK
-
+def _on_a_pty(args, cwd) -> tuple[int, str]:
+    """Run `args` with stdout and stderr on a pseudo-terminal, as a person would."""
     master, slave = pty.openpty()
     env = {**os.environ, "COLUMNS": "160", "TERM": "xterm"}
-    proc = subprocess.Popen(SPARK + ["train", "--dataset", str(ROOT / "data/train/dataset.jsonl"),
-                                     "--out", str(tmp_path / "o"), "--outer", "2", "--inner", "3",
-                                     "--heldout", HELDOUT],
-                            cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=slave)
+    proc = subprocess.Popen([str(a) for a in args], cwd=cwd, env=env, stdout=slave,
+                            stderr=slave)
     os.close(slave)
     chunks = []
     while True:
@@ -155,8 +151,24 @@ def test_spark_train_on_a_real_terminal_draws_the_bar(tmp_path):
             break
         chunks.append(chunk)
     os.close(master)
-    assert proc.wait(timeout=120) == 0
-    text = b"".join(chunks).decode("utf-8", "replace")
+    return proc.wait(timeout=120), b"".join(chunks).decode("utf-8", "replace")
+
+
+def test_spark_train_on_a_real_terminal_draws_the_bar(tmp_path):
+    """The CLI's writer (report.lines_after): its first line, then the bar."""
+    rc, text = _on_a_pty(SPARK + ["train", "--dataset", ROOT / "data/train/dataset.jsonl",
+                                  "--out", tmp_path / "o", "--outer", "2", "--inner", "3",
+                                  "--heldout", HELDOUT], tmp_path)
+    assert rc == 0, text
     assert text.startswith("spark train: knobs from the defaults and flags")
     assert "\x1b[" in text and "6/6" in text and "micro-steps" in text and "ETA" in text
     assert "[o] outer 2/2" in text
+
+
+def test_the_scale_proof_on_a_terminal_draws_the_bar(project):
+    """tools/proof.py calls run_step with the default progress: the bar on a terminal."""
+    rc, text = _on_a_pty([sys.executable, ROOT / "tools/proof.py", "scale", "--scale", "tiny",
+                          "--outer", "1", "--inner", "2"], project)
+    assert rc == 0, text
+    assert "\x1b[" in text and "2/2" in text and "micro-steps" in text
+    assert "outer 1/1" in text and "spark-sgd-proof-scale" in text
