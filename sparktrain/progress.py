@@ -15,6 +15,7 @@ from typing import Callable, TextIO
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 from rich.progress import Progress as RichProgress
+from rich.table import Column
 
 
 def eta_seconds(done_at_start: int, done: int, total: int | None,
@@ -39,10 +40,13 @@ def format_seconds(seconds: float | None) -> str:
 
 
 class Progress:
-    """`advance()` once per unit of work (a pass, a file, a sweep point).
+    """`advance()` once per unit of work (a pass, a file, a sweep point, a
+    training micro-step).
 
-    On a terminal: a bar with done/total, elapsed time, the ETA and a short note.
-    Elsewhere: one line per `advance()`: "WHAT: 3/8 UNIT, 12s elapsed, ETA 20s, NOTE".
+    On a terminal: a bar with done/total, elapsed time, the ETA and a short note
+    (an `advance()` without a note keeps the last one, so a bar advanced every
+    micro-step can show the last pass's numbers). Elsewhere: one line per
+    `advance()`: "WHAT: 3/8 UNIT, 12s elapsed, ETA 20s, NOTE".
     `log(line)` prints a line of its own (above the bar on a terminal).
     """
 
@@ -58,10 +62,17 @@ class Progress:
         self._bar = self._task = None
         if self.tty:
             console = Console(file=self.stream, force_terminal=True)
+            # the counts keep their width; the note gets the rest of the line (cut with …).
+            # Descriptions and notes are text, never rich markup ("[job-1] ..." stays)
+            fixed = {"table_column": Column(no_wrap=True)}
             self._bar = RichProgress(
-                TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                TextColumn(unit), TimeElapsedColumn(), TextColumn("ETA {task.fields[eta]}"),
-                TextColumn("{task.fields[note]}"), console=console)
+                TextColumn("{task.description}", markup=False, **fixed),
+                BarColumn(bar_width=24, **fixed), MofNCompleteColumn(**fixed),
+                TextColumn(unit, markup=False, **fixed), TimeElapsedColumn(**fixed),
+                TextColumn("ETA {task.fields[eta]}", **fixed),
+                TextColumn("{task.fields[note]}", markup=False,
+                           table_column=Column(no_wrap=True, overflow="ellipsis", ratio=1)),
+                console=console, expand=True)
             self._task = self._bar.add_task(what, total=total, completed=done, eta="-", note="")
             self._bar.start()
 
@@ -73,11 +84,12 @@ class Progress:
     def eta(self) -> float | None:
         return eta_seconds(self.done_at_start, self.done, self.total, self.elapsed)
 
-    def advance(self, n: int = 1, note: str = "") -> None:
+    def advance(self, n: int = 1, note: str | None = None) -> None:
         self.done += n
         if self._bar is not None:
+            kept = {} if note is None else {"note": note}
             self._bar.update(self._task, completed=self.done, eta=format_seconds(self.eta),
-                             note=note)
+                             **kept)
             return
         of = f"/{self.total}" if self.total is not None else ""
         unit = f" {self.unit}" if self.unit else ""

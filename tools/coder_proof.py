@@ -11,7 +11,9 @@ Runs the pipeline's steps in one process (decode, tokenizer on the train split,
 prepare, step, eval's held-out score), then measures the compressors on exactly the held-out bytes the
 model was scored on, and greedily completes a few held-out code prompts. Prints
 a table and writes out/train/<job>/coder_proof.json. Exit 0 only when the
-run's claims hold and the model's held-out bpb is below zlib-9's.
+run's claims hold and the model's held-out bpb is below zlib-9's. On a terminal
+the training shows the loop's progress bar, elsewhere one line per pass
+(docs/training.md "Progress").
 """
 from __future__ import annotations
 

@@ -8,7 +8,9 @@ every claim its outputs make against the files themselves.
 
 Exit 0 only when the loss fell, trained=true, not_sgd=false, claim=false and
 the weights on disk hash to the checkpoint's weights_sha256 (and, for scale,
-held-out exact_match on the copy family reaches the bar).
+held-out exact_match on the copy family reaches the bar). On a terminal the
+training shows the loop's progress bar, elsewhere one line per pass
+(docs/training.md "Progress").
 """
 from __future__ import annotations
 

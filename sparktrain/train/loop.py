@@ -44,6 +44,7 @@ from sparktrain.model.parallel import GradientEngine
 from sparktrain.model.weights import (check_params, config_from_meta, load_weights,
                                       weights_bytes)
 from sparktrain.params import Defaults, StepConfig, step_record
+from sparktrain.progress import Progress
 from sparktrain.train import outputs
 from sparktrain.train.job import Job
 from sparktrain.train.live import LIVE_DIR, PassLogger
@@ -108,6 +109,32 @@ def changed_tensors(run: "_Run") -> list[str]:
 
 def _progress(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
+
+
+_progress.to_stderr = True   # a writer to stderr: the loop may draw its bar there instead
+
+
+def _bar_stream(progress):
+    """Where the loop draws its bar: stderr, when `progress` is a writer to stderr
+    (it says so with a true `to_stderr`, as _progress and train/report.py's
+    lines_after do) and stderr is a terminal. Else None: the loop prints its plain
+    lines through `progress`, so a caller's own callable always gets lines.
+    See docs/training.md ("Progress")."""
+    stream = sys.stderr
+    if getattr(progress, "to_stderr", False) and stream is not None and stream.isatty():
+        return stream
+    return None
+
+
+def _micro_bar(progress, job_id: str, step: StepConfig, done: int) -> Progress | None:
+    """The loop's bar on a terminal, over the run's micro-steps (outer x inner),
+    `done` passes already behind it: its ETA counts only this process's work."""
+    stream = _bar_stream(progress)
+    if stream is None:
+        return None
+    return Progress(f"[{job_id}] outer {min(done + 1, step.outer)}/{step.outer}",
+                    total=step.outer * step.inner, done=done * step.inner, unit="micro-steps",
+                    stream=stream, tty=True)
 
 
 # ------------------------------------------------------------------ set-up
@@ -257,7 +284,8 @@ def apply_update(run: _Run, log: _Log, batch, where: str, t: int) -> None:
 
 def _train(run: _Run, log: _Log, progress) -> None:
     """Outer passes of inner micro-steps, the curve point after each; each point
-    also goes to DVCLive (train/live.py) and to one progress line."""
+    also goes to DVCLive (train/live.py) and to one progress line. On a terminal
+    a bar over the micro-steps runs below those lines (_micro_bar)."""
     step, job = run.step, run.job
     resumed = bool(log.curve)
     if not resumed:
@@ -266,18 +294,27 @@ def _train(run: _Run, log: _Log, progress) -> None:
              f"{_losses(log.curve[-1])}  {run.data.describe}, {run.model.n_params:,} params, "
              f"{step.outer}x{step.inner} micro-steps of {step.batch_size}")
     total = step.outer * step.inner
+    bar = _micro_bar(progress, job.id, step, log.done)
+    say = progress if bar is None else bar.log
     # progress lines are the loop's own (below); the logger's display goes nowhere
     # DVCLive writes beside the job's files and its folder replaces dvclive/ with the
     # commit: a failed run leaves the last good curves as they were
-    with PassLogger(job.out_dir / LIVE_PENDING, total=step.outer + 1,
-                    start_outer=len(log.curve) - resumed, stream=_NOWHERE, tty=False) as passes:
+    # (the bar is entered first, so it is closed whatever happens after it started)
+    with bar or contextlib.nullcontext(), \
+            PassLogger(job.out_dir / LIVE_PENDING, total=step.outer + 1,
+                       start_outer=len(log.curve) - resumed, stream=_NOWHERE, tty=False) as passes:
         if not resumed:
             passes.log_pass({**log.curve[0], "lr": lr_at(step, 0, total)})
         t_start, first = time.perf_counter(), log.done
         for k in range(log.done + 1, step.outer + 1):
+            if bar is not None:
+                bar.describe(f"[{job.id}] outer {k}/{step.outer}")
             for i in range(step.inner):
                 apply_update(run, log, run.data.sampler.next(),
                              f"at outer {k} micro-step {i + 1}", (k - 1) * step.inner + i)
+                if bar is not None:
+                    bar.advance(note=f"{_losses(log.curve[-1])}  "
+                                     f"{log.run_tokens / max(log.run_seconds, 1e-9):,.0f} tok/s")
             log.curve.append(_point(run, k, "after_outer"))
             log.done = k
             if step.checkpoint_every and k % step.checkpoint_every == 0 and k < step.outer:
@@ -287,8 +324,8 @@ def _train(run: _Run, log: _Log, progress) -> None:
             # tokens/s stays out of DVCLive: its files are DVC outputs, the same every run
             passes.log_pass({**log.curve[-1], "lr": lr_at(step, k * step.inner - 1, total)})
             eta = (now - t_start) / (k - first) * (step.outer - k)
-            progress(f"[{job.id}] outer {k}/{step.outer}  {_losses(log.curve[-1])}  "
-                     f"{rate:,.0f} tok/s  {now - log.t0:.1f}s, ~{eta:.0f}s left")
+            say(f"[{job.id}] outer {k}/{step.outer}  {_losses(log.curve[-1])}  "
+                f"{rate:,.0f} tok/s  {now - log.t0:.1f}s, ~{eta:.0f}s left")
 
 
 class _Nowhere(io.TextIOBase):

@@ -32,6 +32,7 @@ def lines_after(first: str | None):
         while pending:
             print(pending.pop(), file=sys.stderr, flush=True)
         print(line, file=sys.stderr, flush=True)
+    progress.to_stderr = True   # on a terminal the loop draws its bar instead (train/loop.py)
     return progress
 
 
