@@ -32,7 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tools.readme_figures import machine  # noqa: E402
+from tools.readme_figures import README, machine, rewrite  # noqa: E402
 
 RECORD = ROOT / "out" / "coder_compare.json"
 PASS = re.compile(r"\] outer (\d+)/(\d+) .*?\s([\d.]+)s, ~")
@@ -92,6 +92,8 @@ def main(argv=None) -> int:
     ap.add_argument("--busy", action="store_true",
                     help="also run the proof beside one busy single-threaded process")
     ap.add_argument("--no-peer", action="store_true", help="only the proof (quiet, --busy)")
+    ap.add_argument("--readme", action="store_true",
+                    help="rewrite README.md's coder-peer block from this run's record")
     ap.add_argument("-S", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                     help="override a param of both (YAML value, dots for nested keys)")
     args = ap.parse_args(argv)
@@ -136,7 +138,40 @@ def main(argv=None) -> int:
     RECORD.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
     print(json.dumps(summary, indent=1, sort_keys=True))
     print(f"wrote {RECORD.relative_to(ROOT)}")
+    if args.readme:
+        text, done = rewrite(README.read_text(), {"coder-peer": table(record)})
+        README.write_text(text)
+        print(f"rewrote README.md: {', '.join(done) or 'no coder-peer block'}")
     return 0
+
+
+def table(record: dict) -> str:
+    """The README's measured table of a full record (proof, peer, ratio, busy)."""
+    s, m, r0 = record["summary"], record["machine"], record["rounds"][0]
+    proof, peer = r0["proof"], r0["peer"]
+    flags = " ".join(m["simd_flags"]) or "none found"
+    lines = [
+        "| run (same recipe, same prepared data) | training tokens/s | held-out bpb | wall |",
+        "|---|---|---|---|",
+        f"| `make spark-coder-proof`: numpy, {proof['shards']} shards on {proof['workers']} "
+        f"worker processes x {proof['blas_threads']} BLAS thread | "
+        f"{s['proof_tokens_per_s']:,.0f} | {s['proof_heldout_bpb']:.4f} | "
+        f"{s['proof_wall_seconds']:.0f} s |",
+        f"| {peer['peer']}, {peer['threads']} threads (`tools/torch_peer_coder.py`) | "
+        f"{s['peer_tokens_per_s']:,.0f} | {s['peer_heldout_bpb']:.4f} | "
+        f"{s['peer_wall_seconds']:.0f} s |",
+        f"| zlib-9 on the same held-out bytes | | {s['zlib9_bpb']:.4f} | |",
+        "",
+        f"The proof trains at **{s['ratio']:.2f}x** the peer's tokens/s (median of the "
+        f"per-round ratios, {len(record['rounds'])} interleaved rounds; "
+        f"`python tools/coder_compare.py --busy --readme`)."]
+    if "busy_worst" in s:
+        lines.append(f"Beside one busy single-threaded process its slowest outer pass took "
+                     f"{s['busy_worst']:.2f}x that pass's quiet time.")
+    lines.append(f"Measured {record['date']} on {m['cores']} cores of {m['cpu']} "
+                 f"({m['arch']}; SIMD: {flags}), load average {m['load_average'][0]} at the "
+                 f"start.")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -102,7 +102,7 @@ def fig_scale_proof(work: Path, quick: bool) -> dict:
     lines = out.splitlines()
     table = lines[lines.index(TABLE_BEGIN) + 1:lines.index(TABLE_END)]
     return {"wall_s": round(wall, 1), "table": table, "quick_budget": quick,
-            "text": "\n".join(table)}
+            "text": "\n".join(table) + f"\n\n({wall / 60:.1f} min wall, the whole proof)"}
 
 
 def fig_bench(work: Path, quick: bool) -> dict:
@@ -119,6 +119,20 @@ def fig_bench(work: Path, quick: bool) -> dict:
                      + (f" ({v['mfu'] * 100:.0f} % of the matmul peak)" if v["mfu"] else "")
                      for s, v in found.items())
     return {**found, "text": f"`spark bench`: {text}"}
+
+
+def fig_workers(work: Path, quick: bool) -> dict:
+    """`spark bench --workers 2` at large: 2 shards on 1 worker and on 2, interleaved."""
+    extra = ["--steps", "2", "--rounds", "1"] if quick else []
+    _, out = _run(ROOT, sys.executable, "-m", "sparktrain.cli", "bench", "--scale", "large",
+                  "--workers", "2", *extra, "--json")
+    doc, _ = json.JSONDecoder().raw_decode(out[out.index("{"):])
+    sc = doc["scaling"]
+    one, two = sc["tokens_per_s"]
+    return {**sc, "text": f"`spark bench --scale large --workers 2` ({doc['rounds']} interleaved "
+                          f"rounds, medians; {sc['shards']} shards): 1 worker {one:,.0f} -> 2 "
+                          f"workers {two:,.0f} tokens/s ({sc['speedup']:.2f}x), the same weight "
+                          f"bytes: {sc['same_bytes']}"}
 
 
 def fig_coder_proof(work: Path, quick: bool) -> dict:
@@ -149,6 +163,7 @@ FIGURES = {
     "pipeline": (fig_pipeline, True),
     "scale-proof": (fig_scale_proof, True),
     "bench": (fig_bench, True),
+    "workers": (fig_workers, True),
     "coder-proof": (fig_coder_proof, False),
     "sweep": (fig_sweep, False),
     "tests": (fig_tests, False),
