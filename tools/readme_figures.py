@@ -222,23 +222,38 @@ def main(argv=None) -> int:
               f"{', '.join(FIGURES)}", file=sys.stderr)
         return 2
     record = {"machine": machine(), "quick": args.quick, "figures": {}}
+    failed = None
     with tempfile.TemporaryDirectory(prefix="readme-figures-") as tmp:
         for name in names:
             print(f"readme_figures: {name} ...", file=sys.stderr, flush=True)
             t0 = time.perf_counter()
-            record["figures"][name] = FIGURES[name][0](Path(tmp), args.quick)
+            try:
+                record["figures"][name] = FIGURES[name][0](Path(tmp), args.quick)
+            except SystemExit as err:  # a run that failed: keep the figures measured so far
+                failed = f"{name}: {err}"
+                print(f"readme_figures: {name} FAILED; the figures before it are kept",
+                      file=sys.stderr, flush=True)
+                break
             print(f"readme_figures: {name} done in {time.perf_counter() - t0:.0f}s",
                   file=sys.stderr, flush=True)
+            _save(record, args.record)  # after every figure: a late failure loses nothing
     record["machine"]["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
-    Path(args.record).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.record).write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+    _save(record, args.record)
     print(f"wrote {args.record}")
     if not args.quick:
         readme = Path(args.readme)
         text, done = rewrite(readme.read_text(), blocks(record))
         readme.write_text(text)
         print(f"rewrote {args.readme}: {', '.join(done) or 'no blocks'}")
+    if failed:
+        print(f"readme_figures: error: {failed}", file=sys.stderr)
+        return 1
     return 0
+
+
+def _save(record: dict, path: str) -> None:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
 
 
 if __name__ == "__main__":

@@ -105,6 +105,7 @@ def test_generate_escapes_on_a_terminal_unless_raw(trained, monkeypatch):
         tty = Tty()
         monkeypatch.setattr("sys.stdout", tty)
         args = argparse.Namespace(weights=str(weights), max_new=8, temperature=0.0, top_k=0,
-                                  seed=0, prompt="hi", raw=raw, tokenizer=None)
+                                  seed=0, prompt="hi", raw=raw, tokenizer=None,
+                                  device="cpu")
         assert commands.cmd_generate(args) == 0
         assert tty.text == want
