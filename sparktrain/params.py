@@ -23,6 +23,7 @@ from sparktrain.data.vocab import MAX_VOCAB, MIN_BPE_VOCAB, TOKENIZERS
 from sparktrain.errors import SparkError
 from sparktrain.fsutil import read_input
 from sparktrain.model.config import ARCH_KEYS, SCALES, ModelConfig
+from sparktrain.model.device import DEVICES
 from sparktrain.safeload import load_yaml
 from sparktrain.train.job import check_job_id
 
@@ -92,7 +93,7 @@ class StepConfig:
     min_lr: Float = Field(0.0, ge=0, description="floor of the cosine decay")
     checkpoint_every: StrictInt = Field(0, ge=0, description="save a resumable state every "
                                                              "N outer passes (0 = off)")
-    device: Literal["cpu", "cuda", "mps", "auto"] = Field(
+    device: Literal[DEVICES] = Field(
         "cpu", description="where the arrays live: cpu (numpy, the reference bytes), cuda or "
                            "mps (the gpu extra), auto = a GPU when one is seen (docs/gpu.md)")
 

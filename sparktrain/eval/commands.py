@@ -9,11 +9,11 @@ import math
 import os
 import sys
 
+from sparktrain.model.device import DEVICES
 from sparktrain.textout import printable_lines
 
 TOKENIZER_HELP = ("tokenizer.json of a corpus or BPE pairs job (default: the one beside "
                   "--weights); its sha256 must be the one the weights record")
-DEVICES = ("cpu", "cuda", "mps", "auto")  # model/device.py's, kept here so --help stays fast
 DEVICE_HELP = ("where the forward passes run: cpu (default, numpy), cuda or mps (the gpu "
                "extra), auto = a GPU when one is seen (docs/gpu.md)")
 

@@ -223,6 +223,8 @@ class ArrayApiOps:
         return hit[1]
 
     def to_host(self, x) -> np.ndarray:
+        if isinstance(x, np.ndarray):                          # host already (a step count)
+            return x
         if hasattr(x, "get") and not hasattr(x, "cpu"):        # CuPy
             return x.get()
         if hasattr(x, "cpu"):                                  # PyTorch

@@ -56,12 +56,13 @@ class PassLogger:
     `folder` is the job folder; `total` the outer passes of the whole run;
     `start_outer` the passes already done before this process (0 on a fresh run,
     the checkpoint's count after a resume: earlier DVCLive rows are kept, the ETA
-    counts only this process's passes).
+    counts only this process's passes). `display=False`: DVCLive only, no progress
+    (the training loop draws its own lines and bar).
     """
 
     def __init__(self, folder: str | os.PathLike, total: int, start_outer: int = 0,
                  what: str = "step", stream: TextIO | None = None, tty: bool | None = None,
-                 clock: Callable[[], float] | None = None):
+                 clock: Callable[[], float] | None = None, display: bool = True):
         self.folder = Path(folder)
         resume = start_outer > 0 and (self.folder / LIVE_DIR).is_dir()
         if resume:
@@ -69,8 +70,8 @@ class PassLogger:
         self.live = Live(dir=str(self.folder / LIVE_DIR), resume=resume, save_dvc_exp=False,
                          dvcyaml=None, report=None)
         extra = {"clock": clock} if clock is not None else {}
-        self.progress = Progress(what, total=total, done=start_outer, unit="passes",
-                                 stream=stream, tty=tty, **extra)
+        self.progress = (Progress(what, total=total, done=start_outer, unit="passes",
+                                  stream=stream, tty=tty, **extra) if display else None)
 
     def log_pass(self, record: dict) -> None:
         """`record`: {"outer", "loss", and any of "heldout_loss", "heldout_bpb",
@@ -81,10 +82,12 @@ class PassLogger:
             if value is not None and math.isfinite(float(value)):
                 self.live.log_metric(name, float(value))
         self.live.next_step()   # the summary, and the step-done signal editors watch
-        self.progress.advance(1, note=_note(record))
+        if self.progress is not None:
+            self.progress.advance(1, note=_note(record))
 
     def close(self) -> None:
-        self.progress.close()
+        if self.progress is not None:
+            self.progress.close()
         self.live.end()
 
     def __enter__(self) -> "PassLogger":

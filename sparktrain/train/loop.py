@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import io
 import json
 import os
 import shutil
@@ -184,13 +183,6 @@ class _Run:
     def host_params(self) -> dict[str, np.ndarray]:
         return self.device.to_host(self.params)
 
-    def host_state(self) -> dict[str, np.ndarray]:
-        """The optimizer's state as host arrays (its step count is host already)."""
-        state = self.optimizer.state()
-        return {**self.device.to_host({k: a for k, a in state.items()
-                                       if not isinstance(a, np.ndarray)}),
-                **{k: a for k, a in state.items() if isinstance(a, np.ndarray)}}
-
 
 def _set_up(job: Job, step: StepConfig, cfg: ModelConfig, source: DataSource,
             progress) -> _Run:
@@ -296,13 +288,13 @@ def _train(run: _Run, log: _Log, progress) -> None:
     total = step.outer * step.inner
     bar = _micro_bar(progress, job.id, step, log.done)
     say = progress if bar is None else bar.log
-    # progress lines are the loop's own (below); the logger's display goes nowhere
+    # progress lines and the bar are the loop's own (below): the logger only feeds DVCLive
     # DVCLive writes beside the job's files and its folder replaces dvclive/ with the
     # commit: a failed run leaves the last good curves as they were
     # (the bar is entered first, so it is closed whatever happens after it started)
     with bar or contextlib.nullcontext(), \
             PassLogger(job.out_dir / LIVE_PENDING, total=step.outer + 1,
-                       start_outer=len(log.curve) - resumed, stream=_NOWHERE, tty=False) as passes:
+                       start_outer=len(log.curve) - resumed, display=False) as passes:
         if not resumed:
             passes.log_pass({**log.curve[0], "lr": lr_at(step, 0, total)})
         t_start, first = time.perf_counter(), log.done
@@ -326,14 +318,6 @@ def _train(run: _Run, log: _Log, progress) -> None:
             eta = (now - t_start) / (k - first) * (step.outer - k)
             say(f"[{job.id}] outer {k}/{step.outer}  {_losses(log.curve[-1])}  "
                 f"{rate:,.0f} tok/s  {now - log.t0:.1f}s, ~{eta:.0f}s left")
-
-
-class _Nowhere(io.TextIOBase):
-    def write(self, text: str) -> int:
-        return len(text)
-
-
-_NOWHERE = _Nowhere()
 
 
 def _losses(point: dict) -> str:
@@ -374,7 +358,8 @@ def save_resume(run: _Run, log: _Log) -> None:
     """The whole state after pass `log.done`, through the commit journal: a kill at
     any moment leaves the previous state or this one, never half of each."""
     tensors = {f"param.{n}": a for n, a in run.host_params().items()}
-    tensors.update({f"opt.{n}": a for n, a in run.host_state().items()})
+    opt_state = run.device.to_host(run.optimizer.state())
+    tensors.update({f"opt.{n}": a for n, a in opt_state.items()})
     state = {"fingerprint": run.fingerprint, "done": log.done, "curve": log.curve,
              "tokens_seen": log.tokens_seen, "clipped": log.clipped,
              "flops_seen": log.flops_seen, "sampler": run.data.sampler.state()}
