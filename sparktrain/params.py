@@ -28,6 +28,9 @@ from sparktrain.safeload import load_yaml
 from sparktrain.train.job import check_job_id
 
 PARAMS_FILE = "params.yaml"
+# The Spark-coder recipes, one row per scale, each row a whole params file
+# (`spark code train --scale S`; docs/compat.md).
+RECIPES_FILE = "data/programs/coder-recipes.yaml"
 STRICT = ConfigDict(extra="forbid")
 # `step.step` in params.yaml and `--step` on the command line are the original's
 # names; inside the code the field is `step_n`, like the weights' metadata.
@@ -283,6 +286,48 @@ def load_params(path: str | Path = PARAMS_FILE) -> Params:
     text = read_input(path, "params file")
     raw = load_yaml(text, str(path))  # no aliases, bounded depth (sparktrain/safeload.py)
     return parse_params(raw)
+
+
+def load_recipe(scale: str, path: str | Path = RECIPES_FILE) -> Params:
+    """The row `scale` of the recipe table: a params file of its own, validated like
+    params.yaml; an unknown row is one line naming the known ones."""
+    path = Path(path)
+    table = load_yaml(read_input(path, "recipe table"), str(path))
+    if not isinstance(table, dict) or not all(isinstance(r, dict) for r in table.values()):
+        raise SparkError(f"{path}: expected a mapping of scale names to params")
+    if scale not in table:
+        raise SparkError(f"no coder recipe for scale {scale!r} in {path}; known: "
+                         f"{', '.join(table)} (or give a params file with --params)")
+    try:
+        return parse_params(table[scale])
+    except SparkError as err:
+        raise SparkError(f"{path} row {scale}: {err}") from None
+
+
+def dvc_set_flags(raw: dict, prefix: str = "") -> list[str]:
+    """A params mapping as `dvc exp run` overrides: one `-S ++key=value` per leaf
+    (`++`: set the key whether or not params.yaml has it), values in the override
+    grammar (strings quoted, lists in brackets), so the pipeline runs that params file."""
+    flags = []
+    for key, value in raw.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flags += dvc_set_flags(value, name + ".")
+        else:
+            flags += ["-S", f"++{name}={_override_value(value)}"]
+    return flags
+
+
+def _override_value(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(_override_value(v) for v in value) + "]"
+    raise SparkError(f"params: cannot pass {type(value).__name__} {value!r} to dvc exp run -S")
 
 
 # Knobs recorded only when they differ from their defaults, so a run that does

@@ -3,7 +3,8 @@
 - `spark apply-step --sparkbc P --weights W --dataset D ...`: one STEP on a
   weights file, created or updated in place (the original `apply_step.py`);
 - `spark code train --scale S [--device auto|cpu|cuda|mps]` (also `spark-code train`):
-  train the Spark-coder job with the scale table's settings.
+  train the Spark-coder recipe of a scale (data/programs/coder-recipes.yaml) and say
+  what it learned (sparktrain/eval/learned.py).
 
 Both are thin fronts over the calls `spark train` makes, so the same inputs give
 the same bytes.
@@ -20,10 +21,6 @@ from sparktrain.model.config import scale_names
 from sparktrain.model.device import DEVICES
 from sparktrain.train.commands import ARCH, add_train_flags
 
-# The Spark-coder job when the project has one, else the default fixture job.
-CODER_JOBS = (("data/programs/train-coder.sparkbc", "job-coder-tiny"),
-              ("data/programs/train-step.sparkbc", "job-dry-001"))
-CODER_SHARDS = 2  # every core of a 2-core machine, at bytes that never depend on the cores
 
 
 def register(sub) -> None:
@@ -52,19 +49,24 @@ def register(sub) -> None:
     code_sub = code.add_subparsers(dest="code_command", metavar="COMMAND",
                                    parser_class=sub._parser_class)
     t = code_sub.add_parser("train", help="train the Spark-coder job at a scale",
-                            description="Train the Spark-coder job (the fixture job when the "
-                                        "project has no coder job) with the scale table's "
-                                        "settings and params.yaml's step knobs.")
-    t.add_argument("--scale", default="tiny",
-                   help=f"{scale_names()}, or a row of params.yaml's scales")
+                            description="Train a Spark-coder recipe (data/programs/"
+                                        "coder-recipes.yaml: tokenizer, vocabulary, optimizer, "
+                                        "schedule, batch and passes made for code), then print "
+                                        "the held-out bits per byte beside zlib-9 and lzma-9e "
+                                        "and completions of fixed prompts.")
+    which = t.add_mutually_exclusive_group()
+    which.add_argument("--scale", default=None,
+                       help=f"the recipe of a scale ({scale_names()}; default tiny)")
+    which.add_argument("--params", default=None, metavar="FILE",
+                       help="train this params file instead (the schema of params.yaml)")
     t.add_argument("--device", default="auto", choices=DEVICES,
                    help="auto (default): the GPU PyTorch sees (the gpu extra), else the CPU, "
                         "saying which; cpu: numpy, the reference bytes; cuda or mps "
                         "(docs/gpu.md)")
-    t.add_argument("--shards", type=int, default=CODER_SHARDS,
-                   help=f"fixed gradient shards per micro-step, computed by one worker "
-                        f"process per core; the bytes depend on it, not on the cores "
-                        f"(default {CODER_SHARDS}; params.yaml's step.shards is not used)")
+    t.add_argument("--shards", type=int, default=None,
+                   help="fixed gradient shards per micro-step, computed by one worker "
+                        "process per core; the bytes depend on it, not on the cores "
+                        "(default: the recipe's step.shards)")
     t.set_defaults(func=cmd_code_train)
     code.set_defaults(func=lambda args: _usage(code))
 
@@ -141,21 +143,31 @@ def cmd_apply_step(args) -> int:
 
 def cmd_code_train(args) -> int:
     from sparktrain.data.source import prepare_job, source_for
+    from sparktrain.eval.learned import learned, learned_text
+    from sparktrain.model.bench import grind_note
     from sparktrain.model.device import resolve as resolve_device
-    from sparktrain.params import load_params_or_defaults, model_config, override
+    from sparktrain.params import load_params, load_recipe, override
     from sparktrain.train.commands import run_and_record
     from sparktrain.train.job import job_from_program
 
-    program, job_id = next(((p, j) for p, j in CODER_JOBS if Path(p).is_file()), CODER_JOBS[-1])
-    knobs = load_params_or_defaults()
+    knobs = load_params(args.params) if args.params else load_recipe(args.scale or "tiny")
     step = override(knobs.step, shards=args.shards, device=args.device)
-    resolve_device(step.device)  # a GPU that cannot be had: one line before prepare writes
-    cfg = model_config(args.scale, knobs.scales, train_attn=step.train_attn)
-    job = job_from_program(program, job_id)
-    # what the tokenizer and prepare stages do, with the params' settings
-    prepare_job(job.out_dir, source_for(job.dataset, knobs), knobs.tokenizer, knobs.vocab_size)
+    device = resolve_device(step.device)  # a GPU that cannot be had: one line before prepare
+    cfg = knobs.model_config()
+    note = grind_note(device, step.device, cfg,
+                      step.outer * step.inner * step.batch_size * cfg.seq_len,
+                      f"spark code train --scale {knobs.scale}")
+    if note:
+        print(note, file=sys.stderr)
+    job = job_from_program(knobs.program, knobs.job)
+    source = source_for(job.dataset, knobs)
+    # what the tokenizer and prepare stages do, with the recipe's settings
+    prepare_job(job.out_dir, source, knobs.tokenizer, knobs.vocab_size)
     print(json.dumps(run_and_record(job, knobs, step, cfg, heldout=knobs.heldout()),
                      sort_keys=True))
+    if source.kind == "corpus":
+        label = f"{knobs.scale}, {knobs.tokenizer}"
+        print("\n" + learned_text(learned(job.out_dir, source, knobs.eval), label), end="")
     return 0
 
 

@@ -117,19 +117,58 @@ def test_apply_step_exits_2_when_the_run_did_not_train(project):
     assert sha(project / WEIGHTS) == before
 
 
+# A short coder recipe (the schema of params.yaml): what `--params FILE` trains.
+SHORT_CODER = """job: job-coder-tiny
+program: data/programs/train-coder.sparkbc
+scale: tiny
+tokenizer: bpe
+vocab_size: 300
+corpus: {glob: "*.py", heldout: 0.1}
+step: {outer: 2, inner: 4, lr: 0.01, batch_size: 8, optimizer: adamw, shards: 2}
+"""
+
+
 def test_spark_code_train_on_the_cpu(project):
-    rc, out, err = run_spark(["code", "train", "--scale", "tiny", "--device", "auto"],
+    (project / "short.yaml").write_text(SHORT_CODER)
+    rc, out, err = run_spark(["code", "train", "--params", "short.yaml", "--device", "auto"],
                              cwd=project)
     assert rc == 0, err
     assert err.count("device: cpu (auto") == 1  # `auto` says once what it picked
-    assert summary(out)["trained"] is True
+    first, report = out.split("\n", 1)
+    assert json.loads(first)["trained"] is True
     # the Spark-coder job: a corpus, its tokenizer and streams prepared first
-    assert summary(out)["job"] == "job-coder-tiny"
-    assert (project / "out/train/job-coder-tiny/corpus/train.bin").stat().st_size > 0
-    # every core, at bytes fixed by the shard count (params.yaml says 1)
+    assert json.loads(first)["job"] == "job-coder-tiny"
     folder = project / "out/train/job-coder-tiny"
+    assert (folder / "corpus/train.bin").stat().st_size > 0
+    # the recipe's tokenizer and shards, not params.yaml's (byte, 1)
     assert json.loads((folder / "checkpoint.json").read_text())["shards"] == 2
     assert json.loads((folder / "perf.json").read_text())["shards"] == 2
+    assert json.loads((folder / "tokenizer.json").read_text())["model"]["type"] == "BPE"
+    # what was learned: the whole held-out stream's bpb beside the compressors, on the
+    # bytes prepare measured them on, and the fixed prompts sampled and greedy
+    files = json.loads((folder / "corpus/files.json").read_text())
+    assert f"the whole held-out stream ({files['heldout_bytes']:,} bytes)" in report
+    lines = report.splitlines()
+    model_bpb = float(next(ln for ln in lines if ln.strip().startswith("model (tiny, bpe)"))
+                      .split()[-1])
+    assert 0 < model_bpb < 16
+    for name, key in (("zlib level 9", "zlib9_bpb"), ("lzma preset 9e", "lzma9e_bpb")):
+        shown = next(ln for ln in lines if ln.strip().startswith(name)).split()[-1]
+        assert shown == f"{files['heldout_baselines'][key]:.4f}"
+    assert report.count("--- sampled (temperature 0.7, top-k 40, seed 0) ---") == 3
+    assert report.count("--- greedy ---") == 3
+    assert "--- prompt ---\nfor i in range(" in report
+    # the 64-window figure is labelled as the estimate it is
+    assert "64-window est." in err
+    # the same recipe, again: the same weights and the same printed report
+    rc2, out2, _ = run_spark(["code", "train", "--params", "short.yaml", "--device", "cpu"],
+                             cwd=project)
+    first2, report2 = out2.split("\n", 1)
+    assert rc2 == 0 and report2 == report
+    assert json.loads(first2)["weights_sha256"] == json.loads(first)["weights_sha256"]
+
+
+def test_spark_code_train_mistakes(project):
     rc, out, err = run_spark(["code", "train", "--scale", "tiny", "--shards", "0"], cwd=project)
     assert_one_line_error(rc, err, "shards must be >= 1")
     rc, out, err = run_spark(["code", "train", "--scale", "tiny", "--device", "cuda"],
@@ -137,7 +176,22 @@ def test_spark_code_train_on_the_cpu(project):
     assert_one_line_error(rc, err, "--device cuda:")  # no gpu extra, or no CUDA device
     assert not (project / "out/train/job-coder-tiny/failed.json").exists()
     rc, out, err = run_spark(["code", "train", "--scale", "huge"], cwd=project)
-    assert_one_line_error(rc, err, "unknown scale 'huge'")
+    assert_one_line_error(rc, err, "no coder recipe for scale 'huge'")
+    rc, out, err = run_spark(["code", "train", "--params", "missing.yaml"], cwd=project)
+    assert rc == 2 and "Traceback" not in err
+    assert not (project / "out/train/job-coder-tiny").exists()
+
+
+def test_every_scale_has_a_recipe():
+    """The recipe table's rows are valid params files, one per built-in scale, each
+    training that scale with a code tokenizer and an optimizer made for it."""
+    from sparktrain.model.config import SCALES
+    from sparktrain.params import load_recipe
+
+    for scale in SCALES:
+        p = load_recipe(scale, ROOT / "data/programs/coder-recipes.yaml")
+        assert p.scale == scale and p.tokenizer == "bpe" and p.step.optimizer == "adamw"
+        assert p.step.schedule == "cosine" and p.step.outer * p.step.inner >= 500
 
 
 @pytest.mark.e2e
@@ -158,7 +212,8 @@ def test_the_original_command_lines_in_a_fresh_copy(tmp_path):
     assert [json.loads(line)["op"] for line in ran.stdout.splitlines()
             if line.startswith("{")][:2] == ["TRAIN", "STEP"]
     coded = sh(str(bin_dir / "spark-code"), "train", "--scale", "tiny", "--device", "auto")
-    assert json.loads(coded.stdout)["trained"] is True
+    assert json.loads(coded.stdout.splitlines()[0])["trained"] is True
+    assert "held-out bits per byte, the whole held-out stream" in coded.stdout
     # -o: never remake the install stamp: a pip install -e from this temporary copy
     # would point the checkout's virtualenv at files deleted after the test
     make = ["make", f"VENV={VENV}", "-o", f"{VENV}/.installed-stamp"] if VENV.is_dir() else None
