@@ -295,6 +295,8 @@ def format_table(sweep: dict) -> str:
     lines += _columns(head, rows)
     key = "train: training loss after the last pass; on the held-out data: " + ", ".join(
         f"{TABLE_HEADS.get(k, k)} = {k}" for k in metric_keys)
+    if "bpb" in metric_keys:
+        key += " (bpb: the whole held-out stream; the per-pass bpb is a 64-window estimate)"
     lines += ["", *textwrap.wrap(key, 78)]
     lines += ["", "loss per outer pass: training (held-out)", ""]
     outers = sorted({p["outer"] for e in exps for p in e.loss_curve + e.heldout})
@@ -363,7 +365,7 @@ def _legend_title(kinds: list[str]) -> str:
     if "pairs" in kinds:
         parts.append("pairs: ● training loss  ■ held-out loss")
     if "corpus" in kinds:
-        parts.append("corpus: ■ held-out bits per byte")
+        parts.append("corpus: ■ held-out bits per byte (per pass: 64-window estimate)")
     return "    ".join(parts)
 
 

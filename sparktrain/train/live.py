@@ -29,6 +29,13 @@ from sparktrain.progress import Progress
 LIVE_DIR = "dvclive"
 METRICS = ("loss", "heldout_loss", "heldout_bpb", "lr", "tokens_per_s")
 DETERMINISTIC = ("loss", "heldout_loss", "heldout_bpb", "lr")
+# A record key's DVCLive series, where the name alone would mislead: the per-pass bpb
+# is of 64 fixed held-out windows, an estimate; eval.json's `bpb` is the whole stream.
+SERIES = {"heldout_bpb": "heldout_bpb_64window_estimate"}
+
+
+def series_name(key: str) -> str:
+    return SERIES.get(key, key)
 
 
 def series_path(folder: str | os.PathLike, name: str) -> Path:
@@ -40,7 +47,7 @@ def _trim_series(folder: Path, start_outer: int) -> None:
     """Drop the rows of passes at or after `start_outer`: a run that crashed after
     logging a pass but before committing it logs that pass again on resume."""
     for name in METRICS:
-        path = series_path(folder, name)
+        path = series_path(folder, series_name(name))
         if not path.is_file():
             continue
         with open(path, newline="", encoding="utf-8") as f:
@@ -80,7 +87,7 @@ class PassLogger:
         for name in METRICS:
             value = record.get(name)
             if value is not None and math.isfinite(float(value)):
-                self.live.log_metric(name, float(value))
+                self.live.log_metric(series_name(name), float(value))
         self.live.next_step()   # the summary, and the step-done signal editors watch
         if self.progress is not None:
             self.progress.advance(1, note=_note(record))
@@ -102,7 +109,7 @@ def _note(record: dict) -> str:
     if record.get("heldout_loss") is not None:
         parts.append(f"held-out {record['heldout_loss']:.4f}")
     if record.get("heldout_bpb") is not None:
-        parts.append(f"{record['heldout_bpb']:.3f} bpb")
+        parts.append(f"{record['heldout_bpb']:.3f} bpb (64-window est.)")
     if record.get("tokens_per_s"):
         parts.append(f"{record['tokens_per_s']:,.0f} tok/s")
     return ", ".join(parts)

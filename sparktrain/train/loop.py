@@ -325,7 +325,7 @@ def _losses(point: dict) -> str:
     if "heldout_loss" in point:
         text += f"  held-out {point['heldout_loss']:.4f}"
     if "heldout_bpb" in point:
-        text += f" ({point['heldout_bpb']:.3f} bpb)"
+        text += f" ({point['heldout_bpb']:.3f} bpb, 64-window est.)"
     return text
 
 
