@@ -11,7 +11,8 @@ Spark's prompt format, [BOS] + prompt + [SEP], when special tokens are asked for
 A tokenizer.json given on the command line (e.g. a byte-level BPE) is taken as
 is, provided its vocabulary is the model's. Weights that record the sha256 of
 their tokenizer (BPE and corpus jobs) take the job's tokenizer.json beside them
-and must match it byte for byte (`model_tokenizer_json`).
+and must match it byte for byte (`model_tokenizer_json`); a BPE one travels
+with Spark's prompt format added as its post-processor (`with_spark_template`).
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from pathlib import Path
 from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, processors
 
 from sparktrain.data.pairs import BOS, EOS, SEP
-from sparktrain.data.tokenizer import read_tokenizer
+from sparktrain.data.tokenizer import is_pairs_model, read_tokenizer
 from sparktrain.errors import SparkError
 from sparktrain.fsutil import read_input
 from sparktrain.jobfiles import TOKENIZER
@@ -88,7 +89,20 @@ def model_tokenizer_json(weights: str | os.PathLike, meta: dict, cfg: ModelConfi
     tok, _ = read_tokenizer(path, recorded, os.fspath(weights))  # the sha256 checked first
     if tok.kind == "byte":   # a corpus job on bytes: the HF byte tokenizer
         return tokenizer_json(cfg, None)
-    return tokenizer_json(cfg, path)
+    return with_spark_template(tokenizer_json(cfg, path), pairs=is_pairs_model(meta))
+
+
+def with_spark_template(tok_text: str, *, pairs: bool) -> str:
+    """A job's BPE tokenizer.json with the ids `spark generate` puts around a prompt as
+    its post-processor: [BOS] + prompt + [SEP] for a pairs model, [BOS] + prompt for a
+    corpus model (which continues text), so transformers' tokenizer (special tokens on,
+    its default) gives the model the same ids. The vocabulary and merges are unchanged."""
+    tok = Tokenizer.from_str(tok_text)
+    bos, sep = SPECIALS[BOS], SPECIALS[SEP]
+    tok.post_processor = processors.TemplateProcessing(
+        single=f"{bos} $A {sep}" if pairs else f"{bos} $A",
+        special_tokens=[(bos, tok.token_to_id(bos)), (sep, tok.token_to_id(sep))])
+    return tok.to_str(pretty=True) + "\n"
 
 
 def tokenizer_json(cfg: ModelConfig, path: str | os.PathLike | None) -> str:

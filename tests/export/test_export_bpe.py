@@ -31,10 +31,43 @@ def test_hf_export_takes_the_jobs_tokenizer(bpe_job, tmp_path):
     rc, _, err = run_spark(["export", tmp_path / "hf", "--to", "hf",
                             "--weights", folder / "weights.safetensors"])
     assert rc == 0, err
-    assert (tmp_path / "hf/tokenizer.json").read_bytes() == (folder / "tokenizer.json").read_bytes()
+    # the job's vocabulary and merges, with Spark's prompt format as the post-processor
+    exported = json.loads((tmp_path / "hf/tokenizer.json").read_text())
+    job = json.loads((folder / "tokenizer.json").read_text())
+    assert exported["model"] == job["model"] and job["post_processor"] is None
+    assert exported["post_processor"]["type"] == "TemplateProcessing"
     conf = json.loads((tmp_path / "hf/config.json").read_text())
     assert conf["vocab_size"] == tok.vocab > 256
     assert (conf["bos_token_id"], conf["eos_token_id"]) == (tok.bos, tok.eos) == (0, 2)
+
+
+@pytest.mark.parametrize("kind, after", [("pairs", ["<|sep|>"]), ("corpus", [])])
+def test_the_exported_bpe_tokenizer_adds_what_spark_generate_adds(tmp_path, kind, after):
+    """[BOS] + prompt + [SEP] for a pairs model, [BOS] + prompt for a corpus model: the
+    ids `spark generate` feeds the model (eval/generate.py), from the tokenizer alone."""
+    from tokenizers import Tokenizer
+
+    from sparktrain.eval.generate import corpus_context, prompt_context
+
+    folder = tmp_path / "job"
+    folder.mkdir()
+    tok = train_bpe(project_prompts(40) * 4, 300)
+    text = tok.to_json().encode()
+    (folder / "tokenizer.json").write_bytes(text)
+    write_weights(folder / "weights.safetensors", dataclasses.replace(SMALL, vocab=tok.vocab),
+                  dataset_kind=kind, tokenizer="bpe", tokenizer_sha256=sha256_bytes(text))
+    rc, _, err = run_spark(["export", tmp_path / "hf", "--to", "hf",
+                            "--weights", folder / "weights.safetensors"])
+    assert rc == 0, err
+    hf = Tokenizer.from_file(str(tmp_path / "hf/tokenizer.json"))
+    for prompt in project_prompts(6):
+        enc = hf.encode(prompt)
+        assert enc.tokens[0] == "<|bos|>" and enc.tokens[len(enc.tokens) - len(after):] == after \
+            if after else enc.tokens[-1] != "<|sep|>"
+        spark = (prompt_context(prompt, 4096, tok) if kind == "pairs"
+                 else corpus_context(tok, prompt, 4096))[0]
+        assert enc.ids == spark.tolist()
+        assert hf.encode(prompt, add_special_tokens=False).ids == tok.encode(prompt).tolist()
 
 
 def test_gguf_export_takes_the_jobs_tokenizer(bpe_job, tmp_path):
