@@ -22,7 +22,7 @@ from sparktrain.fsutil import sha256_bytes
 from sparktrain.model.batch import TokenBatch
 from sparktrain.model.build import build_model
 from sparktrain.model.memory import check_fits
-from sparktrain.model.config import SCALES
+from sparktrain.model.config import SCALES, flops_per_token
 from sparktrain.model.device import CPU
 from sparktrain.model.parallel import GradientEngine
 
@@ -46,6 +46,44 @@ def matmul_peak(sizes=(768, 1024, 1280), repeats=3) -> float:
             np.matmul(a, b, out=c)
             best = max(best, 2.0 * n ** 3 / (time.perf_counter() - t0))
     return best
+
+
+# What the loop reaches of the matmul peak on a CPU: about a fifth (the README's bench
+# table: 14-24 %), so a run's estimate divides by this share of the measured peak.
+CPU_SHARE_OF_PEAK = 0.2
+GRIND_S = 180  # a CPU run estimated above this is said before it starts
+
+
+def cpu_estimate_s(cfg, tokens: int, peak: float | None = None) -> float:
+    """Seconds a CPU run of `tokens` training tokens should take: model FLOPs x tokens
+    over this CPU's measured matmul FLOP/s (a quick probe) at CPU_SHARE_OF_PEAK."""
+    return flops_per_token(cfg) * tokens / ((peak or matmul_peak()) * CPU_SHARE_OF_PEAK)
+
+
+def grind_note(device, requested: str, cfg, tokens: int, what: str) -> str | None:
+    """One line when `--device auto` fell back to the CPU for a run estimated above
+    GRIND_S; None otherwise (a GPU, an explicit --device cpu, a short run)."""
+    if requested != "auto" or device.kind != "cpu":
+        return None
+    seconds = cpu_estimate_s(cfg, tokens)
+    if seconds <= GRIND_S:
+        return None
+    return (f"{what} on the CPU (--device auto found no GPU): estimated ~{_duration(seconds)} "
+            f"({flops_per_token_text(cfg)} x {tokens:,} tokens at "
+            f"{CPU_SHARE_OF_PEAK:.0%} of this CPU's measured matmul peak); --device cpu to "
+            f"run it anyway without this note, or a machine with a GPU")
+
+
+def flops_per_token_text(cfg) -> str:
+    return f"{flops_per_token(cfg) / 1e6:,.0f} MFLOP/token"
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
 
 
 def device_matmul_peak(dev, n=4096, repeats=5) -> float:

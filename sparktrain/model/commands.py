@@ -51,8 +51,9 @@ def _bench(args) -> int:
 
     from sparktrain.errors import SparkError
     from sparktrain.fsutil import canonical_json
-    from sparktrain.model.bench import (BENCH_LR, WARMUP_STEPS, format_report, plain_sgd,
-                                        run_bench, run_scaling, stderr_line, stderr_progress)
+    from sparktrain.model.bench import (BENCH_LR, DEFAULT_BATCH, WARMUP_STEPS, format_report,
+                                        grind_note, plain_sgd, run_bench, run_scaling,
+                                        stderr_line, stderr_progress)
     from sparktrain.model.device import resolve
     from sparktrain.params import StepConfig, load_params, override, scale_config
     from sparktrain.train.update import JobUpdates
@@ -72,6 +73,11 @@ def _bench(args) -> int:
     device = resolve(args.device)
     if device.note and not args.json:
         stderr_line(device.note)
+    bench_tokens = (WARMUP_STEPS + args.steps) * (batch_size or DEFAULT_BATCH.get(scale, 16)) \
+        * cfg.seq_len * (2 * args.rounds if args.workers else 1)  # --workers: 1 and N, per round
+    note = grind_note(device, args.device, cfg, bench_tokens, f"spark bench --scale {scale}")
+    if note:
+        stderr_line(note)
     if args.workers and device.kind != "cpu":
         raise SparkError(f"--workers times CPU worker processes; {device.name} runs one "
                          "process (drop --workers or use --device cpu)")
