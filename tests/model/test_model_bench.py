@@ -170,3 +170,19 @@ def test_job_update_is_the_loop_update():
     assert log.clipped > 0  # the clip was exercised
     for n in names:
         np.testing.assert_array_equal(ours[n], theirs[n], err_msg=n)
+
+
+def test_auto_on_the_cpu_says_when_a_run_would_grind():
+    """`--device auto` landing on the CPU: one line with the estimate for a long run,
+    nothing for a short one or for an explicit --device cpu."""
+    from sparktrain.model.bench import GRIND_S, cpu_estimate_s, grind_note
+    from sparktrain.model.config import SCALES
+    from sparktrain.model.device import CPU
+
+    big, tokens = SCALES["gpu"], 16 * 512 * 100
+    assert cpu_estimate_s(big, tokens, peak=1e11) > GRIND_S
+    note = grind_note(CPU, "auto", big, tokens, "spark bench --scale gpu")
+    assert note is not None and "\n" not in note and "estimated ~" in note
+    assert note.startswith("spark bench --scale gpu on the CPU")
+    assert grind_note(CPU, "cpu", big, tokens, "x") is None
+    assert grind_note(CPU, "auto", SCALES["tiny"], 64, "x") is None
