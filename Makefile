@@ -7,7 +7,7 @@ PY     := $(BIN)/python
 STAMP  := $(VENV)/.installed-stamp
 
 .PHONY: help setup run test test-sparkbc test-fast spark-sgd-proof spark-sgd-proof-scale \
-        sparkbc-e2e repro-check bench clean test-hf test-gpu spark-coder-proof readme-figures
+        sparkbc-e2e repro-check bench clean test-hf test-gpu spark-coder-proof spark-coder-proof-dvc readme-figures
 
 help:
 	@echo "make run        set up, run the default job (dvc repro), print a summary"
@@ -18,6 +18,7 @@ help:
 	@echo "make spark-sgd-proof        train the default program's tiny job and check it"
 	@echo "make spark-sgd-proof-scale  the large-scale proof (about 5 minutes)"
 	@echo "make spark-coder-proof  medium code model on the stdlib vs zlib-9 / lzma-9e (bits per byte)"
+	@echo "make spark-coder-proof-dvc  the same job through dvc exp run (the same weights bytes)"
 	@echo "make sparkbc-e2e   spark run and dvc repro give the same weights"
 	@echo "make repro-check   force-repro and diff dvc.lock (copy into your CI)"
 	@echo "make bench         tokens/s and model FLOP/s utilisation (tiny, large, the coder proof's job)"
@@ -71,6 +72,11 @@ spark-sgd-proof-scale: $(STAMP)
 
 spark-coder-proof: $(STAMP)
 	$(PY) tools/coder_proof.py
+
+# the same job through the pipeline (dvc exp run -S ++key=value for every key of
+# data/programs/coder-proof.yaml): the same weights bytes as spark-coder-proof
+spark-coder-proof-dvc: $(STAMP)
+	PATH=$(BIN):$$PATH && eval "$$($(PY) tools/coder_proof.py --dvc-command)"
 
 sparkbc-e2e: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(PY) tools/sparkbc_e2e.py
