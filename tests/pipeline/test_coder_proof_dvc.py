@@ -41,7 +41,7 @@ def test_dvc_exp_run_of_the_proof_params_gives_the_proof_tools_weights(repro_cop
                   "--dvc-command")
     assert command.returncode == 0, command.stdout
     argv = shlex.split(command.stdout)
-    assert argv[:3] == ["dvc", "exp", "run"] and "++step.optimizer=adamw" in argv
+    assert argv[:3] == ["dvc", "exp", "run"] and '++step.optimizer="adamw"' in argv
     shutil.rmtree(folder)
     dvc(repo, *argv[1:], "-n", "proof-short", timeout=900)
     weights = (folder / "weights.safetensors").read_bytes()
