@@ -86,14 +86,15 @@ def _apply_step(project, weights, *extra):
 
 def test_apply_step_holds_the_job_lock_before_it_reads_the_base(trained, monkeypatch):
     from sparktrain.cli import main
-    from sparktrain.train import compat_commands, outputs
+    from sparktrain.cli import original
+    from sparktrain.train import outputs
 
     project, weights = trained
     folder = project / "out/lock-order"
     shutil.copytree(weights.parent, folder)
     held = []
-    real = compat_commands._arch_from_base
-    monkeypatch.setattr(compat_commands, "_arch_from_base",
+    real = original._arch_from_base
+    monkeypatch.setattr(original, "_arch_from_base",
                         lambda args, w: held.append(outputs.holds_lock(folder)) or real(args, w))
     monkeypatch.chdir(project)
     try:

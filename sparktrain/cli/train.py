@@ -93,7 +93,7 @@ def cmd_train(args) -> int:
             raise SparkError("give --program P.sparkbc --job ID, or --dataset D --out DIR")
         job = adhoc_job(args.dataset, args.out, args.base)
     knobs, step, cfg, heldout = resolve_configs(args, args.params, default_params=False)
-    from sparktrain.train.report import knobs_line
+    from sparktrain.cli.report import knobs_line
 
     first = knobs_line(args.params, step, cfg, heldout)
     print(json.dumps(run_and_record(job, knobs, step, cfg, heldout=heldout, first_line=first),
@@ -110,7 +110,7 @@ def run_and_record(job, knobs, step, cfg, labels: dict | None = None,
     from sparktrain.errors import TrainingFailed
     from sparktrain.model.parallel import quiet_nonfinite
     from sparktrain.train.loop import run_failed, run_step
-    from sparktrain.train.report import lines_after
+    from sparktrain.cli.report import lines_after
 
     try:
         with quiet_nonfinite():   # a divergence is one line, not numpy's warnings first
@@ -178,7 +178,7 @@ def cmd_status(args) -> int:
     from sparktrain.textout import printable_lines
     from sparktrain.train import outputs
     from sparktrain.train.job import check_job_id
-    from sparktrain.train.report import current_step, project_root
+    from sparktrain.cli.report import current_step, project_root
 
     root = project_root()
     job = args.job
@@ -212,7 +212,7 @@ def _summary_text(state: dict, folder: Path) -> str:
         lines.append(f"  speed       {perf['tokens_per_s']:,.0f} tokens/s{mfu}, "
                      f"{perf['total_seconds']:.1f}s in the step")
     if "failure" in state:
-        from sparktrain.train.report import failure_line
+        from sparktrain.cli.report import failure_line
 
         lines.append(failure_line(state))
     files = sorted(p.name for p in folder.iterdir() if p.is_file() and not p.name.startswith("."))
