@@ -130,7 +130,8 @@ def run_and_record(job, knobs, step, cfg, labels: dict | None = None,
 def cmd_run(args) -> int:
     from sparktrain.bc.vm import execute
     from sparktrain.data.source import source_for
-    from sparktrain.train.job import check_job_id, job_from_train, read_program
+    from sparktrain.jobfiles import check_job_id
+    from sparktrain.train.job import job_from_train, read_program
     from sparktrain.train import outputs
     from sparktrain.train.plan import dry_accept
 
@@ -173,11 +174,10 @@ def cmd_run(args) -> int:
 
 def cmd_status(args) -> int:
     from sparktrain.fsutil import canonical_json
-    from sparktrain.jobfiles import job_dir
+    from sparktrain.jobfiles import check_job_id, job_dir
     from sparktrain.params import PARAMS_FILE, load_params
     from sparktrain.textout import printable_lines
     from sparktrain.train import outputs
-    from sparktrain.train.job import check_job_id
     from sparktrain.cli.report import current_step, project_root
 
     root = project_root()

@@ -13,7 +13,7 @@ from typing import Callable, Iterable, Sequence
 import numpy as np
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from sparktrain.data.vocab import MAX_VOCAB, MIN_BPE_VOCAB, SPECIALS, TOKENIZERS
+from sparktrain.vocab import MAX_VOCAB, MIN_BPE_VOCAB, SPECIALS, TOKENIZERS
 from sparktrain.errors import SparkError
 from sparktrain.fsutil import canonical_json, read_input, sha256_bytes
 from sparktrain.jobfiles import TOKENIZER

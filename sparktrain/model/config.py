@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, fields
 
-from sparktrain.data.vocab import MAX_VOCAB
+from sparktrain.vocab import MAX_VOCAB
 from sparktrain.errors import SparkError
 
 VOCAB = 256

@@ -24,9 +24,9 @@ from typing import Callable, TextIO
 
 from dvclive import Live
 
+from sparktrain.jobfiles import LIVE_DIR
 from sparktrain.progress import Progress
 
-LIVE_DIR = "dvclive"
 METRICS = ("loss", "heldout_loss", "heldout_bpb", "lr", "tokens_per_s")
 DETERMINISTIC = ("loss", "heldout_loss", "heldout_bpb", "lr")
 

@@ -29,8 +29,8 @@ from sparktrain.data.source import source_for
 from sparktrain.data.tokenizer import job_tokenizer
 from sparktrain.errors import SparkError, TrainingFailed
 from sparktrain.fsutil import canonical_json, sha256_bytes
-from sparktrain.jobfiles import (ARTIFACT, CHECKPOINT, CORPUS, PERF, RESUME_STATE,
-                                 RESUME_TENSORS, WEIGHTS)
+from sparktrain.jobfiles import (ARTIFACT, CHECKPOINT, CORPUS, LIVE_DIR, LIVE_PENDING, PERF,
+                                 RESUME_STATE, RESUME_TENSORS, WEIGHTS)
 from sparktrain.model.base import Model
 from sparktrain.model.bench import device_matmul_peak
 from sparktrain.model.bench import matmul_peak as measure_matmul_peak
@@ -46,11 +46,10 @@ from sparktrain.params import Defaults, StepConfig, step_record
 from sparktrain.progress import Progress
 from sparktrain.train import outputs
 from sparktrain.train.job import Job
-from sparktrain.train.live import LIVE_DIR, PassLogger
+from sparktrain.train.live import PassLogger
 from sparktrain.train.optim import clip_scale, grad_norm, lr_at, make_optimizer
 
 EMBED = "spark.embed.weight"
-LIVE_PENDING = ".live-run"  # DVCLive's folder of a run not yet committed
 LABELS = ("source", "command")  # free-text labels a run may record (spark apply-step)
 
 

@@ -6,7 +6,8 @@ import io
 import json
 
 from sparktrain.progress import Progress, eta_seconds, format_seconds
-from sparktrain.train.live import DETERMINISTIC, LIVE_DIR, PassLogger, series_path
+from sparktrain.jobfiles import LIVE_DIR
+from sparktrain.train.live import DETERMINISTIC, PassLogger, series_path
 
 
 class Clock:
