@@ -9,7 +9,7 @@ import pytest
 
 from sparktrain.errors import SparkError
 from sparktrain.eval import compare as cmp
-from sparktrain.eval.metrics import HEADLINE_KEYS
+from sparktrain.eval.headline import HEADLINE_KEYS
 
 METRIC = "out/train/job-dry-001/eval.json"
 PARAMS = {"job": "job-dry-001", "scales": {}, "step": {"lr": 0.1, "seed": 0, "outer": 2}}
