@@ -51,11 +51,11 @@ def _bench(args) -> int:
 
     from sparktrain.errors import SparkError
     from sparktrain.fsutil import canonical_json
-    from sparktrain.model.bench import (BENCH_LR, WARMUP_STEPS, format_report, plain_sgd,
+    from sparktrain.train.bench import (BENCH_LR, WARMUP_STEPS, format_report, plain_sgd,
                                         run_bench, run_scaling, stderr_line, stderr_progress)
     from sparktrain.model.device import resolve
     from sparktrain.params import StepConfig, load_params, override, scale_config
-    from sparktrain.train.update import JobUpdates
+    from sparktrain.train.optim import JobUpdates
 
     job = load_params(args.params) if args.params else None
     scale = args.scale or (job.scale if job else "tiny")

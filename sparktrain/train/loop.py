@@ -32,8 +32,8 @@ from sparktrain.fsutil import canonical_json, sha256_bytes
 from sparktrain.jobfiles import (ARTIFACT, CHECKPOINT, CORPUS, LIVE_DIR, LIVE_PENDING, PERF,
                                  RESUME_STATE, RESUME_TENSORS, WEIGHTS)
 from sparktrain.model.base import Model
-from sparktrain.model.bench import device_matmul_peak
-from sparktrain.model.bench import matmul_peak as measure_matmul_peak
+from sparktrain.train.bench import device_matmul_peak
+from sparktrain.train.bench import matmul_peak as measure_matmul_peak
 from sparktrain.model.build import build_model
 from sparktrain.model.config import ModelConfig
 from sparktrain.model.device import Device
@@ -47,7 +47,7 @@ from sparktrain.progress import Progress
 from sparktrain.train import outputs
 from sparktrain.train.job import Job
 from sparktrain.train.live import PassLogger
-from sparktrain.train.optim import clip_scale, grad_norm, lr_at, make_optimizer
+from sparktrain.train.optim import clipped_update, lr_at, make_optimizer
 
 EMBED = "spark.embed.weight"
 LABELS = ("source", "command")  # free-text labels a run may record (spark apply-step)
@@ -260,11 +260,10 @@ def apply_update(run: _Run, log: _Log, batch, where: str, t: int) -> None:
     ts = time.perf_counter()
     loss, grads = run.engine.loss_and_grads(params, batch)
     _finite_or_fail(loss, "minibatch loss", where)
-    norm = grad_norm(grads, run.trainable)
-    _finite_or_fail(norm, "gradient norm", where)
-    scale = clip_scale(norm, step.clip)
+    _, scale = clipped_update(run.optimizer, step, params, grads, run.trainable, t,
+                              step.outer * step.inner,
+                              check=lambda norm: _finite_or_fail(norm, "gradient norm", where))
     log.clipped += scale != 1.0
-    run.optimizer.update(params, grads, lr_at(step, t, step.outer * step.inner), scale)
     seconds = time.perf_counter() - ts
     log.train_seconds += seconds
     log.run_seconds += seconds

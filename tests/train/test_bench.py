@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from sparktrain.cli import main
-from sparktrain.model import bench
+from sparktrain.train import bench
 
 
 def test_bench_json_reports_utilisation(capsys):
@@ -150,7 +150,7 @@ def test_job_update_is_the_loop_update():
     from sparktrain.params import StepConfig
     from sparktrain.train.loop import apply_update
     from sparktrain.train.optim import make_optimizer
-    from sparktrain.train.update import JobUpdates
+    from sparktrain.train.optim import JobUpdates
 
     cfg = SCALES["tiny"]
     model = build_model(cfg)
