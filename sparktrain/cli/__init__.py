@@ -11,7 +11,7 @@ import argparse
 import importlib
 import sys
 
-from sparktrain import ENV_ERROR, __version__
+from sparktrain import __version__
 from sparktrain.errors import SparkError, printable
 
 COMMAND_MODULES = (
@@ -58,8 +58,6 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        if ENV_ERROR:
-            raise SparkError(ENV_ERROR)
         return int(args.func(args) or 0)
     except SparkError as err:
         print(f"spark: error: {printable(str(err))}", file=sys.stderr)

@@ -19,11 +19,10 @@ from typing import BinaryIO, Callable, Iterator, Sequence, TypeVar
 import numpy as np
 
 from sparktrain.errors import SparkError
-from sparktrain.fsutil import open_input, read_input, sha256_bytes, size_cap
+from sparktrain.fsutil import open_input, sha256_bytes, size_cap
+from sparktrain.vocab import BYTE_SPECIALS, BYTE_VOCAB, token_dtype
 
-# Byte values that never occur in UTF-8, so they cannot collide with text.
-# (EOS doubles as right padding in the model's batches: model/batch.py PAD.)
-BOS, SEP, EOS = 0xFD, 0xFE, 0xFF
+BOS, SEP, EOS = BYTE_SPECIALS
 
 Batch = TypeVar("Batch")
 
@@ -110,10 +109,6 @@ class Dataset:
 
 
 # ---------------------------------------------------------------- JSONL rows
-
-def read_dataset_bytes(path: str | os.PathLike) -> bytes:
-    return read_input(path, "dataset")
-
 
 def load_pairs(path: str | os.PathLike) -> list[Pair]:
     """Every usable row of a JSONL file, in file order; SparkError on the first bad one."""
@@ -257,18 +252,14 @@ def decode(tokens: Sequence[int]) -> str:
     return bytes(tokens).decode("utf-8", errors="replace")
 
 
-def token_dtype(tok=None):
-    """uint8 for bytes (and a vocab of at most 256), else uint16 (a vocab <= 65535)."""
-    return np.uint8 if tok is None or tok.vocab <= 256 else np.uint16
-
-
 def prompt_tokens(prompt: str, tok=None) -> np.ndarray:
     """[BOS] + prompt + [SEP]: what the model sees before the completion; the
     prompt's UTF-8 bytes, or its ids and the specials of tokenizer `tok`."""
     if tok is None:
         body = np.frombuffer(prompt.encode("utf-8"), dtype=np.uint8)
         return np.concatenate([[BOS], body, [SEP]]).astype(np.uint8)
-    return np.concatenate([[tok.bos], tok.encode(prompt), [tok.sep]]).astype(token_dtype(tok))
+    tokens = np.concatenate([[tok.bos], tok.encode(prompt), [tok.sep]])
+    return tokens.astype(token_dtype(tok.vocab))
 
 
 def encode_pair(pair: Pair, seq_len: int, tok=None) -> Encoded:
@@ -302,7 +293,7 @@ def load_dataset(path: str | os.PathLike, seq_len: int, tok=None) -> Dataset:
     digest = hashlib.sha256()
     with open_input(path, "dataset") as f:
         encoded = PackedRows((encode_pair(p, seq_len, tok) for p in _iter_pairs(f, path, digest)),
-                             token_dtype(tok))
+                             token_dtype(BYTE_VOCAB if tok is None else tok.vocab))
     return Dataset(
         path=str(path),
         sha256=digest.hexdigest(),
