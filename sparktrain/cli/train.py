@@ -106,19 +106,12 @@ def run_and_record(job, knobs, step, cfg, labels: dict | None = None,
     """STEP `job` on its data source (`knobs`: the params or defaults it reads; a
     failure is recorded beside the previous outputs, then raised); the one-line
     JSON summary every train command prints."""
-    from sparktrain.data.source import source_for
-    from sparktrain.errors import TrainingFailed
-    from sparktrain.model.parallel import quiet_nonfinite
-    from sparktrain.train.loop import run_failed, run_step
     from sparktrain.cli.report import lines_after
+    from sparktrain.data.source import source_for
+    from sparktrain.train.attempt import step_job
 
-    try:
-        with quiet_nonfinite():   # a divergence is one line, not numpy's warnings first
-            result = run_step(job, step, cfg, source_for(job.dataset, knobs, heldout),
-                              labels=labels, progress=lines_after(first_line))
-    except TrainingFailed as err:
-        run_failed(job, err, step)
-        raise
+    result = step_job(job, step, cfg, source_for(job.dataset, knobs, heldout),
+                      labels=labels, progress=lines_after(first_line))
     c = result.checkpoint
     return {"op": "STEP", "job": c["job"], "state": "trained", "trained": True,
             "not_sgd": c["not_sgd"], "step_n": c["step_n"], "loss_before": c["loss_before"],

@@ -114,7 +114,7 @@ _progress.to_stderr = True   # a writer to stderr: the loop may draw its bar the
 
 def _bar_stream(progress):
     """Where the loop draws its bar: stderr, when `progress` is a writer to stderr
-    (it says so with a true `to_stderr`, as _progress and train/report.py's
+    (it says so with a true `to_stderr`, as _progress and cli/report.py's
     lines_after do) and stderr is a terminal. Else None: the loop prints its plain
     lines through `progress`, so a caller's own callable always gets lines.
     See docs/training.md ("Progress")."""
