@@ -32,8 +32,6 @@ from sparktrain.fsutil import canonical_json, sha256_bytes
 from sparktrain.jobfiles import (ARTIFACT, CHECKPOINT, CORPUS, LIVE_DIR, LIVE_PENDING, PERF,
                                  RESUME_STATE, RESUME_TENSORS, WEIGHTS)
 from sparktrain.model.base import Model
-from sparktrain.train.bench import device_matmul_peak
-from sparktrain.train.bench import matmul_peak as measure_matmul_peak
 from sparktrain.model.build import build_model
 from sparktrain.model.config import ModelConfig
 from sparktrain.model.device import Device
@@ -45,6 +43,8 @@ from sparktrain.model.weights import (check_params, config_from_meta, load_weigh
 from sparktrain.params import Defaults, StepConfig, step_record
 from sparktrain.progress import Progress
 from sparktrain.train import outputs
+from sparktrain.train.bench import device_matmul_peak
+from sparktrain.train.bench import matmul_peak as measure_matmul_peak
 from sparktrain.train.job import Job
 from sparktrain.train.live import PassLogger
 from sparktrain.train.optim import clipped_update, lr_at, make_optimizer
