@@ -14,7 +14,9 @@ help:
 	@echo "make test       set up, run the whole test suite"
 	@echo "make test-sparkbc   only the SPARK_BC toolchain tests"
 	@echo "make test-hf       install the hf extra (torch, transformers) and run the export proofs"
-	@echo "make test-gpu      install the gpu extra (torch) and run the array-path tests on it"
+	@echo "make test-gpu      install the gpu extra (torch) and run the array-path tests on it;"
+	@echo "                   on Linux pip's torch is the CUDA build: ~3.2 GB of NVIDIA libraries,"
+	@echo "                   .venv grows to ~5.9 GB (a CPU-only torch installed first is kept)"
 	@echo "make spark-sgd-proof        train the default program's tiny job and check it"
 	@echo "make spark-sgd-proof-scale  the large-scale proof (about 5 minutes)"
 	@echo "make spark-coder-proof  medium code model on the stdlib vs zlib-9 / lzma-9e (bits per byte)"
@@ -49,7 +51,11 @@ test-hf: $(STAMP)
 # -rs prints why a GPU-only test was skipped (no CUDA/MPS device on this machine).
 GPU_TESTS := tests/model/test_model_backend.py tests/model/test_model_generic.py \
              tests/model/test_model_device.py tests/train/test_loop_device.py
+# On Linux the torch wheel pip picks is the CUDA build (about 3.2 GB of NVIDIA libraries;
+# .venv reached 5.9 GB). Without an NVIDIA GPU, install the CPU build first and it is kept:
+#   .venv/bin/pip install torch --index-url https://download.pytorch.org/whl/cpu
 test-gpu: $(STAMP)
+	@echo "make test-gpu: installing the gpu extra; unless torch is already installed, pip fetches the CUDA build on Linux (~3.2 GB of NVIDIA libraries, .venv grows to ~5.9 GB)"
 	$(PY) -m pip install -q -e '.[dev,gpu]'
 	$(PY) -m pytest -q -rs $(GPU_TESTS)
 
