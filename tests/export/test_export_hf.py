@@ -18,8 +18,8 @@ from sparkhelp import assert_one_line_error, run_spark
 
 from exportkit import SMALL, TEXTS, write_weights
 
-FILES = ["config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
-         "tokenizer_config.json"]
+FILES = ["README.md", "config.json", "generation_config.json", "model.safetensors",
+         "tokenizer.json", "tokenizer_config.json"]
 
 
 @pytest.fixture

@@ -614,3 +614,22 @@ def test_export_under_ulimit_f_is_one_line_and_leaves_no_temp(trained, tmp_path,
     assert_one_line_error(done.returncode, done.stderr, "cannot write")
     assert "EFBIG" in done.stderr or "short write" in done.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_params_typo_is_one_line_without_a_repeated_tail(tmp_path, monkeypatch, capsys):
+    """The stage's error is the typo, once: the job folder (read from the same broken
+    params.yaml) is not looked up a second time into the line."""
+    from stages.common import params, run
+
+    _stage_project(tmp_path, monkeypatch)
+    (tmp_path / "params.yaml").write_text(
+        (tmp_path / "params.yaml").read_text().replace("  outer: 4", "  oter: 4"))
+    try:
+        params()
+    except SparkError as err:
+        typo = str(err)
+    assert run("check-params", params) == 2
+    assert capsys.readouterr().err == f"stage check-params: error: {typo}\n"
+    assert run("step", params) == 2
+    assert capsys.readouterr().err == (f"stage step: error: {typo}; `dvc checkout step` brings "
+                                       f"back its previous outputs once params.yaml is fixed\n")
