@@ -73,12 +73,18 @@ def register(sub) -> None:
     p = sub.add_parser("compare", help="the loss curves of DVC experiments on one figure",
                        description="Training and held-out loss of the chosen experiments "
                                    "(default: every experiment of the workspace, as `dvc exp "
-                                   "show` lists them) on one PNG, one legend entry per "
-                                   "experiment named by the params that differ, and the same "
-                                   "as a table. Reads the experiments' committed outputs "
-                                   "from the DVC cache; works offline.")
+                                   "show` lists them, or a subset: --where, --last) on one "
+                                   "PNG, the runs numbered, each legend entry naming the params "
+                                   "that differ, and the same as a table that fits 80 "
+                                   "columns. Reads the experiments' committed outputs from "
+                                   "the DVC cache; works offline.")
     p.add_argument("experiments", nargs="*", metavar="EXP",
                    help="experiment names or revs (a baseline by its branch name)")
+    p.add_argument("--where", action="append", default=[], metavar="KEY=VALUE",
+                   help="only the experiments whose param KEY (dotted, or its last part: "
+                        "lr) is VALUE; repeat to ask for several")
+    p.add_argument("--last", type=int, default=None, metavar="N",
+                   help="only the last N experiments (newest)")
     p.add_argument("--json", action="store_true", help="print canonical JSON instead of a table")
     p.add_argument("-o", "--out", default=None,
                    help="PNG file to write (default out/compare.png under the project root, "
@@ -267,7 +273,7 @@ def cmd_compare(args) -> int:
     from sparktrain.project import out_path
 
     args.out = args.out or os.path.relpath(out_path("compare.png"))
-    sweep = compare(args.experiments)
+    sweep = compare(args.experiments, where=args.where, last=args.last)
     for exp in sweep["experiments"]:
         if exp.old_layout:
             print(f"spark: note: experiment {exp.name} has the eval.json layout from before "
