@@ -128,7 +128,8 @@ def _on_device(args, params):
 
 
 def cmd_eval(args) -> int:
-    from sparktrain.data.tokenizer import is_pairs_model, tokenizer_for
+    from sparktrain.data.source import trained_on
+    from sparktrain.data.tokenizer import tokenizer_for
     from sparktrain.errors import SparkError
     from sparktrain.eval.metrics import evaluate
     from sparktrain.model.weights import load_model
@@ -144,7 +145,7 @@ def cmd_eval(args) -> int:
     pairs, data_sha256 = read_pairs(args.data)
     params, cfg, meta = load_model(args.weights)
     tok = tokenizer_for(args.weights, meta, cfg.vocab, args.tokenizer)
-    if not is_pairs_model(meta) and tok.kind != "byte":
+    if not trained_on(meta).prompted and tok.kind != "byte":
         raise SparkError(f"{args.weights} is a corpus model of {tok.vocab} BPE tokens; spark "
                          "eval scores JSONL pairs with a pairs model (a corpus job's held-out "
                          "bits per byte are in its eval.json)")
@@ -194,7 +195,8 @@ def _cap_max_new(value: int) -> int:
 
 
 def cmd_generate(args) -> int:
-    from sparktrain.data.tokenizer import is_pairs_model, tokenizer_for
+    from sparktrain.data.source import trained_on
+    from sparktrain.data.tokenizer import tokenizer_for
     from sparktrain.errors import SparkError, printable
     from sparktrain.eval.generate import continue_text, corpus_context, generate, prompt_context
     from sparktrain.model.build import build_model
@@ -206,7 +208,7 @@ def cmd_generate(args) -> int:
         raise SparkError(f"--seed must be >= 0, got {args.seed}")
     params, cfg, meta = load_model(args.weights)
     tok = tokenizer_for(args.weights, meta, cfg.vocab, args.tokenizer)
-    pairs = is_pairs_model(meta)
+    pairs = trained_on(meta).prompted
     if pairs:  # [BOS] prompt [SEP], then the completion (bytes or the job's BPE ids)
         _, truncated = prompt_context(args.prompt, cfg.seq_len, tok)  # rejects an empty prompt
     else:            # a corpus model continues the text
