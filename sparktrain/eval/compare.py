@@ -492,13 +492,20 @@ def _style_axes(ax, title: str, ylabel: str, ys: list[float]) -> None:
     ax.set_axisbelow(True)
 
 
+def _end_number(ax, exp: Experiment, xs: list, ys: list, colour: str) -> None:
+    """The run's number at the end of its curve, so a line is found without the legend."""
+    ax.annotate(str(exp.number), (xs[-1], ys[-1]), xytext=(5, 0), textcoords="offset points",
+                fontsize=7, color=colour, va="center", annotation_clip=True)
+
+
 def _loss_panel(ax, exps: list[Experiment], styles: dict) -> None:
     ys = [p["loss"] for e in exps for p in e.loss_curve + e.heldout]
     _style_axes(ax, *UNITS["loss"], ys)
     for exp in exps:
         colour, style = styles[exp.name]
-        ax.plot([p["outer"] for p in exp.loss_curve], [p["loss"] for p in exp.loss_curve],
-                color=colour, linestyle=style, linewidth=2, marker="o", markersize=4)
+        xs, ys = [p["outer"] for p in exp.loss_curve], [p["loss"] for p in exp.loss_curve]
+        ax.plot(xs, ys, color=colour, linestyle=style, linewidth=2, marker="o", markersize=4)
+        _end_number(ax, exp, xs, ys, colour)
         ax.plot([p["outer"] for p in exp.heldout], [p["loss"] for p in exp.heldout],
                 color=colour, linestyle=style, linewidth=1, marker="s",
                 markersize=6, markeredgecolor="black", markeredgewidth=0.6)
@@ -520,8 +527,9 @@ def _bpb_panel(ax, exps: list[Experiment], styles: dict, refs: list) -> None:
     _style_axes(ax, *UNITS["bpb"], ys)
     for exp in exps:
         colour, style = styles[exp.name]
-        ax.plot([p["outer"] for p in exp.heldout_bpb], [p["bpb"] for p in exp.heldout_bpb],
-                color=colour, linestyle=style, linewidth=2, marker="s", markersize=5)
+        xs, ys = [p["outer"] for p in exp.heldout_bpb], [p["bpb"] for p in exp.heldout_bpb]
+        ax.plot(xs, ys, color=colour, linestyle=style, linewidth=2, marker="s", markersize=5)
+        _end_number(ax, exp, xs, ys, colour)
     for value, _, style in refs:
         ax.axhline(value, color="0.35", linestyle=style, linewidth=1.2)
 

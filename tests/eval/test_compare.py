@@ -3,6 +3,7 @@ experiments, their labels, the curves, old metric layouts, the picture's bytes.
 The real-DVC path is tests/pipeline/test_sweeps.py."""
 import copy
 import json
+import math
 import struct
 
 import matplotlib.axes
@@ -307,12 +308,24 @@ def _grid16() -> list[dict]:
     return exps
 
 
+def _grid_checkpoint(exp) -> dict:
+    """A curve per run that its lr and seed shape, held-out loss per pass."""
+    lr, seed = exp.params["step.lr"], exp.params["step.seed"]
+    return {"loss_curve": [{"outer": k, "loss": 5.5 * math.exp(-k * (lr + seed / 200)),
+                            "heldout_loss": 5.6 * math.exp(-k * lr / 2) + (k * lr) ** 2}
+                           for k in range(5)]}
+
+
+def _shown16():
+    return shown(*_grid16(), checkpoint=_grid_checkpoint)
+
+
 def _legend_entries(fig) -> list[str]:
     return [" ".join(t.get_text().split()) for t in fig.legends[0].get_texts()]
 
 
 def test_a_16_point_sweep_table_fits_80_columns():
-    sweep = cmp.compare([], shown(*_grid16()))
+    sweep = cmp.compare([], _shown16())
     assert sweep["changed_params"] == ["program", "step.lr", "step.momentum",
                                        "step.optimizer", "step.seed"]
     table = cmp.format_table(sweep)
@@ -323,7 +336,7 @@ def test_a_16_point_sweep_table_fits_80_columns():
 
 
 def test_a_16_point_sweep_legend_names_every_run_by_what_differs():
-    sweep = cmp.compare([], shown(*_grid16()))
+    sweep = cmp.compare([], _shown16())
     fig = cmp.render(sweep)
     texts = _legend_entries(fig)
     assert len(texts) == 16
@@ -345,7 +358,7 @@ def test_a_16_point_sweep_legend_names_every_run_by_what_differs():
 def test_the_16_point_picture(tmp_path):
     """The picture, saved for a look (COMPARE_PNG=path keeps it)."""
     import os
-    sweep = cmp.compare([], shown(*_grid16()))
+    sweep = cmp.compare([], _shown16())
     path = os.environ.get("COMPARE_PNG") or tmp_path / "compare-16.png"
     data = cmp.write_png(path, sweep)
     assert struct.unpack(">II", data[16:24])[0] == 800
@@ -361,7 +374,7 @@ def test_the_16_point_picture(tmp_path):
      ["sweep-0001abcdef", "sweep-0003abcdef"]),
 ])
 def test_a_subset_by_name_by_param_or_the_last_n(flags, names):
-    sweep = cmp.compare(flags.pop("wanted", []), shown(*_grid16()), **flags)
+    sweep = cmp.compare(flags.pop("wanted", []), _shown16(), **flags)
     assert [e.name for e in sweep["experiments"]] == names
     assert [e.number for e in sweep["experiments"]] == list(range(1, len(names) + 1))
 
@@ -373,5 +386,5 @@ def test_a_subset_by_name_by_param_or_the_last_n(flags, names):
 ])
 def test_bad_subset_flags_are_one_line(flags, needle):
     with pytest.raises(SparkError) as err:
-        cmp.compare([], shown(*_grid16()), **flags)
+        cmp.compare([], _shown16(), **flags)
     assert needle in str(err.value) and "\n" not in str(err.value)
