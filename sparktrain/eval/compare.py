@@ -217,10 +217,12 @@ def compare(wanted: Sequence[str] = (), source: Experiments | None = None, *,
             where: Sequence[str] = (), last: int | None = None) -> dict:
     """The sweep as data: the chosen experiments (named, else all; then those
     matching every `where`, then the `last` N) with their curves and labels."""
-    source = source if source is not None else DvcExperiments()
     keep = where_filter(where)
     if last is not None and last < 1:
         raise SparkError(f"--last must be >= 1, got {last}")
+    if source is None:
+        with DvcExperiments() as dvc_source:
+            return compare(wanted, dvc_source, where=where, last=last)
     experiments, baselines = source.rows()
     chosen = [record(r, source) for r in choose(experiments, baselines, wanted)]
     chosen = [e for e in chosen if keep(e)]

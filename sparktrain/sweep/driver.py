@@ -227,7 +227,8 @@ def pull(plan: SweepPlan, names: list[str]) -> None:
 
 def compare(plan: SweepPlan, failures: dict[str, str]) -> dict:
     """The sweep's comparison document (see compare.py), in grid order."""
-    found = experiments_of(DvcExperiments(str(plan.repo)), plan.commit)
+    with DvcExperiments(str(plan.repo)) as source:
+        found = experiments_of(source, plan.commit)
     points = []
     for point in plan.points:
         exp = None if point.name in failures else found.get(point.name)

@@ -37,23 +37,32 @@ def test_rows_are_oldest_first_under_their_baseline():
     assert [b.name for b in baselines] == ["main", "a1b2c3d"]
 
 
-def _fake_open(data: bytes):
+class _FakeRepo:
+    """A dvc.repo.Repo at one rev whose every file holds `data`."""
+
+    def __init__(self, data: bytes):
+        self.data = data
+        self.dvcfs = self
+
     @contextlib.contextmanager
-    def fake(path, repo=None, rev=None, mode="r", **kw):
+    def open(self, path, mode="r"):
         assert mode == "rb"
-        yield io.BytesIO(data)
-    return fake
+        yield io.BytesIO(self.data)
 
 
-def test_a_read_is_bounded(monkeypatch):
-    import dvc.api
+def _reader(data: bytes) -> ex.DvcExperiments:
+    reader = ex.DvcExperiments()
+    reader._at = lambda rev: _FakeRepo(data)
+    return reader
 
-    monkeypatch.setattr(dvc.api, "open", _fake_open(b"x" * (ex.MAX_FILE_BYTES + 1)))
+
+def test_a_read_is_bounded():
     with pytest.raises(SparkError, match="larger than"):
-        ex.DvcExperiments().read("out/big.json", "abc1234")
-    monkeypatch.setattr(dvc.api, "open", _fake_open(b"[1, NaN]"))
+        _reader(b"x" * (ex.MAX_FILE_BYTES + 1)).read("out/big.json", "abc1234")
+    assert _reader(b"x" * ex.MAX_FILE_BYTES).read("out/big.json", "abc1234") == \
+        b"x" * ex.MAX_FILE_BYTES
     with pytest.raises(SparkError, match="NaN is not a JSON number"):
-        ex.read_json(ex.DvcExperiments(), "out/eval.json", "abc1234")
+        ex.read_json(_reader(b"[1, NaN]"), "out/eval.json", "abc1234")
 
 
 def _run(cwd, *cmd):
@@ -81,7 +90,8 @@ def test_the_real_dvc_lists_and_reads_two_experiments(tmp_path, monkeypatch):
     _run(tmp_path, "git", "commit", "-qm", "base")
     for lr in ("0.2", "0.3"):
         _run(tmp_path, *dvc, "exp", "run", "-q", "-S", f"step.lr={lr}")
-    monkeypatch.chdir(tmp_path)
+    (tmp_path / "sub").mkdir()
+    monkeypatch.chdir(tmp_path / "sub")      # from a subfolder too: paths are the root's
     reader = ex.DvcExperiments()
     experiments, baselines = reader.rows()
     assert len(experiments) == 2 and len(baselines) == 1
@@ -90,6 +100,7 @@ def test_the_real_dvc_lists_and_reads_two_experiments(tmp_path, monkeypatch):
     assert losses == [0.4, 0.6]                        # oldest first
     assert ex.read_yaml(reader, "params.yaml", experiments[0].rev) == {"step": {"lr": 0.2}}
     assert reader.read("no-such-file", experiments[0].rev) is None
+    reader.close()
     monkeypatch.chdir(Path(tmp_path).parent)
     with pytest.raises(SparkError, match="`dvc exp show` failed"):
         ex.DvcExperiments(str(tmp_path / "nowhere")).rows()
