@@ -244,7 +244,7 @@ def _outside(fig) -> list[str]:
     return bad
 
 
-@pytest.mark.parametrize("n", [2, 6, 12])
+@pytest.mark.parametrize("n", [2, 6, 12, 30])
 def test_every_artist_stays_inside_the_canvas(n):
     exps = [_long_exp(i, corpus=i % 2 == 1) for i in range(n)]
     sweep = cmp.compare([], shown(*exps, checkpoint=_any_checkpoint))
@@ -263,6 +263,8 @@ def test_every_artist_stays_inside_the_canvas(n):
     for text in texts[:n]:
         assert "data/programs" not in text and "step." not in text     # shortened
         assert "lr=" in text
+    # pairs and corpus runs side by side: nine metric columns, still 80 columns
+    assert max(len(ln) for ln in cmp.format_table(sweep).splitlines()) <= 80
 
 
 def test_labels_show_only_what_differs_shortened():
@@ -388,3 +390,20 @@ def test_bad_subset_flags_are_one_line(flags, needle):
     with pytest.raises(SparkError) as err:
         cmp.compare([], _shown16(), **flags)
     assert needle in str(err.value) and "\n" not in str(err.value)
+
+
+def test_many_long_params_fall_back_to_a_wrapped_key_inside_80_columns():
+    exps = []
+    for i in range(16):
+        step = {"lr": 0.001 * (i + 1), "seed": i, "outer": 2 + i, "inner": 8 + i,
+                "batch_size": 4 + i, "clip": 0.5 + i / 10, "momentum": i / 20}
+        params = copy.deepcopy(PARAMS)
+        params["program"] = f"data/programs/{'x' * 30}-{i}-{'y' * 10}.sparkbc"
+        exps.append(_exp(f"long-run-name-{i:02d}", f"{i + 1:07x}" * 6, step, HEADLINE, params))
+    sweep = cmp.compare([], shown(*exps))
+    table = cmp.format_table(sweep)
+    assert [ln for ln in table.splitlines() if len(ln) > 80] == []
+    for exp in sweep["experiments"]:     # each run's whole label is in the key, wrapped
+        at = table.index(f"{exp.number:>2} {exp.name}")
+        key = " ".join(table[at:].split("\n\n")[0].split("\n")[0:3]).split()
+        assert f"program=…xx-{exp.number - 1}-yy…" in " ".join(key)
