@@ -29,7 +29,6 @@ from pathlib import Path, PurePosixPath
 from typing import Sequence
 
 import matplotlib.style
-import yaml
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
@@ -42,6 +41,7 @@ from sparktrain.fsutil import atomic_write_bytes
 from sparktrain.jobfiles import CHECKPOINT, EVAL, job_dir
 from sparktrain.params import Defaults
 from sparktrain.repro.experiments import DvcExperiments, Experiments, ExpRow, read_json, read_yaml
+from sparktrain.safeload import load_yaml
 
 PARAMS_FILE = "params.yaml"
 # A metric with these keys beside the headline ones is the layout from before
@@ -198,8 +198,8 @@ def where_filter(specs: Sequence[str]):
         if not sep or not key:
             raise SparkError(f"--where {spec!r}: expected KEY=VALUE, e.g. --where lr=0.05")
         try:
-            value = yaml.safe_load(text)
-        except yaml.YAMLError:
+            value = load_yaml(text, f"--where {spec}")
+        except SparkError:
             value = text
         tests.append((key, text, value))
 
