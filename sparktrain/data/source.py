@@ -22,7 +22,7 @@ from pathlib import Path
 
 from sparktrain.data.base import DataSource
 from sparktrain.data.corpus_source import CorpusSource
-from sparktrain.data.pairs import PairsSource
+from sparktrain.data.pairs_source import PairsSource
 from sparktrain.data.text import TextSource
 from sparktrain.data.tokenizer import is_pairs_model, make_tokenizer
 from sparktrain.errors import SparkError

@@ -35,7 +35,7 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 
 from sparktrain.errors import SparkError
-from sparktrain.eval.metrics import HEADLINE_KEYS
+from sparktrain.eval.headline import HEADLINE_KEYS
 from sparktrain.eval.plot import DPI, LOG_Y_RATIO, png_bytes
 from sparktrain.fsutil import atomic_write_bytes
 from sparktrain.jobfiles import CHECKPOINT, EVAL, job_dir

@@ -11,7 +11,7 @@ import pytest
 
 from sparktrain.errors import SparkError
 from sparktrain.eval import compare as cmp
-from sparktrain.eval.metrics import HEADLINE_KEYS
+from sparktrain.eval.headline import HEADLINE_KEYS
 from sparktrain.repro.experiments import ExpRow
 
 import yaml

@@ -86,14 +86,15 @@ def _apply_step(project, weights, *extra):
 
 def test_apply_step_holds_the_job_lock_before_it_reads_the_base(trained, monkeypatch):
     from sparktrain.cli import main
-    from sparktrain.train import compat_commands, outputs
+    from sparktrain.cli import original
+    from sparktrain.train import outputs
 
     project, weights = trained
     folder = project / "out/lock-order"
     shutil.copytree(weights.parent, folder)
     held = []
-    real = compat_commands._arch_from_base
-    monkeypatch.setattr(compat_commands, "_arch_from_base",
+    real = original._arch_from_base
+    monkeypatch.setattr(original, "_arch_from_base",
                         lambda args, w: held.append(outputs.holds_lock(folder)) or real(args, w))
     monkeypatch.chdir(project)
     try:
@@ -490,7 +491,7 @@ def test_tiny_temperatures_are_greedy_and_never_emit_nul(trained, temperature):
 
 
 def test_pick_next_never_draws_from_a_non_finite_distribution():
-    from sparktrain.eval.generate import pick_next
+    from sparktrain.model.sample import pick_next
 
     logits = np.array([[1e300, -1e300, 0.0], [np.finfo(np.float64).max, 1.0, 2.0]])
     for t in (1e-300, 1e-3, 1.0, 1e300):

@@ -131,7 +131,7 @@ def cmd_eval(args) -> int:
     from sparktrain.data.source import trained_on
     from sparktrain.data.tokenizer import tokenizer_for
     from sparktrain.errors import SparkError
-    from sparktrain.eval.metrics import evaluate
+    from sparktrain.data.pairs_score import evaluate
     from sparktrain.model.weights import load_model
     from sparktrain.fsutil import canonical_json, write_json
     from sparktrain.data.pairs import read_pairs
@@ -186,7 +186,7 @@ def format_table(m: dict) -> str:
 
 
 def _cap_max_new(value: int) -> int:
-    from sparktrain.eval.generate import MAX_NEW
+    from sparktrain.model.sample import MAX_NEW
 
     if value > MAX_NEW:
         print(f"spark: note: --max-new {value} capped at {MAX_NEW}", file=sys.stderr)
@@ -234,7 +234,7 @@ def cmd_generate(args) -> int:
 
 def cmd_make_data(args) -> int:
     from sparktrain.errors import SparkError
-    from sparktrain.eval.tasks import DEFAULT_SEED, write_scale_data
+    from sparktrain.data.tasks import DEFAULT_SEED, write_scale_data
 
     seed = DEFAULT_SEED if args.seed is None else args.seed
     if seed < 0:
