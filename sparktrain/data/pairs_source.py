@@ -26,6 +26,7 @@ class PairsSource:
     """A JSONL file of (prompt, completion) rows; the loss counts completion
     targets; the held-out set is another JSONL file of pairs (eval.data)."""
     kind = "pairs"
+    prompted = True   # a model of it answers a prompt ([BOS] prompt [SEP] -> completion)
     loss_rows = LOSS_BATCH
 
     def __init__(self, dataset: str, heldout: str | None = None):

@@ -26,6 +26,10 @@ from sparktrain.jobfiles import LIVE_DIR
 from sparktrain.progress import Progress
 
 METRICS = ("loss", "heldout_loss", "heldout_bpb", "lr")
+# The series dvc.yaml declares as plots of the step: each one's file exists after a
+# run (a stage output must), with its header only when the job measures none
+# (held-out bits per byte are a corpus job's; a pairs job's series is empty).
+PLOTS = ("loss", "heldout_loss", "heldout_bpb")
 
 
 def series_path(folder: str | os.PathLike, name: str) -> Path:
@@ -87,6 +91,13 @@ class PassLogger:
         if self.progress is not None:
             self.progress.close()
         self.live.end()
+        for name in PLOTS:
+            path = series_path(self.folder, name)
+            if not path.is_file():
+                path.parent.mkdir(parents=True, exist_ok=True)
+                with open(path, "w", newline="", encoding="utf-8") as f:
+                    csv.writer(f, delimiter="\t", lineterminator=os.linesep).writerow(
+                        ["step", name])
 
     def __enter__(self) -> "PassLogger":
         return self
