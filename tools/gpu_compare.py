@@ -17,6 +17,7 @@ import json
 import sys
 from types import SimpleNamespace
 
+import sparktrain  # noqa: F401  (first: it picks the BLAS kernel and threads before numpy loads)
 import numpy as np
 
 from sparktrain.train.bench import synthetic_batch

@@ -13,6 +13,7 @@ import json
 import sys
 import time
 
+import sparktrain  # noqa: F401  (first: it picks the BLAS kernel and threads before numpy loads)
 import numpy as np
 import torch
 import torch.nn.functional as F

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from sparktrain import BLAS_KERNEL, kernel
 from sparktrain.blas import live_threads
 from sparktrain.data.base import DataSource, TrainingData, score
 from sparktrain.data.source import source_for
@@ -208,6 +209,9 @@ def _set_up(job: Job, step: StepConfig, cfg: ModelConfig, source: DataSource,
     start = {n: params[n].copy() for n in trainable}
     if device.note:
         progress(f"[{job.id}] {device.note}")
+    if device.kind == "cpu" and BLAS_KERNEL.source != "preloaded":  # preloaded: said at import
+        if line := kernel.note(BLAS_KERNEL):  # a CPU off the portable family says which
+            progress(f"[{job.id}] {line}")
     params = device.to_device(params)  # once: the optimizer's state is made beside them
     run = _Run(job=job, step=step, model=model, data=data, params=params, base_step=base_step,
                step_n=resolve_step_n(step.step_n, base_step, job.base), trainable=trainable,
@@ -435,6 +439,8 @@ def _checkpoint(run: _Run, log: _Log, changed: list[str], weights_sha256: str,
         "program": job.program, "method": job.method, "base": job.base,
         "base_step_n": run.base_step, "blas_threads": live_threads(), "trained": True,
         "not_sgd": False, "sgd": True, "claim": False, "device": run.device.name,
+        # kernel family + numpy/BLAS versions: what repro-check names when a hash moves
+        **({"made_with": kernel.made_with()} if run.device.kind == "cpu" else {}),
         **run.data.checkpoint, **labels,
     }
 
@@ -446,6 +452,7 @@ def _perf(log: _Log, run: _Run, matmul_peak) -> dict:
             "tokens": log.tokens_seen, "tokens_per_s": round(log.run_tokens / seconds, 1),
             "model_flops_per_s": round(log.flops_seen / max(log.train_seconds, 1e-9), 1),
             "blas_threads": live_threads(), "shards": run.engine.shards,
+            "blas_kernel": kernel.made_with()["kernel"], "blas_kernel_source": BLAS_KERNEL.source,
             "workers": run.engine.workers if run.device.kind == "cpu" else 1,
             "device": run.device.name}
     if matmul_peak is None:
