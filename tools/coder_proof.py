@@ -24,6 +24,7 @@ import shlex
 import sys
 import time
 
+import sparktrain  # noqa: F401  (first: it picks the BLAS kernel and threads before numpy loads)
 import numpy as np
 import yaml
 
@@ -32,10 +33,10 @@ from sparktrain.data.prepare import heldout_bytes
 from sparktrain.data.source import prepare_job, source_for
 from sparktrain.data.tokenizer import read_tokenizer
 from sparktrain.errors import SparkError
-from sparktrain.eval.generate import generate_tokens
 from sparktrain.eval.learned import learned, learned_text
 from sparktrain.fsutil import read_input, write_json
 from sparktrain.jobfiles import TOKENIZER, WEIGHTS
+from sparktrain.model.sample import generate_tokens
 from sparktrain.model.weights import load_model
 from sparktrain.params import dvc_set_flags, parse_params
 from sparktrain.train.job import job_from_program

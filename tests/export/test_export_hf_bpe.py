@@ -13,9 +13,9 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from sparktrain.data.tokenizer import train_bpe                     # noqa: E402
-from sparktrain.eval.generate import (corpus_context, generate_tokens,  # noqa: E402
-                                      prompt_context)
+from sparktrain.eval.generate import corpus_context, prompt_context  # noqa: E402
 from sparktrain.fsutil import sha256_bytes                           # noqa: E402
+from sparktrain.model.sample import generate_tokens                  # noqa: E402
 from sparktrain.model.weights import load_model                      # noqa: E402
 from sparkhelp import run_spark                                      # noqa: E402
 

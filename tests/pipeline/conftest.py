@@ -25,7 +25,7 @@ STAGES = ("check-params",) + TRAINING_STAGES
 DECLARED_NAMES = {"program.json", "status.json", "weights.safetensors", "checkpoint.json",
                   "ARTIFACT", "eval.json", "eval_detail.json", "loss.png", "tokenizer.json",
                   "corpus", "loss.tsv", "heldout_loss.tsv",
-                  "lr.tsv", "metrics.json"}
+                  "heldout_bpb_64window_estimate.tsv", "lr.tsv", "metrics.json"}
 
 
 def tool_env(repo: Path, extra: dict | None = None) -> dict:

@@ -19,8 +19,7 @@ from sparktrain.errors import SparkError, TrainingFailed
 from sparktrain.jobfiles import CHECKPOINT, WEIGHTS
 from sparktrain.model.config import scale_names
 from sparktrain.model.device import DEVICES
-from sparktrain.train.commands import ARCH, add_train_flags
-
+from sparktrain.cli.train import ARCH, add_train_flags
 
 
 def register(sub) -> None:
@@ -114,7 +113,7 @@ def cmd_apply_step(args) -> int:
 
     from sparktrain.fsutil import sha256_file
     from sparktrain.train import outputs
-    from sparktrain.train.commands import resolve_configs, run_and_record
+    from sparktrain.cli.train import resolve_configs, run_and_record
     from sparktrain.train.job import adhoc_job, read_program
 
     folder = _job_folder(args)
@@ -144,10 +143,10 @@ def cmd_apply_step(args) -> int:
 def cmd_code_train(args) -> int:
     from sparktrain.data.source import prepare_job, source_for
     from sparktrain.eval.learned import learned, learned_text
-    from sparktrain.model.bench import grind_note
+    from sparktrain.train.bench import grind_note
     from sparktrain.model.device import resolve as resolve_device
     from sparktrain.params import load_params, load_recipe, override
-    from sparktrain.train.commands import run_and_record
+    from sparktrain.cli.train import run_and_record
     from sparktrain.train.job import job_from_program
 
     knobs = load_params(args.params) if args.params else load_recipe(args.scale or "tiny")
