@@ -379,7 +379,7 @@ def format_table(sweep: dict) -> str:
     lines += _curve_block("training loss per outer pass", exps, lambda e: e.loss_curve, "loss")
     lines += _curve_block("held-out loss per outer pass", [e for e in exps if len(e.heldout) > 1],
                           lambda e: e.heldout, "loss")
-    lines += _curve_block("held-out bits per byte per outer pass (64-window estimate)",
+    lines += _curve_block("64-window estimate of held-out bits per byte per outer pass",
                           [e for e in exps if len(e.heldout_bpb) > 1],
                           lambda e: e.heldout_bpb, "bpb")
     return "\n".join(lines) + "\n"
