@@ -13,7 +13,8 @@ from sparktrain.errors import TrainingFailed
 from sparktrain.jobfiles import CHECKPOINT
 from sparktrain.model.parallel import quiet_nonfinite
 from sparktrain.repro.lock import restore_outputs
-from sparktrain.train.loop import run_failed, run_step
+from sparktrain.train.loop import run_step
+from sparktrain.train.record import run_failed
 from stages.common import job_source, params, run
 
 STAGE = "step"

@@ -14,6 +14,7 @@ weights (`to_host`). Files on disk are host float32 whatever the device.
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -42,7 +43,7 @@ class Device:
 
     def to_device(self, tensors: dict) -> dict:
         """Host arrays -> this device (numpy: the same arrays, nothing copied)."""
-        if self.kind == "cpu":
+        if self.host:
             return tensors
         return {n: self.xp.asarray(np.ascontiguousarray(a), device=self.torch_device)
                 for n, a in tensors.items()}
@@ -51,6 +52,82 @@ class Device:
         """Arrays on this device -> host numpy (the weights file, the optimizer state)."""
         ops = self.ops
         return {n: np.ascontiguousarray(ops.to_host(a)) for n, a in tensors.items()}
+
+    @property
+    def host(self) -> bool:
+        """Arrays in this process's memory (numpy): worker processes can share them."""
+        return self.kind == "cpu"
+
+    def record(self) -> dict:
+        """What a run's fingerprint and weights metadata say about the device: nothing on
+        the CPU (the default job's bytes are those of before devices), else its name."""
+        return {} if self.host else {"device": self.name}
+
+    def workers(self, requested: int | None) -> int | None:
+        """Gradient processes a run here starts: the CPU's `requested` (None: the usable
+        cores); a GPU runs its shards one after another in this process."""
+        return requested if self.host else 1
+
+    def check_workers(self, workers: int | None) -> None:
+        """SparkError (one line) when worker processes are asked of a GPU."""
+        if workers and not self.host:
+            raise SparkError(f"--workers times CPU worker processes; {self.name} runs one "
+                             "process (drop --workers or use --device cpu)")
+
+    def matmul_peak(self, fresh: bool = False) -> float:
+        """Best float32 matmul FLOP/s here: the denominator of utilisation and MFU.
+        Measured once a process (`fresh`: measure again, as spark bench does right
+        before its timed steps)."""
+        if fresh or self.name not in _PEAKS:
+            _PEAKS[self.name] = (host_matmul_peak() if self.host
+                                 else device_matmul_peak(self))
+        return _PEAKS[self.name]
+
+    def is_out_of_memory(self, err: BaseException) -> bool:
+        """Whether `err` is this device running out of memory: PyTorch's OutOfMemoryError
+        (CUDA) or its RuntimeError of MPS / older releases. Never on the CPU, where numpy's
+        MemoryError stays what it is (model/memory.py refuses a too-large run first)."""
+        if self.host:
+            return False
+        return (type(err).__name__ == "OutOfMemoryError"
+                or (isinstance(err, RuntimeError) and "out of memory" in str(err).lower()))
+
+
+_PEAKS: dict[str, float] = {}
+
+
+def host_matmul_peak(sizes=(768, 1024, 1280), repeats=3) -> float:
+    """Best float32 FLOP/s of square numpy matmuls around n = 1024, at this process's
+    BLAS thread count."""
+    rng = np.random.default_rng(0)
+    best = 0.0
+    for n in sizes:
+        a = rng.standard_normal((n, n), dtype=np.float32)
+        b = rng.standard_normal((n, n), dtype=np.float32)
+        c = np.empty((n, n), dtype=np.float32)
+        np.matmul(a, b, out=c)  # warm the BLAS kernels and pages
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            np.matmul(a, b, out=c)
+            best = max(best, 2.0 * n ** 3 / (time.perf_counter() - t0))
+    return best
+
+
+def device_matmul_peak(dev: Device, n=4096, repeats=5) -> float:
+    """Best float32 FLOP/s of an n x n matmul on a GPU device (waits for each to finish)."""
+    xp = dev.xp
+    rng = np.random.default_rng(0)
+    a, b = (xp.asarray(rng.standard_normal((n, n), dtype=np.float32), device=dev.torch_device)
+            for _ in range(2))
+    a @ b
+    dev.sync()
+    best = 0.0
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        a @ b
+        dev.sync()
+        best = max(best, 2.0 * n ** 3 / (time.perf_counter() - t0))
+    return best
 
 
 CPU = Device("cpu", "cpu", np)

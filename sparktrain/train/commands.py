@@ -109,7 +109,8 @@ def run_and_record(job, knobs, step, cfg, labels: dict | None = None,
     from sparktrain.data.source import source_for
     from sparktrain.errors import TrainingFailed
     from sparktrain.model.parallel import quiet_nonfinite
-    from sparktrain.train.loop import run_failed, run_step
+    from sparktrain.train.loop import run_step
+    from sparktrain.train.record import run_failed
     from sparktrain.train.report import lines_after
 
     try:
