@@ -165,10 +165,21 @@ def _gpu(torch, xp, kind: str, note: str = "") -> Device:
                   torch_device=torch.device(kind), sync=sync)
 
 
+_RESOLVED: dict[str, Device] = {}
+
+
 def resolve(requested) -> Device:
-    """The Device for `requested`; SparkError (one line, exit 2) when it cannot be had."""
+    """The Device for `requested`; SparkError (one line, exit 2) when it cannot be had.
+    Resolved once a process: the command line asks first (a GPU that cannot be had is
+    one line before anything is written), the training set-up gets the same Device."""
     if not isinstance(requested, str) or requested not in DEVICES:
         raise SparkError(f"device must be one of {', '.join(DEVICES)}, got {requested!r}")
+    if requested not in _RESOLVED:
+        _RESOLVED[requested] = _resolve(requested)
+    return _RESOLVED[requested]
+
+
+def _resolve(requested: str) -> Device:
     if requested == "cpu":
         return CPU
     try:

@@ -75,7 +75,7 @@ def _set_up(job: Job, step: StepConfig, cfg: ModelConfig, source: DataSource,
             say) -> _Run:
     if job.out_dir.is_dir():  # held from before the base is read: no lost update
         outputs.lock_job(job.out_dir)
-    device = resolve_device(step.device)  # a missing GPU is one line before any work
+    device = resolve_device(step.device)  # the CLI's Device (resolved once a process)
     tokenizer, tokenizer_sha256 = job_tokenizer(job.out_dir)
     cfg = dataclasses.replace(cfg, vocab=tokenizer.vocab).validate()  # the tokenizer's vocab
     # refused from the shapes before anything large is allocated (model/memory.py)
