@@ -7,14 +7,17 @@ PY     := $(BIN)/python
 STAMP  := $(VENV)/.installed-stamp
 
 .PHONY: help setup run test test-sparkbc test-fast spark-sgd-proof spark-sgd-proof-scale \
-        sparkbc-e2e repro-check bench clean test-hf test-gpu spark-coder-proof readme-figures
+        sparkbc-e2e repro-check bench clean test-hf test-gpu spark-coder-proof readme-figures \
+        readme-figures-stable
 
 help:
 	@echo "make run        set up, run the default job (dvc repro), print a summary"
 	@echo "make test       set up, run the whole test suite"
 	@echo "make test-sparkbc   only the SPARK_BC toolchain tests"
 	@echo "make test-hf       install the hf extra (torch, transformers) and run the export proofs"
-	@echo "make test-gpu      install the gpu extra (torch) and run the array-path tests on it"
+	@echo "make test-gpu      install the gpu extra (torch) and run the array-path tests on it;"
+	@echo "                   on Linux pip's torch is the CUDA build: ~3.2 GB of NVIDIA libraries,"
+	@echo "                   .venv grows to ~5.9 GB (a CPU-only torch installed first is kept)"
 	@echo "make spark-sgd-proof        train the default program's tiny job and check it"
 	@echo "make spark-sgd-proof-scale  the large-scale proof (about 5 minutes)"
 	@echo "make spark-coder-proof  medium code model on the stdlib vs zlib-9 / lzma-9e (bits per byte)"
@@ -22,6 +25,7 @@ help:
 	@echo "make repro-check   force-repro and diff dvc.lock (copy into your CI)"
 	@echo "make bench         tokens/s and model FLOP/s utilisation (tiny, large, the coder proof's job)"
 	@echo "make readme-figures  re-measure README's figures (proofs, bench, sweep, tests: about 20 min on a quiet machine)"
+	@echo "make readme-figures-stable  only README's reproducible outputs (make run, sweep grids: minutes)"
 
 setup: $(STAMP)
 
@@ -49,7 +53,11 @@ test-hf: $(STAMP)
 # -rs prints why a GPU-only test was skipped (no CUDA/MPS device on this machine).
 GPU_TESTS := tests/model/test_model_backend.py tests/model/test_model_generic.py \
              tests/model/test_model_device.py tests/train/test_loop_device.py
+# On Linux the torch wheel pip picks is the CUDA build (about 3.2 GB of NVIDIA libraries;
+# .venv reached 5.9 GB). Without an NVIDIA GPU, install the CPU build first and it is kept:
+#   .venv/bin/pip install torch --index-url https://download.pytorch.org/whl/cpu
 test-gpu: $(STAMP)
+	@echo "make test-gpu: installing the gpu extra; unless torch is already installed, pip fetches the CUDA build on Linux (~3.2 GB of NVIDIA libraries, .venv grows to ~5.9 GB)"
 	$(PY) -m pip install -q -e '.[dev,gpu]'
 	$(PY) -m pytest -q -rs $(GPU_TESTS)
 
@@ -88,3 +96,8 @@ bench: $(STAMP)
 # machinery in seconds and leaves README.md alone.
 readme-figures: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(PY) tools/readme_figures.py
+
+# Only the README blocks a run reproduces exactly (make run's summary, the sweep grids),
+# a few minutes: rerun after anything that moves the default job's bytes.
+readme-figures-stable: $(STAMP)
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(PY) tools/readme_figures.py --stable

@@ -10,7 +10,6 @@ __version__ = "0.1.0"
 # imports the package runs BLAS on SPARK_BLAS_THREADS threads (default 1), set
 # at run time whether numpy was imported first or not (sparktrain/blas.py);
 # checkpoint.json and perf.json record the pool read back (blas.live_threads).
-ENV_ERROR = None  # an environment mistake the CLI and the stages report before any work
 try:
     BLAS_THREADS = _blas.pin(_blas.requested_threads())
 except _SparkError as _err:  # every entry point imports the package: one line, exit 2

@@ -19,7 +19,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from sparktrain.model.bench import synthetic_batch
+from sparktrain.train.bench import synthetic_batch
 from sparktrain.model.build import build_model
 from sparktrain.model.config import SCALES
 from sparktrain.model.device import CPU, resolve

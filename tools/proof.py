@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from sparktrain.errors import SparkError
-from sparktrain.eval.metrics import evaluate
+from sparktrain.data.pairs_score import evaluate
 from sparktrain.data.pairs import load_pairs
 from sparktrain.data.source import source_for
 from sparktrain.fsutil import canonical_json, sha256_file

@@ -10,7 +10,6 @@ worker, `dvc exp pull` here. Locally and on a cluster the code path is the same.
 """
 from __future__ import annotations
 
-import json
 import logging
 import os
 import subprocess
@@ -23,8 +22,9 @@ from sparktrain.errors import SparkError
 from sparktrain.safeload import load_yaml
 from sparktrain.fsutil import read_input
 from sparktrain.model.parallel import usable_cores  # noqa: F401  (commands: the default --workers)
+from sparktrain.repro.experiments import DvcExperiments
 from sparktrain.repro.workspace import tool_env
-from sparktrain.sweep.compare import experiments_of, lock_outputs, point_record
+from sparktrain.sweep.compare import experiments_of, point_record
 from sparktrain.sweep.grid import Axis, Point, expand
 from sparktrain.sweep.point import PointJob, run_point
 
@@ -227,15 +227,12 @@ def pull(plan: SweepPlan, names: list[str]) -> None:
 
 def compare(plan: SweepPlan, failures: dict[str, str]) -> dict:
     """The sweep's comparison document (see compare.py), in grid order."""
-    shown = json.loads(_tool(plan.repo, "dvc", "exp", "show", "--json", "--rev", plan.commit,
-                             what="dvc exp show"))
-    found = experiments_of(shown, plan.commit)
+    with DvcExperiments(str(plan.repo)) as source:
+        found = experiments_of(source, plan.commit)
     points = []
     for point in plan.points:
         exp = None if point.name in failures else found.get(point.name)
-        outputs = {}
-        if exp:
-            outputs = lock_outputs(_tool(plan.repo, "git", "show", f"{exp['rev']}:dvc.lock"))
+        outputs = exp["outputs"] if exp else {}
         points.append(point_record(point, exp, outputs, failures.get(point.name)))
     return {"baseline": plan.commit,
             "axes": [[a.key, list(a.values)] for a in plan.axes],

@@ -13,8 +13,10 @@ that shows it (docs/training.md "Curves and progress").
   a rich bar over the micro-steps (sparktrain/progress.py) with those lines above
   it. A caller's own callable always gets lines.
 
-The series written are `METRICS`, all decided by the inputs: the same run writes
-the same bytes. Tokens/s goes to the lines and the bar only.
+The series written are `METRICS`, all decided by the inputs (the same run writes
+the same bytes), so a stage may declare them as outputs. Tokens/s goes to the
+lines and the bar only. Each series of `PLOTS` (dvc.yaml's plots of the step)
+has its file when the run ends, its header only when the job measured none.
 """
 from __future__ import annotations
 
@@ -28,11 +30,14 @@ from pathlib import Path
 
 from dvclive import Live
 
+from sparktrain.jobfiles import LIVE_DIR, LIVE_PENDING
 from sparktrain.progress import Progress
 
-LIVE_DIR = "dvclive"
-LIVE_PENDING = ".live-run"  # DVCLive's folder of a run not yet committed
 METRICS = ("loss", "heldout_loss", "heldout_bpb", "lr")
+# The series dvc.yaml declares as plots of the step: each one's file exists after a
+# run (a stage output must), with its header only when the job measures none
+# (held-out bits per byte are a corpus job's; a pairs job's series is empty).
+PLOTS = ("loss", "heldout_loss", "heldout_bpb")
 
 
 def series_path(folder: str | os.PathLike, name: str) -> Path:
@@ -164,6 +169,19 @@ class Watcher:
         if self.live is not None:
             self.live.end()
             self.live = None
+            _declared_series(self.folder / LIVE_PENDING)
+
+
+def _declared_series(folder: Path) -> None:
+    """Every series of `PLOTS` has its file under `folder`'s dvclive/ (a stage
+    output must exist): the header only where the run logged none of it."""
+    for name in PLOTS:
+        path = series_path(folder, name)
+        if not path.is_file():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(path, "w", newline="", encoding="utf-8") as f:
+                csv.writer(f, delimiter="\t", lineterminator=os.linesep).writerow(
+                    ["step", name])
 
 
 def publish(folder: str | os.PathLike) -> None:

@@ -35,7 +35,7 @@ from sparktrain.model.parallel import GradientEngine
 from sparktrain.params import StepConfig
 from sparktrain.train import live, outputs, record, resume
 from sparktrain.train.job import Job
-from sparktrain.train.optim import clip_scale, grad_norm, lr_at, make_optimizer
+from sparktrain.train.optim import clipped_update, lr_at, make_optimizer
 from sparktrain.train.record import Log, StepResult
 
 EMBED = "spark.embed.weight"
@@ -128,10 +128,9 @@ def apply_update(run: _Run, log: Log, batch, where: str, t: int) -> None:
     ts = time.perf_counter()
     loss, grads = run.engine.loss_and_grads(params, batch)
     _finite_or_fail(loss, "minibatch loss", where)
-    norm = grad_norm(grads, run.trainable)
-    _finite_or_fail(norm, "gradient norm", where)
-    scale = clip_scale(norm, step.clip)
-    run.optimizer.update(params, grads, lr_at(step, t, step.outer * step.inner), scale)
+    _, scale = clipped_update(run.optimizer, step, params, grads, run.trainable, t,
+                              step.outer * step.inner,
+                              check=lambda norm: _finite_or_fail(norm, "gradient norm", where))
     log.count(batch.n_tokens, batch.n_tokens * run.model.flops_per_token(batch.width),
               scale != 1.0, time.perf_counter() - ts)
 

@@ -97,3 +97,6 @@ def test_plots_show_has_the_dvclive_training_and_heldout_curves(fresh_repro, tmp
         values = plot["content"]["data"]["values"]
         assert [(int(v["step"]), float(v[name])) for v in values] == \
             [(c["outer"], c[key]) for c in curve]
+    # held-out bits per byte are declared too (corpus jobs); this pairs job has none:
+    # its series is the header only, an empty plot and no error
+    assert shown["data"]["out/train/job-dry-001/dvclive/plots/metrics/heldout_bpb.tsv"] == []

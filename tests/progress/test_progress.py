@@ -6,7 +6,8 @@ import io
 import json
 
 from sparktrain.progress import Progress, eta_seconds, format_seconds
-from sparktrain.train.live import LIVE_DIR, METRICS, Watcher, publish, series_path
+from sparktrain.jobfiles import LIVE_DIR
+from sparktrain.train.live import METRICS, Watcher, publish, series_path
 
 
 class Clock:
@@ -77,7 +78,8 @@ def test_the_watcher_writes_dvclive_series_and_a_line_per_pass(tmp_path):
                                                      ["1", "1.5"], ["2", "1.0"]]
     assert [r[1] for r in _rows(series_path(tmp_path, "heldout_loss"))[1:]] == ["2.5", "2.25", "2.0"]
     assert [r[1] for r in _rows(series_path(tmp_path, "lr"))[1:]] == ["0.05"] * 3
-    assert not series_path(tmp_path, "heldout_bpb").exists()     # never given: no file
+    # never given: the file dvc.yaml declares is there, its header only
+    assert series_path(tmp_path, "heldout_bpb").read_text() == "step\theldout_bpb\n"
     assert not series_path(tmp_path, "tokens_per_s").exists()    # varies: lines only
     summary = json.loads((tmp_path / LIVE_DIR / "metrics.json").read_text())
     assert summary["loss"] == 1.0 and summary["step"] == 2

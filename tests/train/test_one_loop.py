@@ -12,7 +12,7 @@ import sparktrain.train.loop as loop
 import sparktrain.train.record as record
 from sparkhelp import ROOT
 from sparktrain.data.corpus_source import CorpusSource
-from sparktrain.data.pairs import PairsSource
+from sparktrain.data.pairs_source import PairsSource
 from sparktrain.data.source import SOURCES, prepare_job, source_for
 from sparktrain.data.text import TextSource
 from sparktrain.errors import SparkError

@@ -3,7 +3,7 @@
 A micro-step is exactly what training does per minibatch: loss_and_grads on a
 full-length batch (random tokens of the vocabulary, every target counted,
 T = seq_len) and an update of every tensor: plain SGD, or a job's own update
-(`make_update`: clip, optimizer and schedule, sparktrain/train/update.py) so
+(`make_update`: clip, optimizer and schedule, sparktrain/train/optim.py) so
 the figure is the one of the job people run. Utilisation = model FLOP/s (tokens/s x
 flops_per_token) over the float32 matmul peak measured in this process, at
 the same BLAS thread count, right before the timed steps (`Device.matmul_peak`,
