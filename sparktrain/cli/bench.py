@@ -50,7 +50,6 @@ def register(sub) -> None:
 def _bench(args) -> int:
     import dataclasses
 
-    from sparktrain.errors import SparkError
     from sparktrain.fsutil import canonical_json
     from sparktrain.train.bench import (BENCH_LR, WARMUP_STEPS, format_report, plain_sgd,
                                         run_bench, run_scaling, stderr_line, stderr_progress)
@@ -73,9 +72,7 @@ def _bench(args) -> int:
     device = resolve(args.device)
     if device.note and not args.json:
         stderr_line(device.note)
-    if args.workers and device.kind != "cpu":
-        raise SparkError(f"--workers times CPU worker processes; {device.name} runs one "
-                         "process (drop --workers or use --device cpu)")
+    device.check_workers(args.workers)
     if args.workers:
         result = run_scaling(scale, args.workers, shards, args.rounds, batch_size, args.steps,
                              cfg=cfg, progress=None if args.json else stderr_line,

@@ -6,9 +6,10 @@ T = seq_len) and an update of every tensor: plain SGD, or a job's own update
 (`make_update`: clip, optimizer and schedule, sparktrain/train/optim.py) so
 the figure is the one of the job people run. Utilisation = model FLOP/s (tokens/s x
 flops_per_token) over the float32 matmul peak measured in this process, at
-the same BLAS thread count, right before the timed steps. With a GPU device
-(`--device`, model/device.py) the params live on it, each step ends with a
-sync, and the peak is the device's float32 matmul peak (docs/gpu.md).
+the same BLAS thread count, right before the timed steps (`Device.matmul_peak`,
+model/device.py). With a GPU device (`--device`) the params live on it, each
+step ends with a sync, and the peak is the device's float32 matmul peak
+(docs/gpu.md).
 """
 from __future__ import annotations
 
@@ -31,39 +32,6 @@ DEFAULT_BATCH = {"tiny": 8, "large": 16, "medium": 16, "gpu": 8}
 BENCH_SEED = 1234
 BENCH_LR = 1e-3
 WARMUP_STEPS = 2
-
-
-def matmul_peak(sizes=(768, 1024, 1280), repeats=3) -> float:
-    """Best float32 FLOP/s of square matmuls around n = 1024 (the utilisation's denominator)."""
-    rng = np.random.default_rng(0)
-    best = 0.0
-    for n in sizes:
-        a = rng.standard_normal((n, n), dtype=np.float32)
-        b = rng.standard_normal((n, n), dtype=np.float32)
-        c = np.empty((n, n), dtype=np.float32)
-        np.matmul(a, b, out=c)  # warm the BLAS kernels and pages
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            np.matmul(a, b, out=c)
-            best = max(best, 2.0 * n ** 3 / (time.perf_counter() - t0))
-    return best
-
-
-def device_matmul_peak(dev, n=4096, repeats=5) -> float:
-    """Best float32 FLOP/s of an n x n matmul on a device (waits for each to finish)."""
-    xp = dev.xp
-    rng = np.random.default_rng(0)
-    a, b = (xp.asarray(rng.standard_normal((n, n), dtype=np.float32), device=dev.torch_device)
-            for _ in range(2))
-    a @ b
-    dev.sync()
-    best = 0.0
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        a @ b
-        dev.sync()
-        best = max(best, 2.0 * n ** 3 / (time.perf_counter() - t0))
-    return best
 
 
 def synthetic_batch(batch_size: int, seq_len: int, seed: int = BENCH_SEED,
@@ -103,10 +71,10 @@ def run_bench(scale: str, batch_size: int | None = None, steps: int = 10,
     model = build_model(cfg)
     params = device.to_device(model.init_params(BENCH_SEED, b"bench"))
     batch = synthetic_batch(batch_size, cfg.seq_len, vocab=cfg.vocab)
-    peak = peak or (matmul_peak() if device.kind == "cpu" else device_matmul_peak(device))
+    peak = peak or device.matmul_peak(fresh=True)
     update = make_update(params)
     times = []
-    with GradientEngine(model, shards, workers) as engine:  # warm-up starts its workers
+    with GradientEngine(model, shards, device.workers(workers)) as engine:  # warm-up starts its workers
         for i in range(WARMUP_STEPS + steps):
             t0 = time.perf_counter()
             loss, grads = engine.loss_and_grads(params, batch)
@@ -143,7 +111,7 @@ def run_scaling(scale: str, workers: int, shards: int | None = None, rounds: int
                 progress=None, make_update=plain_sgd) -> dict:
     """1 worker against `workers` workers at one shard count, interleaved `rounds` times."""
     shards = shards or workers
-    peak = matmul_peak()
+    peak = CPU.matmul_peak(fresh=True)
     runs: dict[int, list[dict]] = {1: [], workers: []}
     for r in range(rounds):
         for w in runs:
@@ -195,10 +163,14 @@ def _scaling_lines(r: dict) -> list[str]:
 
 
 def stderr_progress(i, n, loss):
-    sys.stderr.write(f"\rstep {i}/{n}  loss {loss:.4f}")
-    if i == n:
-        sys.stderr.write("\n")
-    sys.stderr.flush()
+    """One line rewritten in place on a terminal; elsewhere (a log, a pipe) no `\\r`:
+    only the last step's line."""
+    err = sys.stderr
+    if err.isatty():
+        err.write(f"\rstep {i}/{n}  loss {loss:.4f}" + ("\n" if i == n else ""))
+    elif i == n:
+        err.write(f"step {i}/{n}  loss {loss:.4f}\n")
+    err.flush()
 
 
 def stderr_line(line: str) -> None:
