@@ -13,6 +13,7 @@ import time
 from typing import Callable, TextIO
 
 from rich.console import Console
+from rich.measure import Measurement
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 from rich.progress import Progress as RichProgress
 from rich.table import Column
@@ -48,11 +49,13 @@ class Progress:
     micro-step can show the last pass's numbers). Elsewhere: one line per
     `advance()`: "WHAT: 3/8 UNIT, 12s elapsed, ETA 20s, NOTE".
     `log(line)` prints a line of its own (above the bar on a terminal).
+    `width`: the terminal's columns (default: what rich finds, COLUMNS or the
+    terminal's size); the bar fits them (_FittingBar).
     """
 
     def __init__(self, what: str, total: int | None, done: int = 0, unit: str = "",
                  stream: TextIO | None = None, tty: bool | None = None,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic, width: int | None = None):
         self.what, self.total, self.unit = what, total, unit
         self.done = self.done_at_start = done
         self.stream = stream if stream is not None else sys.stderr
@@ -61,18 +64,8 @@ class Progress:
         self.started = clock()
         self._bar = self._task = None
         if self.tty:
-            console = Console(file=self.stream, force_terminal=True)
-            # the counts keep their width; the note gets the rest of the line (cut with …).
-            # Descriptions and notes are text, never rich markup ("[job-1] ..." stays)
-            fixed = {"table_column": Column(no_wrap=True)}
-            self._bar = RichProgress(
-                TextColumn("{task.description}", markup=False, **fixed),
-                BarColumn(bar_width=24, **fixed), MofNCompleteColumn(**fixed),
-                TextColumn(unit, markup=False, **fixed), TimeElapsedColumn(**fixed),
-                TextColumn("ETA {task.fields[eta]}", **fixed),
-                TextColumn("{task.fields[note]}", markup=False,
-                           table_column=Column(no_wrap=True, overflow="ellipsis", ratio=1)),
-                console=console, expand=True)
+            console = Console(file=self.stream, force_terminal=True, width=width)
+            self._bar = _FittingBar(unit, console=console, expand=True)
             self._task = self._bar.add_task(what, total=total, completed=done, eta="-", note="")
             self._bar.start()
 
@@ -122,3 +115,53 @@ class Progress:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+NOTE_MIN = 28   # the note's room before the bar gives up a cell: "loss 2.1000  held-out 2.3000"
+
+
+class _FittingBar(RichProgress):
+    """A rich bar that fits the terminal's width: when its cells and NOTE_MIN
+    columns of note do not fit, it drops the least useful cells first (the unit,
+    then the elapsed time, then most of the bar, then the bar), so the
+    description, the counts and the ETA are never cut. Asked again at every
+    refresh: a resized terminal gets the layout that fits it now."""
+
+    def __init__(self, unit: str, **kw):
+        # descriptions and notes are text, never rich markup ("[job-1] ..." stays)
+        fixed = {"table_column": Column(no_wrap=True)}
+        what = TextColumn("{task.description}", markup=False, **fixed)
+        counts = MofNCompleteColumn(**fixed)
+        self.eta = eta = TextColumn("ETA {task.fields[eta]}", **fixed)
+        unit_cell = TextColumn(unit, markup=False, **fixed)
+        elapsed = TimeElapsedColumn(**fixed)
+        self.note = TextColumn("{task.fields[note]}", markup=False,
+                               table_column=Column(no_wrap=True, overflow="ellipsis", ratio=1))
+        wide, narrow = BarColumn(bar_width=24, **fixed), BarColumn(bar_width=10, **fixed)
+        self.layouts = [(what, wide, counts, unit_cell, elapsed, eta, self.note),
+                        (what, wide, counts, elapsed, eta, self.note),
+                        (what, wide, counts, eta, self.note),
+                        (what, narrow, counts, eta, self.note),
+                        (what, counts, eta, self.note)]
+        super().__init__(*self.layouts[0], **kw)
+
+    def _needs(self, columns, tasks) -> int:
+        """Columns the cells take, NOTE_MIN for the note, one space between cells
+        (the ETA counted at its widest, "ETA 59m59s", so the layout does not flicker)."""
+        options = self.console.options
+        need = len(columns) - 1
+        for column in columns:
+            if column is self.note:
+                need += NOTE_MIN
+                continue
+            need += max([Measurement.get(self.console, options, column(task)).maximum
+                         for task in tasks] + [len("ETA 59m59s") if column is self.eta else 0])
+        return need
+
+    def make_tasks_table(self, tasks):
+        if not tasks or not hasattr(self, "live"):   # rich's first render, in its __init__
+            return super().make_tasks_table(tasks)
+        width = self.console.width
+        self.columns = next((c for c in self.layouts if self._needs(c, tasks) <= width),
+                            self.layouts[-1])
+        return super().make_tasks_table(tasks)

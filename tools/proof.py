@@ -23,10 +23,12 @@ from pathlib import Path
 from sparktrain.errors import SparkError
 from sparktrain.data.pairs_score import evaluate
 from sparktrain.data.pairs import load_pairs
+from sparktrain.data.source import source_for
 from sparktrain.fsutil import canonical_json, sha256_file
 from sparktrain.jobfiles import ARTIFACT, CHECKPOINT, EVAL, WEIGHTS
 from sparktrain.model.weights import load_model, load_weights
-from sparktrain.params import StepConfig, load_params, load_params_or_defaults, model_config
+from sparktrain.params import (Defaults, StepConfig, load_params, load_params_or_defaults,
+                               model_config)
 from sparktrain.train.job import job_from_program
 from sparktrain.train.loop import run_step
 from sparktrain.train.outputs import parse_artifact
@@ -69,7 +71,8 @@ def proof_tiny() -> int:
     params = load_params()
     job = job_from_program(params.program, params.job)
     print(f"training {job.id} from {job.program} ({params.scale})")
-    run_step(job, params.step, params.model_config(), heldout=params.eval.data)
+    run_step(job, params.step, params.model_config(),
+             source_for(job.dataset, Defaults(), params.eval.data))
     ckpt = check_trained(job.out_dir)
     metrics = _eval(job.out_dir, params.eval.data, params.eval.max_new)
     print(f"loss {ckpt['loss_before']:.4f} -> {ckpt['loss_after']:.4f}  "
@@ -107,7 +110,7 @@ def proof_scale(program: str, job_id: str, heldout: str, knobs: dict, scale: str
     cfg = model_config(scale, load_params_or_defaults().scales)
     print(f"training {job.id} ({scale}) with {knobs}")
     t0 = time.perf_counter()
-    run_step(job, step, cfg, heldout=heldout)
+    run_step(job, step, cfg, source_for(job.dataset, Defaults(), heldout))
     ckpt = check_trained(job.out_dir)
     metrics = _eval(job.out_dir, heldout)
     (job.out_dir / EVAL).write_text(canonical_json(metrics))

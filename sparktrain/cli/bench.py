@@ -50,7 +50,6 @@ def register(sub) -> None:
 def _bench(args) -> int:
     import dataclasses
 
-    from sparktrain.errors import SparkError
     from sparktrain.fsutil import canonical_json
     from sparktrain.train.bench import (BENCH_LR, DEFAULT_BATCH, WARMUP_STEPS, format_report,
                                         grind_note, plain_sgd, run_bench, run_scaling,
@@ -79,9 +78,7 @@ def _bench(args) -> int:
     note = grind_note(device, args.device, cfg, bench_tokens, f"spark bench --scale {scale}")
     if note:
         stderr_line(note)
-    if args.workers and device.kind != "cpu":
-        raise SparkError(f"--workers times CPU worker processes; {device.name} runs one "
-                         "process (drop --workers or use --device cpu)")
+    device.check_workers(args.workers)
     if args.workers:
         result = run_scaling(scale, args.workers, shards, args.rounds, batch_size, args.steps,
                              cfg=cfg, progress=None if args.json else stderr_line,

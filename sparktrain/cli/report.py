@@ -5,12 +5,12 @@ params.yaml holds now, the last failure). See docs/outputs.md ("failed.json").
 """
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 from sparktrain.errors import SparkError
 from sparktrain.project import find_root
 from sparktrain.params import load_params, step_record
+from sparktrain.train.live import StderrLines
 
 
 def knobs_line(params_path: str | None, step, cfg, heldout: str | None) -> str:
@@ -23,17 +23,11 @@ def knobs_line(params_path: str | None, step, cfg, heldout: str | None) -> str:
             f"dim {cfg.dim}, {cfg.n_layer} layers; {held}")
 
 
-def lines_after(first: str | None):
+def lines_after(first: str | None) -> StderrLines:
     """The loop's progress lines on stderr, `first` before the first of them (so a
-    bad input, refused before training starts, stays the only line)."""
-    pending = [first] if first else []
-
-    def progress(line: str) -> None:
-        while pending:
-            print(pending.pop(), file=sys.stderr, flush=True)
-        print(line, file=sys.stderr, flush=True)
-    progress.to_stderr = True   # on a terminal the loop draws its bar instead (train/loop.py)
-    return progress
+    bad input, refused before training starts, stays the only line); on a terminal
+    the loop's bar (train/live.py)."""
+    return StderrLines(first)
 
 
 def project_root() -> Path:

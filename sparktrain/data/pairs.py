@@ -18,9 +18,10 @@ from typing import BinaryIO, Callable, Iterator, Sequence, TypeVar
 
 import numpy as np
 
+from sparktrain.data.tokenizer import BYTES
 from sparktrain.errors import SparkError
 from sparktrain.fsutil import open_input, sha256_bytes, size_cap
-from sparktrain.vocab import BYTE_SPECIALS, BYTE_VOCAB, token_dtype
+from sparktrain.vocab import BYTE_SPECIALS, token_dtype
 
 BOS, SEP, EOS = BYTE_SPECIALS
 
@@ -252,26 +253,20 @@ def decode(tokens: Sequence[int]) -> str:
     return bytes(tokens).decode("utf-8", errors="replace")
 
 
-def prompt_tokens(prompt: str, tok=None) -> np.ndarray:
-    """[BOS] + prompt + [SEP]: what the model sees before the completion; the
-    prompt's UTF-8 bytes, or its ids and the specials of tokenizer `tok`."""
-    if tok is None:
-        body = np.frombuffer(prompt.encode("utf-8"), dtype=np.uint8)
-        return np.concatenate([[BOS], body, [SEP]]).astype(np.uint8)
+def prompt_tokens(prompt: str, tok=BYTES) -> np.ndarray:
+    """[BOS] + prompt + [SEP]: what the model sees before the completion, in the ids
+    and specials of tokenizer `tok` (bytes: the prompt's UTF-8 bytes)."""
     tokens = np.concatenate([[tok.bos], tok.encode(prompt), [tok.sep]])
     return tokens.astype(token_dtype(tok.vocab))
 
 
-def encode_pair(pair: Pair, seq_len: int, tok=None) -> Encoded:
-    """[BOS] + prompt + [SEP] + completion + [EOS] (bytes, or `tok`'s ids), cut
-    to its last seq_len + 1 tokens; targets after the SEP are counted."""
+def encode_pair(pair: Pair, seq_len: int, tok=BYTES) -> Encoded:
+    """[BOS] + prompt + [SEP] + completion + [EOS] in `tok`'s ids, cut to its last
+    seq_len + 1 tokens; targets after the SEP are counted."""
     if seq_len < 1:
         raise SparkError(f"seq_len must be at least 1, got {seq_len}")
     head = prompt_tokens(pair.prompt, tok)                                 # (P,)
-    if tok is None:
-        body, eos = np.frombuffer(pair.completion.encode("utf-8"), dtype=np.uint8), EOS
-    else:
-        body, eos = tok.encode(pair.completion), tok.eos
+    body, eos = tok.encode(pair.completion), tok.eos
     tokens = np.concatenate([head, body, [eos]]).astype(head.dtype)       # (L,)
     sep_at = len(head) - 1
     # mask[i] is for target tokens[i+1]: counted when that index is after the SEP.
@@ -285,15 +280,15 @@ def encode_pair(pair: Pair, seq_len: int, tok=None) -> Encoded:
     return Encoded(tokens.copy(), mask.copy(), truncated, head[-seq_len:].copy(), first)
 
 
-def load_dataset(path: str | os.PathLike, seq_len: int, tok=None) -> Dataset:
-    """The file's rows tokenised (bytes, or tokenizer `tok`), streamed: memory is
-    a small factor of the file."""
+def load_dataset(path: str | os.PathLike, seq_len: int, tok=BYTES) -> Dataset:
+    """The file's rows tokenised by `tok` (default: bytes), streamed: memory is a
+    small factor of the file."""
     if seq_len < 1:
         raise SparkError(f"seq_len must be at least 1, got {seq_len}")
     digest = hashlib.sha256()
     with open_input(path, "dataset") as f:
         encoded = PackedRows((encode_pair(p, seq_len, tok) for p in _iter_pairs(f, path, digest)),
-                             token_dtype(BYTE_VOCAB if tok is None else tok.vocab))
+                             token_dtype(tok.vocab))
     return Dataset(
         path=str(path),
         sha256=digest.hexdigest(),

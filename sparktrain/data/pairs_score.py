@@ -15,6 +15,7 @@ from typing import Sequence
 import numpy as np
 
 from sparktrain.data.bpb import bits_per_byte
+from sparktrain.data.tokenizer import BYTES
 from sparktrain.errors import SparkError
 from sparktrain.data.tasks import COPY_PREFIX, family_of
 from sparktrain.model.base import Model
@@ -22,7 +23,7 @@ from sparktrain.model.build import build_model
 from sparktrain.model.memory import check_fits
 from sparktrain.model.config import ModelConfig
 from sparktrain.model.sample import MAX_NEW, generate_tokens
-from sparktrain.data.pairs import EOS, Encoded, Pair, decode, encode_pair
+from sparktrain.data.pairs import Encoded, Pair, encode_pair
 
 SIG_DIGITS = 8
 
@@ -39,9 +40,9 @@ class _RowStats:
 
 
 def evaluate(params, cfg: ModelConfig, pairs: Sequence[Pair], *, batch_size: int = 64,
-             max_new: int | None = None, n_samples: int = 3, tokenizer=None) -> dict:
-    """Metrics over `pairs`, in bytes or in the ids of a pairs job's BPE `tokenizer`
-    (then `bpb`, bits per byte of the completion text, too). max_new=None caps each
+             max_new: int | None = None, n_samples: int = 3, tokenizer=BYTES) -> dict:
+    """Metrics over `pairs`, in the ids of the model's `tokenizer` (bytes by default;
+    a pairs job's BPE adds `bpb`, bits per byte of the completion text). max_new=None caps each
     generation at len(expected)+1 tokens (a token is at least one byte), the most
     that can still be an exact match."""
     if not pairs:
@@ -50,22 +51,17 @@ def evaluate(params, cfg: ModelConfig, pairs: Sequence[Pair], *, batch_size: int
         raise SparkError(f"batch_size must be at least 1, got {batch_size}")
     if max_new is not None and not 1 <= max_new <= MAX_NEW:
         raise SparkError(f"max_new must be in [1, {MAX_NEW}], got {max_new}")
-    if tokenizer is not None and tokenizer.kind == "byte":
-        tokenizer = None  # byte tokens: generations are compared as raw bytes, no bpb
     check_fits("evaluation", cfg, max(1, min(batch_size, len(pairs))), optimizer=None,
                train=False)
     model = build_model(cfg)
     encoded = [encode_pair(p, cfg.seq_len, tokenizer) for p in pairs]
-    eos, decode_fn = (EOS, decode) if tokenizer is None else (tokenizer.eos, tokenizer.decode)
-    byte_lengths = (None if tokenizer is None else tokenizer.byte_lengths())
-    stats = _teacher_forced(params, model, encoded, batch_size, eos, byte_lengths)
+    eos = tokenizer.eos
+    stats = _teacher_forced(params, model, encoded, batch_size, eos, tokenizer.byte_lengths())
     expected = [p.completion.encode("utf-8") for p in pairs]
     generated = _greedy(params, cfg, encoded, expected, batch_size, max_new, eos)
-    texts = [decode_fn(g) for g in generated]
-    if tokenizer is None:  # bytes compared as bytes: a bad UTF-8 byte is no match
-        match = np.array([bytes(g) == e for g, e in zip(generated, expected)], dtype=np.float64)
-    else:
-        match = np.array([t == p.completion for t, p in zip(texts, pairs)], dtype=np.float64)
+    texts = [tokenizer.completion_text(g) for g in generated]
+    match = np.array([tokenizer.is_exactly(g, p.completion) for g, p in zip(generated, pairs)],
+                     dtype=np.float64)
     copy_rows = np.array([p.prompt.startswith(COPY_PREFIX) for p in pairs])
 
     result = _summary(stats, match, np.ones(len(pairs), dtype=bool))
@@ -78,7 +74,7 @@ def evaluate(params, cfg: ModelConfig, pairs: Sequence[Pair], *, batch_size: int
         families={},
         samples=[],
     )
-    if tokenizer is not None:
+    if tokenizer.kind != "byte":  # a byte model's metrics are those of before tokenizers
         result.update(bpb=_r(bits_per_byte(float(stats.ce.sum()), int(stats.text_bytes.sum()))),
                       tokenizer=tokenizer.kind, vocab=tokenizer.vocab)
     families = [family_of(p.prompt, p.family) for p in pairs]
@@ -108,7 +104,7 @@ def _summary(stats: _RowStats, match: np.ndarray, rows: np.ndarray) -> dict:
 
 
 def _teacher_forced(params, model: Model, encoded: list[Encoded], batch_size: int,
-                    eos: int = EOS, byte_lengths: np.ndarray | None = None) -> _RowStats:
+                    eos: int, byte_lengths: np.ndarray) -> _RowStats:
     parts = [_row_stats(params, model, encoded[start:start + batch_size], eos, byte_lengths)
              for start in range(0, len(encoded), batch_size)]
     return _RowStats(*(np.concatenate(col) for col in zip(*parts)))
@@ -123,16 +119,16 @@ def _log_softmax_at(logits: np.ndarray, targets: np.ndarray) -> np.ndarray:
 
 
 def _row_stats(params, model: Model, chunk: list[Encoded], eos: int,
-               byte_lengths: np.ndarray | None):
+               byte_lengths: np.ndarray):
     """The _RowStats columns of one batch of rows; byte_lengths (V,): the bytes of
-    text each id stands for (None: byte tokens, one byte each but the EOS)."""
+    text each id stands for (the tokenizer's byte_lengths())."""
     logits, targets, mask = model.scored_logits(params, model.make_batch(chunk))  # (B, T, V)
     mask = np.asarray(mask, dtype=np.float64)                      # (B, T)
     ce = -_log_softmax_at(logits, targets)                         # (B, T)
     right = (np.argmax(logits, axis=-1) == targets)                # (B, T)
     # Completion tokens = counted targets but the EOS (text never holds the EOS).
     byte_mask = mask * (targets != eos)                            # (B, T)
-    text = byte_mask if byte_lengths is None else mask * byte_lengths[targets]  # (B, T)
+    text = mask * byte_lengths[targets]                            # (B, T)
     return ((ce * mask).sum(axis=1), mask.sum(axis=1), (right * mask).sum(axis=1),
             (right * byte_mask).sum(axis=1), byte_mask.sum(axis=1), text.sum(axis=1))
 

@@ -42,9 +42,22 @@ class ByteTokenizer:
         return np.array([0 if i in (self.bos, self.sep, self.eos) else 1
                          for i in range(self.vocab)], dtype=np.int64)  # (V,)
 
+    def completion_text(self, ids: Iterable[int]) -> str:
+        """A generated completion as text: its bytes as they came (a special byte is
+        no UTF-8 and shows as U+FFFD, never dropped)."""
+        return bytes(int(i) for i in ids).decode("utf-8", errors="replace")
+
+    def is_exactly(self, ids: Iterable[int], text: str) -> bool:
+        """Whether a generated completion is `text`, byte for byte (a bad UTF-8 byte
+        is no match)."""
+        return bytes(int(i) for i in ids) == text.encode("utf-8")
+
     def to_json(self) -> str:
         return canonical_json({"spark_tokenizer": "byte", "vocab": self.vocab,
                                "bos": self.bos, "sep": self.sep, "eos": self.eos})
+
+
+BYTES = ByteTokenizer()   # every byte-token model's tokenizer (it holds no state)
 
 
 class BpeTokenizer:
@@ -68,6 +81,12 @@ class BpeTokenizer:
 
     def decode(self, ids: Iterable[int]) -> str:
         return self.tok.decode([int(i) for i in ids], skip_special_tokens=True)
+
+    def completion_text(self, ids: Iterable[int]) -> str:
+        return self.decode(ids)
+
+    def is_exactly(self, ids: Iterable[int], text: str) -> bool:
+        return self.decode(ids) == text
 
     def byte_lengths(self) -> np.ndarray:
         """Bytes of text each id stands for (0 for the specials): byte-level BPE spells

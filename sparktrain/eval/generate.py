@@ -13,14 +13,15 @@ import numpy as np
 from sparktrain.errors import SparkError
 from sparktrain.model.config import ModelConfig
 from sparktrain.model.sample import MAX_NEW, generate_tokens
-from sparktrain.data.pairs import EOS, decode, prompt_tokens
+from sparktrain.data.pairs import prompt_tokens
+from sparktrain.data.tokenizer import BYTES
 
 GEN_BATCH = 64
 
 
-def prompt_context(prompt: str, seq_len: int, tok=None) -> tuple[np.ndarray, bool]:
-    """([BOS] + prompt + [SEP] cut to the last seq_len tokens, whether it was cut);
-    bytes, or the ids of a pairs job's tokenizer `tok`."""
+def prompt_context(prompt: str, seq_len: int, tok=BYTES) -> tuple[np.ndarray, bool]:
+    """([BOS] + prompt + [SEP] cut to the last seq_len tokens, whether it was cut),
+    in the ids of a pairs job's tokenizer `tok` (bytes by default)."""
     if not isinstance(prompt, str) or not prompt:
         raise SparkError("prompt is empty; give the text to continue")
     try:
@@ -34,15 +35,13 @@ def prompt_context(prompt: str, seq_len: int, tok=None) -> tuple[np.ndarray, boo
 
 def generate(params, cfg: ModelConfig, prompts: Sequence[str], *, max_new: int = 64,
              temperature: float = 0.0, top_k: int = 0, seed: int = 0,
-             tokenizer=None) -> list[str]:
-    """Complete each prompt of a pairs model; stops at EOS or after max_new tokens
+             tokenizer=BYTES) -> list[str]:
+    """Complete each prompt of a pairs model; stops at its EOS or after max_new tokens
     (bytes, or the ids of the job's BPE `tokenizer`)."""
     _check_sampling(max_new, temperature, top_k, seed)
     contexts = [prompt_context(p, cfg.seq_len, tokenizer)[0] for p in prompts]
-    if tokenizer is None or tokenizer.kind == "byte":
-        return _sample(params, cfg, contexts, max_new, temperature, top_k, seed, EOS, decode)
     return _sample(params, cfg, contexts, max_new, temperature, top_k, seed, tokenizer.eos,
-                   tokenizer.decode)
+                   tokenizer.completion_text)
 
 
 def continue_text(params, cfg: ModelConfig, tokenizer, prompts: Sequence[str], *,

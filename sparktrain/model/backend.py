@@ -36,7 +36,6 @@ class NumpyOps:
     """numpy arrays: the CPU path of today, every line as it was."""
     xp = np
     name = "numpy"
-    is_host = True       # arrays live in this process: no transfer, no sync to avoid
 
     # ---------------------------------------------- place and move arrays
     def asarray(self, host, like=None, dtype=None):
@@ -53,6 +52,18 @@ class NumpyOps:
     def host_dtype(self, x):
         """The numpy dtype that matches x's dtype (host-side bookkeeping in the same precision)."""
         return x.dtype
+
+    def f32(self, value: float):
+        """A float32 scalar as this backend multiplies arrays by it: np.float32."""
+        return np.float32(value)
+
+    def last_rows(self, logits, lens):
+        """(A, T, V) and host (A,) lengths -> host (A, V): each row's own last position."""
+        return logits[np.arange(len(lens)), lens - 1]
+
+    def max_rowdots(self, qs, k):
+        """(max |q|^2, max |k|^2) as floats: here the read-back is free."""
+        return float(np.max(self.rowdot(qs, qs))), float(np.max(self.rowdot(k, k)))
 
     def zeros(self, shape, like):
         return np.zeros(shape, dtype=like.dtype)
@@ -200,7 +211,6 @@ class NumpyOps:
 
 class ArrayApiOps:
     """Any array-API namespace: standard calls only (array-api-strict runs this path in CI)."""
-    is_host = False
 
     def __init__(self, xp):
         self.xp = xp
@@ -221,6 +231,20 @@ class ArrayApiOps:
         if hit is None:
             hit = self._constants[key] = (host, self.asarray(host, like, like.dtype))
         return hit[1]
+
+    def f32(self, value: float):
+        """A Python float holding the float32 value: the standard casts a Python scalar
+        to the array's dtype, so the product is numpy's."""
+        return float(np.float32(value))
+
+    def last_rows(self, logits, lens):
+        A, T, V = logits.shape
+        last = np.arange(A) * T + np.asarray(lens) - 1                 # (A,) host
+        return self.to_host(self.take_rows(self.xp.reshape(logits, (A * T, V)), last))
+
+    def max_rowdots(self, qs, k):
+        """None: reading a bound back would stall the device's queue once a layer."""
+        return None
 
     def to_host(self, x) -> np.ndarray:
         if isinstance(x, np.ndarray):                          # host already (a step count)

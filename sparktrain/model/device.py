@@ -14,11 +14,13 @@ weights (`to_host`). Files on disk are host float32 whatever the device.
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
 
+from sparktrain import BLAS_KERNEL, kernel
 from sparktrain.errors import SparkError
 from sparktrain.model import backend
 
@@ -42,7 +44,7 @@ class Device:
 
     def to_device(self, tensors: dict) -> dict:
         """Host arrays -> this device (numpy: the same arrays, nothing copied)."""
-        if self.kind == "cpu":
+        if self.host:
             return tensors
         return {n: self.xp.asarray(np.ascontiguousarray(a), device=self.torch_device)
                 for n, a in tensors.items()}
@@ -51,6 +53,100 @@ class Device:
         """Arrays on this device -> host numpy (the weights file, the optimizer state)."""
         ops = self.ops
         return {n: np.ascontiguousarray(ops.to_host(a)) for n, a in tensors.items()}
+
+    @property
+    def host(self) -> bool:
+        """Arrays in this process's memory (numpy): worker processes can share them."""
+        return self.kind == "cpu"
+
+    def record(self) -> dict:
+        """What a run's fingerprint and weights metadata say about the device: nothing on
+        the CPU (the default job's bytes are those of before devices), else its name."""
+        return {} if self.host else {"device": self.name}
+
+    def made_with(self) -> dict:
+        """What else made a CPU run's bytes (checkpoint.json): the BLAS kernel family and
+        the numpy / BLAS versions (docs/portability.md); nothing on a GPU."""
+        return {"made_with": kernel.made_with()} if self.host else {}
+
+    def kernel_record(self) -> dict:
+        """perf.json's kernel fields: the family that ran and who chose it."""
+        if not self.host:
+            return {}
+        return {"blas_kernel": kernel.made_with()["kernel"], "blas_kernel_source": BLAS_KERNEL.source}
+
+    def kernel_note(self) -> str | None:
+        """One line when a CPU run's bytes belong to a kernel family other than the
+        portable one (said at import instead when numpy was loaded first)."""
+        if not self.host or BLAS_KERNEL.source == "preloaded":
+            return None
+        return kernel.note(BLAS_KERNEL)
+
+    def workers(self, requested: int | None) -> int | None:
+        """Gradient processes a run here starts: the CPU's `requested` (None: the usable
+        cores); a GPU runs its shards one after another in this process."""
+        return requested if self.host else 1
+
+    def check_workers(self, workers: int | None) -> None:
+        """SparkError (one line) when worker processes are asked of a GPU."""
+        if workers and not self.host:
+            raise SparkError(f"--workers times CPU worker processes; {self.name} runs one "
+                             "process (drop --workers or use --device cpu)")
+
+    def matmul_peak(self, fresh: bool = False) -> float:
+        """Best float32 matmul FLOP/s here: the denominator of utilisation and MFU.
+        Measured once a process (`fresh`: measure again, as spark bench does right
+        before its timed steps)."""
+        if fresh or self.name not in _PEAKS:
+            _PEAKS[self.name] = (host_matmul_peak() if self.host
+                                 else device_matmul_peak(self))
+        return _PEAKS[self.name]
+
+    def is_out_of_memory(self, err: BaseException) -> bool:
+        """Whether `err` is this device running out of memory: PyTorch's OutOfMemoryError
+        (CUDA) or its RuntimeError of MPS / older releases. Never on the CPU, where numpy's
+        MemoryError stays what it is (model/memory.py refuses a too-large run first)."""
+        if self.host:
+            return False
+        return (type(err).__name__ == "OutOfMemoryError"
+                or (isinstance(err, RuntimeError) and "out of memory" in str(err).lower()))
+
+
+_PEAKS: dict[str, float] = {}
+
+
+def host_matmul_peak(sizes=(768, 1024, 1280), repeats=3) -> float:
+    """Best float32 FLOP/s of square numpy matmuls around n = 1024, at this process's
+    BLAS thread count."""
+    rng = np.random.default_rng(0)
+    best = 0.0
+    for n in sizes:
+        a = rng.standard_normal((n, n), dtype=np.float32)
+        b = rng.standard_normal((n, n), dtype=np.float32)
+        c = np.empty((n, n), dtype=np.float32)
+        np.matmul(a, b, out=c)  # warm the BLAS kernels and pages
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            np.matmul(a, b, out=c)
+            best = max(best, 2.0 * n ** 3 / (time.perf_counter() - t0))
+    return best
+
+
+def device_matmul_peak(dev: Device, n=4096, repeats=5) -> float:
+    """Best float32 FLOP/s of an n x n matmul on a GPU device (waits for each to finish)."""
+    xp = dev.xp
+    rng = np.random.default_rng(0)
+    a, b = (xp.asarray(rng.standard_normal((n, n), dtype=np.float32), device=dev.torch_device)
+            for _ in range(2))
+    a @ b
+    dev.sync()
+    best = 0.0
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        a @ b
+        dev.sync()
+        best = max(best, 2.0 * n ** 3 / (time.perf_counter() - t0))
+    return best
 
 
 CPU = Device("cpu", "cpu", np)
@@ -88,10 +184,21 @@ def _gpu(torch, xp, kind: str, note: str = "") -> Device:
                   torch_device=torch.device(kind), sync=sync)
 
 
+_RESOLVED: dict[str, Device] = {}
+
+
 def resolve(requested) -> Device:
-    """The Device for `requested`; SparkError (one line, exit 2) when it cannot be had."""
+    """The Device for `requested`; SparkError (one line, exit 2) when it cannot be had.
+    Resolved once a process: the command line asks first (a GPU that cannot be had is
+    one line before anything is written), the training set-up gets the same Device."""
     if not isinstance(requested, str) or requested not in DEVICES:
         raise SparkError(f"device must be one of {', '.join(DEVICES)}, got {requested!r}")
+    if requested not in _RESOLVED:
+        _RESOLVED[requested] = _resolve(requested)
+    return _RESOLVED[requested]
+
+
+def _resolve(requested: str) -> Device:
     if requested == "cpu":
         return CPU
     try:

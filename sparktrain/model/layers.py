@@ -222,12 +222,11 @@ def _scores_are_small(qs, k) -> bool:
 
     Only asked on the host: on a device, reading the bound back would stall the
     queue once a layer, so there the max is always subtracted (same softmax)."""
-    be = backend.of(qs)
-    if not be.is_host:
+    maxes = backend.of(qs).max_rowdots(qs, k)
+    if maxes is None:
         return False
-    q2 = be.xp.max(be.rowdot(qs, qs))
-    k2 = be.xp.max(be.rowdot(k, k))
-    return float(q2) * float(k2) <= EXP_SAFE * EXP_SAFE
+    q2, k2 = maxes
+    return q2 * k2 <= EXP_SAFE * EXP_SAFE
 
 
 def attention_forward(q, k, v):

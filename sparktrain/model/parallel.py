@@ -188,8 +188,8 @@ class GradientEngine:
         ranges = shard_ranges(batch_rows(batch), self.shards)
         denom = loss_denominator(batch)
         parts = [slice_rows(batch, a, b) for a, b in ranges]
-        if self.workers == 1 or len(parts) == 1 or not backend.of_params(params).is_host:
-            # params on a device: its shards run one after another here (same sum, same bytes)
+        if self.workers == 1 or len(parts) == 1:
+            # one process (a GPU device always: Device.workers): shards one after another
             results = [self.model.loss_and_grads(params, part, denom=denom) for part in parts]
         else:
             results = self._parallel(params, parts, denom)
@@ -202,7 +202,7 @@ class GradientEngine:
         """The model's batch_loss of each batch (any iterable), in order, spread over the
         workers a few batches at a time: each batch is computed whole by one process, so
         the list is the same with any worker count."""
-        if self.workers == 1 or not backend.of_params(params).is_host:
+        if self.workers == 1:
             return [self.model.batch_loss(params, batch) for batch in batches]
         results, pending = [], iter(batches)
         while chunk := list(itertools.islice(pending, LOSS_CHUNK * self.workers)):

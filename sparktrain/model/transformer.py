@@ -214,9 +214,4 @@ class Transformer(AttentionArch, Model):
 
     def next_logits(self, params, windows, lens):
         logits = self.forward_logits(params, windows)                  # (A, T, V)
-        be = backend.of(logits)
-        if be.is_host:
-            return logits[np.arange(len(lens)), lens - 1]              # (A, V) own last position
-        A, T, V = logits.shape
-        last = np.arange(A) * T + np.asarray(lens) - 1                 # (A,) host
-        return be.to_host(be.take_rows(be.xp.reshape(logits, (A * T, V)), last))
+        return backend.of(logits).last_rows(logits, lens)              # (A, V) host

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from sparktrain.errors import TrainingFailed
 from sparktrain.model.parallel import quiet_nonfinite
-from sparktrain.train.loop import run_failed, run_step
+from sparktrain.train.loop import run_step
+from sparktrain.train.record import run_failed
 
 
 def step_job(job, step, cfg, source, **run_kw):

@@ -6,9 +6,10 @@ T = seq_len) and an update of every tensor: plain SGD, or a job's own update
 (`make_update`: clip, optimizer and schedule, sparktrain/train/optim.py) so
 the figure is the one of the job people run. Utilisation = model FLOP/s (tokens/s x
 flops_per_token) over the float32 matmul peak measured in this process, at
-the same BLAS thread count, right before the timed steps. With a GPU device
-(`--device`, model/device.py) the params live on it, each step ends with a
-sync, and the peak is the device's float32 matmul peak (docs/gpu.md).
+the same BLAS thread count, right before the timed steps (`Device.matmul_peak`,
+model/device.py). With a GPU device (`--device`) the params live on it, each
+step ends with a sync, and the peak is the device's float32 matmul peak
+(docs/gpu.md).
 """
 from __future__ import annotations
 
@@ -33,22 +34,6 @@ BENCH_LR = 1e-3
 WARMUP_STEPS = 2
 
 
-def matmul_peak(sizes=(768, 1024, 1280), repeats=3) -> float:
-    """Best float32 FLOP/s of square matmuls around n = 1024 (the utilisation's denominator)."""
-    rng = np.random.default_rng(0)
-    best = 0.0
-    for n in sizes:
-        a = rng.standard_normal((n, n), dtype=np.float32)
-        b = rng.standard_normal((n, n), dtype=np.float32)
-        c = np.empty((n, n), dtype=np.float32)
-        np.matmul(a, b, out=c)  # warm the BLAS kernels and pages
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            np.matmul(a, b, out=c)
-            best = max(best, 2.0 * n ** 3 / (time.perf_counter() - t0))
-    return best
-
-
 # What the loop reaches of the matmul peak on a CPU: about a fifth (the README's bench
 # table: 14-24 %), so a run's estimate divides by this share of the measured peak.
 CPU_SHARE_OF_PEAK = 0.2
@@ -57,14 +42,15 @@ GRIND_S = 180  # a CPU run estimated above this is said before it starts
 
 def cpu_estimate_s(cfg, tokens: int, peak: float | None = None) -> float:
     """Seconds a CPU run of `tokens` training tokens should take: model FLOPs x tokens
-    over this CPU's measured matmul FLOP/s (a quick probe) at CPU_SHARE_OF_PEAK."""
-    return flops_per_token(cfg) * tokens / ((peak or matmul_peak()) * CPU_SHARE_OF_PEAK)
+    over this CPU's measured matmul FLOP/s (a quick probe, once a process:
+    `Device.matmul_peak`) at CPU_SHARE_OF_PEAK."""
+    return flops_per_token(cfg) * tokens / ((peak or CPU.matmul_peak()) * CPU_SHARE_OF_PEAK)
 
 
 def grind_note(device, requested: str, cfg, tokens: int, what: str) -> str | None:
     """One line when `--device auto` fell back to the CPU for a run estimated above
     GRIND_S; None otherwise (a GPU, an explicit --device cpu, a short run)."""
-    if requested != "auto" or device.kind != "cpu":
+    if requested != "auto" or not device.host:
         return None
     seconds = cpu_estimate_s(cfg, tokens)
     if seconds <= GRIND_S:
@@ -85,23 +71,6 @@ def _duration(seconds: float) -> str:
     if seconds < 5400:
         return f"{seconds / 60:.0f} min"
     return f"{seconds / 3600:.1f} h"
-
-
-def device_matmul_peak(dev, n=4096, repeats=5) -> float:
-    """Best float32 FLOP/s of an n x n matmul on a device (waits for each to finish)."""
-    xp = dev.xp
-    rng = np.random.default_rng(0)
-    a, b = (xp.asarray(rng.standard_normal((n, n), dtype=np.float32), device=dev.torch_device)
-            for _ in range(2))
-    a @ b
-    dev.sync()
-    best = 0.0
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        a @ b
-        dev.sync()
-        best = max(best, 2.0 * n ** 3 / (time.perf_counter() - t0))
-    return best
 
 
 def synthetic_batch(batch_size: int, seq_len: int, seed: int = BENCH_SEED,
@@ -141,10 +110,10 @@ def run_bench(scale: str, batch_size: int | None = None, steps: int = 10,
     model = build_model(cfg)
     params = device.to_device(model.init_params(BENCH_SEED, b"bench"))
     batch = synthetic_batch(batch_size, cfg.seq_len, vocab=cfg.vocab)
-    peak = peak or (matmul_peak() if device.kind == "cpu" else device_matmul_peak(device))
+    peak = peak or device.matmul_peak(fresh=True)
     update = make_update(params)
     times = []
-    with GradientEngine(model, shards, workers) as engine:  # warm-up starts its workers
+    with GradientEngine(model, shards, device.workers(workers)) as engine:  # warm-up starts its workers
         for i in range(WARMUP_STEPS + steps):
             t0 = time.perf_counter()
             loss, grads = engine.loss_and_grads(params, batch)
@@ -181,7 +150,7 @@ def run_scaling(scale: str, workers: int, shards: int | None = None, rounds: int
                 progress=None, make_update=plain_sgd) -> dict:
     """1 worker against `workers` workers at one shard count, interleaved `rounds` times."""
     shards = shards or workers
-    peak = matmul_peak()
+    peak = CPU.matmul_peak(fresh=True)
     runs: dict[int, list[dict]] = {1: [], workers: []}
     for r in range(rounds):
         for w in runs:
@@ -233,10 +202,14 @@ def _scaling_lines(r: dict) -> list[str]:
 
 
 def stderr_progress(i, n, loss):
-    sys.stderr.write(f"\rstep {i}/{n}  loss {loss:.4f}")
-    if i == n:
-        sys.stderr.write("\n")
-    sys.stderr.flush()
+    """One line rewritten in place on a terminal; elsewhere (a log, a pipe) no `\\r`:
+    only the last step's line."""
+    err = sys.stderr
+    if err.isatty():
+        err.write(f"\rstep {i}/{n}  loss {loss:.4f}" + ("\n" if i == n else ""))
+    elif i == n:
+        err.write(f"step {i}/{n}  loss {loss:.4f}\n")
+    err.flush()
 
 
 def stderr_line(line: str) -> None:

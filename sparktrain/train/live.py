@@ -1,28 +1,36 @@
-"""One record per outer pass, to every place that shows it: DVCLive's files in the
-job folder (`out/train/<job>/dvclive/`, drawn by `dvc plots`, the VS Code
-extension and DVC Studio) and the progress line or bar (sparktrain/progress.py).
+"""The training loop's watcher: one curve point per outer pass, to every place
+that shows it (docs/training.md "Curves and progress").
 
-The loop builds one dict per outer pass (the same record that becomes a
-`loss_curve` entry of checkpoint.json) and hands it to `PassLogger.log_pass`;
-nothing else logs it by hand. DVCLive runs with `save_dvc_exp=False` and
-`dvcyaml=None`: inside a DVC stage it must not start experiments of its own nor
-edit the project's dvc.yaml (the plots are declared there). `step` is the outer
-pass. See docs/training.md ("Curves and progress").
+- DVCLive's files in the job folder (`out/train/<job>/dvclive/`, drawn by `dvc
+  plots`, the VS Code extension and DVC Studio). DVCLive runs with
+  `save_dvc_exp=False` and `dvcyaml=None`: inside a DVC stage it must not start
+  experiments of its own nor edit the project's dvc.yaml (the plots are declared
+  there). Its `step` is the outer pass. It writes into a pending folder that
+  becomes `dvclive/` only with the run's commit (`publish`), so a failed run
+  leaves the last good curves as they were.
+- One plain progress line per pass through the caller's `progress(line)`.
+- On a terminal, when `progress` is the default writer to stderr (`StderrLines`),
+  a rich bar over the micro-steps (sparktrain/progress.py) with those lines above
+  it. A caller's own callable always gets lines.
 
-The series written are `METRICS` (each under its `series_name`), all decided by the inputs (the same run writes
-the same bytes), so a stage may declare them as outputs.
+The series written are `METRICS` (each under its `series_name`), all decided by
+the inputs (the same run writes the same bytes), so a stage may declare them as
+outputs. Tokens/s goes to the lines and the bar only. Each series of `PLOTS` (dvc.yaml's plots of the step)
+has its file when the run ends, its header only when the job measured none.
 """
 from __future__ import annotations
 
 import csv
 import math
 import os
+import shutil
+import sys
+import time
 from pathlib import Path
-from typing import Callable, TextIO
 
 from dvclive import Live
 
-from sparktrain.jobfiles import LIVE_DIR
+from sparktrain.jobfiles import LIVE_DIR, LIVE_PENDING
 from sparktrain.progress import Progress
 
 METRICS = ("loss", "heldout_loss", "heldout_bpb", "lr")
@@ -58,67 +66,141 @@ def _trim_series(folder: Path, start_outer: int) -> None:
             csv.writer(f, delimiter="\t", lineterminator=os.linesep).writerows(kept)
 
 
-class PassLogger:
-    """Feeds DVCLive and the progress display one record per outer pass.
+class StderrLines:
+    """The default `progress`: lines on stderr, `first` before the first of them
+    (so a bad input, refused before training starts, stays the only line). On a
+    terminal the watcher draws its bar on stderr instead of the pass lines."""
 
-    `folder` is the job folder; `total` the outer passes of the whole run;
-    `start_outer` the passes already done before this process (0 on a fresh run,
-    the checkpoint's count after a resume: earlier DVCLive rows are kept, the ETA
-    counts only this process's passes). `display=False`: DVCLive only, no progress
-    (the training loop draws its own lines and bar).
-    """
+    def __init__(self, first: str | None = None):
+        self.pending = [first] if first else []
 
-    def __init__(self, folder: str | os.PathLike, total: int, start_outer: int = 0,
-                 what: str = "step", stream: TextIO | None = None, tty: bool | None = None,
-                 clock: Callable[[], float] | None = None, display: bool = True):
-        self.folder = Path(folder)
-        resume = start_outer > 0 and (self.folder / LIVE_DIR).is_dir()
+    def __call__(self, line: str) -> None:
+        while self.pending:
+            print(self.pending.pop(), file=sys.stderr, flush=True)
+        print(line, file=sys.stderr, flush=True)
+
+    @staticmethod
+    def terminal():
+        """stderr when it is a terminal, else None."""
+        stream = sys.stderr
+        return stream if stream is not None and stream.isatty() else None
+
+
+def losses(point: dict) -> str:
+    """A curve point as the lines and the bar show it."""
+    text = f"loss {point['loss']:.4f}"
+    if "heldout_loss" in point:
+        text += f"  held-out {point['heldout_loss']:.4f}"
+    if "heldout_bpb" in point:
+        text += f" ({point['heldout_bpb']:.3f} bpb, 64-window est.)"
+    return text
+
+
+class Watcher:
+    """What a person and DVC see of one run: `start` once, `micro_step` after every
+    update, `pass_done` with each outer pass's curve point.
+
+    `folder` is the job folder, `outer` x `inner` the run's micro-steps. The ETA
+    of the lines and the bar counts only this process's work (after a resume the
+    passes behind it took no time here)."""
+
+    def __init__(self, job_id: str, folder: str | os.PathLike, outer: int, inner: int,
+                 progress=None):
+        self.job_id, self.folder = job_id, Path(folder)
+        self.outer, self.inner = outer, inner
+        self.progress = progress if progress is not None else StderrLines()
+        self.t0 = time.perf_counter()
+        self.live = self.bar = None
+        self.point: dict = {}
+
+    def say(self, line: str) -> None:
+        """A line of its own (above the bar on a terminal)."""
+        (self.progress if self.bar is None else self.bar.log)(line)
+
+    def start(self, point: dict, lr: float, done: int, what: str) -> None:
+        """The run begins at `point` (the start, or the last pass of a resumed state,
+        `done` passes behind it), `what` describing the data and the model."""
+        self.point, self.first, self.t_start = point, done, time.perf_counter()
+        self.progress(f"[{self.job_id}] {'resumed after outer ' + str(done) if done else 'start'}"
+                      f"  {losses(point)}  {what}")
+        terminal = (self.progress.terminal() if isinstance(self.progress, StderrLines)
+                    else None)
+        if terminal is not None:
+            self.bar = Progress(self._where(min(done + 1, self.outer)),
+                                total=self.outer * self.inner, done=done * self.inner,
+                                unit="micro-steps", stream=terminal, tty=True)
+        pending = self.folder / LIVE_PENDING
+        # a resumed run logs its last pass again: its row may or may not have been
+        # written before the process stopped
+        resume = done > 0 and (pending / LIVE_DIR).is_dir()
         if resume:
-            _trim_series(self.folder, start_outer)
-        self.live = Live(dir=str(self.folder / LIVE_DIR), resume=resume, save_dvc_exp=False,
+            _trim_series(pending, done)
+        self.live = Live(dir=str(pending / LIVE_DIR), resume=resume, save_dvc_exp=False,
                          dvcyaml=None, report=None)
-        extra = {"clock": clock} if clock is not None else {}
-        self.progress = (Progress(what, total=total, done=start_outer, unit="passes",
-                                  stream=stream, tty=tty, **extra) if display else None)
+        self._log_live(point, lr)
 
-    def log_pass(self, record: dict) -> None:
-        """`record`: {"outer", "loss", and any of "heldout_loss", "heldout_bpb",
-        "lr"} (a "tokens_per_s" shows in the progress line only); `outer` is the
-        pass's index (DVCLive's step)."""
-        self.live.step = int(record["outer"])
+    def _where(self, k: int) -> str:
+        return f"[{self.job_id}] outer {k}/{self.outer}"
+
+    def micro_step(self, k: int, rate: float) -> None:
+        """One update of pass `k` is done; `rate` is this process's tokens/s."""
+        if self.bar is not None:
+            self.bar.describe(self._where(k))
+            self.bar.advance(note=f"{losses(self.point)}  {rate:,.0f} tok/s")
+
+    def pass_done(self, point: dict, lr: float, rate: float) -> None:
+        """Outer pass `point["outer"]` is measured: DVCLive's row and one line."""
+        self.point, k = point, point["outer"]
+        self._log_live(point, lr)
+        now = time.perf_counter()
+        eta = (now - self.t_start) / (k - self.first) * (self.outer - k)
+        self.say(f"{self._where(k)}  {losses(point)}  {rate:,.0f} tok/s  "
+                 f"{now - self.t0:.1f}s, ~{eta:.0f}s left")
+
+    def _log_live(self, point: dict, lr: float) -> None:
+        self.live.step = int(point["outer"])
+        record = {**point, "lr": lr}
         for name in METRICS:
             value = record.get(name)
             if value is not None and math.isfinite(float(value)):
                 self.live.log_metric(series_name(name), float(value))
         self.live.next_step()   # the summary, and the step-done signal editors watch
-        if self.progress is not None:
-            self.progress.advance(1, note=_note(record))
 
-    def close(self) -> None:
-        if self.progress is not None:
-            self.progress.close()
-        self.live.end()
-        for name in PLOTS:
-            path = series_path(self.folder, name)
-            if not path.is_file():
-                path.parent.mkdir(parents=True, exist_ok=True)
-                with open(path, "w", newline="", encoding="utf-8") as f:
-                    csv.writer(f, delimiter="\t", lineterminator=os.linesep).writerow(
-                        ["step", name])
-
-    def __enter__(self) -> "PassLogger":
+    def __enter__(self) -> "Watcher":
         return self
 
     def __exit__(self, *exc) -> None:
-        self.close()
+        if self.bar is not None:   # closed first: whatever happens after it started
+            self.bar.close()
+            self.bar = None
+        if self.live is not None:
+            self.live.end()
+            self.live = None
+            _declared_series(self.folder / LIVE_PENDING)
 
 
-def _note(record: dict) -> str:
-    parts = [f"loss {record['loss']:.4f}"]
-    if record.get("heldout_loss") is not None:
-        parts.append(f"held-out {record['heldout_loss']:.4f}")
-    if record.get("heldout_bpb") is not None:
-        parts.append(f"{record['heldout_bpb']:.3f} bpb (64-window est.)")
-    if record.get("tokens_per_s"):
-        parts.append(f"{record['tokens_per_s']:,.0f} tok/s")
-    return ", ".join(parts)
+def _declared_series(folder: Path) -> None:
+    """Every series of `PLOTS` has its file under `folder`'s dvclive/ (a stage
+    output must exist): the header only where the run logged none of it."""
+    for name in PLOTS:
+        path = series_path(folder, name)
+        if not path.is_file():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(path, "w", newline="", encoding="utf-8") as f:
+                csv.writer(f, delimiter="\t", lineterminator=os.linesep).writerow(
+                    ["step", name])
+
+
+def publish(folder: str | os.PathLike) -> None:
+    """The committed run's DVCLive folder becomes the job's dvclive/."""
+    folder = Path(folder)
+    pending, live = folder / LIVE_PENDING / LIVE_DIR, folder / LIVE_DIR
+    if pending.is_dir():
+        shutil.rmtree(live, ignore_errors=True)
+        os.replace(pending, live)
+    discard(folder)
+
+
+def discard(folder: str | os.PathLike) -> None:
+    """A run's pending curves go (nothing to resume them)."""
+    shutil.rmtree(Path(folder) / LIVE_PENDING, ignore_errors=True)

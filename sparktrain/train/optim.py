@@ -47,15 +47,6 @@ def clip_scale(norm: float, clip: float) -> float:
     return clip / norm if clip > 0 and norm > clip else 1.0
 
 
-def _f32(be):
-    """float32 scalars as the backend takes them: np.float32 for numpy; for another
-    namespace a Python float holding the same float32 value (the standard casts a
-    Python scalar to the array's dtype, so the product is the same)."""
-    if be.is_host:
-        return np.float32
-    return lambda v: float(np.float32(v))
-
-
 class SGD:
     name = "sgd"
 
@@ -65,7 +56,7 @@ class SGD:
         self.velocity = {n: self.be.zeros(params[n].shape, params[n]) for n in names}
 
     def update(self, params: dict, grads: dict, lr: float, scale: float) -> None:
-        f32 = _f32(self.be)
+        f32 = self.be.f32
         for n, v in self.velocity.items():
             v *= self.momentum  # a Python float, exactly as the seed loop multiplied
             # g * 1.0 == g exactly: an unclipped step skips the product and its temporary
@@ -93,7 +84,7 @@ class AdamW:
 
     def update(self, params: dict, grads: dict, lr: float, scale: float) -> None:
         self.t += 1
-        f32, xp = _f32(self.be), self.be.xp
+        f32, xp = self.be.f32, self.be.xp
         c1 = f32(1.0 - self.b1 ** self.t)
         c2 = f32(1.0 - self.b2 ** self.t)
         b1, b2 = np.float32(self.b1), np.float32(self.b2)

@@ -72,3 +72,26 @@ def test_token_dtype_is_the_narrowest():
     assert token_dtype(65535) == np.uint16
     with pytest.raises(SparkError):
         token_dtype(70000)
+
+
+def test_a_byte_completion_is_its_bytes_as_they_came(bpe):
+    """Pairs generation and exact match through the tokenizer: bytes keep a special
+    byte as U+FFFD (the layout of before tokenizers); a BPE decodes its ids."""
+    t = ByteTokenizer()
+    assert t.completion_text([104, 0xFD, 105]) == "h\ufffdi" and t.decode([104, 0xFD, 105]) == "hi"
+    assert t.is_exactly(list(b"hi"), "hi") and not t.is_exactly([104, 0xFD, 105], "hi")
+    ids = bpe.encode("return a + b").tolist()
+    assert bpe.completion_text(ids) == "return a + b" and bpe.is_exactly(ids, "return a + b")
+
+
+def test_no_tokenizer_is_ever_none():
+    """A byte model gets a ByteTokenizer (data/tokenizer.BYTES): no second byte path."""
+    import re
+    from pathlib import Path
+
+    import sparktrain
+
+    pattern = re.compile(r"\b(tok|tokenizer)\s*(=\s*None|is None|is not None)")
+    found = [f"{p.name}:{n}" for p in Path(sparktrain.__file__).parent.rglob("*.py")
+             for n, line in enumerate(p.read_text().splitlines(), 1) if pattern.search(line)]
+    assert found == []

@@ -46,6 +46,7 @@ CASES = {
     "embedding_grad": ((IDS.reshape(-1), RNG.standard_normal((6, 5)), 5), (2,)),
     "weighted_sum": ((M2[:, 0], N2[:, 0]), ()),
     "global_norm": (([M2, A3],), ()),
+    "last_rows": ((A3, np.array([3, 1])), (1,)),
 }
 
 
@@ -56,7 +57,8 @@ def test_the_two_backends_offer_the_same_operations():
     assert ops == generic
     tested = {name.replace("_inverse", "").replace("_scalar", "") for name in CASES}
     plumbing = {"asarray", "constant", "to_host", "host_dtype", "zeros", "ones", "copy", "load",
-                "astype", "permute", "contiguous", "mT", "concat"}
+                "astype", "permute", "contiguous", "mT", "concat",
+                "f32", "max_rowdots"}   # scalars and a host-only bound: tested below
     assert ops - plumbing == tested, "every fast-path operation has an agreement case"
 
 
@@ -84,6 +86,26 @@ def test_numpy_and_generic_agree(case, target):
         got = host(dev, got)
         assert got.shape == want.shape
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
+def test_a_float32_scalar_multiplies_the_same_on_both_backends():
+    import array_api_strict as xp
+
+    generic = ArrayApiOps(xp)
+    x = np.float32(RNG.standard_normal(5))
+    for value in (0.1, 1e-3, 3.0000001):
+        assert float(backend.NUMPY.f32(value)) == generic.f32(value)
+        want = backend.NUMPY.f32(value) * x
+        got = np.asarray(generic.to_host(generic.f32(value) * xp.asarray(x)))
+        np.testing.assert_array_equal(got, want)
+
+
+def test_the_score_bound_is_read_back_on_the_host_only():
+    import array_api_strict as xp
+
+    q2, k2 = backend.NUMPY.max_rowdots(M2, N2)
+    assert (q2, k2) == (float(np.max(np.sum(M2 * M2, -1))), float(np.max(np.sum(N2 * N2, -1))))
+    assert ArrayApiOps(xp).max_rowdots(xp.asarray(M2), xp.asarray(N2)) is None
 
 
 def test_embedding_grad_adds_repeated_ids():

@@ -10,6 +10,12 @@ from sparktrain.errors import SparkError
 from sparktrain.model import device as devmod
 
 
+@pytest.fixture(autouse=True)
+def fresh_resolution(monkeypatch):
+    """Each test resolves anew: its fake PyTorch, not an earlier test's Device."""
+    monkeypatch.setattr(devmod, "_RESOLVED", {})
+
+
 def fake_torch(cuda=False, mps=False, calls=None):
     calls = calls if calls is not None else []
     ns = types.SimpleNamespace
@@ -103,3 +109,28 @@ def test_auto_falls_back_to_mps(monkeypatch):
     with_torch(monkeypatch, fake_torch(mps=True))
     dev = devmod.resolve("auto")
     assert (dev.kind, dev.name) == ("mps", "mps") and "(auto)" in dev.note
+
+
+def test_a_device_is_resolved_once_a_process(monkeypatch):
+    calls = []
+    with_torch(monkeypatch, fake_torch(cuda=True, calls=calls))
+    first = devmod.resolve("auto")
+    assert devmod.resolve("auto") is first and calls.count(("deterministic", True)) == 1
+    assert devmod.resolve("cpu") is devmod.CPU
+
+
+def test_the_device_answers_what_the_loop_asks():
+    cpu = devmod.CPU
+    assert cpu.record() == {} and cpu.workers(3) == 3 and cpu.workers(None) is None
+    assert not cpu.is_out_of_memory(MemoryError()) and cpu.matmul_peak() > 0
+    cpu.check_workers(2)   # the CPU runs worker processes
+    gpu = devmod.Device("cuda", "cuda:NVIDIA X", np)
+    assert gpu.record() == {"device": "cuda:NVIDIA X"} and gpu.workers(4) == 1
+
+    class OutOfMemoryError(RuntimeError):
+        pass
+    assert gpu.is_out_of_memory(OutOfMemoryError("CUDA out of memory"))
+    assert gpu.is_out_of_memory(RuntimeError("MPS backend out of memory"))
+    assert not gpu.is_out_of_memory(ValueError("shapes"))
+    with pytest.raises(SparkError, match="runs one process"):
+        gpu.check_workers(2)

@@ -12,10 +12,12 @@ import sys
 
 import pytest
 
+import sparktrain.train.live as live
 import sparktrain.train.loop as loop
 from sparkhelp import ROOT, SPARK
+from sparktrain.data.source import source_for
 from sparktrain.model.config import SCALES
-from sparktrain.params import StepConfig
+from sparktrain.params import Defaults, StepConfig
 from sparktrain.progress import Progress
 from sparktrain.train.job import adhoc_job
 from sparktrain.cli.report import lines_after
@@ -41,7 +43,8 @@ class Clock:
 
 def _run(tmp_path, name="job", step=STEP, **kw):
     job = adhoc_job(str(ROOT / "data/train/dataset.jsonl"), str(tmp_path / name), None)
-    return loop.run_step(job, step, SCALES["tiny"], heldout=HELDOUT, matmul_peak=1e9, **kw)
+    return loop.run_step(job, step, SCALES["tiny"], source_for(job.dataset, Defaults(), HELDOUT),
+                         **kw)
 
 
 def test_on_a_terminal_the_loop_draws_a_bar_over_its_micro_steps(tmp_path, monkeypatch):
@@ -49,7 +52,7 @@ def test_on_a_terminal_the_loop_draws_a_bar_over_its_micro_steps(tmp_path, monke
     term = FakeTerminal()
     monkeypatch.setattr(sys, "stderr", term)
     bars = []
-    monkeypatch.setattr(loop, "Progress", lambda *a, **k: bars.append(Progress(*a, **k))
+    monkeypatch.setattr(live, "Progress", lambda *a, **k: bars.append(Progress(*a, **k))
                         or bars[-1])
     barred = _run(tmp_path, "a/job")
     text = term.getvalue()
@@ -87,13 +90,22 @@ def test_a_callers_own_progress_gets_lines_even_on_a_terminal(tmp_path, monkeypa
     assert len(got) == 3 and all(PASS_LINE.match(ln) for ln in got[1:])
 
 
-def test_the_bar_is_for_writers_to_a_terminal_stderr_only(monkeypatch):
+def _bar_of(tmp_path, progress):
+    """The watcher's bar (None: lines only) once its run has started."""
+    with live.Watcher("job", tmp_path, outer=2, inner=3, progress=progress) as watch:
+        watch.start({"outer": 0, "loss": 5.0}, 0.1, 0, "a test")
+        return watch.bar
+
+
+def test_the_bar_is_for_writers_to_a_terminal_stderr_only(tmp_path, monkeypatch):
     monkeypatch.setattr(sys, "stderr", FakeTerminal())
-    assert loop._bar_stream(loop._progress) is sys.stderr
-    assert loop._bar_stream(lines_after("spark train: ...")) is sys.stderr   # the CLI's writer
-    assert loop._bar_stream(print) is None and loop._bar_stream(lambda line: None) is None
+    assert _bar_of(tmp_path, None) is not None                       # the default: stderr
+    assert _bar_of(tmp_path, lines_after("spark train: ...")) is not None   # the CLI's writer
+    got = []
+    assert _bar_of(tmp_path, got.append) is None and len(got) == 1   # a caller's own: lines
+    assert _bar_of(tmp_path, lambda line: None) is None
     monkeypatch.setattr(sys, "stderr", io.StringIO())
-    assert loop._bar_stream(loop._progress) is None
+    assert _bar_of(tmp_path, None) is None
 
 
 def test_the_bars_eta_after_a_resume_counts_this_processs_micro_steps_only():
@@ -126,12 +138,15 @@ def test_a_resumed_run_starts_its_bar_at_the_passes_behind_it(tmp_path, monkeypa
     term = FakeTerminal()
     monkeypatch.setattr(sys, "stderr", term)
     bars = []
-    monkeypatch.setattr(loop, "Progress", lambda *a, **k: bars.append(Progress(*a, **k))
+    monkeypatch.setattr(live, "Progress", lambda *a, **k: bars.append(Progress(*a, **k))
                         or bars[-1])
     _run(tmp_path, step=step)
     (bar,) = bars
     assert (bar.done_at_start, bar.done, bar.total) == (4, 6, 6)   # 2 passes x 2 behind it
     assert "resumed after outer 2" in term.getvalue() and "6/6" in term.getvalue()
+    # every pass has its DVCLive row once, the resumed one too
+    rows = (tmp_path / "job/dvclive/plots/metrics/loss.tsv").read_text().split()
+    assert rows[2::2] == ["0", "1", "2", "3"]
 
 
 def _on_a_pty(args, cwd) -> tuple[int, str]:

@@ -1,5 +1,6 @@
 """`spark bench`: the command runs, reports sane numbers, refuses bad flags."""
 import json
+import sys
 
 import numpy as np
 import pytest
@@ -151,6 +152,7 @@ def test_job_update_is_the_loop_update():
     from sparktrain.model.config import SCALES
     from sparktrain.params import StepConfig
     from sparktrain.train.loop import apply_update
+    from sparktrain.train.record import Log
     from sparktrain.train.optim import make_optimizer
     from sparktrain.train.optim import JobUpdates
 
@@ -164,8 +166,7 @@ def test_job_update_is_the_loop_update():
     names = list(theirs)
     run = SimpleNamespace(step=step, params=theirs, engine=model, trainable=names, model=model,
                           optimizer=make_optimizer(step, theirs, names))
-    log = SimpleNamespace(train_seconds=0.0, tokens_seen=0, flops_seen=0, clipped=0,
-                          run_seconds=0.0, run_tokens=0)
+    log = Log(t0=0.0)
     for t in range(3):
         update(ours, model.loss_and_grads(ours, batch)[1], t)
         apply_update(run, log, batch, "test", t)
@@ -188,3 +189,22 @@ def test_auto_on_the_cpu_says_when_a_run_would_grind():
     assert note.startswith("spark bench --scale gpu on the CPU")
     assert grind_note(CPU, "cpu", big, tokens, "x") is None
     assert grind_note(CPU, "auto", SCALES["tiny"], 64, "x") is None
+
+
+def test_bench_steps_write_no_carriage_return_off_a_terminal(monkeypatch):
+    import io
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    log = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", log)
+    for i in range(1, 4):
+        bench.stderr_progress(i, 3, 2.5)
+    assert "\r" not in log.getvalue() and log.getvalue() == "step 3/3  loss 2.5000\n"
+    term = Terminal()
+    monkeypatch.setattr(sys, "stderr", term)
+    for i in range(1, 4):
+        bench.stderr_progress(i, 3, 2.5)
+    assert term.getvalue().count("\r") == 3 and term.getvalue().endswith("step 3/3  loss 2.5000\n")

@@ -30,7 +30,7 @@ from tests.model.xpkit import target_device
 LOSS_RTOL = 1e-5
 PAIRS = str(ROOT / "data/train/dataset.jsonl")
 HELDOUT = str(ROOT / "data/eval/tiny_heldout.jsonl")
-QUIET = dict(progress=lambda line: None, matmul_peak=1e9)
+QUIET = dict(progress=lambda line: None)
 DEFAULT_JOB = StepConfig(outer=4, inner=8)           # params.yaml's step knobs
 ADAMW = StepConfig(outer=3, inner=4, batch_size=6, lr=3e-3, optimizer="adamw",
                    weight_decay=0.1, schedule="cosine", warmup=2, min_lr=3e-4, shards=2,

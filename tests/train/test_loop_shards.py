@@ -8,18 +8,19 @@ import pytest
 
 from sparktrain.cli import main
 from sparktrain.model.config import SCALES
-from sparktrain.params import StepConfig
+from sparktrain.params import Defaults, StepConfig
 from sparktrain.train.job import adhoc_job
 from sparktrain.train.loop import run_step
+from sparktrain.data.source import source_for
 
-QUIET = dict(progress=lambda line: None, matmul_peak=1e9)
+QUIET = dict(progress=lambda line: None)
 
 
 def _files(project, monkeypatch, out, **knobs) -> dict[str, bytes]:
     monkeypatch.chdir(project)
     job = adhoc_job("data/train/dataset.jsonl", out, None)
     result = run_step(job, StepConfig(outer=2, inner=3, batch_size=8, **knobs), SCALES["tiny"],
-                      **QUIET)
+                      source_for(job.dataset, Defaults()), **QUIET)
     return result.files
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 import sparktrain.train.loop as loop
+import sparktrain.train.record as record
 from sparkhelp import ROOT
 from sparktrain.data.corpus_source import CorpusSource
 from sparktrain.data.pairs_source import PairsSource
@@ -20,7 +21,7 @@ from sparktrain.params import CorpusConfig, Defaults, StepConfig
 from sparktrain.train.job import adhoc_job
 
 STEP = StepConfig(outer=2, inner=3, batch_size=4, lr=0.05)
-QUIET = dict(progress=lambda line: None, matmul_peak=1e9)
+QUIET = dict(progress=lambda line: None)
 CORPUS = ROOT / "data/corpus/tiny"
 KNOBS = Defaults(corpus=CorpusConfig(heldout=0.3))  # 20 files: a few held out
 
@@ -36,13 +37,14 @@ def _text_rows(path: Path) -> Path:
 def _calls(monkeypatch) -> dict:
     """Count the calls of the loop's one set-up, micro-step, check and commit."""
     counts = {}
-    for name in ("_set_up", "apply_update", "check_learned", "_commit"):
-        real = getattr(loop, name)
+    for module, name in ((loop, "_set_up"), (loop, "apply_update"),
+                         (record, "check_learned"), (record, "commit")):
+        real = getattr(module, name)
 
         def wrapped(*a, _real=real, _name=name, **k):
             counts[_name] = counts.get(_name, 0) + 1
             return _real(*a, **k)
-        monkeypatch.setattr(loop, name, wrapped)
+        monkeypatch.setattr(module, name, wrapped)
     return counts
 
 
@@ -64,7 +66,7 @@ def test_every_kind_goes_through_the_one_loop(kind, tmp_path, monkeypatch):
     prepare_job(job.out_dir, source, "byte", 0)
     counts = _calls(monkeypatch)
     ck = loop.run_step(job, STEP, SCALES["tiny"], source, **QUIET).checkpoint
-    assert counts == {"_set_up": 1, "apply_update": 6, "check_learned": 1, "_commit": 1}
+    assert counts == {"_set_up": 1, "apply_update": 6, "check_learned": 1, "commit": 1}
     assert ck["loss_after"] < ck["loss_before"]
     assert all("heldout_loss" in point for point in ck["loss_curve"])
     assert ck.get("dataset_kind", "pairs") == kind

@@ -1,0 +1,106 @@
+"""Where a run starts: a base's weights or a fresh init, and a saved state of this
+very run (docs/training.md "The loop").
+
+With step.checkpoint_every the whole state (params, optimizer moments, sampler,
+curve and counters) is saved between passes through the commit journal, and a
+run killed mid-way resumes from it to the same final bytes. A state is used only
+when its fingerprint (job, architecture, data, knobs, program, base, device) is
+this run's.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+
+from sparktrain.errors import SparkError
+from sparktrain.fsutil import canonical_json, sha256_bytes
+from sparktrain.jobfiles import RESUME_STATE, RESUME_TENSORS
+from sparktrain.model.base import Model
+from sparktrain.model.weights import check_params, config_from_meta, load_weights, weights_bytes
+from sparktrain.train import outputs
+from sparktrain.train.job import Job
+
+
+def initial_params(job: Job, model: Model, seed: int, salt: bytes):
+    """(params, base step_n): the base weights when `base` is a file, else fresh init."""
+    if not job.base_is_weights:
+        return model.init_params(seed, salt, dtype=np.float32), 0
+    params, meta = load_weights(job.base)
+    base_cfg = config_from_meta(meta, job.base)
+    if base_cfg.kind is not model.cfg.kind:
+        raise SparkError(f"base {job.base} was trained with train_attn={base_cfg.train_attn}, "
+                         f"this run has train_attn={model.cfg.train_attn}")
+    check_params(params, model.cfg, job.base)
+    step_n = meta.get("step_n", 0)
+    if not isinstance(step_n, int) or isinstance(step_n, bool) or step_n < 0:
+        raise SparkError(f"base {job.base}: metadata step_n {step_n!r} is not a count")
+    return params, step_n
+
+
+def resolve_step_n(requested: int | None, base_step: int, base: str) -> int:
+    if requested is None:
+        return base_step + 1
+    if requested <= base_step:
+        raise SparkError(f"step {requested} must be greater than the base's step_n {base_step} "
+                         f"({base}); omit it to use {base_step + 1}")
+    return requested
+
+
+def fingerprint(job: Job, cfg, data_fingerprint, step, device) -> str:
+    """What a saved state must match: everything that decides the run's bytes
+    (not the worker count, which never does)."""
+    return sha256_bytes(canonical_json({
+        "job": job.id, "arch": cfg.to_dict(), "data": data_fingerprint,
+        "step": {k: v for k, v in dataclasses.asdict(step).items()
+                 if k not in ("workers", "device")},
+        "sparkbc_sha256": job.sparkbc_sha256, "base": job.base, **device.record()}).encode())
+
+
+def save(run, log) -> None:
+    """The whole state after pass `log.done`, through the commit journal: a kill at
+    any moment leaves the previous state or this one, never half of each."""
+    tensors = {f"param.{n}": a for n, a in run.host_params().items()}
+    opt_state = run.device.to_host(run.optimizer.state())
+    tensors.update({f"opt.{n}": a for n, a in opt_state.items()})
+    state = {"fingerprint": run.fingerprint, "done": log.done, "curve": log.curve,
+             "tokens_seen": log.tokens_seen, "clipped": log.clipped,
+             "flops_seen": log.flops_seen, "sampler": run.data.sampler.state()}
+    outputs.commit_files(run.job.out_dir, {
+        RESUME_TENSORS: weights_bytes(tensors, {"resume_of": run.job.id}),
+        RESUME_STATE: canonical_json(state).encode()})
+
+
+def load(run, log, say) -> None:
+    """Continue from a saved state of this very run; another run's state is ignored
+    (`say` tells why)."""
+    folder = run.job.out_dir
+    outputs.recover(folder)
+    path = folder / RESUME_STATE
+    if not path.is_file() or not (folder / RESUME_TENSORS).is_file():
+        return
+    try:
+        state = json.loads(path.read_bytes())
+    except ValueError:
+        return
+    if not isinstance(state, dict) or state.get("fingerprint") != run.fingerprint:
+        say(f"[{run.job.id}] {path} is the state of another run; starting afresh")
+        return
+    tensors, _ = load_weights(folder / RESUME_TENSORS)
+    ops = run.device.ops
+    for n in run.params:  # host float32 in the file, whatever device saved it
+        run.params[n] = ops.load(run.params[n], tensors[f"param.{n}"])
+    run.optimizer.load_state({k[4:]: v for k, v in tensors.items() if k.startswith("opt.")})
+    run.data.sampler.set_state(state["sampler"])
+    log.resumed(state["curve"], state["done"], state["tokens_seen"], state["clipped"],
+                state["flops_seen"])
+
+
+def saved(folder) -> bool:
+    return (folder / RESUME_STATE).is_file()
+
+
+def clear(folder) -> None:
+    for name in (RESUME_STATE, RESUME_TENSORS):
+        (folder / name).unlink(missing_ok=True)
