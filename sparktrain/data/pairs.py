@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import json
 import os
 from dataclasses import dataclass
 from typing import BinaryIO, Callable, Iterator, Sequence, TypeVar
@@ -24,6 +23,7 @@ from sparktrain.errors import SparkError
 from sparktrain.fsutil import open_input, read_input, sha256_bytes, size_cap
 from sparktrain.model.config import flops_per_token
 from sparktrain.model.memory import line_count
+from sparktrain.safeload import load_json
 
 # Byte values that never occur in UTF-8, so they cannot collide with text.
 # (EOS doubles as right padding in the model's batches: model/batch.py PAD.)
@@ -173,14 +173,7 @@ def json_objects(f: BinaryIO, path, digest) -> Iterator[tuple[int, dict]]:
         if not text.strip():
             continue  # blank lines are allowed anywhere
         where = f"{path}:{lineno}"
-        try:
-            row = json.loads(text)
-        except json.JSONDecodeError as err:
-            raise SparkError(f"{where}: not JSON ({err.msg} at column {err.colno})") from None
-        except RecursionError:
-            raise SparkError(f"{where}: JSON nested too deeply") from None
-        except ValueError as err:  # e.g. an integer of more digits than Python converts
-            raise SparkError(f"{where}: not usable JSON ({str(err).splitlines()[0]})") from None
+        row = load_json(text, where)  # bounded: depth, values, digits, duplicate keys
         if not isinstance(row, dict):
             raise SparkError(f"{where}: a row must be a JSON object, got {type(row).__name__}")
         yield lineno, row

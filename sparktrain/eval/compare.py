@@ -26,7 +26,6 @@ from pathlib import Path, PurePosixPath
 from typing import Callable, Sequence
 
 import matplotlib.style
-import yaml
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
@@ -35,10 +34,13 @@ from matplotlib.ticker import MaxNLocator
 from sparktrain.errors import SparkError
 from sparktrain.eval.metrics import HEADLINE_KEYS
 from sparktrain.eval.plot import DPI, LOG_Y_RATIO, png_bytes
-from sparktrain.fsutil import atomic_write_bytes
+from sparktrain.fsutil import atomic_write_bytes, read_input
 from sparktrain.jobfiles import CHECKPOINT, EVAL, job_dir
 from sparktrain.repro.lock import cache_dir, cached_blob, outputs
 from sparktrain.repro.workspace import tool_env
+from sparktrain.safeload import load_json, load_yaml
+
+CHECKPOINT_ITEMS = 200_000  # values in one experiment's checkpoint.json (its curve is capped)
 
 PARAMS_FILE = "params.yaml"
 # A metric with these keys beside the headline ones is the layout from before
@@ -75,9 +77,9 @@ def exp_show() -> list:
         lines = [ln for ln in done.stderr.splitlines() if ln.strip()]
         raise SparkError(f"`dvc exp show` failed: {lines[-1] if lines else 'no message'}")
     try:
-        return json.loads(done.stdout)
-    except json.JSONDecodeError:
-        raise SparkError("`dvc exp show --json` did not print JSON") from None
+        return load_json(done.stdout, "`dvc exp show --json`")
+    except SparkError as err:
+        raise SparkError(f"`dvc exp show --json` did not print readable JSON ({err})") from None
 
 
 def flatten(tree: dict, prefix: str = "") -> dict:
@@ -161,8 +163,8 @@ def read_committed_checkpoint(exp: Experiment) -> dict:
     shown = subprocess.run(["git", "show", f"{exp.rev}:dvc.lock"], capture_output=True,
                            text=True)
     try:
-        lock = yaml.safe_load(shown.stdout) if shown.returncode == 0 else None
-    except yaml.YAMLError:
+        lock = load_yaml(shown.stdout, "dvc.lock") if shown.returncode == 0 else None
+    except SparkError:
         lock = None
     out = outputs(lock if isinstance(lock, dict) else {}).get(path)
     if out is None:
@@ -172,9 +174,11 @@ def read_committed_checkpoint(exp: Experiment) -> dict:
         raise SparkError(f"experiment {exp.name}: its {path} is not in the DVC cache; "
                          f"fetch it with `dvc exp pull <remote> {exp.name}`")
     try:
-        return json.loads(blob.read_bytes())
-    except ValueError:
-        raise SparkError(f"experiment {exp.name}: its {path} is not JSON") from None
+        # a checkpoint holds outer + 1 points (step.outer is capped): far below this bound
+        return load_json(read_input(blob, "checkpoint"), f"experiment {exp.name}: its {path}",
+                         max_items=CHECKPOINT_ITEMS)
+    except SparkError as err:
+        raise SparkError(f"experiment {exp.name}: its {path} is not readable ({err})") from None
 
 
 @functools.lru_cache(maxsize=1)

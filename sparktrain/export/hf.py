@@ -164,7 +164,7 @@ def _check_rope(conf: dict, where: str) -> None:
 def export_hf(weights: str | os.PathLike, out: str | os.PathLike,
               tokenizer: str | os.PathLike | None = None, force: bool = False) -> list[str]:
     """Write the Hugging Face folder; returns the file names written."""
-    out = check_target(out, force, folder=True, inputs=(weights, tokenizer))
+    out = check_target(out, force, "hf", inputs=(weights, tokenizer))
     params, cfg, meta = load_model(weights)
     require_attention(cfg, weights)
     tok_text = model_tokenizer_json(weights, meta, cfg, tokenizer)
@@ -189,7 +189,7 @@ def import_hf(folder: str | os.PathLike, out: str | os.PathLike, force: bool = F
     folder = Path(folder)
     if not folder.is_dir():
         raise SparkError(f"{os.fspath(folder)} is not a folder; give the Hugging Face model folder")
-    out = check_target(out, force, inputs=(folder,))
+    out = check_target(out, force, "safetensors", inputs=(folder,))
     conf = _read_json(folder / "config.json", "config.json")
     cfg = spark_config(conf, os.fspath(folder / "config.json"))
     weights_fits("spark import", cfg, copies=3)  # the file's tensors, Spark's, the bytes

@@ -16,6 +16,7 @@ from safetensors.numpy import load, save
 from sparktrain.errors import SparkError
 from sparktrain.fsutil import atomic_write_bytes, read_input
 from sparktrain.model.config import ModelConfig, param_shapes
+from sparktrain.safeload import load_json
 
 META_KEY = "spark"
 
@@ -44,8 +45,8 @@ def load_weights(path: str | os.PathLike) -> tuple[dict[str, np.ndarray], dict]:
         raise SparkError(f"{path} is a safetensors file but not Spark weights "
                          f"(no '{META_KEY}' metadata key)")
     try:
-        spark_meta = json.loads(meta[META_KEY])
-    except (ValueError, RecursionError):
+        spark_meta = load_json(meta[META_KEY], f"{path}: metadata")
+    except (ValueError, RecursionError, SparkError, TypeError):
         raise SparkError(f"{path}: the '{META_KEY}' metadata is not JSON") from None
     if not isinstance(spark_meta, dict):
         raise SparkError(f"{path}: the '{META_KEY}' metadata must be a JSON object, "
@@ -111,7 +112,9 @@ def _metadata(data: bytes) -> dict:
     n = int.from_bytes(data[:8], "little")
     if n > len(data) - 8:
         raise ValueError("header length runs past the end of the file")
-    header = json.loads(data[8:8 + n].decode("utf-8"))
+    header = load_json(data[8:8 + n], "the safetensors header")
+    if not isinstance(header, dict):
+        raise ValueError("the header is not a JSON object")
     return header.get("__metadata__", {}) or {}
 
 

@@ -7,9 +7,9 @@ and whether its points ran now or in an earlier run.
 """
 from __future__ import annotations
 
-import yaml
 
 from sparktrain.sweep.grid import Point
+from sparktrain.safeload import load_yaml
 
 WEIGHTS_SUFFIX = ".safetensors"  # the output the table shows a hash of
 
@@ -31,7 +31,7 @@ def experiments_of(shown: list, baseline: str) -> dict[str, dict]:
 
 def lock_outputs(lock_text: str) -> dict[str, str]:
     """path -> md5 of every output in a dvc.lock (outs, metrics and plots alike)."""
-    lock = yaml.safe_load(lock_text) or {}
+    lock = load_yaml(lock_text, "dvc.lock") or {}
     return {out["path"]: out.get("md5", "")
             for entry in (lock.get("stages") or {}).values() for out in entry.get("outs") or []}
 
@@ -65,8 +65,8 @@ def point_record(point: Point, exp: dict | None, outputs: dict, failure: str | N
 def _as_written(text: str):
     """A value as `dvc exp run -S` would set it: YAML, with `1e30` a float as DVC reads it."""
     try:
-        value = yaml.safe_load(text)
-    except yaml.YAMLError:
+        value = load_yaml(text, "-S value")
+    except SparkError:
         return text
     if isinstance(value, str):
         try:

@@ -10,7 +10,6 @@ worker, `dvc exp pull` here. Locally and on a cluster the code path is the same.
 """
 from __future__ import annotations
 
-import json
 import logging
 import os
 import subprocess
@@ -20,7 +19,7 @@ from pathlib import Path
 from distributed import Client, LocalCluster, as_completed
 
 from sparktrain.errors import SparkError
-from sparktrain.safeload import load_yaml
+from sparktrain.safeload import load_json, load_yaml
 from sparktrain.fsutil import read_input
 from sparktrain.model.parallel import usable_cores  # noqa: F401  (commands: the default --workers)
 from sparktrain.repro.workspace import tool_env
@@ -227,8 +226,8 @@ def pull(plan: SweepPlan, names: list[str]) -> None:
 
 def compare(plan: SweepPlan, failures: dict[str, str]) -> dict:
     """The sweep's comparison document (see compare.py), in grid order."""
-    shown = json.loads(_tool(plan.repo, "dvc", "exp", "show", "--json", "--rev", plan.commit,
-                             what="dvc exp show"))
+    shown = load_json(_tool(plan.repo, "dvc", "exp", "show", "--json", "--rev", plan.commit,
+                            what="dvc exp show"), "`dvc exp show --json`")
     found = experiments_of(shown, plan.commit)
     points = []
     for point in plan.points:

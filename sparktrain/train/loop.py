@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import os
 import shutil
 import math
@@ -28,7 +27,8 @@ from sparktrain.data.base import DataSource, TrainingData, score
 from sparktrain.data.source import source_for
 from sparktrain.data.tokenizer import job_tokenizer
 from sparktrain.errors import SparkError, TrainingFailed
-from sparktrain.fsutil import canonical_json, sha256_bytes
+from sparktrain.fsutil import canonical_json, read_input, sha256_bytes
+from sparktrain.gate import replace_owned_folder
 from sparktrain.jobfiles import (ARTIFACT, CHECKPOINT, CORPUS, PERF, RESUME_STATE,
                                  RESUME_TENSORS, WEIGHTS)
 from sparktrain.model.base import Model
@@ -44,6 +44,7 @@ from sparktrain.model.weights import (check_params, config_from_meta, load_weigh
                                       weights_bytes)
 from sparktrain.params import Defaults, StepConfig, step_record
 from sparktrain.progress import Progress
+from sparktrain.safeload import load_json
 from sparktrain.train import outputs
 from sparktrain.train.job import Job
 from sparktrain.train.live import LIVE_DIR, PassLogger
@@ -376,8 +377,8 @@ def load_resume(run: _Run, log: _Log, progress) -> None:
     if not path.is_file() or not (folder / RESUME_TENSORS).is_file():
         return
     try:
-        state = json.loads(path.read_bytes())
-    except ValueError:
+        state = load_json(read_input(path, "job file"), os.fspath(path))
+    except SparkError:
         return
     if not isinstance(state, dict) or state.get("fingerprint") != run.fingerprint:
         progress(f"[{run.job.id}] {path} is the state of another run; starting afresh")
@@ -402,8 +403,7 @@ def _publish_curves(folder) -> None:
     """The committed run's DVCLive folder becomes the job's dvclive/."""
     pending, live = folder / LIVE_PENDING / LIVE_DIR, folder / LIVE_DIR
     if pending.is_dir():
-        shutil.rmtree(live, ignore_errors=True)
-        os.replace(pending, live)
+        replace_owned_folder(pending, live)  # never a link or a file it did not make
     shutil.rmtree(folder / LIVE_PENDING, ignore_errors=True)
 
 
