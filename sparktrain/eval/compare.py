@@ -36,11 +36,13 @@ from sparktrain.eval.metrics import HEADLINE_KEYS
 from sparktrain.eval.plot import DPI, LOG_Y_RATIO, png_bytes
 from sparktrain.fsutil import atomic_write_bytes, read_input
 from sparktrain.jobfiles import CHECKPOINT, EVAL, job_dir
+from sparktrain.params import MAX_OUTER
 from sparktrain.repro.lock import cache_dir, cached_blob, outputs
 from sparktrain.repro.workspace import tool_env
 from sparktrain.safeload import load_json, load_yaml
 
-CHECKPOINT_ITEMS = 200_000  # values in one experiment's checkpoint.json (its curve is capped)
+# values in one experiment's checkpoint.json: 3 a curve point, outer + 1 points at most
+CHECKPOINT_ITEMS = 4 * (MAX_OUTER + 1) + 10_000
 
 PARAMS_FILE = "params.yaml"
 # A metric with these keys beside the headline ones is the layout from before
