@@ -133,11 +133,12 @@ def _check_size(text: str | bytes, name: str, max_bytes: int) -> None:
                          "of this kind of file")
 
 
-def _count_items(text: str | bytes) -> int:
-    """An upper bound on the values of a JSON text, counted in C before parsing."""
-    if isinstance(text, str):
-        return text.count(",") + text.count("[") + text.count("{") + 1
-    return text.count(b",") + text.count(b"[") + text.count(b"{") + 1
+def _counts(text: str | bytes) -> tuple[int, int]:
+    """(an upper bound on the values, the containers opened) of a JSON text, counted
+    in C before parsing."""
+    comma, square, curly = (",", "[", "{") if isinstance(text, str) else (b",", b"[", b"{")
+    containers = text.count(square) + text.count(curly)
+    return text.count(comma) + containers + 1, containers
 
 
 class _Duplicate(Exception):
@@ -168,7 +169,8 @@ def load_json(text: str | bytes, name: str, max_items: int = MAX_ITEMS,
               max_bytes: int = MAX_BYTES):
     """The JSON value in `text`, or one SparkError line naming `name`."""
     _check_size(text, name, max_bytes)
-    if _count_items(text) > max_items:
+    items, containers = _counts(text)
+    if items > max_items:
         raise SparkError(f"{name}: JSON with more than {max_items:,} values (refused before "
                          "parsing: it would take seconds and gigabytes)")
     try:
@@ -189,7 +191,7 @@ def load_json(text: str | bytes, name: str, max_items: int = MAX_ITEMS,
                          f"{err.colno})") from None
     except ValueError as err:  # an integer past Python's digit limit
         raise SparkError(f"{name}: not JSON ({str(err).splitlines()[0][:120]})") from None
-    if depth(value) > MAX_DEPTH:
+    if containers > MAX_DEPTH and depth(value) > MAX_DEPTH:  # a JSONL row: rarely walked
         raise SparkError(f"{name}: JSON nested deeper than {MAX_DEPTH} levels")
     return value
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from sparktrain.data.corpus import Corpus, CorpusFile, check_splits, is_heldout
+from sparktrain.data.corpus import MAX_FILES, Corpus, CorpusFile, check_splits, is_heldout
 from sparktrain.data.corpus_source import CorpusSource
 from sparktrain.data.pairs import json_objects
 from sparktrain.errors import SparkError
@@ -50,6 +50,10 @@ class TextSource(CorpusSource):
         files = []
         with open_input(self.dataset, "dataset") as f:
             for lineno, row in json_objects(f, self.dataset, hashlib.sha256()):
+                if len(files) == MAX_FILES:  # one row is one file of files.json, as a corpus's
+                    raise SparkError(f"{self.dataset}: over {MAX_FILES:,} text rows, the limit "
+                                     f"a corpus has for its files (prepare and step read "
+                                     f"files.json at their cap); join short rows")
                 text = row.get("text")
                 if not isinstance(text, str):
                     raise SparkError(f"{self.dataset}:{lineno}: 'text' must be a string")
