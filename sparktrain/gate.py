@@ -33,12 +33,16 @@ JOB_NAMES = frozenset({PROGRAM, TOKENIZER, CORPUS, STATUS, WEIGHTS, CHECKPOINT, 
                        FAILED, RESUME_STATE, RESUME_TENSORS, EVAL, EVAL_DETAIL, LOSS_PNG,
                        "dvclive", ".live-run", ".lock", ".commit", "coder_proof.json"})
 JOB_MARKERS = (CHECKPOINT, ARTIFACT)
+# a folder holding one of these was made by a spark command (the stage or job writers)
+JOB_OWNED = frozenset({PROGRAM, TOKENIZER, STATUS, WEIGHTS, CHECKPOINT, ARTIFACT, ".lock"})
 HF_NAMES = frozenset({"config.json", "generation_config.json", "model.safetensors", TOKENIZER,
                       "tokenizer_config.json"})
 INTERNALS = (".git", ".dvc")  # a project's machinery: never an output, never inside one
 MAGIC = {"png": b"\x89PNG\r\n\x1a\n", "gguf": b"GGUF", "sparkbc": b"SPBC"}
 FILE_KINDS = ("png", "gguf", "sparkbc", "safetensors", "json")
 FOLDER_KINDS = ("hf", "job")
+# exports and imports: never inside a job folder, whose files the pipeline commits together
+ARTIFACT_KINDS = ("gguf", "safetensors", "hf")
 JSON_CAP = 64 << 20  # an existing JSON output is re-read to tell its layout; no bigger
 
 
@@ -71,6 +75,8 @@ def _check(path: Path, name: str, kind: str, inputs: list[Path]) -> None:
     if st is not None and stat.S_ISLNK(st.st_mode):  # before anything resolves it
         raise SparkError(f"refusing to write {name}: it is a symbolic link (to "
                          f"{printable(os.readlink(path))}); name the real path")
+    if st is not None and stat.S_ISDIR(st.st_mode) and kind in FILE_KINDS:
+        raise SparkError(f"cannot write {name}: it is a folder; give a file name")
     _check_project(path, name, kind)
     _check_inputs(path, name, inputs)
     if st is None:
@@ -90,7 +96,7 @@ def _check_new(path: Path, name: str, kind: str) -> None:
     if not stat.S_ISDIR(st.st_mode):
         raise SparkError(f"cannot write {name}: {printable(os.fspath(ancestor))} is "
                          f"{_kind_of(st.st_mode)}, not a folder")
-    if kind != "job":
+    if kind in ARTIFACT_KINDS:
         job = next((p for p in (ancestor, *ancestor.parents) if _is_job_folder(p)), None)
         if job is not None:
             raise SparkError(f"cannot write {name}: it is inside the job folder "
@@ -120,6 +126,8 @@ def _check_folder(path: Path, name: str, kind: str) -> None:
         return
     allowed = HF_NAMES if kind == "hf" else JOB_NAMES
     foreign = sorted(n for n in names if n not in allowed and not _our_temp(n))
+    if kind == "job" and names & JOB_OWNED:
+        foreign = []  # a job folder we made; files a user put beside ours are never touched
     if foreign or (kind == "hf" and "config.json" not in names):
         what = "an exported Hugging Face folder" if kind == "hf" else "a job folder"
         shown = ", ".join(printable(n) for n in foreign[:3]) or "no config.json"

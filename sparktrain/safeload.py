@@ -106,10 +106,22 @@ def _where(name: str, mark) -> str:
     return f"{name}:{mark.line + 1}:{mark.column + 1}" if mark is not None else name
 
 
+# MAX_DEPTH + 1 flow brackets opened with no bracket closed between them
+_DEEP_FLOW = re.compile(r"(?:[\[{][^\[\]{}]{0,256}+){%d}" % (MAX_DEPTH + 1))
+
+
 def load_yaml(text: str | bytes, name: str, max_items: int = MAX_ITEMS,
               max_bytes: int = MAX_BYTES):
     """The YAML document in `text` (one), or one SparkError line naming `name`."""
     _check_size(text, name, max_bytes)
+    deep = _DEEP_FLOW.search(text if isinstance(text, str) else text.decode("utf-8", "replace"))
+    if deep:  # PyYAML's scanner looks ahead through a flow bomb before any node is composed
+        line = text[:deep.start()].count("\n" if isinstance(text, str) else b"\n") + 1
+        raise SparkError(f"{name}:{line}: nested deeper than {MAX_DEPTH} levels")
+    comma, newline = (",", "\n") if isinstance(text, str) else (b",", b"\n")
+    if text.count(comma) + text.count(newline) > max_items:  # the pure-Python parser is slow
+        raise SparkError(f"{name}: YAML with more than {max_items:,} values or lines (refused "
+                         "before parsing)")
     loader = type("_Loader", (_BoundedLoader,), {"max_items": max_items})
     try:
         return yaml.load(text, Loader=loader)  # noqa: S506 (a SafeLoader subclass)

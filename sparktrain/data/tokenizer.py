@@ -125,7 +125,7 @@ def parse_tokenizer(data: bytes, path: str = "<tokenizer>"):
     except SparkError as err:  # nested too deep, too many values, duplicate keys, not JSON
         raise SparkError(f"{path} is not a tokenizer.json ({str(err).removeprefix(path + ': ')})") from None
     if isinstance(doc, dict) and doc.get("spark_tokenizer") == "byte":
-        if doc != json.loads(ByteTokenizer().to_json()):
+        if doc != load_json(ByteTokenizer().to_json(), "the byte tokenizer"):
             raise SparkError(f"{path}: byte tokenizer with unexpected fields")
         return ByteTokenizer()
     if not (isinstance(doc, dict) and isinstance(doc.get("model"), dict)

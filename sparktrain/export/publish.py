@@ -18,14 +18,15 @@ def check_target(path: str | os.PathLike, force: bool, kind: str, inputs: tuple 
     """The output gate (sparktrain/gate.py: a new path, or a `kind` output this tool
     wrote, never a device, link, tracked file or one of `inputs`), then: something
     that holds data is replaced only with --force."""
-    path = check_output(path, kind, inputs)
-    if path.is_dir():
-        if any(path.iterdir()) and not force:
-            raise SparkError(f"{os.fspath(path)} exists and is not empty; "
-                             "pass --force to replace it")
-    elif path.exists() and not force:
-        raise SparkError(f"{os.fspath(path)} exists; pass --force to replace it")
-    return path
+    path = Path(path)
+    if not force and not path.is_symlink():  # what holds data needs --force, then the gate
+        if path.is_dir() and kind in ("hf", "job"):
+            if any(path.iterdir()):
+                raise SparkError(f"{os.fspath(path)} exists and is not empty; "
+                                 "pass --force to replace it")
+        elif path.is_file():
+            raise SparkError(f"{os.fspath(path)} exists; pass --force to replace it")
+    return check_output(path, kind, inputs)
 
 
 def publish_dir(files: dict[str, bytes], out: Path) -> None:

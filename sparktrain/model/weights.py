@@ -38,6 +38,10 @@ def save_weights(path: str | os.PathLike, params: dict[str, np.ndarray], meta: d
 FLOAT_DTYPES = {"F32": "<f4", "F16": "<f2", "BF16": "<u2"}
 
 
+_NUMPY = {"F64": "float64", "I64": "int64", "I32": "int32", "I16": "int16", "I8": "int8",
+          "U8": "uint8", "BOOL": "bool"}  # safetensors' names as numpy says them
+
+
 def read_tensors(data: bytes, where, accept=tuple(FLOAT_DTYPES)) -> dict[str, np.ndarray]:
     """The tensors of a safetensors file as float32 (F16 and BF16 converted exactly);
     a dtype outside `accept` is one line naming it and what is accepted."""
@@ -46,8 +50,9 @@ def read_tensors(data: bytes, where, accept=tuple(FLOAT_DTYPES)) -> dict[str, np
               for n, t in header.items() if n != "__metadata__"}
     for name, dtype in sorted(dtypes.items()):
         if dtype not in accept:
-            raise SparkError(f"{os.fspath(where)}: tensor {name} is {dtype}; accepted: "
-                             f"{', '.join(accept)}")
+            raise SparkError(f"{os.fspath(where)}: tensor {name} is {_NUMPY.get(dtype, dtype)}; "
+                             f"Spark weights are F32 (accepted: {', '.join(accept)}, "
+                             "converted exactly)")
     if "BF16" not in dtypes.values():
         return {n: np.ascontiguousarray(a, dtype=np.float32) if a.dtype != np.float32 else a
                 for n, a in load(data).items()}
