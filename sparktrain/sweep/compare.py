@@ -32,8 +32,11 @@ def experiments_of(shown: list, baseline: str) -> dict[str, dict]:
 def lock_outputs(lock_text: str) -> dict[str, str]:
     """path -> md5 of every output in a dvc.lock (outs, metrics and plots alike)."""
     lock = load_yaml(lock_text, "dvc.lock") or {}
-    return {out["path"]: out.get("md5", "")
-            for entry in (lock.get("stages") or {}).values() for out in entry.get("outs") or []}
+    stages = lock.get("stages") if isinstance(lock, dict) else None
+    entries = [e for e in (stages.values() if isinstance(stages, dict) else ())
+               if isinstance(e, dict) and isinstance(e.get("outs"), list)]
+    return {out["path"]: out.get("md5", "") for entry in entries for out in entry["outs"]
+            if isinstance(out, dict) and isinstance(out.get("path"), str)}
 
 
 def _lookup(tree, dotted: str):
