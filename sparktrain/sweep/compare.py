@@ -7,9 +7,9 @@ and whether its points ran now or in an earlier run.
 """
 from __future__ import annotations
 
-
-from sparktrain.sweep.grid import Point
+from sparktrain.errors import SparkError
 from sparktrain.safeload import load_yaml
+from sparktrain.sweep.grid import Point
 
 WEIGHTS_SUFFIX = ".safetensors"  # the output the table shows a hash of
 
