@@ -31,7 +31,8 @@ NAME_MAX = 255  # bytes of one path component on the file systems we run on
 # a job folder holds these (and the commit journal's dot files): jobfiles.py's table
 JOB_NAMES = frozenset({PROGRAM, TOKENIZER, CORPUS, STATUS, WEIGHTS, CHECKPOINT, ARTIFACT, PERF,
                        FAILED, RESUME_STATE, RESUME_TENSORS, EVAL, EVAL_DETAIL, LOSS_PNG,
-                       "dvclive", ".live-run", ".lock", ".commit", "coder_proof.json"})
+                       "dvclive", ".live-run", ".lock", ".commit", "coder_proof.json",
+                       ".gitignore"})  # DVC writes one beside the outputs it tracks
 JOB_MARKERS = (CHECKPOINT, ARTIFACT)
 # a folder holding one of these was made by a spark command (the stage or job writers)
 JOB_OWNED = frozenset({PROGRAM, TOKENIZER, STATUS, WEIGHTS, CHECKPOINT, ARTIFACT, ".lock"})

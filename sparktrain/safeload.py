@@ -13,8 +13,9 @@ Both refuse, in one line naming the file, what would make a small file expensive
 
 - a key given twice in one mapping (YAML or JSON), naming the key and both
   lines: DVC refuses such a params.yaml, so we must not train on the last value;
-- more than `max_items` values (elements and members together): a small
-  file of a million tiny numbers takes seconds and gigabytes to build;
+- more than `max_items` values (elements and members together; 1,000,000 for
+  JSON, 50,000 for YAML, whose parser is pure Python): a small file of a
+  million tiny numbers takes seconds and gigabytes to build;
 - text longer than `max_bytes` (the caller's cap of its kind; 64 MiB unless told).
 
 Every JSON or YAML document a command reads goes through `load_json` /
@@ -35,6 +36,8 @@ MAX_DEPTH = 64
 MAX_INT = 2 ** 63  # a config value beyond this is a typo (and overflows float conversion)
 MAX_ITEMS = 1_000_000  # values in one document: a 1024-token BPE tokenizer holds ~10,000
 MAX_BYTES = 64 << 20
+# PyYAML composes ~10-100 thousand nodes a second: config files and dvc.lock hold hundreds
+MAX_YAML_ITEMS = 50_000
 
 
 class _Refused(Exception):
@@ -110,7 +113,7 @@ def _where(name: str, mark) -> str:
 _DEEP_FLOW = re.compile(r"(?:[\[{][^\[\]{}]{0,256}+){%d}" % (MAX_DEPTH + 1))
 
 
-def load_yaml(text: str | bytes, name: str, max_items: int = MAX_ITEMS,
+def load_yaml(text: str | bytes, name: str, max_items: int = MAX_YAML_ITEMS,
               max_bytes: int = MAX_BYTES):
     """The YAML document in `text` (one), or one SparkError line naming `name`."""
     _check_size(text, name, max_bytes)

@@ -20,7 +20,7 @@ from safetensors.numpy import save
 
 from sparkhelp import ROOT, assert_one_line_error, run_spark
 from sparktrain.errors import SparkError
-from sparktrain.safeload import MAX_ITEMS, load_json, load_yaml
+from sparktrain.safeload import MAX_ITEMS, MAX_YAML_ITEMS, load_json, load_yaml
 
 PARSERS = re.compile(r"\b(json\.loads?|yaml\.(safe_)?load|yaml\.load_all)\(")
 
@@ -59,7 +59,8 @@ HOSTILE = st.one_of(
     st.integers(65, 200_000).map(_nested),
     st.integers(4_301, 20_000).map(_digits),
     st.sampled_from(["lr", "step", "model", "a", "é"]).map(_duplicate),
-    st.integers(MAX_ITEMS + 1, MAX_ITEMS + 50_000).map(_many),
+    st.integers(MAX_ITEMS - 2, MAX_ITEMS + 50_000).map(_many),
+    st.integers(MAX_YAML_ITEMS - 2, MAX_YAML_ITEMS + 2).map(_many),  # YAML's bound, either side
     st.sampled_from(['{"x": NaN}', '{"x": -Infinity}', "a: &x [1]\nb: *x\n", "{", "\xff"]),
 )
 
