@@ -53,7 +53,7 @@ def _as_float(value):
 
 Float = Annotated[float, BeforeValidator(_as_float)]
 Count = Annotated[StrictInt, Field(ge=1)]
-# docs/training.md ("Limits"): the loss curve holds outer + 1 points, each pass runs inner steps
+# docs/pipeline.md ("Hostile inputs"): the loss curve holds outer + 1 points, a pass inner steps
 MAX_OUTER = 100_000
 MAX_MICRO_STEPS = 100_000_000
 
