@@ -5,16 +5,23 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 PY     := $(BIN)/python
 STAMP  := $(VENV)/.installed-stamp
+# The exact versions of the default install (numpy and its OpenBLAS make the bytes),
+# per Python version; `make lock` refreshes it. The hf and gpu extras stay unpinned.
+LOCK   := requirements.lock
 
 .PHONY: help setup run test test-sparkbc test-fast spark-sgd-proof spark-sgd-proof-scale \
-        sparkbc-e2e repro-check bench clean test-hf test-gpu spark-coder-proof readme-figures
+        sparkbc-e2e repro-check bench clean lock test-hf test-gpu spark-coder-proof readme-figures \
+        readme-figures-stable
 
 help:
 	@echo "make run        set up, run the default job (dvc repro), print a summary"
 	@echo "make test       set up, run the whole test suite"
 	@echo "make test-sparkbc   only the SPARK_BC toolchain tests"
+	@echo "make lock          refresh requirements.lock (uv pip compile --universal), then make setup"
 	@echo "make test-hf       install the hf extra (torch, transformers) and run the export proofs"
-	@echo "make test-gpu      install the gpu extra (torch) and run the array-path tests on it"
+	@echo "make test-gpu      install the gpu extra (torch) and run the array-path tests on it;"
+	@echo "                   on Linux pip's torch is the CUDA build: ~3.2 GB of NVIDIA libraries,"
+	@echo "                   .venv grows to ~5.9 GB (a CPU-only torch installed first is kept)"
 	@echo "make spark-sgd-proof        train the default program's tiny job and check it"
 	@echo "make spark-sgd-proof-scale  the large-scale proof (about 5 minutes)"
 	@echo "make spark-coder-proof  medium code model on the stdlib vs zlib-9 / lzma-9e (bits per byte)"
@@ -22,14 +29,23 @@ help:
 	@echo "make repro-check   force-repro and diff dvc.lock (copy into your CI)"
 	@echo "make bench         tokens/s and model FLOP/s utilisation (tiny, large, the coder proof's job)"
 	@echo "make readme-figures  re-measure README's figures (proofs, bench, sweep, tests: about 20 min on a quiet machine)"
+	@echo "make readme-figures-stable  only README's reproducible outputs (make run, sweep grids: minutes)"
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(LOCK)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev,sweep]'
+	$(PY) -m pip install -q -c $(LOCK) -e '.[dev,sweep]'
 	touch $(STAMP)
+
+# Every Python the project supports (>= 3.10), one file; then reinstall with it.
+lock:
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q uv
+	$(BIN)/uv pip compile -q --no-python-downloads --universal --python-version 3.10 --extra dev --extra sweep \
+		pyproject.toml -o $(LOCK)
+	$(MAKE) setup
 
 test: $(STAMP)
 	$(PY) -m pytest -q
@@ -42,15 +58,19 @@ test-sparkbc: $(STAMP)
 
 # torch + transformers only here: `make test` never downloads them.
 test-hf: $(STAMP)
-	$(PY) -m pip install -q -e '.[dev,hf]'
+	$(PY) -m pip install -q -c $(LOCK) -e '.[dev,hf]'
 	$(PY) -m pytest -q tests/export
 
 # torch only here: `make test` runs the same tests on array-api-strict and skips torch's.
 # -rs prints why a GPU-only test was skipped (no CUDA/MPS device on this machine).
 GPU_TESTS := tests/model/test_model_backend.py tests/model/test_model_generic.py \
              tests/model/test_model_device.py tests/train/test_loop_device.py
+# On Linux the torch wheel pip picks is the CUDA build (about 3.2 GB of NVIDIA libraries;
+# .venv reached 5.9 GB). Without an NVIDIA GPU, install the CPU build first and it is kept:
+#   .venv/bin/pip install torch --index-url https://download.pytorch.org/whl/cpu
 test-gpu: $(STAMP)
-	$(PY) -m pip install -q -e '.[dev,gpu]'
+	@echo "make test-gpu: installing the gpu extra; unless torch is already installed, pip fetches the CUDA build on Linux (~3.2 GB of NVIDIA libraries, .venv grows to ~5.9 GB)"
+	$(PY) -m pip install -q -c $(LOCK) -e '.[dev,gpu]'
 	$(PY) -m pytest -q -rs $(GPU_TESTS)
 
 clean:
@@ -88,3 +108,8 @@ bench: $(STAMP)
 # machinery in seconds and leaves README.md alone.
 readme-figures: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(PY) tools/readme_figures.py
+
+# Only the README blocks a run reproduces exactly (make run's summary, the sweep grids),
+# a few minutes: rerun after anything that moves the default job's bytes.
+readme-figures-stable: $(STAMP)
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(PY) tools/readme_figures.py --stable

@@ -1,8 +1,23 @@
 """Spark Train: reproducible numpy training of tiny transformer LMs."""
 import sys as _sys
 
-from sparktrain import blas as _blas
+from sparktrain import kernel as _kernel  # first: it picks the BLAS kernel before numpy loads
 from sparktrain.errors import SparkError as _SparkError
+
+# The BLAS kernel family decides the bytes of every matmul: portable (Haswell on
+# any x86-64 CPU with AVX2 + FMA) unless OPENBLAS_CORETYPE is set or
+# SPARK_BLAS_KERNEL=native (sparktrain/kernel.py, docs/portability.md).
+try:
+    BLAS_KERNEL = _kernel.choose()
+except _SparkError as _err:  # one line, exit 2, like the thread count below
+    _sys.stderr.write(f"spark: error: {_err}\n")
+    raise SystemExit(2) from None
+if BLAS_KERNEL.source == "preloaded":  # only a script that imported numpy first gets here
+    _line = _kernel.note(BLAS_KERNEL)
+    if _line:
+        _sys.stderr.write(f"spark: note: {_line}\n")
+
+from sparktrain import blas as _blas  # noqa: E402  (after the kernel: it loads threadpoolctl)
 
 __version__ = "0.1.0"
 
@@ -10,7 +25,6 @@ __version__ = "0.1.0"
 # imports the package runs BLAS on SPARK_BLAS_THREADS threads (default 1), set
 # at run time whether numpy was imported first or not (sparktrain/blas.py);
 # checkpoint.json and perf.json record the pool read back (blas.live_threads).
-ENV_ERROR = None  # an environment mistake the CLI and the stages report before any work
 try:
     BLAS_THREADS = _blas.pin(_blas.requested_threads())
 except _SparkError as _err:  # every entry point imports the package: one line, exit 2

@@ -37,7 +37,8 @@ JOB_MARKERS = (CHECKPOINT, ARTIFACT)
 # a folder holding one of these was made by a spark command (the stage or job writers)
 JOB_OWNED = frozenset({PROGRAM, TOKENIZER, STATUS, WEIGHTS, CHECKPOINT, ARTIFACT, ".lock"})
 HF_NAMES = frozenset({"config.json", "generation_config.json", "model.safetensors", TOKENIZER,
-                      "tokenizer_config.json"})
+                      "tokenizer_config.json",
+                      "README.md"})  # the model card (export/card.py CARD_FILE)
 INTERNALS = (".git", ".dvc")  # a project's machinery: never an output, never inside one
 MAGIC = {"png": b"\x89PNG\r\n\x1a\n", "gguf": b"GGUF", "sparkbc": b"SPBC"}
 FILE_KINDS = ("png", "gguf", "sparkbc", "safetensors", "json")

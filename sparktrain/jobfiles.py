@@ -5,7 +5,10 @@ table, so a name changes in one place. docs/outputs.md says what each holds.
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
+
+from sparktrain.errors import SparkError
 
 JOBS_ROOT = Path("out/train")   # the pipeline's job folders: out/train/<job id>/
 
@@ -23,8 +26,21 @@ RESUME_TENSORS = "resume.safetensors"
 EVAL = "eval.json"              # eval: the headline metrics (the DVC metric)
 EVAL_DETAIL = "eval_detail.json"  # eval: counts, tables, samples, hashes
 LOSS_PNG = "loss.png"           # eval: the loss picture
+LIVE_DIR = "dvclive"            # step: DVCLive's curves (dvc plots)
+LIVE_PENDING = ".live-run"      # step: DVCLive's folder of a run not yet committed
+
+_JOB_ID = re.compile(r"[A-Za-z0-9._-]+")
 
 
 def job_dir(job_id: str, root: str | Path | None = None) -> Path:
     """The pipeline's folder of a job: out/train/<job id> (under `root` when given)."""
     return (Path(root) / JOBS_ROOT if root is not None else JOBS_ROOT) / job_id
+
+
+def check_job_id(job: str) -> str:
+    if (not isinstance(job, str) or not _JOB_ID.fullmatch(job) or job in (".", "..")
+            or len(job) > 255):
+        shown = job if not isinstance(job, str) or len(job) <= 80 else job[:40] + "..."
+        raise SparkError(f"job id {shown!r} is not a safe single path component "
+                         "([A-Za-z0-9._-]+, at most 255 characters, not '.' or '..')")
+    return job

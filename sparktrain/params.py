@@ -19,13 +19,13 @@ from pydantic import BeforeValidator, ConfigDict, Field, StrictBool, StrictInt, 
 from pydantic import ValidationError, model_validator
 from pydantic.dataclasses import dataclass
 
-from sparktrain.data.vocab import MAX_VOCAB, MIN_BPE_VOCAB, TOKENIZERS
+from sparktrain.vocab import MAX_VOCAB, MIN_BPE_VOCAB, TOKENIZERS
 from sparktrain.errors import SparkError
 from sparktrain.fsutil import read_input
+from sparktrain.jobfiles import check_job_id
 from sparktrain.model.config import ARCH_KEYS, SCALES, ModelConfig
 from sparktrain.model.device import DEVICES
 from sparktrain.safeload import load_yaml
-from sparktrain.train.job import check_job_id
 
 PARAMS_FILE = "params.yaml"
 STRICT = ConfigDict(extra="forbid")

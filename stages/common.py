@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from sparktrain import ENV_ERROR
 from sparktrain.data.base import DataSource
 from sparktrain.data.source import source_for
 from sparktrain.errors import SparkError, TrainingFailed, printable
@@ -52,8 +51,6 @@ def run(name: str, stage: Callable[[], object]) -> int:
     2 with one line for a user mistake, 130/143 on SIGINT/SIGTERM (outputs restored)."""
     interrupt.on_sigterm()
     try:
-        if ENV_ERROR:
-            raise SparkError(ENV_ERROR)
         path = stage()
     except TrainingFailed as err:
         print(f"stage {name}: training failed: {printable(str(err))}", file=sys.stderr)

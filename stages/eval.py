@@ -5,7 +5,7 @@ import sys
 from pathlib import Path
 
 from sparktrain.data.tokenizer import read_tokenizer, tokenizer_for
-from sparktrain.eval.metrics import split_headline
+from sparktrain.eval.headline import split_headline
 from sparktrain.eval.plot import heldout_points, write_loss_png
 from sparktrain.fsutil import sha256_file, write_json
 from sparktrain.jobfiles import CHECKPOINT, CORPUS, EVAL, EVAL_DETAIL, LOSS_PNG, TOKENIZER, WEIGHTS

@@ -11,9 +11,8 @@ from pathlib import Path
 
 from sparktrain.errors import TrainingFailed
 from sparktrain.jobfiles import CHECKPOINT
-from sparktrain.model.parallel import quiet_nonfinite
 from sparktrain.repro.lock import restore_outputs
-from sparktrain.train.loop import run_failed, run_step
+from sparktrain.train.attempt import step_job
 from stages.common import job_source, params, run
 
 STAGE = "step"
@@ -23,13 +22,11 @@ def step() -> Path:
     p = params()
     job, source = job_source(p)
     try:
-        run_step(job, p.step, p.model_config(), source)
-    except TrainingFailed as err:
-        run_failed(job, err, p.step)
+        step_job(job, p.step, p.model_config(), source)
+    except TrainingFailed as err:  # recorded in failed.json; the last good outputs come back
         raise TrainingFailed(f"{err}; {restore_outputs(STAGE, job.out_dir)}") from None
     return job.out_dir / CHECKPOINT
 
 
 if __name__ == "__main__":
-    with quiet_nonfinite():   # a divergence is one line, not numpy's warnings first
-        sys.exit(run(STAGE, step))
+    sys.exit(run(STAGE, step))

@@ -22,6 +22,7 @@ import dataclasses
 import sys
 import time
 
+import sparktrain  # noqa: F401  (first: it picks the BLAS kernel and threads before numpy loads)
 import numpy as np
 
 from sparktrain.data.bpb import compressor_bpb
@@ -29,7 +30,7 @@ from sparktrain.data.prepare import heldout_bytes
 from sparktrain.data.source import prepare_job, source_for
 from sparktrain.data.tokenizer import read_tokenizer
 from sparktrain.errors import SparkError
-from sparktrain.eval.generate import generate_tokens
+from sparktrain.model.sample import generate_tokens
 from sparktrain.fsutil import read_input, write_json
 from sparktrain.jobfiles import CORPUS, TOKENIZER, WEIGHTS
 from sparktrain.model.weights import load_model

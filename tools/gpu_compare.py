@@ -17,9 +17,10 @@ import json
 import sys
 from types import SimpleNamespace
 
+import sparktrain  # noqa: F401  (first: it picks the BLAS kernel and threads before numpy loads)
 import numpy as np
 
-from sparktrain.model.bench import synthetic_batch
+from sparktrain.train.bench import synthetic_batch
 from sparktrain.model.build import build_model
 from sparktrain.model.config import SCALES
 from sparktrain.model.device import CPU, resolve

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from sparktrain.errors import SparkError
-from sparktrain.eval.metrics import evaluate
+from sparktrain.data.pairs_score import evaluate
 from sparktrain.data.pairs import load_pairs
 from sparktrain.fsutil import canonical_json, sha256_file
 from sparktrain.jobfiles import ARTIFACT, CHECKPOINT, EVAL, WEIGHTS

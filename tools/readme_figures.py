@@ -3,6 +3,9 @@
     .venv/bin/python tools/readme_figures.py            # every figure; rewrites README.md
     .venv/bin/python tools/readme_figures.py --quick    # a tiny version of each quick
                                                         # figure; README.md untouched
+    .venv/bin/python tools/readme_figures.py --stable   # only what runs reproduce exactly
+                                                        # (`make run`'s summary, the sweep
+                                                        # grids): minutes; README rewritten
     make readme-figures                                 # the first line
 
 Every run is in a fresh copy of the project (its own out/ and DVC cache), and
@@ -41,6 +44,15 @@ from tools.proof import TABLE_BEGIN, TABLE_END  # noqa: E402
 from sparktrain.safeload import load_json
 
 RECORD = ROOT / "out" / "readme_figures.json"
+COLUMNS = 200   # the terminal width the tables are printed at (dvc's are cut to fit)
+# README's "Sweep and compare" grid, the command that lists it, and the experiment
+# its diff commands name (found by its params: the names are random per run)
+GRID = ("step.lr=0.02,0.05", "step.seed=0,1")
+SHOW_TEXT = "dvc exp show --only-changed --drop 'Created|State|Executor|^out/'"
+SHOW = ("dvc", "exp", "show", "--only-changed", "--drop", "Created|State|Executor|^out/")
+PICK = {"step.lr": "0.02", "step.seed": "1"}
+STABLE_RECORD = ROOT / "out" / "readme_figures.stable.json"
+SPARK_SWEEP = ("sweep", "-S", "step.lr=0.05,0.2", "-S", "step.seed=0,1", "--workers", "2")
 README = ROOT / "README.md"
 SIMD_FLAGS = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512_vnni",
               "amx_tile", "asimd", "sve")
@@ -74,16 +86,103 @@ def machine() -> dict:
 
 # --- the runs --------------------------------------------------------------------
 
-def _run(cwd: Path, *cmd: str, timeout: float = 3600) -> tuple[float, str]:
-    """(wall seconds, stdout+stderr) of a command that must succeed."""
+def _run(cwd: Path, *cmd: str, timeout: float = 3600,
+         stdout_only: bool = False) -> tuple[float, str]:
+    """(wall seconds, stdout+stderr) of a command that must succeed; `stdout_only`:
+    stderr (DVC's warnings, progress lines) kept apart, shown only on a failure."""
     t0 = time.perf_counter()
-    done = subprocess.run(list(cmd), cwd=cwd, env=tool_env(cwd), stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True, timeout=timeout)
+    done = subprocess.run(list(cmd), cwd=cwd, env=tool_env(cwd, {"COLUMNS": str(COLUMNS)}),
+                          stdout=subprocess.PIPE, text=True, timeout=timeout,
+                          stderr=subprocess.PIPE if stdout_only else subprocess.STDOUT)
     wall = time.perf_counter() - t0
     if done.returncode != 0:
-        tail = "\n".join(done.stdout.splitlines()[-15:])
+        tail = "\n".join((done.stdout + (done.stderr or "")).splitlines()[-15:])
         raise SystemExit(f"readme_figures: {' '.join(cmd)} exited {done.returncode}:\n{tail}")
     return wall, done.stdout
+
+
+def _repro_copy(work: Path) -> Path:
+    """A fresh copy after `dvc repro`, as `make run` leaves a clone (made once per run of
+    this tool). dvc.lock is committed in it when the run re-recorded it (a branch whose
+    lock is stale), so `git checkout dvc.lock` there means what it means in a release."""
+    repo = work / "run"
+    if not (repo / "out").is_dir():
+        copy_project(ROOT, repo)
+        _run(repo, "dvc", "repro")
+        _run(repo, "git", "commit", "-q", "--allow-empty", "-am", "dvc.lock as this run records it")
+    return repo
+
+
+def _fence(*parts: str) -> str:
+    """A code block of the parts' lines, trailing blanks cut (dvc pads its tables)."""
+    lines = [ln.rstrip() for p in parts for ln in p.rstrip("\n").split("\n")]
+    return "```\n" + "\n".join(lines) + "\n```"
+
+
+def fig_run(work: Path, quick: bool) -> dict:
+    """What `make run` prints after its `dvc repro`: `spark status --summary`, verbatim.
+    Stable (dvc.lock reproduces it): the losses, the weights' sha256, the held-out
+    metrics; the speed line moves with the machine and its load."""
+    repo = _repro_copy(work)
+    _, out = _run(repo, sys.executable, "-m", "sparktrain.cli", "status", "--summary",
+                  stdout_only=True)
+    return {"summary": out.rstrip("\n").splitlines(), "text": _fence(out)}
+
+
+def exp_rows(show: str) -> list[dict]:
+    """The rows of `dvc exp show`'s table as {"rev", "name", column: cell}: the
+    workspace and baseline rows have no name; an experiment's row is
+    `├── <rev> [<name>] cells...`."""
+    lines = [ln.split() for ln in show.splitlines() if ln.strip() and "───" not in ln]
+    header, rows = lines[0], []
+    for cells in lines[1:]:
+        cells = [c for c in cells if c not in ("├──", "└──")]
+        named = len(cells) > 1 and cells[1].startswith("[") and cells[1].endswith("]")
+        row = {"rev": cells[0], "name": cells[1][1:-1] if named else cells[0]}
+        row.update(zip(header[1:], cells[2:] if named else cells[1:]))
+        rows.append(row)
+    return rows
+
+
+def exp_named(rows: list[dict], params: dict) -> dict:
+    """The one experiment row whose params are `params` (column -> cell text)."""
+    found = [r for r in rows if r["rev"] != r["name"]
+             and all(r.get(k) == v for k, v in params.items())]
+    if len(found) != 1:
+        raise SystemExit(f"readme_figures: {len(found)} experiments with {params}")
+    return found[0]
+
+
+def fig_grid(work: Path, quick: bool) -> dict:
+    """README's "Sweep and compare": the 2x2 grid through DVC's queue, then `dvc exp
+    show`, the diffs against the experiment PICK names, `spark compare`. The metrics are
+    stable; experiment names and revs are new in every run (the blocks say so)."""
+    repo = _repro_copy(work)
+    _run(repo, "dvc", "exp", "run", "--queue", *[a for g in GRID for a in ("-S", g)])
+    wall, _ = _run(repo, "dvc", "exp", "run", "--run-all")
+    _, show = _run(repo, *SHOW, stdout_only=True)
+    pick = exp_named(exp_rows(show), PICK)["name"]
+    _, metrics = _run(repo, "dvc", "metrics", "diff", "main", pick, stdout_only=True)
+    _, params = _run(repo, "dvc", "params", "diff", "main", pick, stdout_only=True)
+    _, compare = _run(repo, sys.executable, "-m", "sparktrain.cli", "compare", stdout_only=True)
+    where = ", ".join(f"{k} {v}" for k, v in PICK.items())
+    return {"wall_s": round(wall, 1), "pick": pick, "blocks": {
+        "grid-show": _fence(f"$ {SHOW_TEXT}", show, "",
+                            f"$ dvc metrics diff main <exp>     # <exp> = {pick} here: {where}",
+                            metrics, "", "$ dvc params diff main <exp>", params),
+        "grid-compare": _fence("$ spark compare", compare)}}
+
+
+def fig_spark_sweep(work: Path, quick: bool) -> dict:
+    """README's `spark sweep` table: the 2x2 grid on a 2-worker LocalCluster in a fresh
+    copy. Names (a hash of each point's overrides), metrics and hashes are stable."""
+    repo = copy_project(ROOT, work / "spark-sweep")
+    wall, table = _run(repo, sys.executable, "-m", "sparktrain.cli", *SPARK_SWEEP,
+                       stdout_only=True)
+    return {"wall_s": round(wall, 1), "text":
+            f"A 2x2 grid on the 2-worker LocalCluster ({wall:.0f} s here, every point in its "
+            f"own clone):\n\n" + _fence(f"$ spark {' '.join(SPARK_SWEEP[:-2])} --workers 2",
+                                        table)}
 
 
 def fig_pipeline(work: Path, quick: bool) -> dict:
@@ -159,8 +258,15 @@ def fig_tests(work: Path, quick: bool) -> dict:
             "text": f"`make test`: {summary.strip('= ')} ({wall / 60:.1f} min wall)"}
 
 
+# The figures whose numbers and hashes every run on this machine reproduces (`--stable`):
+# what tests/pipeline/test_readme_blocks.py checks against README, rerun after a change
+# that moves the default job's bytes.
+STABLE = ("run", "grid", "spark-sweep")
 # name -> (measure, in --quick)
 FIGURES = {
+    "run": (fig_run, False),
+    "grid": (fig_grid, False),
+    "spark-sweep": (fig_spark_sweep, False),
     "pipeline": (fig_pipeline, True),
     "scale-proof": (fig_scale_proof, True),
     "bench": (fig_bench, True),
@@ -178,15 +284,19 @@ def machine_line(m: dict) -> str:
     return (f"Measured {m['date']} on {m['cores']} cores ({m['usable_cores']} usable) of "
             f"{m['cpu']} ({m['arch']}; SIMD: {flags}), Python {m['python']}, numpy "
             f"{m['numpy']}, 1 BLAS thread; load average {m['load_average'][0]} at the start. "
-            f"Regenerated by `make readme-figures` (tools/readme_figures.py); on a shared "
-            f"machine the wall times stretch with the load, the numbers do not.")
+            f"Regenerated by `make readme-figures` (tools/readme_figures.py); wall times, "
+            f"tokens/s and utilisation move with the machine and its load (a shared machine "
+            f"stretches them), while losses, bpb and hashes do not.")
 
 
 def blocks(record: dict) -> dict[str, str]:
     """README block name -> its text, from a record."""
     out = {"machine": machine_line(record["machine"])}
     for name, fig in record["figures"].items():
-        out[name] = fig["text"]
+        if "blocks" in fig:   # a figure shown in more than one place
+            out.update(fig["blocks"])
+        else:
+            out[name] = fig["text"]
     return out
 
 
@@ -210,13 +320,22 @@ def main(argv=None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true",
                    help="only the quick figures, at a tiny budget; README.md untouched")
+    p.add_argument("--stable", action="store_true",
+                   help=f"only the figures a run reproduces exactly ({', '.join(STABLE)}: "
+                        f"minutes), at full budget; rewrites those README blocks and "
+                        f"leaves the machine line, record in {STABLE_RECORD.relative_to(ROOT)}")
     p.add_argument("--only", default=None, help="comma-separated figure names "
                                                 f"({', '.join(FIGURES)})")
-    p.add_argument("--record", default=str(RECORD), help="where the JSON record goes")
+    p.add_argument("--record", default=None, help="where the JSON record goes")
     p.add_argument("--readme", default=str(README), help="the README to rewrite")
     args = p.parse_args(argv)
-    names = args.only.split(",") if args.only else [n for n, (_, q) in FIGURES.items()
-                                                     if q or not args.quick]
+    args.record = args.record or str(STABLE_RECORD if args.stable else RECORD)
+    if args.stable and (args.quick or args.only):
+        print("readme_figures: error: --stable is its own list; drop --quick / --only",
+              file=sys.stderr)
+        return 2
+    names = (list(STABLE) if args.stable else args.only.split(",") if args.only else
+             [n for n, (_, q) in FIGURES.items() if q or not args.quick])
     unknown = [n for n in names if n not in FIGURES]
     if unknown:
         print(f"readme_figures: error: unknown figure {unknown[0]!r}; known: "
@@ -243,7 +362,10 @@ def main(argv=None) -> int:
     print(f"wrote {args.record}")
     if not args.quick:
         readme = Path(args.readme)
-        text, done = rewrite(readme.read_text(), blocks(record))
+        new = blocks(record)
+        if args.stable:   # the machine line dates the measured figures, not these
+            del new["machine"]
+        text, done = rewrite(readme.read_text(), new)
         readme.write_text(text)
         print(f"rewrote {args.readme}: {', '.join(done) or 'no blocks'}")
     if failed:

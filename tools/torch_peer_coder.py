@@ -25,6 +25,7 @@ import math
 import sys
 import time
 
+import sparktrain  # noqa: F401  (first: it picks the BLAS kernel and threads before numpy loads)
 import numpy as np
 
 from coder_proof import with_overrides

@@ -13,11 +13,12 @@ import json
 import sys
 import time
 
+import sparktrain  # noqa: F401  (first: it picks the BLAS kernel and threads before numpy loads)
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from sparktrain.model.bench import (BENCH_LR, BENCH_SEED, DEFAULT_BATCH, WARMUP_STEPS,
+from sparktrain.train.bench import (BENCH_LR, BENCH_SEED, DEFAULT_BATCH, WARMUP_STEPS,
                                     synthetic_batch)
 from sparktrain.model.build import build_model
 from sparktrain.model.config import SCALES, layer_names

@@ -42,6 +42,7 @@ def spread_windows(stream, seq_len: int, n: int) -> list:
 class CorpusSource:
     """Text files under a root matched by globs, split by a hash of each path."""
     kind = "corpus"
+    prompted = False  # a model of it continues text
     loss_rows = LOSS_BATCH
 
     def __init__(self, dataset: str, patterns, heldout_fraction: float):

@@ -1,11 +1,11 @@
-"""The pairs data source: JSONL rows -> (prompt, completion) pairs -> tokens.
+"""Pairs data: JSONL rows -> (prompt, completion) pairs -> tokens.
 
 docs/training.md "Dataset rows" and "Tokens" fix the format; this module is the
 only place that turns a pair into token ids, so training and eval agree on it.
 Tokens are UTF-8 bytes (the byte tokenizer) or the ids of a job's BPE, each
 with its own BOS/SEP/EOS ids; the layout and mask rule are the same. The model
-pads tokenised rows into its own batches (model/batch.py). PairsSource is this
-kind behind the data source interface (data/source.py).
+pads tokenised rows into its own batches (model/batch.py). PairsSource
+(data/pairs_source.py) is this kind behind the data source interface.
 """
 from __future__ import annotations
 
@@ -17,17 +17,12 @@ from typing import BinaryIO, Callable, Iterator, Sequence, TypeVar
 
 import numpy as np
 
-from sparktrain.data.base import EvalSet, TrainingData
-from sparktrain.data.prepare import write_pairs_note
 from sparktrain.errors import SparkError
-from sparktrain.fsutil import open_input, read_input, sha256_bytes, size_cap
-from sparktrain.model.config import flops_per_token
-from sparktrain.model.memory import line_count
+from sparktrain.fsutil import open_input, sha256_bytes, size_cap
 from sparktrain.safeload import load_json
+from sparktrain.vocab import BYTE_SPECIALS, BYTE_VOCAB, token_dtype
 
-# Byte values that never occur in UTF-8, so they cannot collide with text.
-# (EOS doubles as right padding in the model's batches: model/batch.py PAD.)
-BOS, SEP, EOS = 0xFD, 0xFE, 0xFF
+BOS, SEP, EOS = BYTE_SPECIALS
 
 Batch = TypeVar("Batch")
 
@@ -114,10 +109,6 @@ class Dataset:
 
 
 # ---------------------------------------------------------------- JSONL rows
-
-def read_dataset_bytes(path: str | os.PathLike) -> bytes:
-    return read_input(path, "dataset")
-
 
 def load_pairs(path: str | os.PathLike) -> list[Pair]:
     """Every usable row of a JSONL file, in file order; SparkError on the first bad one."""
@@ -249,9 +240,9 @@ def _chat_row(messages, where: str) -> tuple[str, str]:
 
 # ---------------------------------------------------------------- tokens
 
-def token_dtype(tok=None):
-    """uint8 for bytes (and a vocab of at most 256), else uint16 (a vocab <= 65535)."""
-    return np.uint8 if tok is None or tok.vocab <= 256 else np.uint16
+def decode(tokens: Sequence[int]) -> str:
+    """Byte tokens back to text (a bad UTF-8 byte becomes U+FFFD)."""
+    return bytes(tokens).decode("utf-8", errors="replace")
 
 
 def prompt_tokens(prompt: str, tok=None) -> np.ndarray:
@@ -260,7 +251,8 @@ def prompt_tokens(prompt: str, tok=None) -> np.ndarray:
     if tok is None:
         body = np.frombuffer(prompt.encode("utf-8"), dtype=np.uint8)
         return np.concatenate([[BOS], body, [SEP]]).astype(np.uint8)
-    return np.concatenate([[tok.bos], tok.encode(prompt), [tok.sep]]).astype(token_dtype(tok))
+    tokens = np.concatenate([[tok.bos], tok.encode(prompt), [tok.sep]])
+    return tokens.astype(token_dtype(tok.vocab))
 
 
 def encode_pair(pair: Pair, seq_len: int, tok=None) -> Encoded:
@@ -294,7 +286,7 @@ def load_dataset(path: str | os.PathLike, seq_len: int, tok=None) -> Dataset:
     digest = hashlib.sha256()
     with open_input(path, "dataset") as f:
         encoded = PackedRows((encode_pair(p, seq_len, tok) for p in _iter_pairs(f, path, digest)),
-                             token_dtype(tok))
+                             token_dtype(BYTE_VOCAB if tok is None else tok.vocab))
     return Dataset(
         path=str(path),
         sha256=digest.hexdigest(),
@@ -394,85 +386,3 @@ def loss_batches(rows: PackedRows, make_batch):
     if len(rows) > KEEP_ROWS:
         return _Relaid(rows, make_batch)
     return list(iter_batches(rows, LOSS_BATCH, make_batch))
-
-
-def tokenizer_record(tokenizer, tokenizer_sha256: str | None) -> dict:
-    """What a pairs model records of its tokenizer: nothing for bytes (the layout
-    every reader assumes), else the kind and the tokenizer.json's sha256, with
-    dataset_kind "pairs" (generate and eval read the prompt layout from it)."""
-    if tokenizer.kind == "byte":
-        return {}
-    return {"dataset_kind": "pairs", "tokenizer": tokenizer.kind,
-            "tokenizer_sha256": tokenizer_sha256}
-
-
-class PairsSource:
-    """A JSONL file of (prompt, completion) rows; the loss counts completion
-    targets; the held-out set is another JSONL file of pairs (eval.data)."""
-    kind = "pairs"
-    loss_rows = LOSS_BATCH
-
-    def __init__(self, dataset: str, heldout: str | None = None):
-        self.dataset, self.heldout = dataset, heldout
-
-    @classmethod
-    def claims(cls, dataset: str) -> bool:
-        return True  # any regular file: its rows say what is wrong with it
-
-    @classmethod
-    def from_knobs(cls, dataset: str, knobs, heldout: str | None) -> "PairsSource":
-        return cls(dataset, heldout)
-
-    def row_bound(self) -> int | None:
-        return line_count(self.dataset)  # a batch never holds more rows than the file
-
-    def tokenizer_texts(self) -> list[str]:
-        """Each prompt and completion, as encode_pair reads them."""
-        return [text for pair in load_pairs(self.dataset)
-                for text in (pair.prompt, pair.completion)]
-
-    def prepare(self, folder, tokenizer, tokenizer_sha256: str):
-        """No streams: the step reads the rows itself; files.json names the file."""
-        return write_pairs_note(folder, self.dataset, read_input(self.dataset, "dataset"))
-
-    def plan(self, cfg, batch_size: int, tokenizer, tokenizer_sha256: str | None) -> dict:
-        dataset = load_dataset(self.dataset, cfg.seq_len, tokenizer)
-        pairs_per_step = min(batch_size, dataset.n)
-        mean_tokens = dataset.n_tokens / dataset.n
-        return {"dataset_sha256": dataset.sha256, "dataset_rows": dataset.n,
-                "dataset_tokens": dataset.n_tokens,
-                "dataset_counted_targets": dataset.n_counted,
-                "truncated": dataset.n_truncated, "pairs_per_micro_step": pairs_per_step,
-                "flops_per_micro_step": int(round(flops_per_token(cfg) * mean_tokens
-                                                  * pairs_per_step)),
-                **tokenizer_record(tokenizer, tokenizer_sha256)}
-
-    def training_data(self, folder, model, tokenizer, tokenizer_sha256, step):
-        dataset = load_dataset(self.dataset, model.cfg.seq_len, tokenizer)
-        heldout = None
-        if self.heldout is not None:
-            rows = load_dataset(self.heldout, model.cfg.seq_len, tokenizer).encoded
-            heldout = EvalSet(loss_batches(rows, model.make_batch))
-        record = tokenizer_record(tokenizer, tokenizer_sha256)
-        return TrainingData(
-            describe=f"{dataset.n} pairs",
-            sampler=RowBatches(dataset.encoded, step.batch_size, step.seed, model.make_batch),
-            train_set=EvalSet(loss_batches(dataset.encoded, model.make_batch)),
-            heldout_set=heldout,
-            checkpoint={"dataset_sha256": dataset.sha256, "dataset_n": dataset.n,
-                        "dataset_tokens": dataset.n_tokens, "truncated": dataset.n_truncated,
-                        **record, **({"heldout": self.heldout} if self.heldout else {})},
-            weights_meta={"dataset_sha256": dataset.sha256, **record},
-            fingerprint={"dataset_sha256": dataset.sha256, "tokenizer_sha256": tokenizer_sha256,
-                         "heldout": self.heldout})
-
-    def evaluate(self, folder, params, cfg, tokenizer, tokenizer_sha256, eval_cfg) -> dict:
-        """Loss, accuracy, copy recall and exact match on eval.data's pairs."""
-        # eval's metrics encode rows with this module: imported here, not at the top
-        from sparktrain.eval.metrics import evaluate
-
-        metrics = evaluate(params, cfg, load_pairs(eval_cfg.data),
-                           batch_size=eval_cfg.batch_size, max_new=eval_cfg.max_new,
-                           n_samples=eval_cfg.n_samples, tokenizer=tokenizer)
-        metrics["data"] = eval_cfg.data
-        return metrics

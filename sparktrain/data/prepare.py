@@ -13,7 +13,7 @@ import numpy as np
 from sparktrain.data.bpb import compressor_bpb
 from sparktrain.data.corpus import Corpus, read_corpus
 from sparktrain.data.stream import read_stream, stream_of, write_stream
-from sparktrain.data.vocab import token_dtype
+from sparktrain.vocab import token_dtype
 from sparktrain.errors import SparkError
 from sparktrain.fsutil import (atomic_write_text, read_input, sha256_bytes, sha256_file,
                                write_json)

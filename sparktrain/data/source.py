@@ -22,9 +22,9 @@ from pathlib import Path
 
 from sparktrain.data.base import DataSource
 from sparktrain.data.corpus_source import CorpusSource
-from sparktrain.data.pairs import PairsSource
+from sparktrain.data.pairs_source import PairsSource
 from sparktrain.data.text import TextSource
-from sparktrain.data.tokenizer import make_tokenizer
+from sparktrain.data.tokenizer import is_pairs_model, make_tokenizer
 from sparktrain.errors import SparkError
 from sparktrain.fsutil import atomic_write_text, sha256_bytes
 from sparktrain.jobfiles import CORPUS, TOKENIZER
@@ -42,6 +42,12 @@ def source_for(dataset: str, knobs, heldout: str | None = None) -> DataSource:
             return kind.from_knobs(dataset, knobs, heldout)
     raise SparkError(f"dataset {dataset}: no data source reads it "
                      f"(known: {', '.join(k.kind for k in SOURCES)})")
+
+
+def trained_on(meta: dict) -> type:
+    """The kind of data a model was trained on, from what its source recorded in the
+    weights' metadata: generate and eval ask it (`.prompted`), never guess it."""
+    return PairsSource if is_pairs_model(meta) else CorpusSource
 
 
 def prepare_job(folder: str | Path, source: DataSource, kind: str, vocab_size: int) -> Path:

@@ -13,7 +13,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from sparktrain.data.vocab import token_dtype
+from sparktrain.vocab import token_dtype
 from sparktrain.errors import SparkError
 from sparktrain.fsutil import atomic_write_bytes
 from sparktrain.model.batch import TokenBatch

@@ -13,7 +13,8 @@ from typing import Callable, Iterable, Sequence
 import numpy as np
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from sparktrain.data.vocab import MAX_VOCAB, MIN_BPE_VOCAB, SPECIALS, TOKENIZERS
+from sparktrain.vocab import (BYTE_SPECIALS, BYTE_VOCAB, MAX_VOCAB, MIN_BPE_VOCAB, SPECIALS,
+                              TOKENIZERS)
 from sparktrain.errors import SparkError
 from sparktrain.fsutil import canonical_json, read_input, sha256_bytes
 from sparktrain.jobfiles import TOKENIZER
@@ -24,8 +25,8 @@ from sparktrain.safeload import load_json
 class ByteTokenizer:
     """UTF-8 bytes are the tokens; 0xFD/0xFE/0xFF never occur in UTF-8 and are the specials."""
     kind = "byte"
-    vocab = 256
-    bos, sep, eos = 0xFD, 0xFE, 0xFF
+    vocab = BYTE_VOCAB
+    bos, sep, eos = BYTE_SPECIALS
 
     def encode(self, text: str) -> np.ndarray:
         return np.frombuffer(text.encode("utf-8"), dtype=np.uint8).astype(np.int64)  # (L,)

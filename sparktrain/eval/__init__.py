@@ -1,1 +1,1 @@
-"""Eval: held-out metrics, generation, the task-family data generator, the loss plot."""
+"""Eval: generation from prompts, the headline of an eval, the loss plot, `spark compare`."""

@@ -1,29 +1,32 @@
-"""`spark compare`: the picture of a sweep, read through DVC.
+"""`spark compare`: the picture of a sweep, read through DVC's Python API.
 
-Experiments come from `dvc exp show --json` (names, revs, params, the eval.json
-metric); each one's training curve comes from its committed outputs: the
-`checkpoint.json` that its commit's dvc.lock records, read from the DVC cache.
+The experiments (names, revs, their baseline) come from the one reader of
+experiments, sparktrain/repro/experiments.py (`dvc.api.exp_show`); each one's
+params.yaml, eval.json and checkpoint.json are read at its rev through the same
+reader (`dvc.api.open`: the commit's files, the outputs from the DVC cache).
 Nothing is fetched, so it works offline (`dvc exp pull` first for experiments
-made elsewhere). One figure, a panel per unit: pairs jobs' training loss per
-outer pass (solid) and held-out loss (dashed per pass when the checkpoint logs
+made elsewhere). A subset is picked by name, by a param's value (`--where`)
+or the last N.
+
+One figure, a panel per unit the eval records measured: training loss per outer
+pass (solid) and held-out loss (per pass when the checkpoint logs
 `heldout_loss`, else one marker at the last pass from eval.json) in nats per
-token; corpus jobs' held-out bits per byte beside zlib-9 and lzma-9e. One legend
-under the panels, an entry per experiment named by the params that differ
-across the sweep, shortened.
+token; held-out bits per byte beside the compressors' figures that eval
+recorded (zlib-9, lzma-9e). The runs are numbered: the legend under the panels
+names each one by the params that differ across the chosen runs (wrapped, never
+cut), and the table's first column carries the same numbers.
 See docs/pipeline.md ("Sweep and compare").
 """
 from __future__ import annotations
 
-import functools
+import dataclasses
 import json
 import math
 import os
-import subprocess
-import sys
 import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Callable, Sequence
+from typing import Sequence
 
 import matplotlib.style
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -32,14 +35,13 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 
 from sparktrain.errors import SparkError
-from sparktrain.eval.metrics import HEADLINE_KEYS
+from sparktrain.eval.headline import HEADLINE_KEYS
 from sparktrain.eval.plot import DPI, LOG_Y_RATIO, png_bytes
-from sparktrain.fsutil import atomic_write_bytes, read_input
+from sparktrain.fsutil import atomic_write_bytes
 from sparktrain.jobfiles import CHECKPOINT, EVAL, job_dir
-from sparktrain.params import MAX_OUTER
-from sparktrain.repro.lock import cache_dir, cached_blob, outputs
-from sparktrain.repro.workspace import tool_env
-from sparktrain.safeload import load_json, load_yaml
+from sparktrain.params import MAX_OUTER, Defaults
+from sparktrain.repro.experiments import DvcExperiments, Experiments, ExpRow, read_json, read_yaml
+from sparktrain.safeload import load_yaml
 
 # values in one experiment's checkpoint.json: 3 a curve point, outer + 1 points at most
 CHECKPOINT_ITEMS = 4 * (MAX_OUTER + 1) + 10_000
@@ -48,6 +50,10 @@ PARAMS_FILE = "params.yaml"
 # A metric with these keys beside the headline ones is the layout from before
 # eval_detail.json: the headline numbers are still read from it.
 OLD_LAYOUT_KEYS = ("families", "samples", "weights_sha256")
+# What a held-out record measured, and the panel it is drawn on: a record with
+# bits per byte is drawn in bits per byte (beside the compressors), else in nats.
+UNITS = {"bpb": ("held-out text", "bits per byte"),
+         "loss": ("pairs jobs", "loss (cross-entropy, nats per token)")}
 
 
 @dataclass
@@ -55,34 +61,22 @@ class Experiment:
     name: str
     rev: str
     baseline: str
-    params: dict                 # params.yaml, flattened to dotted keys
+    params: dict                 # params.yaml, flattened to dotted keys, defaults filled in
     metrics: dict                # the headline numbers of its eval.json
     old_layout: bool             # eval.json from before eval_detail.json
     loss_curve: list = field(default_factory=list)   # [{"outer", "loss"}, ...]
     heldout: list = field(default_factory=list)      # [{"outer", "loss"}, ...]
-    heldout_bpb: list = field(default_factory=list)  # [{"outer", "bpb"}, ...] (corpus jobs)
+    heldout_bpb: list = field(default_factory=list)  # [{"outer", "bpb"}, ...]
     label: str = ""
+    number: int = 0              # its key in the legend and the table (1, 2, ...)
 
     @property
-    def kind(self) -> str:
-        """"corpus" (scored in bits per byte beside the compressors) or "pairs"."""
-        return "corpus" if "zlib9_bpb" in self.metrics else "pairs"
+    def unit(self) -> str:
+        """What its held-out record measured: "bpb" (bits per byte) or "loss" (nats)."""
+        return "bpb" if _is_finite(self.metrics.get("bpb")) else "loss"
 
 
 # --- reading experiments through DVC ----------------------------------------
-
-def exp_show() -> list:
-    """`dvc exp show --json` of the repository in the current folder, parsed."""
-    done = subprocess.run([sys.executable, "-m", "dvc", "exp", "show", "--json"],
-                          env=tool_env(), capture_output=True, text=True)
-    if done.returncode != 0:
-        lines = [ln for ln in done.stderr.splitlines() if ln.strip()]
-        raise SparkError(f"`dvc exp show` failed: {lines[-1] if lines else 'no message'}")
-    try:
-        return load_json(done.stdout, "`dvc exp show --json`")
-    except SparkError as err:
-        raise SparkError(f"`dvc exp show --json` did not print readable JSON ({err})") from None
-
 
 def flatten(tree: dict, prefix: str = "") -> dict:
     flat = {}
@@ -95,45 +89,36 @@ def flatten(tree: dict, prefix: str = "") -> dict:
     return flat
 
 
-@dataclass(frozen=True)
-class Row:
-    """One row of `dvc exp show --json`: a baseline commit or an experiment."""
-    name: str
-    rev: str
-    baseline: str
-    data: dict
+def _defaults() -> dict:
+    """Every knob's default, flattened: what params.yaml means where it says nothing."""
+    return flatten(dataclasses.asdict(Defaults()))
 
 
-def rows(shown: list) -> tuple[list[Row], list[Row]]:
-    """(experiments, baselines) of a `dvc exp show --json` answer, oldest experiment
-    first. Queued and failed experiments (no results) are left out."""
-    experiments, baselines = [], []
-    for base in shown:
-        if base.get("rev") == "workspace" or not base.get("data"):
-            continue
-        base_name = base.get("name") or base["rev"][:7]
-        baselines.append(Row(base_name, base["rev"], base_name, base["data"]))
-        for exp in base.get("experiments") or []:
-            for row in exp.get("revs") or []:
-                if row.get("data") and not row.get("error"):
-                    experiments.append(Row(row.get("name") or row["rev"][:7], row["rev"],
-                                           base_name, row["data"]))
-    experiments.sort(key=lambda r: (str(r.data.get("timestamp") or ""), r.name))
-    return experiments, baselines
+def resolved_params(raw) -> dict:
+    """params.yaml flattened, an unset (or null) knob as its default: a run that
+    leaves `step.optimizer` out trains with sgd, and is not different from one
+    that writes `optimizer: sgd`."""
+    flat = flatten(raw if isinstance(raw, dict) else {})
+    for key, value in _defaults().items():
+        nested = any(k.startswith(f"{key}.") for k in flat)
+        if flat.get(key) is None and value is not None and not nested:
+            flat[key] = value
+    return flat
 
 
-def choose(experiments: list[Row], baselines: list[Row], wanted: Sequence[str]) -> list[Row]:
+def choose(experiments: list[ExpRow], baselines: list[ExpRow], wanted: Sequence[str]) -> list[ExpRow]:
     """The rows named (an experiment by name or rev prefix, a baseline by its branch
     name), or all experiments when none is named."""
     if not wanted:
         if not experiments:
             raise SparkError("no experiments yet in this workspace; run some with "
                              "`dvc exp run -S step.lr=0.05` (see `dvc exp show`)")
-        return experiments
+        return list(experiments)
     chosen = []
     for want in wanted:
-        found = [r for r in experiments + baselines
-                 if r.name == want or (len(want) >= 7 and r.rev.startswith(want))]
+        found = [r for r in experiments + baselines if r.name == want
+                 or (len(want) >= 7 and len(r.rev) >= 7
+                     and (r.rev.startswith(want) or want.startswith(r.rev)))]
         if not found:
             have = ", ".join(r.name for r in experiments) or "none yet"
             raise SparkError(f"no experiment named {want!r} (experiments: {have}); "
@@ -143,12 +128,12 @@ def choose(experiments: list[Row], baselines: list[Row], wanted: Sequence[str]) 
     return chosen
 
 
-def record(row: Row) -> Experiment:
+def record(row: ExpRow, source: Experiments) -> Experiment:
     """An experiment's params and headline numbers; the eval.json from before
     eval_detail.json (every number in one file) is read too."""
-    params = flatten(((row.data.get("params") or {}).get(PARAMS_FILE) or {}).get("data") or {})
-    metric_path = (job_dir(str(params.get('job'))) / EVAL).as_posix()
-    metric = ((row.data.get("metrics") or {}).get(metric_path) or {}).get("data")
+    params = resolved_params(read_yaml(source, PARAMS_FILE, row.rev))
+    metric_path = (job_dir(str(params.get("job"))) / EVAL).as_posix()
+    metric = read_json(source, metric_path, row.rev)
     if not isinstance(metric, dict) or not _is_number(metric.get("loss")):
         raise SparkError(f"experiment {row.name}: no held-out loss in {metric_path} "
                          f"(not run, or a layout this version cannot read); "
@@ -158,34 +143,18 @@ def record(row: Row) -> Experiment:
                       old_layout=any(k in metric for k in OLD_LAYOUT_KEYS))
 
 
-def read_committed_checkpoint(exp: Experiment) -> dict:
-    """An experiment's checkpoint.json as its commit recorded it: the commit's
-    dvc.lock names the md5, the DVC cache holds the bytes."""
-    path = (job_dir(str(exp.params.get('job'))) / CHECKPOINT).as_posix()
-    shown = subprocess.run(["git", "show", f"{exp.rev}:dvc.lock"], capture_output=True,
-                           text=True)
-    try:
-        lock = load_yaml(shown.stdout, "dvc.lock") if shown.returncode == 0 else None
-    except SparkError:
-        lock = None
-    out = outputs(lock if isinstance(lock, dict) else {}).get(path)
-    if out is None:
-        raise SparkError(f"experiment {exp.name}: its dvc.lock records no {path}")
-    blob = cached_blob(out, _dvc_cache())
-    if blob is None:
-        raise SparkError(f"experiment {exp.name}: its {path} is not in the DVC cache; "
-                         f"fetch it with `dvc exp pull <remote> {exp.name}`")
+def read_checkpoint(exp: Experiment, source: Experiments) -> dict:
+    """An experiment's checkpoint.json as its commit recorded it (from the DVC cache)."""
+    path = (job_dir(str(exp.params.get("job"))) / CHECKPOINT).as_posix()
     try:
         # a checkpoint holds outer + 1 points (step.outer is capped): far below this bound
-        return load_json(read_input(blob, "checkpoint"), f"experiment {exp.name}: its {path}",
-                         max_items=CHECKPOINT_ITEMS)
+        ckpt = read_json(source, path, exp.rev, max_items=CHECKPOINT_ITEMS)
     except SparkError as err:
         raise SparkError(f"experiment {exp.name}: its {path} is not readable ({err})") from None
-
-
-@functools.lru_cache(maxsize=1)
-def _dvc_cache() -> Path:
-    return cache_dir()   # one `dvc cache dir` per run, not one per experiment
+    if ckpt is None:
+        raise SparkError(f"experiment {exp.name}: its {path} is not in the DVC cache; "
+                         f"fetch it with `dvc exp pull <remote> {exp.name}`")
+    return ckpt
 
 
 def add_curves(exp: Experiment, ckpt: dict) -> None:
@@ -210,13 +179,84 @@ def add_curves(exp: Experiment, ckpt: dict) -> None:
         exp.heldout_bpb.append({"outer": exp.loss_curve[-1]["outer"], "bpb": exp.metrics["bpb"]})
 
 
-def changed_params(refs: list[Experiment]) -> list[str]:
-    """The params whose values differ among the chosen experiments and their baselines."""
-    keys = sorted({k for e in refs for k in e.params})
-    return [k for k in keys if len({json.dumps(e.params.get(k)) for e in refs}) > 1]
+def _differ(exps: list[Experiment], keys: list[str]) -> list[str]:
+    return [k for k in keys if len({json.dumps(e.params.get(k)) for e in exps}) > 1]
 
 
-LABEL_VALUE_CHARS = 18   # a longer value is cut, with "…", in a label
+def changed_params(chosen: list[Experiment], baselines: list[Experiment]) -> tuple[list[str], dict]:
+    """(the params that differ among the chosen runs, {param: value} the chosen runs
+    share but their baseline does not). One run alone is told by what differs
+    from its baseline."""
+    keys = sorted({k for e in chosen + baselines for k in e.params})
+    if len(chosen) < 2:
+        return _differ(chosen + baselines, keys), {}
+    differ = _differ(chosen, keys)
+    shared = {k: chosen[0].params.get(k) for k in _differ(chosen + baselines, keys)
+              if k not in differ}
+    return differ, shared
+
+
+def where_filter(specs: Sequence[str]):
+    """`--where KEY=VALUE` (KEY dotted or its last part, VALUE as YAML or as shown):
+    a predicate on an Experiment; a malformed spec is one line."""
+    tests = []
+    for spec in specs:
+        key, sep, text = spec.partition("=")
+        if not sep or not key:
+            raise SparkError(f"--where {spec!r}: expected KEY=VALUE, e.g. --where lr=0.05")
+        try:
+            value = load_yaml(text, f"--where {spec}")
+        except SparkError:
+            value = text
+        tests.append((key, text, value))
+
+    def keep(exp: Experiment) -> bool:
+        for key, text, value in tests:
+            found = [k for k in exp.params if k == key or k.rsplit(".", 1)[-1] == key]
+            if not any(exp.params[k] == value or short_value(exp.params[k]) == text
+                       for k in found):
+                return False
+        return True
+    return keep
+
+
+def compare(wanted: Sequence[str] = (), source: Experiments | None = None, *,
+            where: Sequence[str] = (), last: int | None = None) -> dict:
+    """The sweep as data: the chosen experiments (named, else all; then those
+    matching every `where`, then the `last` N) with their curves and labels."""
+    keep = where_filter(where)
+    if last is not None and last < 1:
+        raise SparkError(f"--last must be >= 1, got {last}")
+    if source is None:
+        with DvcExperiments() as dvc_source:
+            return compare(wanted, dvc_source, where=where, last=last)
+    experiments, baselines = source.rows()
+    chosen = [record(r, source) for r in choose(experiments, baselines, wanted)]
+    chosen = [e for e in chosen if keep(e)]
+    if not chosen:
+        raise SparkError(f"no experiment has {' '.join(where)} (see `dvc exp show`)")
+    chosen = chosen[-last:] if last else chosen
+    for exp in chosen:
+        add_curves(exp, read_checkpoint(exp, source))
+    names = {e.name for e in chosen}
+    refs = [_baseline(b, source) for b in baselines
+            if b.name in {e.baseline for e in chosen} and b.name not in names]
+    keys, shared = changed_params(chosen, refs)
+    labels = label_texts(chosen, keys)
+    for number, (exp, text) in enumerate(zip(chosen, labels), 1):
+        exp.number = number
+        # the same params twice (a re-run): the name tells them apart
+        exp.label = f"{text} ({exp.name})" if labels.count(text) > 1 else text
+    return {"changed_params": keys, "shared_params": shared, "experiments": chosen}
+
+
+def _baseline(row: ExpRow, source: Experiments) -> Experiment:
+    """A baseline as a reference for which params changed (its metric may be absent)."""
+    params = resolved_params(read_yaml(source, PARAMS_FILE, row.rev))
+    return Experiment(row.name, row.rev, row.name, params, {}, False)
+
+
+LABEL_VALUE_CHARS = 18   # a longer value shows only what sets it apart from the others
 
 
 def short_key(key: str, keys: list[str]) -> str:
@@ -227,46 +267,49 @@ def short_key(key: str, keys: list[str]) -> str:
 
 def short_value(value) -> str:
     """A value as a label shows it: a path by its file's stem, null as `none`,
-    anything long cut to LABEL_VALUE_CHARS."""
+    a float in its shortest form."""
     if value is None:
         return "none"
     if isinstance(value, str):
         is_path = "/" in value and not any(c in value for c in "*?[")
-        text = PurePosixPath(value).stem if is_path else value
-    elif isinstance(value, float):
-        text = f"{value:g}"
-    else:
-        text = json.dumps(value, separators=(",", ":"))
-    return text if len(text) <= LABEL_VALUE_CHARS else text[:LABEL_VALUE_CHARS - 1] + "…"
+        return PurePosixPath(value).stem if is_path else value
+    if isinstance(value, float):
+        return f"{value:g}"
+    return json.dumps(value, separators=(",", ":"))
+
+
+def short_values(values: list) -> list[str]:
+    """The values of one param across the runs, each shortened without hiding what
+    differs: a long value keeps the part that sets it apart from the others (and a
+    few characters around it), the part they all share becomes `…`."""
+    texts = [short_value(v) for v in values]
+    if max((len(t) for t in texts), default=0) <= LABEL_VALUE_CHARS or len(set(texts)) < 2:
+        return [t if len(t) <= LABEL_VALUE_CHARS else t[:LABEL_VALUE_CHARS - 1] + "…"
+                for t in texts]
+    prefix = len(os.path.commonprefix(texts))
+    suffix = len(os.path.commonprefix([t[prefix:][::-1] for t in texts]))
+    keep = 3   # shared characters kept beside the distinct part, for context
+    out = []
+    for t in texts:
+        start, end = max(0, prefix - keep), len(t) - max(0, suffix - keep)
+        if len(t) <= LABEL_VALUE_CHARS:
+            out.append(t)
+            continue
+        part = t[start:end]
+        out.append(("…" if start > 0 else "") + part + ("…" if end < len(t) else ""))
+    return out
+
+
+def label_texts(exps: list[Experiment], keys: list[str]) -> list[str]:
+    """Each run's params that differ, shortened: `lr=0.05 program=…der-1`."""
+    columns = [short_values([e.params.get(k) for e in exps]) for k in keys]
+    return [" ".join(f"{short_key(k, keys)}={col[i]}" for k, col in zip(keys, columns))
+            or exps[i].name for i in range(len(exps))]
 
 
 def label(exp: Experiment, keys: list[str]) -> str:
-    """The params that differ, shortened: `lr=0.05 program=coder`."""
-    return " ".join(f"{short_key(k, keys)}={short_value(exp.params.get(k))}"
-                    for k in keys) or exp.name
-
-
-def compare(wanted: Sequence[str], shown: list | None = None,
-            read_checkpoint: Callable[[Experiment], dict] = read_committed_checkpoint) -> dict:
-    """The sweep as data: the chosen experiments with their curves and labels."""
-    experiments, baselines = rows(exp_show() if shown is None else shown)
-    chosen = [record(r) for r in choose(experiments, baselines, wanted)]
-    for exp in chosen:
-        add_curves(exp, read_checkpoint(exp))
-    refs = chosen + [_baseline(b) for b in baselines if b.name in {e.baseline for e in chosen}
-                     and b.name not in {e.name for e in chosen}]
-    keys = changed_params(refs)
-    labels = [label(e, keys) for e in chosen]
-    for exp, text in zip(chosen, labels):
-        # the same params twice (a re-run): the name tells them apart
-        exp.label = f"{text} ({exp.name})" if labels.count(text) > 1 else text
-    return {"changed_params": keys, "experiments": chosen}
-
-
-def _baseline(row: Row) -> Experiment:
-    """A baseline as a reference for which params changed (its metric may be absent)."""
-    params = flatten(((row.data.get("params") or {}).get(PARAMS_FILE) or {}).get("data") or {})
-    return Experiment(row.name, row.rev, row.name, params, {}, False)
+    """One run's label on its own (compare() shortens across the chosen runs)."""
+    return label_texts([exp], keys)[0]
 
 
 # --- what it prints and draws ------------------------------------------------
@@ -275,101 +318,174 @@ def as_json(sweep: dict) -> dict:
     keys = sweep["changed_params"]
     return {
         "changed_params": keys,
+        "shared_params": sweep.get("shared_params", {}),
         "experiments": [{
-            "name": e.name, "rev": e.rev, "baseline": e.baseline, "label": e.label,
-            "params": {k: e.params.get(k) for k in keys}, "metrics": e.metrics,
-            "old_layout": e.old_layout, "kind": e.kind, "loss_curve": e.loss_curve,
-            "heldout": e.heldout, "heldout_bpb": e.heldout_bpb,
+            "number": e.number, "name": e.name, "rev": e.rev, "baseline": e.baseline,
+            "label": e.label, "params": {k: e.params.get(k) for k in keys},
+            "metrics": e.metrics, "old_layout": e.old_layout, "unit": e.unit,
+            "loss_curve": e.loss_curve, "heldout": e.heldout, "heldout_bpb": e.heldout_bpb,
         } for e in sweep["experiments"]],
     }
 
 
-# Short headers keep the table inside 80 columns for a small grid.
+# Short headers keep the table inside 80 columns.
 TABLE_HEADS = {"loss": "held-out", "bpb": "bpb", "zlib9_bpb": "zlib9", "lzma9e_bpb": "lzma9e",
                "perplexity": "ppl",
                "next_token_accuracy": "acc", "exact_match": "exact", "copy_recall": "copy"}
+WIDTH = 80   # the terminal the table is laid out for
+
+
+def _numbered(exps: list[Experiment]) -> list[str]:
+    """`1 swept-hulk`, ... the run's number (its legend key) and name."""
+    w = len(str(len(exps)))
+    return [f"{e.number:>{w}} {e.name}" for e in exps]
 
 
 def format_table(sweep: dict) -> str:
+    """The runs, numbered as in the picture's legend: one table when it fits in
+    WIDTH columns; else a key (number, name, the params that differ, wrapped)
+    and the metrics table beside the numbers. Then the curves, a row per run."""
     keys, exps = sweep["changed_params"], sweep["experiments"]
+    shared = sweep.get("shared_params") or {}
     metric_keys = [k for k in HEADLINE_KEYS if any(k in e.metrics for e in exps)]
-    head = ["experiment", *keys, "train", *(TABLE_HEADS.get(k, k) for k in metric_keys)]
-    rows = [[e.name, *(_value(e.params.get(k)) for k in keys), _num(e.loss_curve[-1]["loss"]),
-             *(_metric(k, e.metrics.get(k)) for k in metric_keys)] for e in exps]
-    lines = [f"{len(exps)} experiment{'s' * (len(exps) != 1)}; params that differ: "
-             f"{', '.join(keys) or 'none'}", ""]
-    lines += _columns(head, rows)
+    metric_head = ["train", *(TABLE_HEADS.get(k, k) for k in metric_keys)]
+    metric_cells = [[_num(e.loss_curve[-1]["loss"]), *(_metric(k, e.metrics.get(k))
+                                                       for k in metric_keys)] for e in exps]
+    short = [short_values([e.params.get(k) for e in exps]) for k in keys]
+    names = _numbered(exps)
+    lines = textwrap.wrap(f"{len(exps)} experiment{'s' * (len(exps) != 1)}; params that "
+                          f"differ: {', '.join(keys) or 'none'}", WIDTH - 2)
+    if shared:
+        lines += textwrap.wrap("the same in all, not in the baseline: " + " ".join(
+            f"{k}={short_value(v)}" for k, v in shared.items()), WIDTH - 2)
+    lines.append("")
+    table = _columns(["experiment", *(short_key(k, keys) for k in keys), *metric_head],
+                     [[n, *(col[i] for col in short), *m]
+                      for i, (n, m) in enumerate(zip(names, metric_cells))])
+    if max(len(ln) for ln in table) > WIDTH:
+        runs = _columns(["experiment", *(short_key(k, keys) for k in keys)],
+                        [[n, *(col[i] for col in short)] for i, n in enumerate(names)])
+        if max(len(ln) for ln in runs) > WIDTH:    # a key: each run's params, wrapped
+            w = max(len(n) for n in names) + 2
+            runs = [ln for name, text in zip(names, label_texts(exps, keys))
+                    for ln in textwrap.wrap(text, WIDTH, initial_indent=name.ljust(w),
+                                            subsequent_indent=" " * w,
+                                            break_on_hyphens=False)]
+        lines += [*runs, ""]
+        table = _columns(["experiment", *metric_head],
+                         [[n, *m] for n, m in zip(names, metric_cells)])
+        if max(len(ln) for ln in table) > WIDTH:
+            table = _columns(["#", *metric_head],
+                             [[str(e.number), *m] for e, m in zip(exps, metric_cells)])
+    lines += table
     key = "train: training loss after the last pass; on the held-out data: " + ", ".join(
         f"{TABLE_HEADS.get(k, k)} = {k}" for k in metric_keys)
-    lines += ["", *textwrap.wrap(key, 78)]
-    lines += ["", "loss per outer pass: training (held-out)", ""]
-    outers = sorted({p["outer"] for e in exps for p in e.loss_curve + e.heldout})
-    curve_rows = []
-    for outer in outers:
-        cells = []
-        for e in exps:
-            train = next((p["loss"] for p in e.loss_curve if p["outer"] == outer), None)
-            held = next((p["loss"] for p in e.heldout if p["outer"] == outer), None)
-            cells.append(_num(train) + (f" ({_num(held)})" if held is not None else ""))
-        curve_rows.append([_value(outer), *cells])
-    lines += _columns(["outer", *(e.name for e in exps)], curve_rows)
+    lines += ["", *textwrap.wrap(key, WIDTH - 2)]
+    lines += _curve_block("training loss per outer pass", exps, lambda e: e.loss_curve, "loss")
+    lines += _curve_block("held-out loss per outer pass", [e for e in exps if len(e.heldout) > 1],
+                          lambda e: e.heldout, "loss")
+    lines += _curve_block("held-out bits per byte per outer pass",
+                          [e for e in exps if len(e.heldout_bpb) > 1],
+                          lambda e: e.heldout_bpb, "bpb")
     return "\n".join(lines) + "\n"
 
 
+def _curve_block(title: str, exps: list[Experiment], curve, key: str) -> list[str]:
+    """A row per run (its number), a column per outer pass; when the passes do not
+    fit in WIDTH columns, evenly spaced ones (always the first and the last)."""
+    if not exps:
+        return []
+    outers = sorted({p["outer"] for e in exps for p in curve(e)})
+    cells = {(e.number, p["outer"]): _num(p[key]) for e in exps for p in curve(e)}
+    num_w = max(len("run"), len(str(len(exps))))
+    cell_w = max(len(c) for c in cells.values())
+    fit = max(2, (WIDTH - num_w) // (cell_w + 2))
+    shown = outers
+    if len(outers) > fit:
+        step = (len(outers) - 1) / (fit - 1)
+        shown = sorted({outers[round(i * step)] for i in range(fit)})
+        title += f" ({len(shown)} of {len(outers)} passes)"
+    rows = [[str(e.number), *(cells.get((e.number, o), "-") for o in shown)] for e in exps]
+    return ["", f"{title}, a row per run", "",
+            *_columns(["run", *(_value(o) for o in shown)], rows)]
+
+
 FIG_WIDTH_IN, BASE_HEIGHT_IN = 8.0, 4.76   # 800 x 500 px with one legend row; each row adds height
-LEGEND_ROW_IN = 0.24
+LEGEND_ROW_IN = 0.24      # one legend entry of one line
+LEGEND_LINE_IN = 0.155    # each further line of a wrapped entry
 LEGEND_CHARS = 100        # characters of legend text one row holds at LEGEND_FONT
 LEGEND_FONT = 9
+MAX_LEGEND_COLUMNS = 4
 REFERENCES = (("zlib9_bpb", "zlib-9", (0, (5, 3))), ("lzma9e_bpb", "lzma-9e", (0, (1, 2))))
+LINE_STYLES = ("-", "--", "-.", ":")
 
 
-def _legend_layout(labels: list[str]) -> tuple[int, int]:
-    """(columns, rows) for the legend under the panels: as many columns as the
-    longest label leaves room for."""
-    widest = max(len(t) for t in labels) + 6          # + the line sample and the gap
-    ncol = max(1, min(len(labels), LEGEND_CHARS // widest))
-    return ncol, -(-len(labels) // ncol)
+def run_styles(n: int) -> list[tuple[str, str]]:
+    """(colour, line style) of each of n runs, no two alike (up to 80 runs): 20
+    colours (tab20, the dark ten first), the style turning with every run and
+    shifted once per round of colours."""
+    import matplotlib
+
+    tab = matplotlib.colormaps["tab20"].colors if n > 10 else \
+        matplotlib.colormaps["tab10"].colors
+    colours = [matplotlib.colors.to_hex(c) for c in (tab[0::2] + tab[1::2] if n > 10 else tab)]
+    return [(colours[i % len(colours)], LINE_STYLES[(i + i // len(colours)) % len(LINE_STYLES)])
+            for i in range(n)]
+
+
+def legend_layout(texts: list[str]) -> tuple[int, list[str], float]:
+    """(columns, the entries wrapped to their column's width, legend height in
+    inches): the number of columns that makes the legend least tall; an entry too
+    long for its column wraps onto more lines, never cut."""
+    best = None
+    for ncol in range(min(MAX_LEGEND_COLUMNS, len(texts)), 0, -1):
+        width = LEGEND_CHARS // ncol - 6          # - the line sample and the gap
+        wrapped = [textwrap.fill(t, width, break_on_hyphens=False, subsequent_indent="   ")
+                   for t in texts]
+        per_col = -(-len(texts) // ncol)
+        height = max(sum(LEGEND_ROW_IN + LEGEND_LINE_IN * w.count("\n")
+                         for w in wrapped[c * per_col:(c + 1) * per_col]) for c in range(ncol))
+        if best is None or height < best[2] - 1e-9:
+            best = (ncol, wrapped, height)
+    return best
 
 
 def render(sweep: dict) -> Figure:
-    """Pairs jobs (loss in nats per token) and corpus jobs (held-out bits per byte,
-    beside zlib-9 and lzma-9e) on panels of their own, one legend under them."""
+    """A panel per unit the runs' eval records measured (nats per token; bits per
+    byte beside the compressors), one numbered legend under them."""
     exps = sweep["experiments"]
-    kinds = [k for k in ("pairs", "corpus") if any(e.kind == k for e in exps)]
+    units = [u for u in ("loss", "bpb") if any(e.unit == u for e in exps)]
     with matplotlib.style.context("default"):
-        colors = matplotlib.rcParams["axes.prop_cycle"].by_key()["color"]
-        color = {e.name: colors[i % len(colors)] for i, e in enumerate(exps)}
-        handles = [Line2D([], [], color=color[e.name], linewidth=2, label=e.label)
-                   for e in exps]
-        refs = _references(exps) if "corpus" in kinds else []
+        styles = dict(zip((e.name for e in exps), run_styles(len(exps))))
+        handles = [Line2D([], [], color=styles[e.name][0], linestyle=styles[e.name][1],
+                          linewidth=2, label=f"{e.number}  {e.label}") for e in exps]
+        refs = _references(exps) if "bpb" in units else []
         handles += [Line2D([], [], color="0.35", linestyle=style, linewidth=1.2, label=text)
                     for _, text, style in refs]
-        texts = [textwrap.shorten(h.get_label(), LEGEND_CHARS - 6, placeholder="…")
-                 for h in handles]
-        ncol, nrows = _legend_layout(texts)
-        height = BASE_HEIGHT_IN + nrows * LEGEND_ROW_IN
+        ncol, texts, legend_in = legend_layout([h.get_label() for h in handles])
+        height = BASE_HEIGHT_IN + legend_in
         fig = Figure(figsize=(FIG_WIDTH_IN, height), dpi=DPI, layout="constrained")
         FigureCanvasAgg(fig)
         fig.suptitle(f"sweep of {len(exps)} experiment{'s' * (len(exps) != 1)}", fontsize=13)
-        axes = fig.subplots(1, len(kinds), squeeze=False)[0]
-        for ax, kind in zip(axes, kinds):
-            chosen = [e for e in exps if e.kind == kind]
-            if kind == "pairs":
-                _pairs_panel(ax, chosen, color)
+        axes = fig.subplots(1, len(units), squeeze=False)[0]
+        for ax, unit in zip(axes, units):
+            chosen = [e for e in exps if e.unit == unit]
+            if unit == "loss":
+                _loss_panel(ax, chosen, styles)
             else:
-                _corpus_panel(ax, chosen, color, refs)
+                _bpb_panel(ax, chosen, styles, refs)
         fig.legend(handles, texts, loc="outside lower center", ncol=ncol,
-                   fontsize=LEGEND_FONT, frameon=False,
-                   title=_legend_title(kinds), title_fontsize=LEGEND_FONT)
+                   fontsize=LEGEND_FONT, frameon=False, handlelength=2.6,
+                   title=_legend_title(units), title_fontsize=LEGEND_FONT)
     return fig
 
 
-def _legend_title(kinds: list[str]) -> str:
+def _legend_title(units: list[str]) -> str:
     parts = []
-    if "pairs" in kinds:
-        parts.append("pairs: ● training loss  ■ held-out loss")
-    if "corpus" in kinds:
-        parts.append("corpus: ■ held-out bits per byte")
+    if "loss" in units:
+        parts.append("loss: ● training  ■ held-out")
+    if "bpb" in units:
+        parts.append("bits per byte: ■ held-out")
     return "    ".join(parts)
 
 
@@ -385,33 +501,44 @@ def _style_axes(ax, title: str, ylabel: str, ys: list[float]) -> None:
     ax.set_axisbelow(True)
 
 
-def _pairs_panel(ax, exps: list[Experiment], color: dict) -> None:
+def _end_number(ax, exp: Experiment, xs: list, ys: list, colour: str) -> None:
+    """The run's number at the end of its curve, so a line is found without the legend."""
+    ax.annotate(str(exp.number), (xs[-1], ys[-1]), xytext=(5, 0), textcoords="offset points",
+                fontsize=7, color=colour, va="center", annotation_clip=True)
+
+
+def _loss_panel(ax, exps: list[Experiment], styles: dict) -> None:
     ys = [p["loss"] for e in exps for p in e.loss_curve + e.heldout]
-    _style_axes(ax, "pairs jobs", "loss (cross-entropy, nats per token)", ys)
+    _style_axes(ax, *UNITS["loss"], ys)
     for exp in exps:
-        ax.plot([p["outer"] for p in exp.loss_curve], [p["loss"] for p in exp.loss_curve],
-                color=color[exp.name], linewidth=2, marker="o", markersize=4)
+        colour, style = styles[exp.name]
+        xs, ys = [p["outer"] for p in exp.loss_curve], [p["loss"] for p in exp.loss_curve]
+        ax.plot(xs, ys, color=colour, linestyle=style, linewidth=2, marker="o", markersize=4)
+        _end_number(ax, exp, xs, ys, colour)
         ax.plot([p["outer"] for p in exp.heldout], [p["loss"] for p in exp.heldout],
-                color=color[exp.name], linewidth=1.5, linestyle="--", marker="s",
+                color=colour, linestyle=style, linewidth=1, marker="s",
                 markersize=6, markeredgecolor="black", markeredgewidth=0.6)
 
 
 def _references(exps: list[Experiment]) -> list[tuple[float, str, object]]:
-    """(bpb, legend text, line style) of each compressor's distinct baseline."""
+    """(bpb, legend text, line style) of each compressor's distinct figure that the
+    bits-per-byte runs' eval records measured."""
     found = []
     for key, name, style in REFERENCES:
         for value in sorted({e.metrics[key] for e in exps
-                             if e.kind == "corpus" and _is_finite(e.metrics.get(key))}):
+                             if e.unit == "bpb" and _is_finite(e.metrics.get(key))}):
             found.append((value, f"{name} ({value:.3f} bpb)", style))
     return found
 
 
-def _corpus_panel(ax, exps: list[Experiment], color: dict, refs: list) -> None:
+def _bpb_panel(ax, exps: list[Experiment], styles: dict, refs: list) -> None:
     ys = [p["bpb"] for e in exps for p in e.heldout_bpb] + [v for v, _, _ in refs]
-    _style_axes(ax, "corpus jobs (held-out text)", "bits per byte", ys)
+    _style_axes(ax, *UNITS["bpb"], ys)
     for exp in exps:
-        ax.plot([p["outer"] for p in exp.heldout_bpb], [p["bpb"] for p in exp.heldout_bpb],
-                color=color[exp.name], linewidth=2, marker="s", markersize=5)
+        colour, style = styles[exp.name]
+        xs, ys = [p["outer"] for p in exp.heldout_bpb], [p["bpb"] for p in exp.heldout_bpb]
+        ax.plot(xs, ys, color=colour, linestyle=style, linewidth=2, marker="s", markersize=5)
+        _end_number(ax, exp, xs, ys, colour)
     for value, _, style in refs:
         ax.axhline(value, color="0.35", linestyle=style, linewidth=1.2)
 

@@ -2,7 +2,8 @@
 
 The folder holds what `AutoModelForCausalLM.from_pretrained` and `AutoTokenizer`
 read with no network: config.json, generation_config.json, model.safetensors
-(tensor names from mapping.TENSORS), tokenizer.json and tokenizer_config.json.
+(tensor names from mapping.TENSORS), tokenizer.json and tokenizer_config.json,
+and README.md, the model card Hugging Face shows (export/card.py).
 config.json also carries the weights' `spark` metadata (`spark_metadata`), so
 export then import gives back the same bytes.
 """
@@ -17,6 +18,7 @@ from safetensors import SafetensorError
 from safetensors.numpy import save as save_safetensors
 
 from sparktrain.errors import SparkError, printable
+from sparktrain.export.card import CARD_FILE, job_records, model_card, tokenizer_kind
 from sparktrain.export.mapping import name_map, require_attention
 from sparktrain.export.publish import check_target, publish_dir, publish_file
 from sparktrain.export.tokenizer import special_ids, tokenizer_config, model_tokenizer_json
@@ -179,6 +181,9 @@ def export_hf(weights: str | os.PathLike, out: str | os.PathLike,
         TOKENIZER: tok_text.encode(),  # Hugging Face names it as a job folder does
         "tokenizer_config.json": canonical_json(tokenizer_config(tok_text, cfg)).encode(),
     }
+    records = job_records(weights)
+    files[CARD_FILE] = model_card(meta, cfg, tokenizer_kind(tok_text, records.get(
+        "checkpoint", {})), records).encode()
     publish_dir(files, out)
     return sorted(files)
 

@@ -1,1 +1,2 @@
-"""The tiny transformer: config, forward/backward layer pairs, the model, weights I/O."""
+"""The tiny transformer: config, forward/backward layer pairs, the model, the
+sampling core (sample.py), weights I/O, the array backend and devices."""

@@ -82,10 +82,25 @@ class Model(Arch):
         (keys and order of params). A batch with no counted target: loss 0, zero grads.
         `denom` replaces the mean's denominator: a shard of a bigger batch divides by
         the whole batch's count (parallel.GradientEngine)."""
-        raise NotImplementedError
+        self.check_batch(batch)
+        loss, cache = self._loss_forward(params, batch,
+                                         mean_denom if denom is None else lambda w: denom)
+        grads = self._loss_backward(cache)
+        return loss, {name: grads[name] for name in params}
 
     def batch_loss(self, params, batch) -> tuple[float, int]:
         """Forward only: (sum of CE over counted targets, accumulated in float64; count)."""
+        self.check_batch(batch)
+        loss, _ = self._loss_forward(params, batch, sum_denom)
+        return loss, batch.n_counted
+
+    def _loss_forward(self, params, batch, denom_of):
+        """Forward to the loss: (CE summed over the counted targets and divided by
+        denom_of(their weights), the cache _loss_backward reads)."""
+        raise NotImplementedError
+
+    def _loss_backward(self, cache) -> dict[str, np.ndarray]:
+        """The gradient of every tensor from _loss_forward's cache."""
         raise NotImplementedError
 
     def scored_logits(self, params, batch) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -12,10 +12,10 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, fields
 
-from sparktrain.data.vocab import MAX_VOCAB
+from sparktrain.vocab import BYTE_VOCAB, MAX_VOCAB
 from sparktrain.errors import SparkError
 
-VOCAB = 256
+VOCAB = BYTE_VOCAB
 MAX_PARAMS = 200_000_000
 MAX_SEQ_LEN = 4096
 MAX_LAYERS = 1024  # the shape table has 9 tensors a layer: keep it a table, not a flood

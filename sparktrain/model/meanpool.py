@@ -8,7 +8,7 @@ from typing import NamedTuple
 import numpy as np
 
 from sparktrain.model import backend, layers
-from sparktrain.model.base import Model, mean_denom, sum_denom
+from sparktrain.model.base import Model
 from sparktrain.model.batch import PoolBatch
 from sparktrain.model.config import MeanPoolArch
 
@@ -59,19 +59,10 @@ class MeanPool(MeanPoolArch, Model):
             logits, target, be.asarray(weights, embed), denom_of(weights))
         return loss, PoolLossCache(c_fwd, c_ce)
 
-    def loss_and_grads(self, params, batch, denom=None):
-        self.check_batch(batch)
-        loss, cache = self._loss_forward(params, batch,
-                                         mean_denom if denom is None else lambda w: denom)
+    def _loss_backward(self, cache: PoolLossCache) -> dict[str, np.ndarray]:
         # loss = cross_entropy(logits, target)
         dlogits = layers.cross_entropy_backward(cache.ce)              # (B, V)
-        grads = self._backward(dlogits, cache.forward)
-        return loss, {name: grads[name] for name in params}
-
-    def batch_loss(self, params, batch):
-        self.check_batch(batch)
-        loss, _ = self._loss_forward(params, batch, sum_denom)
-        return loss, batch.n_counted
+        return self._backward(dlogits, cache.forward)
 
     def pool_logits(self, params, context, context_mask) -> np.ndarray:
         """context (B, T) int, context_mask (B, T) -> logits (B, 256), on the host."""

@@ -15,7 +15,7 @@ from typing import NamedTuple
 import numpy as np
 
 from sparktrain.model import backend, layers
-from sparktrain.model.base import Model, mean_denom, sum_denom
+from sparktrain.model.base import Model
 from sparktrain.model.batch import TokenBatch
 from sparktrain.model.config import AttentionArch, layer_names
 
@@ -196,18 +196,6 @@ class Transformer(AttentionArch, Model):
         dhf = be.scatter_rows(dh_sel, cache.rows, B * T)               # (N, C)
         self._trunk_backward(be.xp.reshape(dhf, (B, T, C)), cache.trunk, grads)
         return grads
-
-    def loss_and_grads(self, params, batch, denom=None):
-        self.check_batch(batch)
-        loss, cache = self._loss_forward(params, batch,
-                                         mean_denom if denom is None else lambda w: denom)
-        grads = self._loss_backward(cache)
-        return loss, {name: grads[name] for name in params}
-
-    def batch_loss(self, params, batch):
-        self.check_batch(batch)
-        loss, _ = self._loss_forward(params, batch, sum_denom)
-        return loss, batch.n_counted
 
     # -------------------------------------------------------------- logits
 

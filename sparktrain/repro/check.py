@@ -10,7 +10,9 @@ Runs `dvc repro --force`, then compares the new dvc.lock with the committed one
   first in a fresh clone); a picture (.png) is drawn from those numbers and
   follows them. When only float outputs moved and every number stays within
   the relative tolerance, that is "drift within tolerance" (BLAS kernels differ
-  between CPU families): exit 0 with a note. Anything else: exit 1.
+  between CPU families): exit 0 with a note. Anything else: exit 1. When a
+  checkpoint's hash moved, a "made with" line names the BLAS kernel, numpy and
+  BLAS versions of this run and of the lock's run, and which of them differ.
 
 A changed input (cmd, deps, params) means the working tree is not the commit
 that recorded the lock: exit 1, naming it. Usage mistakes: one line, exit 2.
@@ -36,6 +38,10 @@ from sparktrain.safeload import load_json, load_yaml
 
 # JSON strings under these keys are hashes of other outputs: they move with the floats.
 HASH_KEY_MARK = "sha256"
+# checkpoint.json's record of what made the bytes (BLAS kernel family, numpy and BLAS
+# versions; sparktrain/kernel.py): not a number to compare, it is named on its own.
+MADE_WITH = "made_with"
+MADE_WITH_PARTS = (("kernel", "the BLAS kernel"), ("numpy", "numpy"), ("blas", "the BLAS library"))
 # The outputs computed with BLAS floats, which may move in the last bits on
 # another CPU family; every other output must be reproduced byte for byte.
 FLOAT_OUTPUT_NAMES = (CHECKPOINT, EVAL, EVAL_DETAIL, WEIGHTS)
@@ -107,7 +113,7 @@ def compare_json(old, new, where: str = "") -> tuple[float, list[str]]:
             return 0.0, [f"{where or '.'}: keys differ ({sorted(set(old) ^ set(new))})"]
         worst, other = 0.0, []
         for key in sorted(old):
-            if HASH_KEY_MARK in key:
+            if HASH_KEY_MARK in key or (key == MADE_WITH and not where):
                 continue
             err, diffs = compare_json(old[key], new[key], f"{where}.{key}")
             worst, other = max(worst, err), other + diffs
@@ -205,6 +211,46 @@ def compare_locks(old: dict, new: dict, tolerance: float,
     return verdict
 
 
+def _made_with(blob: bytes | None) -> dict | None:
+    try:
+        record = load_json(blob, CHECKPOINT).get(MADE_WITH) if blob is not None else None
+    except (SparkError, AttributeError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def _describe(record: dict) -> str:
+    return ", ".join(f"{name} {record.get(key, '?')}" for key, name in
+                     (("kernel", "kernel"), ("numpy", "numpy"), ("blas", "BLAS")))
+
+
+def made_with_lines(old: dict, new: dict, read_old: Callable[[Output], bytes | None],
+                    read_new: Callable[[Output], bytes]) -> list[str]:
+    """For each checkpoint whose hash moved: the kernel and versions of this run and
+    of the run that made the lock, and which of them differ."""
+    lines = []
+    old_outs, new_outs = outputs(old), outputs(new)
+    for path in sorted(set(old_outs) & set(new_outs)):
+        was, now = old_outs[path], new_outs[path]
+        if not path.endswith(CHECKPOINT) or was.md5 == now.md5:
+            continue
+        mine = _made_with(read_new(now))
+        old_blob = read_old(was)
+        theirs = _made_with(old_blob)
+        head = f"made with: {path}: this run {_describe(mine) if mine else 'not recorded'}"
+        if theirs is None:
+            why = ("not in the DVC cache (`dvc pull` first)" if old_blob is None
+                   else "not recorded (a checkpoint from before the record)")
+            lines.append(f"{head}; the lock's run {why}")
+            continue
+        differ = [name for key, name in MADE_WITH_PARTS
+                  if (mine or {}).get(key) != theirs.get(key)]
+        verdict = (f"{' and '.join(differ)} differ{'s' if len(differ) == 1 else ''}" if differ
+                   else "the same kernel and versions, so the drift is not theirs")
+        lines.append(f"{head}; the lock's run {_describe(theirs)}: {verdict}")
+    return lines
+
+
 def _git(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(["git", *args], capture_output=True, text=True)
 
@@ -258,9 +304,9 @@ def check(tolerance: float) -> int:
     if old == new and clean:
         print(f"repro-check: ok: {LOCK} reproduced exactly; dvc status clean")
         return 0
-    verdict = compare_locks(old, new, tolerance, cache_reader(),
-                            lambda out: Path(out.path).read_bytes())
-    for line in verdict.lines:
+    read_old, read_new = cache_reader(), lambda out: Path(out.path).read_bytes()
+    verdict = compare_locks(old, new, tolerance, read_old, read_new)
+    for line in verdict.lines + made_with_lines(old, new, read_old, read_new):
         print(line)
     if not clean:
         print("repro-check: FAIL: `dvc status -q` is not clean after the repro")

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Callable
 
 from sparktrain.errors import SparkError, printable
-from sparktrain.repro.lock import restore_outputs
+from sparktrain.repro.lock import outputs, read_lock, restore_outputs
 
 EXIT = {"SIGINT": 130, "SIGTERM": 143}  # 128 + the signal number, as shells report it
 
@@ -34,11 +34,21 @@ def restored_note(stage: str, folder: Callable[[], Path]) -> str:
     """"; <what the restore did>" when dvc.lock records outputs of `stage`, else "".
     `folder` gives the job folder (it reads params.yaml, which may be what broke)."""
     try:
-        note = restore_outputs(stage, folder())
-    except (SparkError, OSError) as err:  # a disk still full, params.yaml broken
+        where = folder()
+    except SparkError:  # params.yaml is what broke: the error line already says how
+        return (f"; `dvc checkout {stage}` brings back its previous outputs once params.yaml "
+                f"is fixed" if recorded_outputs(stage) else "")
+    try:
+        note = restore_outputs(stage, where)
+    except (SparkError, OSError) as err:  # a disk still full
         return (f"; the previous outputs were not restored ({err}); "
                 f"`dvc checkout {stage}` brings them back")
     return "" if note.startswith("no earlier outputs") else f"; {note}"
+
+
+def recorded_outputs(stage: str) -> list[str]:
+    """The paths dvc.lock records as `stage`'s outputs."""
+    return [o.path for o in outputs(read_lock()).values() if o.stage == stage]
 
 
 def interrupted(stage: str, signame: str, folder: Callable[[], Path]) -> int:

@@ -1,5 +1,7 @@
 """The comparison a sweep prints and writes: each point's params, metrics and output
-hashes, read through DVC (`dvc exp show --json`, the experiment's dvc.lock).
+hashes, read through DVC's API (the experiments reader, sparktrain/repro/experiments.py:
+`dvc.api.exp_show` for the names, each experiment's params.yaml, eval.json and
+dvc.lock at its rev).
 
 Only what the inputs decide goes into it (no timings, no hosts, no absolute
 paths), so the same sweep gives the same JSON bytes however it was scheduled
@@ -8,30 +10,41 @@ and whether its points ran now or in an earlier run.
 from __future__ import annotations
 
 from sparktrain.errors import SparkError
+from sparktrain.jobfiles import EVAL, job_dir
+from sparktrain.repro.experiments import Experiments, read_json, read_yaml
 from sparktrain.safeload import load_yaml
 from sparktrain.sweep.grid import Point
 
 WEIGHTS_SUFFIX = ".safetensors"  # the output the table shows a hash of
+LOCK = "dvc.lock"
 
 
-def experiments_of(shown: list, baseline: str) -> dict[str, dict]:
-    """name -> {rev, params, metrics} of the experiments of `baseline` in `dvc exp show --json`."""
+def experiments_of(source: Experiments, baseline: str) -> dict[str, dict]:
+    """name -> {rev, params, metrics, outputs} of the experiments run on `baseline`:
+    params.yaml and the job's eval.json as each experiment committed them, and
+    path -> md5 of every output its dvc.lock records."""
     found = {}
-    for entry in shown:
-        if entry.get("rev") != baseline:
-            continue
-        for exp in entry.get("experiments") or []:
-            for rev in exp.get("revs") or []:
-                data = rev.get("data") or {}
-                if rev.get("name"):
-                    found[rev["name"]] = {"rev": rev["rev"], "params": data.get("params") or {},
-                                          "metrics": data.get("metrics") or {}}
+    experiments, _ = source.rows(baseline)
+    for row in experiments:
+        params = read_yaml(source, "params.yaml", row.rev) or {}
+        metric_path = (job_dir(str(params.get("job") if isinstance(params, dict) else None))
+                       / EVAL).as_posix()
+        try:
+            metric = read_json(source, metric_path, row.rev)
+            entry = {"error": {"msg": "not in the experiment"}} if metric is None \
+                else {"data": metric}
+        except SparkError as err:
+            entry = {"error": {"msg": str(err)}}
+        lock = source.read(LOCK, row.rev)
+        found[row.name] = {"rev": row.rev, "params": {"params.yaml": {"data": params}},
+                           "metrics": {metric_path: entry},
+                           "outputs": lock_outputs(lock) if lock is not None else {}}
     return found
 
 
-def lock_outputs(lock_text: str) -> dict[str, str]:
+def lock_outputs(lock_text: str | bytes) -> dict[str, str]:
     """path -> md5 of every output in a dvc.lock (outs, metrics and plots alike)."""
-    lock = load_yaml(lock_text, "dvc.lock") or {}
+    lock = load_yaml(lock_text, LOCK) or {}
     stages = lock.get("stages") if isinstance(lock, dict) else None
     entries = [e for e in (stages.values() if isinstance(stages, dict) else ())
                if isinstance(e, dict) and isinstance(e.get("outs"), list)]

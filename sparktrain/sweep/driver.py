@@ -19,11 +19,12 @@ from pathlib import Path
 from distributed import Client, LocalCluster, as_completed
 
 from sparktrain.errors import SparkError
-from sparktrain.safeload import load_json, load_yaml
+from sparktrain.safeload import load_yaml
 from sparktrain.fsutil import read_input
 from sparktrain.model.parallel import usable_cores  # noqa: F401  (commands: the default --workers)
+from sparktrain.repro.experiments import DvcExperiments
 from sparktrain.repro.workspace import tool_env
-from sparktrain.sweep.compare import experiments_of, lock_outputs, point_record
+from sparktrain.sweep.compare import experiments_of, point_record
 from sparktrain.sweep.grid import Axis, Point, expand
 from sparktrain.sweep.point import PointJob, run_point
 
@@ -226,15 +227,12 @@ def pull(plan: SweepPlan, names: list[str]) -> None:
 
 def compare(plan: SweepPlan, failures: dict[str, str]) -> dict:
     """The sweep's comparison document (see compare.py), in grid order."""
-    shown = load_json(_tool(plan.repo, "dvc", "exp", "show", "--json", "--rev", plan.commit,
-                            what="dvc exp show"), "`dvc exp show --json`")
-    found = experiments_of(shown, plan.commit)
+    with DvcExperiments(str(plan.repo)) as source:
+        found = experiments_of(source, plan.commit)
     points = []
     for point in plan.points:
         exp = None if point.name in failures else found.get(point.name)
-        outputs = {}
-        if exp:
-            outputs = lock_outputs(_tool(plan.repo, "git", "show", f"{exp['rev']}:dvc.lock"))
+        outputs = exp["outputs"] if exp else {}
         points.append(point_record(point, exp, outputs, failures.get(point.name)))
     return {"baseline": plan.commit,
             "axes": [[a.key, list(a.values)] for a in plan.axes],

@@ -5,18 +5,16 @@ data source table (sparktrain/data/source.py) does, from `dataset`.
 """
 from __future__ import annotations
 
-import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from sparktrain.data.corpus import STDLIB
 from sparktrain.errors import SparkError
 from sparktrain.fsutil import check_regular, sha256_file
-from sparktrain.jobfiles import JOBS_ROOT
+from sparktrain.jobfiles import JOBS_ROOT, check_job_id
 
 SUPPORTED_METHODS = ("spark_distill_cpu",)
 FRESH_INIT = "fresh-init"
-_JOB_ID = re.compile(r"[A-Za-z0-9._-]+")
 MAX_OUT_CHARS = 1024  # an `out` path longer than this is a crafted one, not a job folder
 
 
@@ -52,15 +50,6 @@ class Job:
     def from_dict(cls, d: dict) -> "Job":
         d = dict(d)
         return cls(id=d.pop("job"), **d)
-
-
-def check_job_id(job: str) -> str:
-    if (not isinstance(job, str) or not _JOB_ID.fullmatch(job) or job in (".", "..")
-            or len(job) > 255):
-        shown = job if not isinstance(job, str) or len(job) <= 80 else job[:40] + "..."
-        raise SparkError(f"job id {shown!r} is not a safe single path component "
-                         "([A-Za-z0-9._-]+, at most 255 characters, not '.' or '..')")
-    return job
 
 
 def check_out(out: str, root: Path | None = None) -> str:

@@ -9,10 +9,8 @@ nothing else logs it by hand. DVCLive runs with `save_dvc_exp=False` and
 edit the project's dvc.yaml (the plots are declared there). `step` is the outer
 pass. See docs/training.md ("Curves and progress").
 
-The series written are `METRICS`. All but `tokens_per_s` are decided by the
-inputs (the same run writes the same bytes); `tokens_per_s` and DVCLive's
-summary `metrics.json` (which holds the last tokens/s) vary run to run, so a
-stage declares only the `DETERMINISTIC` series as outputs.
+The series written are `METRICS`, all decided by the inputs (the same run writes
+the same bytes), so a stage may declare them as outputs.
 """
 from __future__ import annotations
 
@@ -24,11 +22,14 @@ from typing import Callable, TextIO
 
 from dvclive import Live
 
+from sparktrain.jobfiles import LIVE_DIR
 from sparktrain.progress import Progress
 
-LIVE_DIR = "dvclive"
-METRICS = ("loss", "heldout_loss", "heldout_bpb", "lr", "tokens_per_s")
-DETERMINISTIC = ("loss", "heldout_loss", "heldout_bpb", "lr")
+METRICS = ("loss", "heldout_loss", "heldout_bpb", "lr")
+# The series dvc.yaml declares as plots of the step: each one's file exists after a
+# run (a stage output must), with its header only when the job measures none
+# (held-out bits per byte are a corpus job's; a pairs job's series is empty).
+PLOTS = ("loss", "heldout_loss", "heldout_bpb")
 
 
 def series_path(folder: str | os.PathLike, name: str) -> Path:
@@ -75,7 +76,8 @@ class PassLogger:
 
     def log_pass(self, record: dict) -> None:
         """`record`: {"outer", "loss", and any of "heldout_loss", "heldout_bpb",
-        "lr", "tokens_per_s"}; `outer` is the pass's index (DVCLive's step)."""
+        "lr"} (a "tokens_per_s" shows in the progress line only); `outer` is the
+        pass's index (DVCLive's step)."""
         self.live.step = int(record["outer"])
         for name in METRICS:
             value = record.get(name)
@@ -89,6 +91,13 @@ class PassLogger:
         if self.progress is not None:
             self.progress.close()
         self.live.end()
+        for name in PLOTS:
+            path = series_path(self.folder, name)
+            if not path.is_file():
+                path.parent.mkdir(parents=True, exist_ok=True)
+                with open(path, "w", newline="", encoding="utf-8") as f:
+                    csv.writer(f, delimiter="\t", lineterminator=os.linesep).writerow(
+                        ["step", name])
 
     def __enter__(self) -> "PassLogger":
         return self

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from sparktrain import BLAS_KERNEL, kernel
 from sparktrain.blas import live_threads
 from sparktrain.data.base import DataSource, TrainingData, score
 from sparktrain.data.source import source_for
@@ -29,11 +30,9 @@ from sparktrain.data.tokenizer import job_tokenizer
 from sparktrain.errors import SparkError, TrainingFailed
 from sparktrain.fsutil import canonical_json, read_input, sha256_bytes
 from sparktrain.gate import replace_owned_folder
-from sparktrain.jobfiles import (ARTIFACT, CHECKPOINT, CORPUS, PERF, RESUME_STATE,
-                                 RESUME_TENSORS, WEIGHTS)
+from sparktrain.jobfiles import (ARTIFACT, CHECKPOINT, CORPUS, LIVE_DIR, LIVE_PENDING, PERF,
+                                 RESUME_STATE, RESUME_TENSORS, WEIGHTS)
 from sparktrain.model.base import Model
-from sparktrain.model.bench import device_matmul_peak
-from sparktrain.model.bench import matmul_peak as measure_matmul_peak
 from sparktrain.model.build import build_model
 from sparktrain.model.config import ModelConfig
 from sparktrain.model.device import Device
@@ -46,12 +45,13 @@ from sparktrain.params import Defaults, StepConfig, step_record
 from sparktrain.progress import Progress
 from sparktrain.safeload import load_json
 from sparktrain.train import outputs
+from sparktrain.train.bench import device_matmul_peak
+from sparktrain.train.bench import matmul_peak as measure_matmul_peak
 from sparktrain.train.job import Job
-from sparktrain.train.live import LIVE_DIR, PassLogger
-from sparktrain.train.optim import clip_scale, grad_norm, lr_at, make_optimizer
+from sparktrain.train.live import PassLogger
+from sparktrain.train.optim import clipped_update, lr_at, make_optimizer
 
 EMBED = "spark.embed.weight"
-LIVE_PENDING = ".live-run"  # DVCLive's folder of a run not yet committed
 LABELS = ("source", "command")  # free-text labels a run may record (spark apply-step)
 
 
@@ -116,7 +116,7 @@ _progress.to_stderr = True   # a writer to stderr: the loop may draw its bar the
 
 def _bar_stream(progress):
     """Where the loop draws its bar: stderr, when `progress` is a writer to stderr
-    (it says so with a true `to_stderr`, as _progress and train/report.py's
+    (it says so with a true `to_stderr`, as _progress and cli/report.py's
     lines_after do) and stderr is a terminal. Else None: the loop prints its plain
     lines through `progress`, so a caller's own callable always gets lines.
     See docs/training.md ("Progress")."""
@@ -210,6 +210,9 @@ def _set_up(job: Job, step: StepConfig, cfg: ModelConfig, source: DataSource,
     start = {n: params[n].copy() for n in trainable}
     if device.note:
         progress(f"[{job.id}] {device.note}")
+    if device.kind == "cpu" and BLAS_KERNEL.source != "preloaded":  # preloaded: said at import
+        if line := kernel.note(BLAS_KERNEL):  # a CPU off the portable family says which
+            progress(f"[{job.id}] {line}")
     params = device.to_device(params)  # once: the optimizer's state is made beside them
     run = _Run(job=job, step=step, model=model, data=data, params=params, base_step=base_step,
                step_n=resolve_step_n(step.step_n, base_step, job.base), trainable=trainable,
@@ -262,11 +265,10 @@ def apply_update(run: _Run, log: _Log, batch, where: str, t: int) -> None:
     ts = time.perf_counter()
     loss, grads = run.engine.loss_and_grads(params, batch)
     _finite_or_fail(loss, "minibatch loss", where)
-    norm = grad_norm(grads, run.trainable)
-    _finite_or_fail(norm, "gradient norm", where)
-    scale = clip_scale(norm, step.clip)
+    _, scale = clipped_update(run.optimizer, step, params, grads, run.trainable, t,
+                              step.outer * step.inner,
+                              check=lambda norm: _finite_or_fail(norm, "gradient norm", where))
     log.clipped += scale != 1.0
-    run.optimizer.update(params, grads, lr_at(step, t, step.outer * step.inner), scale)
     seconds = time.perf_counter() - ts
     log.train_seconds += seconds
     log.run_seconds += seconds
@@ -437,6 +439,8 @@ def _checkpoint(run: _Run, log: _Log, changed: list[str], weights_sha256: str,
         "program": job.program, "method": job.method, "base": job.base,
         "base_step_n": run.base_step, "blas_threads": live_threads(), "trained": True,
         "not_sgd": False, "sgd": True, "claim": False, "device": run.device.name,
+        # kernel family + numpy/BLAS versions: what repro-check names when a hash moves
+        **({"made_with": kernel.made_with()} if run.device.kind == "cpu" else {}),
         **run.data.checkpoint, **labels,
     }
 
@@ -448,6 +452,7 @@ def _perf(log: _Log, run: _Run, matmul_peak) -> dict:
             "tokens": log.tokens_seen, "tokens_per_s": round(log.run_tokens / seconds, 1),
             "model_flops_per_s": round(log.flops_seen / max(log.train_seconds, 1e-9), 1),
             "blas_threads": live_threads(), "shards": run.engine.shards,
+            "blas_kernel": kernel.made_with()["kernel"], "blas_kernel_source": BLAS_KERNEL.source,
             "workers": run.engine.workers if run.device.kind == "cpu" else 1,
             "device": run.device.name}
     if matmul_peak is None:

@@ -11,7 +11,9 @@ continues bit for bit.
 The state lives where the params live (numpy, or a GPU library's arrays:
 model/backend.py, docs/gpu.md); `state()` hands back those arrays, so the
 caller brings them to the host to save them, and `load_state` takes host arrays.
-`grad_norm` and `clip_scale` are the global-norm clipping the loop applies.
+`grad_norm` and `clip_scale` are the global-norm clipping; `clipped_update` is a
+micro-step's whole update after its gradients (clip, optimizer, schedule), as
+the loop applies it and `spark bench --optimizer/--params` times it (JobUpdate).
 """
 from __future__ import annotations
 
@@ -126,3 +128,43 @@ OPTIMIZERS = {"sgd": SGD, "adamw": AdamW}
 
 def make_optimizer(step, params: dict, names):
     return OPTIMIZERS[step.optimizer](params, names, step)
+
+
+def clipped_update(optimizer, step, params: dict, grads: dict, names, t: int, total: int,
+                   check=None) -> tuple[float, float]:
+    """Micro-step t (0-based) of `total` after its gradients: the global-norm clip,
+    then the optimizer at the schedule's rate; (gradient norm before clipping, the
+    clip's scale). `check(norm)` may refuse the norm before anything changes."""
+    norm = grad_norm(grads, names)
+    if check is not None:
+        check(norm)
+    scale = clip_scale(norm, step.clip)
+    optimizer.update(params, grads, lr_at(step, t, total), scale)
+    return norm, scale
+
+
+class JobUpdates:
+    """Makes a job's JobUpdate for given params (`spark bench` makes one per run)."""
+
+    def __init__(self, step, total: int):
+        self.step, self.total = step, total
+        knobs = f"lr {step.lr:g}, clip {step.clip:g}"
+        if step.schedule == "cosine":
+            knobs += f", cosine after {step.warmup} warm-up"
+        self.label = f"{step.optimizer} ({knobs})"
+
+    def __call__(self, params: dict) -> "JobUpdate":
+        return JobUpdate(self.step, params, params, self.total)
+
+
+class JobUpdate:
+    """`update(params, grads, t)`: micro-step t (0-based) of `total` of a job's step knobs."""
+
+    def __init__(self, step, params: dict, names, total: int):
+        self.step, self.names, self.total = step, list(names), total
+        self.optimizer = make_optimizer(step, params, self.names)
+
+    def __call__(self, params: dict, grads: dict, t: int) -> float:
+        """Apply it; the gradient norm before clipping."""
+        return clipped_update(self.optimizer, self.step, params, grads, self.names, t,
+                              self.total)[0]

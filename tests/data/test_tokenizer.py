@@ -4,7 +4,7 @@ import pytest
 
 from sparktrain.data.tokenizer import (ByteTokenizer, load_tokenizer, make_tokenizer,
                                        parse_tokenizer, train_bpe)
-from sparktrain.data.vocab import MIN_BPE_VOCAB, token_dtype
+from sparktrain.vocab import MIN_BPE_VOCAB, token_dtype
 from sparktrain.errors import SparkError
 
 TEXTS = ["def add(a, b):\n    return a + b\n", "for i in range(10):\n    print(i)\n",

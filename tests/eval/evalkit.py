@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from sparktrain.eval.tasks import COPY_PREFIX
+from sparktrain.data.tasks import COPY_PREFIX
 from sparktrain.model.config import ModelConfig
 from sparktrain.data.pairs import EOS, SEP
 

@@ -3,7 +3,9 @@ import numpy as np
 import pytest
 
 from sparktrain.errors import SparkError
-from sparktrain.eval.generate import decode, generate, generate_tokens, pick_next, prompt_context
+from sparktrain.data.pairs import decode
+from sparktrain.eval.generate import generate, prompt_context
+from sparktrain.model.sample import generate_tokens, pick_next
 from sparktrain.model.build import build_model
 from sparktrain.data.pairs import BOS, EOS, SEP
 
@@ -47,7 +49,7 @@ def test_long_prompt_keeps_its_last_tokens():
     assert bytes(ctx[-5:-1].tolist()) == b"tail"
     assert not prompt_context("short", SMALL.seq_len)[1]
     params = build_model(SMALL).init_params(seed=6)
-    [tokens] = generate_tokens(params, SMALL, [ctx], [4])
+    [tokens] = generate_tokens(params, SMALL, [ctx], [4], eos=EOS)
     assert generate(params, SMALL, [prompt], max_new=4) == [decode(tokens)]
 
 

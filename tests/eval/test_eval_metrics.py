@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from sparktrain.errors import SparkError
-from sparktrain.eval.metrics import evaluate
+from sparktrain.data.pairs_score import evaluate
 from sparktrain.model.batch import PoolBatch, TokenBatch
 from sparktrain.model.build import build_model
 from sparktrain.data.pairs import Pair, encode_pair

@@ -121,7 +121,7 @@ def test_heldout_points_sit_at_the_last_outer_pass():
 
 def test_spark_help_and_training_do_not_load_matplotlib():
     code = ("import sys, contextlib, io\n"
-            "import sparktrain.train.loop, sparktrain.train.commands, sparktrain.eval.metrics\n"
+            "import sparktrain.train.loop, sparktrain.cli.train, sparktrain.data.pairs_score\n"
             "from sparktrain.cli import main\n"
             "with contextlib.redirect_stdout(io.StringIO()):\n"
             "    try: main(['--help'])\n"

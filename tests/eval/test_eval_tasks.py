@@ -2,7 +2,7 @@
 import json
 from pathlib import Path
 
-from sparktrain.eval.tasks import (EVAL_FILE, PREFIXES, TRAIN_FILE, family_of, is_heldout,
+from sparktrain.data.tasks import (EVAL_FILE, PREFIXES, TRAIN_FILE, family_of, is_heldout,
                                    make_rows, write_scale_data)
 from sparktrain.data.pairs import load_dataset, load_pairs
 

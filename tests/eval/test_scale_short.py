@@ -2,7 +2,7 @@
 task families, a small budget, and held-out loss must fall."""
 from __future__ import annotations
 
-from sparktrain.eval.metrics import evaluate
+from sparktrain.data.pairs_score import evaluate
 from sparktrain.model.build import build_model
 from sparktrain.model.config import SCALES
 from sparktrain.model.weights import load_weights

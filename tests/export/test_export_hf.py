@@ -18,8 +18,8 @@ from sparkhelp import assert_one_line_error, run_spark
 
 from exportkit import SMALL, TEXTS, write_weights
 
-FILES = ["config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
-         "tokenizer_config.json"]
+FILES = ["README.md", "config.json", "generation_config.json", "model.safetensors",
+         "tokenizer.json", "tokenizer_config.json"]
 
 
 @pytest.fixture
@@ -290,7 +290,7 @@ def test_literal_special_text_stays_bytes_when_asked(exported):
 
 def test_export_and_import_never_load_torch():
     """The light path: `make test` installs no torch, and export must not need it."""
-    code = ("import sys, sparktrain.export.hf, sparktrain.export.gguf, sparktrain.export.commands;"
+    code = ("import sys, sparktrain.export.hf, sparktrain.export.gguf, sparktrain.cli.export;"
             "bad = [m for m in ('torch', 'transformers') if m in sys.modules];"
             "sys.exit(f'loaded {bad}' if bad else 0)")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

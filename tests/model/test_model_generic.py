@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from sparktrain.model.batch import PoolBatch
-from sparktrain.model.bench import synthetic_batch
+from sparktrain.train.bench import synthetic_batch
 from sparktrain.model.build import build_model
 from sparktrain.model.config import SCALES, ModelConfig
 from sparktrain.model.parallel import GradientEngine

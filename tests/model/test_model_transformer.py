@@ -210,10 +210,15 @@ def test_build_model_picks_the_kind_once():
     # train_attn is read once, by ModelConfig.kind; the maths extend that architecture
     assert ATTN_CFG.kind is AttentionArch and POOL_CFG.kind is MeanPoolArch
     assert isinstance(ATTN, AttentionArch) and isinstance(POOL, MeanPoolArch)
-    # every method of the interface is the kind's own, none left to the base
-    for name in ("param_shapes", "loss_and_grads", "batch_loss", "scored_logits", "next_logits"):
+    # every kind-specific method is the kind's own, none left to the base; the loss
+    # and its gradients are written once, in the base, over the kind's loss pair
+    for name in ("param_shapes", "_loss_forward", "_loss_backward", "scored_logits",
+                 "next_logits"):
         for kind in (Transformer, MeanPool):
             assert getattr(kind, name) is not getattr(Model, name), (kind, name)
+    for name in ("loss_and_grads", "batch_loss"):
+        for kind in (Transformer, MeanPool):
+            assert getattr(kind, name) is getattr(Model, name), (kind, name)
 
 
 def test_bad_attention_arch_is_refused_by_the_kind_not_the_fallback():

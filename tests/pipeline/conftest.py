@@ -24,7 +24,7 @@ TRAINING_STAGES = ("decode-bc", "tokenizer", "prepare", "train-status", "step", 
 STAGES = ("check-params",) + TRAINING_STAGES
 DECLARED_NAMES = {"program.json", "status.json", "weights.safetensors", "checkpoint.json",
                   "ARTIFACT", "eval.json", "eval_detail.json", "loss.png", "tokenizer.json",
-                  "corpus", "loss.tsv", "heldout_loss.tsv",
+                  "corpus", "loss.tsv", "heldout_loss.tsv", "heldout_bpb.tsv",
                   "lr.tsv", "metrics.json"}
 
 

@@ -140,3 +140,54 @@ def test_check_reports_drift_within_tolerance(repro_copy):
     strict = _reprocheck(repro_copy, "--tolerance", "1e-9")
     assert strict.returncode == 1, strict.stdout
     assert "beyond tolerance" in strict.stdout
+
+
+CKPT_LOCK = {"stages": {"step": {
+    "cmd": "python -m stages.step", "deps": [],
+    "outs": [{"path": "out/train/j/checkpoint.json", "hash": "md5", "md5": "c0"}]}}}
+HASWELL = {"kernel": "Haswell", "numpy": "2.4.6", "blas": "openblas 0.3.31"}
+
+
+def _made_with_check(old_made, new_made, old_in_cache=True):
+    """A checkpoint whose loss moved 1e-7 relative: the verdict and the made-with lines."""
+    from sparktrain.repro.check import made_with_lines
+
+    new_lock = copy.deepcopy(CKPT_LOCK)
+    new_lock["stages"]["step"]["outs"][0]["md5"] = "c1"
+    old_ck = {"loss": 1.0, **({"made_with": old_made} if old_made else {})}
+    new_ck = {"loss": 1.0 + 1e-7, "made_with": new_made}
+
+    def read_old(out):
+        return json.dumps(old_ck).encode() if old_in_cache else None
+
+    def read_new(out):
+        return json.dumps(new_ck).encode()
+
+    verdict = compare_locks(CKPT_LOCK, new_lock, 1e-4, read_old, read_new)
+    return verdict, made_with_lines(CKPT_LOCK, new_lock, read_old, read_new)
+
+
+def test_a_kernel_change_is_drift_and_named_with_both_runs():
+    verdict, [line] = _made_with_check(dict(HASWELL, kernel="SkylakeX"), HASWELL)
+    assert verdict.within_tolerance and not verdict.exact, verdict.lines
+    assert "this run kernel Haswell, numpy 2.4.6, BLAS openblas 0.3.31" in line
+    assert "the lock's run kernel SkylakeX, numpy 2.4.6" in line
+    assert line.endswith("the BLAS kernel differs"), line
+
+
+def test_a_numpy_change_is_named_as_the_difference():
+    _, [line] = _made_with_check(dict(HASWELL, numpy="2.3.0", blas="openblas 0.3.29"),
+                                 HASWELL)
+    assert line.endswith("numpy and the BLAS library differ"), line
+
+
+def test_the_same_kernel_and_versions_say_the_drift_is_not_theirs():
+    _, [line] = _made_with_check(HASWELL, HASWELL)
+    assert "the same kernel and versions" in line
+
+
+def test_an_old_checkpoint_without_the_record_or_cache_says_so():
+    _, [line] = _made_with_check(None, HASWELL)
+    assert "the lock's run not recorded" in line
+    _, [line] = _made_with_check(HASWELL, HASWELL, old_in_cache=False)
+    assert "not in the DVC cache" in line

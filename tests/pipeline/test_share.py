@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
+import yaml
 
-from .conftest import dvc, dvc_json, git, ran_stages, run
+from .conftest import dvc, dvc_json, git, lock_outs, ran_stages, run
 
 pytestmark = pytest.mark.e2e
 
@@ -97,3 +99,53 @@ def test_plots_show_has_the_dvclive_training_and_heldout_curves(fresh_repro, tmp
         values = plot["content"]["data"]["values"]
         assert [(int(v["step"]), float(v[name])) for v in values] == \
             [(c["outer"], c[key]) for c in curve]
+    # held-out bits per byte are declared too (corpus jobs); this pairs job has none:
+    # its series is the header only, an empty plot and no error
+    assert shown["data"]["out/train/job-dry-001/dvclive/plots/metrics/heldout_bpb.tsv"] == []
+
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def share_block() -> str:
+    """README's "Share results" shell block, as a user would paste it."""
+    text = README.read_text()
+    section = text.split("\n## Share results\n", 1)[1].split("\n## ", 1)[0]
+    return section.split("```sh\n", 1)[1].split("```", 1)[0]
+
+
+def test_share_results_as_the_readme_writes_it(repro_copy, tmp_path):
+    """A folder as the DVC remote, a bare repo as origin, one experiment: the block
+    run as written leaves a second clone with every output, clean, nothing to run,
+    and the experiment's metrics."""
+    repo = repro_copy
+    origin, store = tmp_path / "origin.git", tmp_path / "store"
+    _commit_lock(repo)
+    branch = git(repo, "branch", "--show-current").strip()
+    assert run(tmp_path, "git", "init", "-q", "--bare", "-b", branch,
+               str(origin)).returncode == 0
+    git(repo, "remote", "add", "origin", str(origin))
+    git(repo, "push", "-q", "origin", "HEAD")
+    # an experiment beside the workspace's run (--temp: the workspace stays as committed)
+    dvc(repo, "exp", "run", "--temp", "-n", "lr05", "-S", "step.lr=0.05", timeout=240)
+    block = share_block()
+    for placeholder in ("/path/to/shared/dir", "<repo>", "<exp>"):
+        assert placeholder in block, placeholder
+    script = (block.replace("/path/to/shared/dir", str(store))
+              .replace("<repo>", str(origin)).replace("<exp>", "lr05"))
+    done = run(repo, "bash", "-e", "-c", script, timeout=600)
+    assert done.returncode == 0, done.stdout
+    other = repo / "spark-train"
+    assert (other / ".dvc" / "config").read_text().count(str(store)) == 1
+    lock = yaml.safe_load((other / "dvc.lock").read_text())
+    for path in lock_outs(lock):
+        assert (other / path).exists(), f"{path} not pulled"
+    assert dvc(other, "status", "-q", check=False).returncode == 0
+    again = dvc(other, "repro")
+    assert ran_stages(again.stdout) == set(), again.stdout
+    shown = dvc_json(other, "exp", "show", "--all-commits")
+    [exp] = [rev["data"] for baseline in shown for e in baseline.get("experiments") or []
+             for rev in e.get("revs") or [] if rev.get("name") == "lr05"] or [shown]
+    metrics = exp["metrics"]["out/train/job-dry-001/eval.json"]["data"]
+    for name in EVAL_METRICS:
+        assert isinstance(metrics[name], (int, float)), (name, metrics)

@@ -8,7 +8,7 @@ import struct
 
 import pytest
 
-from sparktrain.eval.metrics import HEADLINE_KEYS
+from sparktrain.eval.headline import HEADLINE_KEYS
 
 from .conftest import clone, dvc, dvc_json, git, run
 

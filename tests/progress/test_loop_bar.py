@@ -18,7 +18,7 @@ from sparktrain.model.config import SCALES
 from sparktrain.params import StepConfig
 from sparktrain.progress import Progress
 from sparktrain.train.job import adhoc_job
-from sparktrain.train.report import lines_after
+from sparktrain.cli.report import lines_after
 
 STEP = StepConfig(outer=2, inner=3, batch_size=4, lr=0.05)
 HELDOUT = str(ROOT / "data/eval/tiny_heldout.jsonl")

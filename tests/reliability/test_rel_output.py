@@ -84,7 +84,7 @@ def test_generate_escapes_on_a_terminal_unless_raw(trained, monkeypatch):
     project, weights = trained
     # the model is untrained: what it says is random, so check the flag plumbing on
     # a fixed text through the same print path
-    from sparktrain.eval import commands
+    from sparktrain.cli import eval as commands
     monkeypatch.setattr(gen, "generate", lambda *a, **k: ["x\x1b[2Jy"])
 
     class Tty:

@@ -86,14 +86,15 @@ def _apply_step(project, weights, *extra):
 
 def test_apply_step_holds_the_job_lock_before_it_reads_the_base(trained, monkeypatch):
     from sparktrain.cli import main
-    from sparktrain.train import compat_commands, outputs
+    from sparktrain.cli import original
+    from sparktrain.train import outputs
 
     project, weights = trained
     folder = project / "out/lock-order"
     shutil.copytree(weights.parent, folder)
     held = []
-    real = compat_commands._arch_from_base
-    monkeypatch.setattr(compat_commands, "_arch_from_base",
+    real = original._arch_from_base
+    monkeypatch.setattr(original, "_arch_from_base",
                         lambda args, w: held.append(outputs.holds_lock(folder)) or real(args, w))
     monkeypatch.chdir(project)
     try:
@@ -490,7 +491,7 @@ def test_tiny_temperatures_are_greedy_and_never_emit_nul(trained, temperature):
 
 
 def test_pick_next_never_draws_from_a_non_finite_distribution():
-    from sparktrain.eval.generate import pick_next
+    from sparktrain.model.sample import pick_next
 
     logits = np.array([[1e300, -1e300, 0.0], [np.finfo(np.float64).max, 1.0, 2.0]])
     for t in (1e-300, 1e-3, 1.0, 1e300):
@@ -613,3 +614,22 @@ def test_export_under_ulimit_f_is_one_line_and_leaves_no_temp(trained, tmp_path,
     assert_one_line_error(done.returncode, done.stderr, "cannot write")
     assert "EFBIG" in done.stderr or "short write" in done.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_params_typo_is_one_line_without_a_repeated_tail(tmp_path, monkeypatch, capsys):
+    """The stage's error is the typo, once: the job folder (read from the same broken
+    params.yaml) is not looked up a second time into the line."""
+    from stages.common import params, run
+
+    _stage_project(tmp_path, monkeypatch)
+    (tmp_path / "params.yaml").write_text(
+        (tmp_path / "params.yaml").read_text().replace("  outer: 4", "  oter: 4"))
+    try:
+        params()
+    except SparkError as err:
+        typo = str(err)
+    assert run("check-params", params) == 2
+    assert capsys.readouterr().err == f"stage check-params: error: {typo}\n"
+    assert run("step", params) == 2
+    assert capsys.readouterr().err == (f"stage step: error: {typo}; `dvc checkout step` brings "
+                                       f"back its previous outputs once params.yaml is fixed\n")

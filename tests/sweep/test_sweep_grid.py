@@ -1,12 +1,15 @@
 """The sweep's grid, its experiment names, its comparison table and its error lines."""
 from __future__ import annotations
 
+import json
+
 import pytest
 import yaml
 
 from sparkhelp import ROOT
 from sparktrain.errors import SparkError
 from sparktrain.sweep.compare import experiments_of, format_table, lock_outputs, point_record
+from sparktrain.repro.experiments import ExpRow
 from sparktrain.sweep.grid import expand, parse_axis, point_name
 from sparktrain.sweep.point import reason
 
@@ -78,22 +81,33 @@ def test_lock_outputs_lists_every_stage_output():
                                   "out/eval.json": "ccc"}
 
 
-def _shown(name, lr, loss, baseline="base"):
-    return [{"rev": "workspace", "experiments": None},
-            {"rev": baseline, "experiments": [{"revs": [{
-                "rev": f"rev-{name}", "name": name,
-                "data": {"params": {"params.yaml": {"data": {"step": {"lr": lr}}}},
-                         "metrics": {"out/eval.json": {"data": {"loss": loss, "n": 10,
-                                                                "mode": "attn"}}}}}]}]}]
+class _Fake:
+    """The experiments reader's interface over one made-up experiment of `baseline`."""
+
+    def __init__(self, name, lr, loss, baseline="base"):
+        self.name, self.baseline = name, baseline
+        self.files = {"params.yaml": f"job: j\nstep: {{lr: {lr}}}\n".encode(),
+                      "out/train/j/eval.json": json.dumps({"loss": loss, "n": 10,
+                                                           "mode": "attn"}).encode(),
+                      "dvc.lock": LOCK.encode()}
+
+    def rows(self, rev=None):
+        base = ExpRow(rev, rev, rev)
+        return ([ExpRow(self.name, "abc1234", rev)] if rev == self.baseline else []), [base]
+
+    def read(self, path, rev):
+        assert rev == "abc1234"
+        return self.files.get(path)
 
 
-def test_comparison_reads_params_and_metrics_from_exp_show():
+def test_comparison_reads_params_and_metrics_through_the_reader():
     points = expand([parse_axis("step.lr=0.05,-1")], PARAMS)
-    found = experiments_of(_shown(points[0].name, 0.05, 4.25), "base")
-    assert experiments_of(_shown(points[0].name, 0.05, 4.25), "other") == {}
+    found = experiments_of(_Fake(points[0].name, 0.05, 4.25), "base")
+    assert experiments_of(_Fake(points[0].name, 0.05, 4.25), "other") == {}
+    assert found[points[0].name]["outputs"] == lock_outputs(LOCK)
     done = point_record(points[0], found[points[0].name], {"out/w": "abc"}, None)
     assert done["state"] == "done" and done["params"] == {"step.lr": 0.05}
-    assert done["metrics"] == {"out/eval.json": {"loss": 4.25, "n": 10, "mode": "attn"}}
+    assert done["metrics"] == {"out/train/j/eval.json": {"loss": 4.25, "n": 10, "mode": "attn"}}
     failed = point_record(points[1], None, {}, points[1].error)
     assert failed["state"] == "failed" and failed["params"] == {"step.lr": -1}
     lost = point_record(points[0], None, {}, None)

@@ -62,3 +62,38 @@ def test_the_readmes_scale_table_has_the_form_the_proof_prints():
     for m in families.values():
         m["n"] = int(m["n"])
     assert family_table(families) == rows
+
+
+SHOW = """\
+ ─────────────────────────────────────────────────────────────────
+  Experiment                   loss   perplexity   step.lr   step.seed
+ ─────────────────────────────────────────────────────────────────
+  workspace                  4.7562        116.3   0.1       0
+  main                       4.7562        116.3   0.1       0
+  ├── bb1b9b3 [handy-work]    4.158       63.943   0.05      1
+  └── 2f66073 [quits-ulna]   4.2518       70.233   0.02      0
+ ─────────────────────────────────────────────────────────────────
+"""
+
+
+def test_exp_show_rows_are_read_by_column_and_an_experiment_found_by_its_params():
+    rows = rf.exp_rows(SHOW)
+    assert [r["name"] for r in rows] == ["workspace", "main", "handy-work", "quits-ulna"]
+    assert rows[2] == {"rev": "bb1b9b3", "name": "handy-work", "loss": "4.158",
+                       "perplexity": "63.943", "step.lr": "0.05", "step.seed": "1"}
+    assert rf.exp_named(rows, {"step.lr": "0.02", "step.seed": "0"})["name"] == "quits-ulna"
+    with pytest.raises(SystemExit):          # the baseline rows are never picked
+        rf.exp_named(rows, {"step.lr": "0.1"})
+
+
+def test_a_figure_shown_in_two_places_rewrites_both_blocks_and_stable_keeps_the_machine():
+    record = {"machine": {"date": "2026-01-02", "cores": 1, "usable_cores": 1, "cpu": "C",
+                          "arch": "x", "simd_flags": [], "python": "3", "numpy": "2",
+                          "load_average": [0, 0, 0]},
+              "figures": {"grid": {"blocks": {"grid-show": "A", "grid-compare": "B"}}}}
+    text = ("<!-- figures:grid-show -->\nold\n<!-- /figures:grid-show -->\n"
+            "<!-- figures:grid-compare -->\nold\n<!-- /figures:grid-compare -->\n")
+    new, done = rf.rewrite(text, rf.blocks(record))
+    assert done == ["grid-show", "grid-compare"] and "old" not in new
+    assert set(rf.STABLE) <= set(rf.FIGURES)
+    assert rf.main(["--stable", "--only", "run"]) == 2

@@ -163,7 +163,7 @@ def test_sampler_whole_dataset_in_file_order_and_seeded_epochs():
 
 
 def test_heldout_loss_after_every_pass_matches_eval(project, monkeypatch):
-    from sparktrain.eval.metrics import evaluate
+    from sparktrain.data.pairs_score import evaluate
     from sparktrain.model.weights import load_model
     from sparktrain.data.pairs import load_pairs
 

@@ -187,7 +187,7 @@ def test_a_gpu_that_cannot_be_had_is_one_line_and_writes_nothing(kind, tmp_path)
 
 
 def test_the_cli_device_lists_agree():
-    from sparktrain.eval.commands import DEVICES as EVAL_DEVICES
+    from sparktrain.cli.eval import DEVICES as EVAL_DEVICES
     from sparktrain.model.device import DEVICES
     from sparktrain.params import StepConfig as S
 

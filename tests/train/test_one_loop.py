@@ -11,7 +11,7 @@ import pytest
 import sparktrain.train.loop as loop
 from sparkhelp import ROOT
 from sparktrain.data.corpus_source import CorpusSource
-from sparktrain.data.pairs import PairsSource
+from sparktrain.data.pairs_source import PairsSource
 from sparktrain.data.source import SOURCES, prepare_job, source_for
 from sparktrain.data.text import TextSource
 from sparktrain.errors import SparkError

@@ -35,7 +35,13 @@ def register(sub) -> None:
     p = sub.add_parser("train", help="train a job with numpy SGD (the STEP of a program)",
                        description="Train a job: either the TRAIN of a program "
                                    "(--program P.sparkbc --job ID) or a dataset directly "
-                                   "(--dataset D --out DIR [--base W.safetensors]).")
+                                   "(--dataset D --out DIR [--base W.safetensors]). "
+                                   "The initial weights are drawn from --seed salted with the "
+                                   "program's sha256 (docs/training.md, \"Init\"): --dataset "
+                                   "alone has no program, so it starts from other weights than "
+                                   "the pipeline (or --program) with the same knobs, and ends "
+                                   "with other losses and bytes; --program P --job ID gives "
+                                   "the pipeline's.")
     p.add_argument("--program", help="compiled .sparkbc program")
     p.add_argument("--job", help="job id of a TRAIN in the program")
     p.add_argument("--dataset", help="JSONL dataset (without --program)")
@@ -93,7 +99,7 @@ def cmd_train(args) -> int:
             raise SparkError("give --program P.sparkbc --job ID, or --dataset D --out DIR")
         job = adhoc_job(args.dataset, args.out, args.base)
     knobs, step, cfg, heldout = resolve_configs(args, args.params, default_params=False)
-    from sparktrain.train.report import knobs_line
+    from sparktrain.cli.report import knobs_line
 
     first = knobs_line(args.params, step, cfg, heldout)
     prepare_streamed(job, knobs, step, cfg, heldout)
@@ -119,19 +125,12 @@ def run_and_record(job, knobs, step, cfg, labels: dict | None = None,
     """STEP `job` on its data source (`knobs`: the params or defaults it reads; a
     failure is recorded beside the previous outputs, then raised); the one-line
     JSON summary every train command prints."""
+    from sparktrain.cli.report import lines_after
     from sparktrain.data.source import source_for
-    from sparktrain.errors import TrainingFailed
-    from sparktrain.model.parallel import quiet_nonfinite
-    from sparktrain.train.loop import run_failed, run_step
-    from sparktrain.train.report import lines_after
+    from sparktrain.train.attempt import step_job
 
-    try:
-        with quiet_nonfinite():   # a divergence is one line, not numpy's warnings first
-            result = run_step(job, step, cfg, source_for(job.dataset, knobs, heldout),
-                              labels=labels, progress=lines_after(first_line))
-    except TrainingFailed as err:
-        run_failed(job, err, step)
-        raise
+    result = step_job(job, step, cfg, source_for(job.dataset, knobs, heldout),
+                      labels=labels, progress=lines_after(first_line))
     c = result.checkpoint
     return {"op": "STEP", "job": c["job"], "state": "trained", "trained": True,
             "not_sgd": c["not_sgd"], "step_n": c["step_n"], "loss_before": c["loss_before"],
@@ -143,7 +142,8 @@ def run_and_record(job, knobs, step, cfg, labels: dict | None = None,
 def cmd_run(args) -> int:
     from sparktrain.bc.vm import execute
     from sparktrain.data.source import source_for
-    from sparktrain.train.job import check_job_id, job_from_train, read_program
+    from sparktrain.jobfiles import check_job_id
+    from sparktrain.train.job import job_from_train, read_program
     from sparktrain.train import outputs
     from sparktrain.train.plan import dry_accept
 
@@ -187,12 +187,11 @@ def cmd_run(args) -> int:
 
 def cmd_status(args) -> int:
     from sparktrain.fsutil import canonical_json
-    from sparktrain.jobfiles import job_dir
+    from sparktrain.jobfiles import check_job_id, job_dir
     from sparktrain.params import PARAMS_FILE, load_params
     from sparktrain.textout import printable_lines
     from sparktrain.train import outputs
-    from sparktrain.train.job import check_job_id
-    from sparktrain.train.report import current_step, project_root
+    from sparktrain.cli.report import current_step, project_root
 
     root = project_root()
     job = args.job
@@ -226,7 +225,7 @@ def _summary_text(state: dict, folder: Path) -> str:
         lines.append(f"  speed       {perf['tokens_per_s']:,.0f} tokens/s{mfu}, "
                      f"{perf['total_seconds']:.1f}s in the step")
     if "failure" in state:
-        from sparktrain.train.report import failure_line
+        from sparktrain.cli.report import failure_line
 
         lines.append(failure_line(state))
     files = sorted(p.name for p in folder.iterdir() if p.is_file() and not p.name.startswith("."))

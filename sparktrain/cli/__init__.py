@@ -1,7 +1,7 @@
 """The `spark` command.
 
-Each area of the package registers its own subcommands (a `register(sub)`
-function in `<area>/commands.py`); this module only builds the parser, runs
+Each module of this folder registers one area's subcommands (a `register(sub)`
+function: cli/bc.py, cli/train.py, ...); this module only builds the parser, runs
 the chosen handler and turns the project's errors into one line + exit 2.
 Handlers import numpy and friends lazily so `spark --help` stays fast.
 """
@@ -12,18 +12,18 @@ import importlib
 import os
 import sys
 
-from sparktrain import ENV_ERROR, __version__
+from sparktrain import __version__
 from sparktrain.errors import SparkError, printable
 
 COMMAND_MODULES = (
-    "sparktrain.bc.commands",      # compile, dump
-    "sparktrain.train.commands",   # train, run, status
-    "sparktrain.train.compat_commands",  # apply-step, code train (the original's commands)
-    "sparktrain.model.commands",   # bench
-    "sparktrain.eval.commands",    # eval, generate, make-data, plot, compare
-    "sparktrain.repro.commands",   # repro-check
-    "sparktrain.export.commands",  # export, import
-    "sparktrain.sweep.commands",   # sweep
+    "sparktrain.cli.bc",      # compile, dump
+    "sparktrain.cli.train",   # train, run, status
+    "sparktrain.cli.original",  # apply-step, code train (the original's commands)
+    "sparktrain.cli.bench",   # bench
+    "sparktrain.cli.eval",    # eval, generate, make-data, plot, compare
+    "sparktrain.cli.repro",   # repro-check
+    "sparktrain.cli.export",  # export, import
+    "sparktrain.cli.sweep",   # sweep
 )
 
 
@@ -62,8 +62,6 @@ def main(argv: list[str] | None = None) -> int:
 
     on_sigterm()  # SIGTERM unwinds like Ctrl-C: every `finally` runs, no .live-run left
     try:
-        if ENV_ERROR:
-            raise SparkError(ENV_ERROR)
         return int(args.func(args) or 0)
     except Terminated:
         print("spark: terminated (SIGTERM); the last good outputs are intact", file=sys.stderr)

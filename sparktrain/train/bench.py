@@ -3,7 +3,7 @@
 A micro-step is exactly what training does per minibatch: loss_and_grads on a
 full-length batch (random tokens of the vocabulary, every target counted,
 T = seq_len) and an update of every tensor: plain SGD, or a job's own update
-(`make_update`: clip, optimizer and schedule, sparktrain/train/update.py) so
+(`make_update`: clip, optimizer and schedule, sparktrain/train/optim.py) so
 the figure is the one of the job people run. Utilisation = model FLOP/s (tokens/s x
 flops_per_token) over the float32 matmul peak measured in this process, at
 the same BLAS thread count, right before the timed steps. With a GPU device
@@ -17,6 +17,7 @@ import time
 
 import numpy as np
 
+from sparktrain import kernel
 from sparktrain.blas import live_threads
 from sparktrain.fsutil import sha256_bytes
 from sparktrain.model.batch import TokenBatch
@@ -126,6 +127,7 @@ def run_bench(scale: str, batch_size: int | None = None, steps: int = 10,
         "n_params": model.n_params,
         "batch_size": batch_size, "seq_len": cfg.seq_len, "steps": steps,
         "warmup_steps": WARMUP_STEPS, "blas_threads": live_threads(),
+        "blas_kernel": kernel.made_with()["kernel"],
         "shards": shards, "workers": workers, "update": make_update.label,
         "median_step_s": step_s, "min_step_s": float(min(times)),
         "tokens_per_s": tok_s, "flops_per_token": model.flops_per_token(),
@@ -168,7 +170,7 @@ def format_report(r: dict) -> str:
         f"{r['batch_size']} x seq {r['seq_len']}, {r['update']}, {r['steps']} steps after "
         f"{r['warmup_steps']} warm-up, device {r['device']}",
         f"processes     {r['workers']:8d}     ({r['shards']} shards, BLAS threads "
-        f"{r['blas_threads']} each)",
+        f"{r['blas_threads']} each, kernel {r.get('blas_kernel', '?')})",
         f"median step   {r['median_step_s'] * 1e3:8.2f} ms   (min {r['min_step_s'] * 1e3:.2f} ms)",
         f"tokens/s      {r['tokens_per_s']:11,.0f}",
         f"model FLOP/s  {r['model_flops_per_s'] / 1e9:8.2f} G   "

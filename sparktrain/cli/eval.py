@@ -73,12 +73,18 @@ def register(sub) -> None:
     p = sub.add_parser("compare", help="the loss curves of DVC experiments on one figure",
                        description="Training and held-out loss of the chosen experiments "
                                    "(default: every experiment of the workspace, as `dvc exp "
-                                   "show` lists them) on one PNG, one legend entry per "
-                                   "experiment named by the params that differ, and the same "
-                                   "as a table. Reads the experiments' committed outputs "
-                                   "from the DVC cache; works offline.")
+                                   "show` lists them, or a subset: --where, --last) on one "
+                                   "PNG, the runs numbered, each legend entry naming the params "
+                                   "that differ, and the same as a table that fits 80 "
+                                   "columns. Reads the experiments' committed outputs from "
+                                   "the DVC cache; works offline.")
     p.add_argument("experiments", nargs="*", metavar="EXP",
                    help="experiment names or revs (a baseline by its branch name)")
+    p.add_argument("--where", action="append", default=[], metavar="KEY=VALUE",
+                   help="only the experiments whose param KEY (dotted, or its last part: "
+                        "lr) is VALUE; repeat to ask for several")
+    p.add_argument("--last", type=int, default=None, metavar="N",
+                   help="only the last N experiments (newest)")
     p.add_argument("--json", action="store_true", help="print canonical JSON instead of a table")
     p.add_argument("-o", "--out", default=None,
                    help="PNG file to write (default out/compare.png under the project root, "
@@ -117,9 +123,10 @@ def _on_device(args, params):
 
 
 def cmd_eval(args) -> int:
-    from sparktrain.data.tokenizer import is_pairs_model, tokenizer_for
+    from sparktrain.data.source import trained_on
+    from sparktrain.data.tokenizer import tokenizer_for
     from sparktrain.errors import SparkError
-    from sparktrain.eval.metrics import evaluate
+    from sparktrain.data.pairs_score import evaluate
     from sparktrain.model.weights import load_model
     from sparktrain.fsutil import canonical_json, write_json
     from sparktrain.data.pairs import read_pairs
@@ -136,7 +143,7 @@ def cmd_eval(args) -> int:
     pairs, data_sha256 = read_pairs(args.data)
     params, cfg, meta = load_model(args.weights)
     tok = tokenizer_for(args.weights, meta, cfg.vocab, args.tokenizer)
-    if not is_pairs_model(meta) and tok.kind != "byte":
+    if not trained_on(meta).prompted and tok.kind != "byte":
         raise SparkError(f"{args.weights} is a corpus model of {tok.vocab} BPE tokens; spark "
                          "eval scores JSONL pairs with a pairs model (a corpus job's held-out "
                          "bits per byte are in its eval.json)")
@@ -177,7 +184,7 @@ def format_table(m: dict) -> str:
 
 
 def _cap_max_new(value: int) -> int:
-    from sparktrain.eval.generate import MAX_NEW
+    from sparktrain.model.sample import MAX_NEW
 
     if value > MAX_NEW:
         print(f"spark: note: --max-new {value} capped at {MAX_NEW}", file=sys.stderr)
@@ -186,7 +193,8 @@ def _cap_max_new(value: int) -> int:
 
 
 def cmd_generate(args) -> int:
-    from sparktrain.data.tokenizer import is_pairs_model, tokenizer_for
+    from sparktrain.data.source import trained_on
+    from sparktrain.data.tokenizer import tokenizer_for
     from sparktrain.errors import SparkError, printable
     from sparktrain.eval.generate import continue_text, corpus_context, generate, prompt_context
     from sparktrain.model.build import build_model
@@ -198,7 +206,7 @@ def cmd_generate(args) -> int:
         raise SparkError(f"--seed must be >= 0, got {args.seed}")
     params, cfg, meta = load_model(args.weights)
     tok = tokenizer_for(args.weights, meta, cfg.vocab, args.tokenizer)
-    pairs = is_pairs_model(meta)
+    pairs = trained_on(meta).prompted
     if pairs:  # [BOS] prompt [SEP], then the completion (bytes or the job's BPE ids)
         _, truncated = prompt_context(args.prompt, cfg.seq_len, tok)  # rejects an empty prompt
     else:            # a corpus model continues the text
@@ -224,7 +232,7 @@ def cmd_generate(args) -> int:
 
 def cmd_make_data(args) -> int:
     from sparktrain.errors import SparkError
-    from sparktrain.eval.tasks import DEFAULT_SEED, write_scale_data
+    from sparktrain.data.tasks import DEFAULT_SEED, write_scale_data
 
     seed = DEFAULT_SEED if args.seed is None else args.seed
     if seed < 0:
@@ -263,14 +271,12 @@ def cmd_plot(args) -> int:
 def cmd_compare(args) -> int:
     from sparktrain.eval.compare import as_json, compare, format_table, write_png
     from sparktrain.fsutil import canonical_json
-
-    from sparktrain.project import out_path
-
     from sparktrain.gate import check_output
+    from sparktrain.project import out_path
 
     args.out = args.out or os.path.relpath(out_path("compare.png"))
     check_output(args.out, "png")
-    sweep = compare(args.experiments)
+    sweep = compare(args.experiments, where=args.where, last=args.last)
     for exp in sweep["experiments"]:
         if exp.old_layout:
             print(f"spark: note: experiment {exp.name} has the eval.json layout from before "

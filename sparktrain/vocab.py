@@ -7,6 +7,10 @@ import numpy as np
 from sparktrain.errors import SparkError
 
 TOKENIZERS = ("byte", "bpe")
+BYTE_VOCAB = 256                              # byte tokens: the UTF-8 bytes
+# Byte values that never occur in UTF-8, so they cannot collide with text: the
+# BOS, SEP and EOS of byte tokens (EOS doubles as right padding: model/batch.py PAD).
+BYTE_SPECIALS = (0xFD, 0xFE, 0xFF)
 SPECIALS = ("<|bos|>", "<|sep|>", "<|eos|>")  # ids 0, 1, 2 of a BPE vocab
 MIN_BPE_VOCAB = 256 + len(SPECIALS)           # the byte alphabet and the specials
 MAX_VOCAB = 65535                             # ids must fit uint16 token files
@@ -14,7 +18,7 @@ MAX_VOCAB = 65535                             # ids must fit uint16 token files
 
 def token_dtype(vocab: int) -> np.dtype:
     """The narrowest unsigned type for a vocab's ids: uint8 for bytes, else uint16."""
-    if vocab <= 256:
+    if vocab <= BYTE_VOCAB:
         return np.dtype(np.uint8)
     if vocab <= MAX_VOCAB + 1:
         return np.dtype(np.uint16)

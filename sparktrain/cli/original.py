@@ -18,7 +18,7 @@ from sparktrain.errors import SparkError, TrainingFailed
 from sparktrain.jobfiles import CHECKPOINT, WEIGHTS
 from sparktrain.model.config import scale_names
 from sparktrain.model.device import DEVICES
-from sparktrain.train.commands import ARCH, add_train_flags
+from sparktrain.cli.train import ARCH, add_train_flags
 
 # The Spark-coder job when the project has one, else the default fixture job.
 CODER_JOBS = (("data/programs/train-coder.sparkbc", "job-coder-tiny"),
@@ -112,7 +112,7 @@ def cmd_apply_step(args) -> int:
 
     from sparktrain.fsutil import sha256_file
     from sparktrain.train import outputs
-    from sparktrain.train.commands import resolve_configs, run_and_record
+    from sparktrain.cli.train import resolve_configs, run_and_record
     from sparktrain.train.job import adhoc_job, read_program
 
     folder = _job_folder(args)
@@ -143,7 +143,7 @@ def cmd_code_train(args) -> int:
     from sparktrain.data.source import prepare_job, source_for
     from sparktrain.model.device import resolve as resolve_device
     from sparktrain.params import load_params_or_defaults, model_config, override
-    from sparktrain.train.commands import run_and_record
+    from sparktrain.cli.train import run_and_record
     from sparktrain.train.job import job_from_program
     from sparktrain.train.plan import preflight
 

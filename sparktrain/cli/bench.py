@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from sparktrain.argtypes import positive_int
 from sparktrain.model.config import SCALES
+from sparktrain.model.device import DEVICES
 
 OPTIMIZERS = ("sgd", "adamw")  # step.optimizer's choices (sparktrain/train/optim.py)
 
@@ -39,7 +40,7 @@ def register(sub) -> None:
                         "else --workers, else 1)")
     p.add_argument("--rounds", type=positive_int, default=3,
                    help="interleaved rounds with --workers (default 3)")
-    p.add_argument("--device", default="cpu",
+    p.add_argument("--device", default="cpu", choices=DEVICES,
                    help="cpu (numpy, default), cuda, mps or auto (a GPU needs the gpu extra: "
                         "pip install -e '.[gpu]'; docs/gpu.md)")
     p.add_argument("--json", action="store_true", help="print the result as one JSON object")
@@ -51,11 +52,11 @@ def _bench(args) -> int:
 
     from sparktrain.errors import SparkError
     from sparktrain.fsutil import canonical_json
-    from sparktrain.model.bench import (BENCH_LR, WARMUP_STEPS, format_report, plain_sgd,
+    from sparktrain.train.bench import (BENCH_LR, WARMUP_STEPS, format_report, plain_sgd,
                                         run_bench, run_scaling, stderr_line, stderr_progress)
     from sparktrain.model.device import resolve
     from sparktrain.params import StepConfig, load_params, override, scale_config
-    from sparktrain.train.update import JobUpdates
+    from sparktrain.train.optim import JobUpdates
 
     job = load_params(args.params) if args.params else None
     scale = args.scale or (job.scale if job else "tiny")

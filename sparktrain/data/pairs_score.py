@@ -1,4 +1,5 @@
-"""Held-out metrics (docs/outputs.md "eval.json"), all computed from the model itself.
+"""A pairs model's held-out metrics (docs/outputs.md "eval.json"), all computed
+from the model itself: the pairs source's evaluate (data/pairs_source.py).
 
 Teacher-forced numbers come from one batched forward per batch (the model's
 scored_logits, the forward that training uses); exact match comes from greedy
@@ -15,22 +16,15 @@ import numpy as np
 
 from sparktrain.data.bpb import bits_per_byte
 from sparktrain.errors import SparkError
-from sparktrain.eval.generate import MAX_NEW, decode, generate_tokens
-from sparktrain.eval.tasks import COPY_PREFIX, family_of
+from sparktrain.data.tasks import COPY_PREFIX, family_of
 from sparktrain.model.base import Model
 from sparktrain.model.build import build_model
 from sparktrain.model.memory import check_fits
 from sparktrain.model.config import ModelConfig
-from sparktrain.data.pairs import EOS, Encoded, Pair, encode_pair
+from sparktrain.model.sample import MAX_NEW, generate_tokens
+from sparktrain.data.pairs import EOS, Encoded, Pair, decode, encode_pair
 
 SIG_DIGITS = 8
-# The headline numbers a sweep compares: the DVC metric (eval.json) holds exactly
-# these, flat, so `dvc exp show` stays a few columns wide. Everything else
-# evaluate() returns (counts, per-family tables, samples, hashes) is the detail
-# (eval_detail.json). A metric added later slots in by name here. A corpus job
-# has `bpb` and the compressors' bits per byte on the same held-out bytes.
-HEADLINE_KEYS = ("loss", "bpb", "zlib9_bpb", "lzma9e_bpb", "perplexity",
-                 "next_token_accuracy", "exact_match", "copy_recall")
 
 
 @dataclass
@@ -95,12 +89,6 @@ def evaluate(params, cfg: ModelConfig, pairs: Sequence[Pair], *, batch_size: int
         result["samples"].append({"prompt": pairs[i].prompt, "expected": pairs[i].completion,
                                   "generated": texts[i], "family": families[i]})
     return result
-
-
-def split_headline(metrics: dict) -> tuple[dict, dict]:
-    """(headline, detail): the HEADLINE_KEYS that `metrics` has, and all the rest."""
-    headline = {k: metrics[k] for k in HEADLINE_KEYS if k in metrics}
-    return headline, {k: v for k, v in metrics.items() if k not in headline}
 
 
 def _summary(stats: _RowStats, match: np.ndarray, rows: np.ndarray) -> dict:

@@ -1,7 +1,14 @@
 """`spark export` and `spark import` (the export area's commands)."""
 from __future__ import annotations
 
-FORMATS_OUT = ("hf", "gguf")
+import importlib
+
+# The format -> its writer (module, function), imported when used so `--help` stays
+# fast; a writer returns the names of the files it wrote into a folder, or None
+# for a single file. A new format is one row here and its module under export/.
+WRITERS = {"hf": ("sparktrain.export.hf", "export_hf"),
+           "gguf": ("sparktrain.export.gguf", "export_gguf")}
+FORMATS_OUT = tuple(WRITERS)
 FORMATS_IN = ("hf",)
 
 
@@ -37,19 +44,12 @@ def register(sub) -> None:
 def _export(args) -> int:
     from sparktrain.progress import Progress
 
+    module, name = WRITERS[args.to]
+    write = getattr(importlib.import_module(module), name)
     with Progress("export", total=1, unit=f"{args.to} written") as bar:
-        if args.to == "hf":
-            from sparktrain.export.hf import export_hf
-
-            names = export_hf(args.weights, args.out, args.tokenizer, args.force)
-            bar.advance(note=args.out)
-            print(f"wrote {args.out}: {', '.join(names)}")
-        else:
-            from sparktrain.export.gguf import export_gguf
-
-            export_gguf(args.weights, args.out, args.tokenizer, args.force)
-            bar.advance(note=args.out)
-            print(f"wrote {args.out}")
+        names = write(args.weights, args.out, args.tokenizer, args.force)
+        bar.advance(note=args.out)
+        print(f"wrote {args.out}: {', '.join(names)}" if names else f"wrote {args.out}")
     return 0
 
 

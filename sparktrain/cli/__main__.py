@@ -1,0 +1,6 @@
+"""`python -m sparktrain.cli ...` = `spark ...`."""
+import sys
+
+from sparktrain.cli import main
+
+sys.exit(main())

@@ -1,0 +1,140 @@
+"""The model card (README.md) of a Hugging Face export folder, made from the job's records.
+
+Hugging Face shows README.md's YAML front matter as the model's metadata and
+its body as the model page. Everything here comes from records: the weights'
+`spark` metadata, and, when the weights sit in their job folder and are the
+ones its checkpoint.json names (same sha256), that checkpoint's knobs and
+counts and eval.json's held-out metrics. No dates, no absolute paths: the same
+weights give the same bytes. See docs/export.md ("The model card").
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from pathlib import Path
+
+from tokenizers import Tokenizer
+
+from sparktrain.export.tokenizer import special_ids
+from sparktrain.jobfiles import CHECKPOINT, TOKENIZER
+from sparktrain.model.config import ModelConfig, n_params
+from sparktrain.params import StepConfig
+from sparktrain.safeload import load_json
+from sparktrain.train.outputs import job_state, read_json
+
+CARD_FILE = "README.md"
+# The knobs a checkpoint records (StepConfig's fields less those never recorded)
+KNOBS = tuple(f.name for f in dataclasses.fields(StepConfig)
+              if f.name not in ("step_n", "workers", "device"))
+METRICS = ("loss", "perplexity", "bpb", "next_token_accuracy", "exact_match", "copy_recall")
+BASELINES = ("zlib9_bpb", "lzma9e_bpb")
+
+
+def job_records(weights: str | os.PathLike) -> dict:
+    """What the job folder holding `weights` says about them: {"checkpoint": ...,
+    "state": job_state(...)}, or {} when the folder's checkpoint is not about
+    these very weights (a copied or renamed file, an edited one)."""
+    folder = Path(weights).parent
+    ckpt = read_json(folder / CHECKPOINT)
+    if not isinstance(ckpt, dict) or Path(str(ckpt.get("weights", ""))).name != Path(weights).name:
+        return {}
+    state = job_state(folder)
+    if state.get("state") != "trained" or not state.get("weights_verified"):
+        return {}
+    return {"checkpoint": ckpt, "state": state}
+
+
+def _num(v) -> str:
+    return f"{v:.4f}" if isinstance(v, float) else str(v)
+
+
+def _front_matter(job: str, tags: list[str], metrics: dict) -> list[str]:
+    lines = ["---", "library_name: transformers", "pipeline_tag: text-generation", "tags:"]
+    lines += [f"- {t}" for t in tags]
+    if metrics:  # model-index: what the Hub shows as evaluation results
+        lines += ["model-index:", f"- name: {json.dumps(job)}", "  results:",
+                  "  - task:", "      type: text-generation", "    dataset:",
+                  "      name: held-out split", "      type: held-out", "    metrics:"]
+        for k, v in metrics.items():
+            lines += [f"    - type: {k}", f"      value: {json.dumps(v)}"]
+    return lines + ["---"]
+
+
+def model_card(meta: dict, cfg: ModelConfig, tok_kind: str, records: dict) -> str:
+    """README.md's text for an export of weights with metadata `meta` and arch `cfg`."""
+    ckpt = records.get("checkpoint", {})
+    state = records.get("state", {})
+    job = str(meta.get("job") or ckpt.get("job") or "spark-model")
+    metrics = {k: state["eval"][k] for k in METRICS if k in state.get("eval", {})}
+    corpus = "corpus" if ckpt.get("dataset_kind") or "bpb" in metrics else "pairs"
+    tags = ["spark-train", "llama", "causal-lm", "numpy-trained", corpus]
+    out = _front_matter(job, tags, metrics)
+    out += ["", f"# {job}", "",
+            f"A small Llama-architecture causal language model ({n_params(cfg):,} "
+            f"parameters) trained from scratch with Spark Train, a numpy training pipeline "
+            f"driven by SPARK_BC programs, then exported with `spark export --to hf`.", "",
+            "## Architecture", "",
+            "| dim | layers | heads | kv heads | head dim | context | vocab |",
+            "|---|---|---|---|---|---|---|",
+            f"| {cfg.dim} | {cfg.n_layer} | {cfg.n_head} | {cfg.n_kv_head} | {cfg.head_dim} "
+            f"| {cfg.seq_len} | {cfg.vocab} |", "",
+            "RMSNorm, RoPE, grouped-query causal attention, SwiGLU; float32 weights, "
+            "untied embeddings.", ""]
+    out += ["## Training", ""]
+    if ckpt:
+        knobs = {k: ckpt[k] for k in KNOBS if k in ckpt}
+        out += [f"Job `{job}`, step {ckpt.get('step_n')}, "
+                f"{ckpt.get('micro_steps')} micro-steps on "
+                f"{ckpt.get('tokens_seen'):,} training tokens "
+                f"(dataset `{ckpt.get('dataset')}`, sha256 `{ckpt.get('dataset_sha256')}`); "
+                f"device `{ckpt.get('device')}`.", "",
+                f"Training loss {_num(ckpt.get('loss_before'))} -> "
+                f"{_num(ckpt.get('loss_after'))} (whole training set, nats per token).", "",
+                "| knob | value |", "|---|---|"]
+        out += [f"| {k} | {json.dumps(v)} |" for k, v in knobs.items()]
+        if ckpt.get("sparkbc_sha256"):
+            out += ["", f"Program `{ckpt.get('program')}` (sha256 `{ckpt['sparkbc_sha256']}`)."]
+    else:
+        out += [f"Step {meta.get('step_n')}. The weights were not exported from their job "
+                "folder, so the training record (knobs, data, held-out metrics) is not "
+                "included; `spark status` on the job folder shows it."]
+    out += [""]
+    if metrics:
+        detail = state.get("eval_detail", {})
+        out += ["## Held-out evaluation", "",
+                "On rows (or files) never trained on, from the job's eval.json:", "",
+                "| metric | value |", "|---|---|"]
+        out += [f"| {k} | {_num(v)} |" for k, v in metrics.items()]
+        out += [f"| {k} | {_num(detail[k])} |" for k in BASELINES if k in detail]
+        out += [""]
+    out += ["## Tokenizer", "", tok_kind, "",
+            "## Use it", "", "```python",
+            "from transformers import AutoModelForCausalLM, AutoTokenizer",
+            'tok = AutoTokenizer.from_pretrained("PATH")   # this folder',
+            'model = AutoModelForCausalLM.from_pretrained("PATH")',
+            'ids = tok("hi", return_tensors="pt")',
+            "out = model.generate(**ids, max_new_tokens=32)",
+            "print(tok.decode(out[0, ids.input_ids.shape[1]:], skip_special_tokens=True))",
+            "```", ""]
+    if ckpt.get("weights_sha256"):
+        out += [f"Spark weights sha256 `{ckpt['weights_sha256']}`; "
+                "`spark import --from hf` gives back the same bytes.", ""]
+    return "\n".join(out)
+
+
+def tokenizer_kind(tok_text: str, ckpt: dict) -> str:
+    """A few sentences on the tokenizer, from tokenizer.json itself."""
+    doc, tok = load_json(tok_text, TOKENIZER), Tokenizer.from_str(tok_text)
+    model = doc.get("model") or {}
+    kind = ("byte-level (one token per byte, no merges)" if model.get("type") == "BPE"
+            and not model.get("merges") else model.get("type", "unknown"))
+    name = ckpt.get("tokenizer")
+    which = f" (the job's `{name}`)" if isinstance(name, str) else ""
+    ids = special_ids(tok_text)
+    specials = ", ".join(f"{k.upper()} `{tok.id_to_token(i)}` (id {i})" for k, i in ids.items())
+    wraps = ("; `tok(prompt)` wraps a prompt as BOS prompt SEP, as `spark generate` does"
+             if (doc.get("post_processor") or {}).get("type") == "TemplateProcessing" else "")
+    return (f"`tokenizer.json`{which}: a {kind} tokenizer of "
+            f"{tok.get_vocab_size(with_added_tokens=True):,} tokens; {specials}{wraps}. "
+            f"Generation stops at EOS.")

@@ -1,0 +1,21 @@
+"""One attempt at a job's STEP, as the step stage and every train command make it:
+the loop (train/loop.py run_step) with numpy's non-finite warnings off (the loop
+says "training diverged" in one line), and a failure recorded beside the
+previous good outputs (run_failed), then raised.
+"""
+from __future__ import annotations
+
+from sparktrain.errors import TrainingFailed
+from sparktrain.model.parallel import quiet_nonfinite
+from sparktrain.train.loop import run_failed, run_step
+
+
+def step_job(job, step, cfg, source, **run_kw):
+    """run_step(job, step, cfg, source, **run_kw)'s result; a TrainingFailed is
+    recorded in the job folder's failed.json first."""
+    with quiet_nonfinite():
+        try:
+            return run_step(job, step, cfg, source, **run_kw)
+        except TrainingFailed as err:
+            run_failed(job, err, step)
+            raise
