@@ -24,7 +24,6 @@ import time
 
 import sparktrain  # noqa: F401  (first: it picks the BLAS kernel and threads before numpy loads)
 import numpy as np
-import yaml
 
 from sparktrain.data.bpb import compressor_bpb
 from sparktrain.data.prepare import heldout_bytes
@@ -38,6 +37,7 @@ from sparktrain.model.weights import load_model
 from sparktrain.params import parse_params
 from sparktrain.train.job import job_from_program
 from sparktrain.train.loop import run_step
+from sparktrain.safeload import load_yaml
 
 N_PROMPTS, PROMPT_CHARS, MAX_NEW = 4, 160, 48
 
@@ -64,7 +64,7 @@ def with_overrides(raw: dict, overrides: list[str]) -> dict:
             node = node.setdefault(part, {})
             if not isinstance(node, dict):
                 raise SparkError(f"-S {item!r}: {part} is not a mapping")
-        node[last] = yaml.safe_load(value)
+        node[last] = load_yaml(value, "an override")
     return raw
 
 
@@ -77,7 +77,7 @@ def main(argv=None) -> int:
                     help="exit 0 even when the model does not beat zlib-9 (comparison runs)")
     args = ap.parse_args(argv)
     t0, c0 = time.perf_counter(), time.process_time()
-    p = parse_params(with_overrides(yaml.safe_load(read_input(args.params, "params file")),
+    p = parse_params(with_overrides(load_yaml(read_input(args.params, "params file"), args.params),
                                     args.overrides))
     job = job_from_program(p.program, p.job)
     folder = job.out_dir

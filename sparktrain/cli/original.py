@@ -145,6 +145,7 @@ def cmd_code_train(args) -> int:
     from sparktrain.params import load_params_or_defaults, model_config, override
     from sparktrain.cli.train import run_and_record
     from sparktrain.train.job import job_from_program
+    from sparktrain.train.plan import preflight
 
     program, job_id = next(((p, j) for p, j in CODER_JOBS if Path(p).is_file()), CODER_JOBS[-1])
     knobs = load_params_or_defaults()
@@ -152,8 +153,10 @@ def cmd_code_train(args) -> int:
     resolve_device(step.device)  # a GPU that cannot be had: one line before prepare writes
     cfg = model_config(args.scale, knobs.scales, train_attn=step.train_attn)
     job = job_from_program(program, job_id)
+    source = source_for(job.dataset, knobs)
+    preflight(step, cfg, source, knobs.vocab_size if knobs.tokenizer != "byte" else None)
     # what the tokenizer and prepare stages do, with the params' settings
-    prepare_job(job.out_dir, source_for(job.dataset, knobs), knobs.tokenizer, knobs.vocab_size)
+    prepare_job(job.out_dir, source, knobs.tokenizer, knobs.vocab_size)
     print(json.dumps(run_and_record(job, knobs, step, cfg, heldout=knobs.heldout()),
                      sort_keys=True))
     return 0
