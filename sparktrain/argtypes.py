@@ -18,9 +18,10 @@ def positive_int(text: str) -> int:
     return value
 
 
-def env_count(name: str, default, environ=os.environ):
-    """A positive integer from environment variable `name`; `default` when unset
-    or blank (a callable is called then); one line naming the variable otherwise."""
+def env_count(name: str, default, environ=os.environ, most: int | None = None):
+    """A positive integer from environment variable `name` (at most `most`, the
+    limit its flag has); `default` when unset or blank (a callable is called
+    then); one line naming the variable otherwise."""
     text = environ.get(name, "").strip()
     if not text:
         return default() if callable(default) else default
@@ -29,5 +30,7 @@ def env_count(name: str, default, environ=os.environ):
     except ValueError:
         value = 0
     if value < 1:
-        raise SparkError(f"{name} must be a positive integer, got {text!r}")
+        raise SparkError(f"{name} must be a positive integer, got {text[:40]!r}")
+    if most is not None and value > most:
+        raise SparkError(f"{name}={value:,} is above the limit of {most:,}")
     return value

@@ -56,6 +56,9 @@ def _as_float(value):
 
 Float = Annotated[float, BeforeValidator(_as_float)]
 Count = Annotated[StrictInt, Field(ge=1)]
+# docs/pipeline.md ("Hostile inputs"): the loss curve holds outer + 1 points, a pass inner steps
+MAX_OUTER = 100_000
+MAX_MICRO_STEPS = 100_000_000
 
 
 @dataclass(frozen=True, config=STEP_STRICT)
@@ -104,6 +107,11 @@ class StepConfig:
     def _coherent(self):
         if self.optimizer == "sgd" and self.weight_decay:
             raise ValueError("weight_decay applies to optimizer adamw, not sgd")
+        if self.outer > MAX_OUTER:
+            raise ValueError(f"outer {self.outer:,} is above the limit of {MAX_OUTER:,} passes")
+        if self.outer * self.inner > MAX_MICRO_STEPS:
+            raise ValueError(f"outer x inner = {self.outer * self.inner:,} micro-steps is above "
+                             f"the limit of {MAX_MICRO_STEPS:,}")
         if self.min_lr > self.lr:
             raise ValueError(f"min_lr {self.min_lr} is above lr {self.lr}")
         if self.schedule == "constant" and (self.warmup or self.min_lr):

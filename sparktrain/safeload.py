@@ -11,12 +11,22 @@ Both refuse, in one line naming the file, what would make a small file expensive
   against every bound, so it slips through range checks), and integers longer
   than Python's conversion limit.
 
-Size caps are the caller's, through fsutil.read_input (params.yaml: 1 MiB). See
-docs/pipeline.md ("Hostile inputs").
+- a key given twice in one mapping (YAML or JSON), naming the key and both
+  lines: DVC refuses such a params.yaml, so we must not train on the last value;
+- more than `max_items` values (elements and members together; 1,000,000 for
+  JSON, 50,000 for YAML, whose parser is pure Python): a small file of a
+  million tiny numbers takes seconds and gigabytes to build;
+- text longer than `max_bytes` (the caller's cap of its kind; 64 MiB unless told).
+
+Every JSON or YAML document a command reads goes through `load_json` /
+`load_yaml` (STYLE.md habit 18; tests/reliability/test_rel_loader.py holds the
+list). File size caps come first, through fsutil.read_input (params.yaml: 1 MiB).
+See docs/outputs.md ("The bounded loader") and docs/pipeline.md ("Hostile inputs").
 """
 from __future__ import annotations
 
 import json
+import re
 
 import yaml
 
@@ -24,6 +34,10 @@ from sparktrain.errors import SparkError
 
 MAX_DEPTH = 64
 MAX_INT = 2 ** 63  # a config value beyond this is a typo (and overflows float conversion)
+MAX_ITEMS = 1_000_000  # values in one document: a 1024-token BPE tokenizer holds ~10,000
+MAX_BYTES = 64 << 20
+# PyYAML composes ~10-100 thousand nodes a second: config files and dvc.lock hold hundreds
+MAX_YAML_ITEMS = 50_000
 
 
 class _Refused(Exception):
@@ -35,9 +49,12 @@ class _Refused(Exception):
 class _BoundedLoader(yaml.SafeLoader):
     """SafeLoader without aliases and with a nesting bound, checked as nodes are composed."""
 
+    max_items = MAX_ITEMS
+
     def __init__(self, stream):
         super().__init__(stream)
         self._depth = 0
+        self._items = 0
 
     def compose_node(self, parent, index):
         if self.check_event(yaml.AliasEvent):
@@ -45,6 +62,9 @@ class _BoundedLoader(yaml.SafeLoader):
             raise _Refused(f"YAML alias *{event.anchor} is not allowed (aliases can expand "
                            f"a small file into an unbounded one)", event.start_mark)
         self._depth += 1
+        self._items += 1
+        if self._items > self.max_items:
+            raise _Refused(f"more than {self.max_items:,} values", self.peek_event().start_mark)
         try:
             if self._depth > MAX_DEPTH:
                 raise _Refused(f"nested deeper than {MAX_DEPTH} levels",
@@ -62,17 +82,52 @@ def _bounded_int(loader, node):
     return value
 
 
+def _unique_mapping(loader, node, deep=False):
+    first: dict = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        try:
+            line = first.setdefault(key, key_node.start_mark.line + 1)
+        except TypeError:  # an unhashable key: the constructor below says so
+            continue
+        if line != key_node.start_mark.line + 1:
+            raise _Refused(f"key {_shown(key)} is given twice (lines {line} and "
+                           f"{key_node.start_mark.line + 1}); keep one", key_node.start_mark)
+    return yaml.SafeLoader.construct_mapping(loader, node, deep)
+
+
+def _shown(key) -> str:
+    text = repr(key)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 _BoundedLoader.add_constructor("tag:yaml.org,2002:int", _bounded_int)
+_BoundedLoader.construct_mapping = _unique_mapping
 
 
 def _where(name: str, mark) -> str:
     return f"{name}:{mark.line + 1}:{mark.column + 1}" if mark is not None else name
 
 
-def load_yaml(text: str | bytes, name: str):
+# MAX_DEPTH + 1 flow brackets opened with no bracket closed between them
+_DEEP_FLOW = re.compile(r"(?:[\[{][^\[\]{}]{0,256}+){%d}" % (MAX_DEPTH + 1))
+
+
+def load_yaml(text: str | bytes, name: str, max_items: int = MAX_YAML_ITEMS,
+              max_bytes: int = MAX_BYTES):
     """The YAML document in `text` (one), or one SparkError line naming `name`."""
+    _check_size(text, name, max_bytes)
+    deep = _DEEP_FLOW.search(text if isinstance(text, str) else text.decode("utf-8", "replace"))
+    if deep:  # PyYAML's scanner looks ahead through a flow bomb before any node is composed
+        line = text[:deep.start()].count("\n" if isinstance(text, str) else b"\n") + 1
+        raise SparkError(f"{name}:{line}: nested deeper than {MAX_DEPTH} levels")
+    comma, newline = (",", "\n") if isinstance(text, str) else (b",", b"\n")
+    if text.count(comma) + text.count(newline) > max_items:  # the pure-Python parser is slow
+        raise SparkError(f"{name}: YAML with more than {max_items:,} values or lines (refused "
+                         "before parsing)")
+    loader = type("_Loader", (_BoundedLoader,), {"max_items": max_items})
     try:
-        return yaml.load(text, Loader=_BoundedLoader)  # noqa: S506 (a SafeLoader subclass)
+        return yaml.load(text, Loader=loader)  # noqa: S506 (a SafeLoader subclass)
     except _Refused as err:
         raise SparkError(f"{_where(name, err.mark)}: {err}") from None
     except yaml.YAMLError as err:
@@ -87,19 +142,71 @@ def _no_constant(word: str):
     raise _Refused(f"{word} is not a JSON number (only finite numbers are accepted)")
 
 
-def load_json(text: str | bytes, name: str):
+def _check_size(text: str | bytes, name: str, max_bytes: int) -> None:
+    if len(text) > max_bytes:
+        raise SparkError(f"{name}: {len(text):,} bytes, above the {max_bytes:,}-byte limit "
+                         "of this kind of file")
+
+
+def _counts(text: str | bytes) -> tuple[int, int]:
+    """(an upper bound on the values, the containers opened) of a JSON text, counted
+    in C before parsing."""
+    comma, square, curly = (",", "[", "{") if isinstance(text, str) else (b",", b"[", b"{")
+    containers = text.count(square) + text.count(curly)
+    return text.count(comma) + containers + 1, containers
+
+
+class _Duplicate(Exception):
+    def __init__(self, key):
+        super().__init__(key)
+        self.key = key
+
+
+def _unique_object(pairs):
+    value = dict(pairs)
+    if len(value) != len(pairs):
+        seen = set()
+        raise _Duplicate(next(k for k, _ in pairs if k in seen or seen.add(k)))
+    return value
+
+
+def _key_lines(text: str | bytes, key: str) -> list[int]:
+    """The lines where `"key":` appears (the duplicate's two, normally)."""
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", "replace")
+    pattern = re.compile(re.escape(json.dumps(key, ensure_ascii=False)) + r"\s*:")
+    alt = re.compile(re.escape(json.dumps(key)) + r"\s*:")
+    starts = {m.start() for p in (pattern, alt) for m in p.finditer(text)}
+    return sorted(text.count("\n", 0, i) + 1 for i in starts)
+
+
+def load_json(text: str | bytes, name: str, max_items: int = MAX_ITEMS,
+              max_bytes: int = MAX_BYTES):
     """The JSON value in `text`, or one SparkError line naming `name`."""
+    _check_size(text, name, max_bytes)
+    items, containers = _counts(text)
+    if items > max_items:
+        raise SparkError(f"{name}: JSON with more than {max_items:,} values (refused before "
+                         "parsing: it would take seconds and gigabytes)")
     try:
-        value = json.loads(text, parse_constant=_no_constant)
+        value = json.loads(text, parse_constant=_no_constant, object_pairs_hook=_unique_object)
+    except _Duplicate as err:
+        lines = _key_lines(text, err.key)
+        where = f" (lines {lines[0]} and {lines[1]})" if len(lines) >= 2 else ""
+        raise SparkError(f"{name}: key {_shown(err.key)} is given twice{where}; "
+                         "keep one") from None
     except _Refused as err:
         raise SparkError(f"{name}: {err}") from None
     except RecursionError:
         raise SparkError(f"{name}: JSON nested too deeply") from None
     except UnicodeDecodeError:
         raise SparkError(f"{name} is not UTF-8 text") from None
-    except ValueError as err:  # JSONDecodeError, or an integer past the digit limit
-        raise SparkError(f"{name} is not JSON ({str(err).splitlines()[0][:120]})") from None
-    if depth(value) > MAX_DEPTH:
+    except json.JSONDecodeError as err:
+        raise SparkError(f"{name}: not JSON ({err.msg} at line {err.lineno} column "
+                         f"{err.colno})") from None
+    except ValueError as err:  # an integer past Python's digit limit
+        raise SparkError(f"{name}: not JSON ({str(err).splitlines()[0][:120]})") from None
+    if containers > MAX_DEPTH and depth(value) > MAX_DEPTH:  # a JSONL row: rarely walked
         raise SparkError(f"{name}: JSON nested deeper than {MAX_DEPTH} levels")
     return value
 

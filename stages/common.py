@@ -5,7 +5,7 @@ docs/pipeline.md for the stages, their files and how their deps are checked.
 """
 from __future__ import annotations
 
-import json
+import os
 import sys
 from pathlib import Path
 from typing import Callable
@@ -18,6 +18,7 @@ from sparktrain.jobfiles import PROGRAM, job_dir
 from sparktrain.params import PARAMS_FILE, Params, load_params
 from sparktrain.repro import interrupt
 from sparktrain.train.job import Job, validate_job
+from sparktrain.safeload import load_json
 
 
 def params() -> Params:
@@ -29,7 +30,7 @@ def load_job(p: Params) -> Job:
     """The TRAIN that decode-bc resolved, re-checked (the file may have been edited)."""
     path = job_dir(p.job) / PROGRAM
     try:
-        doc = json.loads(read_input(path, "decoded program"))
+        doc = load_json(read_input(path, "decoded program"), os.fspath(path))
         job = Job.from_dict(doc["job"])
     except (ValueError, TypeError, KeyError):
         raise SparkError(f"{path} is not a decoded program; run the decode-bc stage "

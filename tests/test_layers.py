@@ -28,7 +28,8 @@ FLOORS = (
     ("params", ("sparktrain.params",)),
     ("model", ("sparktrain.model",)),
     ("bc", ("sparktrain.bc",)),
-    ("jobfiles", ("sparktrain.jobfiles",)),
+    # the output gate knows a job folder by jobfiles' names: it stands on their floor
+    ("jobfiles, gate", ("sparktrain.jobfiles", "sparktrain.gate")),
     ("ground", ("sparktrain", "sparktrain.fsutil", "sparktrain.errors", "sparktrain.textout",
                 "sparktrain.safeload", "sparktrain.project", "sparktrain.argtypes",
                 "sparktrain.blas", "sparktrain.progress", "sparktrain.vocab")),

@@ -33,6 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tools.readme_figures import README, machine, rewrite  # noqa: E402
+from sparktrain.safeload import load_json
 
 RECORD = ROOT / "out" / "coder_compare.json"
 PASS = re.compile(r"\] outer (\d+)/(\d+) .*?\s([\d.]+)s, ~")
@@ -51,8 +52,8 @@ def _proof(overrides: list[str]) -> dict:
         raise SystemExit(f"coder proof failed (exit {p.returncode}): {p.stderr[-2000:]}")
     done = [(int(k), float(s)) for k, _, s in PASS.findall(p.stderr)]
     passes = [b - a for (_, a), (_, b) in zip([(0, 0.0)] + done, done)]
-    job = json.loads((ROOT / "out/train/job-coder-001/coder_proof.json").read_text())
-    perf = json.loads((ROOT / "out/train/job-coder-001/perf.json").read_text())
+    job = load_json((ROOT / "out/train/job-coder-001/coder_proof.json").read_bytes(), "coder_proof.json")
+    perf = load_json((ROOT / "out/train/job-coder-001/perf.json").read_bytes(), "perf.json")
     return {"tokens_per_s": perf["tokens_per_s"], "train_seconds": perf["train_seconds"],
             "heldout_bpb": job["model_bpb"], "zlib9_bpb": job["zlib9_bpb"],
             "wall_seconds": round(wall, 1), "pass_seconds": [round(s, 2) for s in passes],
@@ -68,7 +69,7 @@ def _peer(python: str, threads: int, overrides: list[str]) -> dict:
     p = subprocess.run(args, cwd=ROOT, capture_output=True, text=True)
     if p.returncode:
         raise SystemExit(f"PyTorch peer failed (exit {p.returncode}): {p.stderr[-2000:]}")
-    r = json.loads(p.stdout.strip().splitlines()[-1])
+    r = load_json(p.stdout.strip().splitlines()[-1], "the peer's last line")
     return {"tokens_per_s": r["tokens_per_s"], "train_seconds": r["train_seconds"],
             "heldout_bpb": r["heldout_bpb"], "wall_seconds": round(time.perf_counter() - t0, 1),
             "peer": r["peer"], "threads": r["threads"]}

@@ -26,7 +26,6 @@ import time
 
 import sparktrain  # noqa: F401  (first: it picks the BLAS kernel and threads before numpy loads)
 import numpy as np
-import yaml
 
 from sparktrain.data.bpb import compressor_bpb
 from sparktrain.data.prepare import heldout_bytes
@@ -41,6 +40,7 @@ from sparktrain.model.weights import load_model
 from sparktrain.params import dvc_set_flags, parse_params
 from sparktrain.train.job import job_from_program
 from sparktrain.train.loop import run_step
+from sparktrain.safeload import load_yaml
 
 N_PROMPTS, PROMPT_CHARS, MAX_NEW = 3, 160, 48
 
@@ -66,7 +66,7 @@ def with_overrides(raw: dict, overrides: list[str]) -> dict:
             node = node.setdefault(part, {})
             if not isinstance(node, dict):
                 raise SparkError(f"-S {item!r}: {part} is not a mapping")
-        node[last] = yaml.safe_load(value)
+        node[last] = load_yaml(value, "an override")
     return raw
 
 
@@ -82,7 +82,8 @@ def main(argv=None) -> int:
                     help="exit 0 even when the model does not beat zlib-9 (comparison runs)")
     args = ap.parse_args(argv)
     t0, c0 = time.perf_counter(), time.process_time()
-    raw = with_overrides(yaml.safe_load(read_input(args.params, "params file")), args.overrides)
+    raw = with_overrides(load_yaml(read_input(args.params, "params file"), args.params),
+                         args.overrides)
     p = parse_params(raw)
     if args.dvc_command:
         print(shlex.join(["dvc", "exp", "run", *dvc_set_flags(raw)]))

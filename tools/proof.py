@@ -15,7 +15,6 @@ training shows the loop's progress bar, elsewhere one line per pass
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -32,6 +31,7 @@ from sparktrain.params import (Defaults, StepConfig, load_params, load_params_or
 from sparktrain.train.job import job_from_program
 from sparktrain.train.loop import run_step
 from sparktrain.train.outputs import parse_artifact
+from sparktrain.safeload import load_json
 
 # The scale proof's budget: chosen so it finishes within 10 minutes here.
 SCALE_KNOBS = dict(outer=80, inner=100, lr=0.1, batch_size=16, clip=1.0, momentum=0.9, seed=0)
@@ -40,7 +40,7 @@ COPY_BAR = 0.5
 
 def check_trained(folder: Path) -> dict:
     """Assert the claims of a STEP's outputs; returns the checkpoint."""
-    ckpt = json.loads((folder / CHECKPOINT).read_text())
+    ckpt = load_json((folder / CHECKPOINT).read_bytes(), CHECKPOINT)
     art = parse_artifact((folder / ARTIFACT).read_text())
     _, meta = load_weights(folder / WEIGHTS)
     checks = {

@@ -41,6 +41,7 @@ sys.path.insert(0, str(ROOT))
 
 from sparktrain.repro.workspace import copy_project, tool_env  # noqa: E402
 from tools.proof import TABLE_BEGIN, TABLE_END  # noqa: E402
+from sparktrain.safeload import load_json
 
 RECORD = ROOT / "out" / "readme_figures.json"
 COLUMNS = 200   # the terminal width the tables are printed at (dvc's are cut to fit)
@@ -245,7 +246,7 @@ def fig_coder_proof(work: Path, quick: bool) -> dict:
 
 def fig_sweep(work: Path, quick: bool) -> dict:
     wall, out = _run(ROOT, sys.executable, "tools/sweep_timing.py")
-    doc = json.loads(out.strip().splitlines()[-1])
+    doc = load_json(out.strip().splitlines()[-1], "the last line")
     return {"wall_seconds": doc["wall_seconds"], "text": "8-point sweep: " + ", ".join(
         f"{k} {v:.1f} s" for k, v in doc["wall_seconds"].items())}
 

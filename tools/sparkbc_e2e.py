@@ -16,12 +16,12 @@ import sys
 import tempfile
 from pathlib import Path
 
-import yaml
 
 from sparktrain.errors import SparkError
 from sparktrain.fsutil import sha256_file
 from sparktrain.jobfiles import WEIGHTS, job_dir
 from sparktrain.repro.workspace import copy_project, tool_env
+from sparktrain.safeload import load_yaml
 
 def _run(cmd: list[str], cwd: Path) -> None:
     done = subprocess.run(cmd, cwd=cwd, env=tool_env(cwd),
@@ -32,13 +32,13 @@ def _run(cmd: list[str], cwd: Path) -> None:
 
 
 def weights_path(repo: Path) -> Path:
-    params = yaml.safe_load((repo / "params.yaml").read_text(encoding="utf-8"))
+    params = load_yaml((repo / "params.yaml").read_bytes(), "params.yaml")
     return job_dir(params["job"], repo) / WEIGHTS
 
 
 def spark_run_weights(root: Path, workdir: Path) -> str:
     repo = copy_project(root, workdir / "spark-run")
-    params = yaml.safe_load((repo / "params.yaml").read_text(encoding="utf-8"))
+    params = load_yaml((repo / "params.yaml").read_bytes(), "params.yaml")
     _run(["spark", "run", params["program"]], repo)
     return sha256_file(weights_path(repo))
 

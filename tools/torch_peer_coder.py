@@ -27,7 +27,6 @@ import time
 
 import sparktrain  # noqa: F401  (first: it picks the BLAS kernel and threads before numpy loads)
 import numpy as np
-import yaml
 
 from coder_proof import with_overrides
 from sparktrain.data.bpb import bits_per_byte
@@ -44,6 +43,7 @@ from sparktrain.model.layers import RMS_EPS, ROPE_BASE
 from sparktrain.params import parse_params
 from sparktrain.train.job import job_from_program
 from sparktrain.train.optim import ADAM_EPS, lr_at
+from sparktrain.safeload import load_yaml
 
 try:
     import torch
@@ -204,7 +204,8 @@ def main(argv=None) -> int:
         raise SparkError("the PyTorch peer needs torch: pip install -e '.[hf]'")
     if args.threads < 1:
         raise SparkError(f"--threads must be a positive integer, got {args.threads}")
-    doc = with_overrides(yaml.safe_load(read_input(args.params, "params file")), args.overrides)
+    doc = with_overrides(load_yaml(read_input(args.params, "params file"), args.params),
+                         args.overrides)
     r = run_peer(doc, args.threads, args.prepare,
                  progress=lambda line: print(f"[torch peer] {line}", file=sys.stderr))
     if args.json:

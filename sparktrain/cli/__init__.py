@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from sparktrain import __version__
@@ -57,8 +58,14 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    from sparktrain.repro.interrupt import Terminated, on_sigterm
+
+    on_sigterm()  # SIGTERM unwinds like Ctrl-C: every `finally` runs, no .live-run left
     try:
         return int(args.func(args) or 0)
+    except Terminated:
+        print("spark: terminated (SIGTERM); the last good outputs are intact", file=sys.stderr)
+        return 143
     except SparkError as err:
         print(f"spark: error: {printable(str(err))}", file=sys.stderr)
         return getattr(err, "exit_code", 2)
@@ -70,6 +77,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except BrokenPipeError:
         return 0
+    except OSError as err:  # a path the OS refuses (a name over 255 bytes, a loop of links)
+        if err.filename is None:
+            raise
+        name = printable(os.fsdecode(err.filename))
+        name = name if len(name) <= 80 else name[:77] + "..."
+        print(f"spark: error: cannot use {name}: {err.strerror or err}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

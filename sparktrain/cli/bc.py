@@ -47,7 +47,10 @@ def cmd_compile(args: argparse.Namespace) -> int:
     from sparktrain.errors import SparkError
     from sparktrain.fsutil import atomic_write_bytes, sha256_bytes
 
+    from sparktrain.gate import check_output
+
     out = Path(args.output) if args.output else Path(args.source).with_suffix(".sparkbc")
+    check_output(out, "sparkbc", (args.source,))
     data = compile_source(read_source(args.source), args.source)   # raises before any write
     try:
         atomic_write_bytes(out, data)

@@ -95,16 +95,11 @@ def register(sub) -> None:
 # ------------------------------------------------------------------ helpers
 
 def _read_json(path, what: str):
-    from sparktrain.errors import SparkError
     from sparktrain.fsutil import read_input
 
-    data = read_input(path, what)
-    try:
-        return json.loads(data.decode("utf-8"))
-    except RecursionError:
-        raise SparkError(f"{what} {path} is not JSON (nested too deeply)") from None
-    except (UnicodeDecodeError, ValueError) as err:
-        raise SparkError(f"{what} {path} is not JSON ({str(err).splitlines()[0]})") from None
+    from sparktrain.safeload import load_json
+
+    return load_json(read_input(path, what), f"{what} {path}")
 
 
 def _positive(value: int, flag: str) -> None:
@@ -135,6 +130,7 @@ def cmd_eval(args) -> int:
     from sparktrain.model.weights import load_model
     from sparktrain.fsutil import canonical_json, write_json
     from sparktrain.data.pairs import read_pairs
+    from sparktrain.gate import check_output
 
     _positive(args.batch_size, "--batch-size")
     if args.max_new is not None:
@@ -142,6 +138,8 @@ def cmd_eval(args) -> int:
         args.max_new = _cap_max_new(args.max_new)
     if args.samples < 0:
         _positive(args.samples, "--samples")
+    if args.out:  # the output gate (sparktrain/gate.py) before any work
+        check_output(args.out, "json", (args.weights, args.data, args.tokenizer))
     pairs, data_sha256 = read_pairs(args.data)
     params, cfg, meta = load_model(args.weights)
     tok = tokenizer_for(args.weights, meta, cfg.vocab, args.tokenizer)
@@ -249,7 +247,9 @@ def cmd_make_data(args) -> int:
 def cmd_plot(args) -> int:
     from sparktrain.errors import SparkError
     from sparktrain.eval.plot import heldout_points, scale_label, write_loss_png
+    from sparktrain.gate import check_output
 
+    check_output(args.out, "png", (args.checkpoint, args.eval))
     ckpt = _read_json(args.checkpoint, "checkpoint")
     curve = ckpt.get("loss_curve") if isinstance(ckpt, dict) else None
     if not isinstance(curve, list) or not curve:
@@ -271,10 +271,11 @@ def cmd_plot(args) -> int:
 def cmd_compare(args) -> int:
     from sparktrain.eval.compare import as_json, compare, format_table, write_png
     from sparktrain.fsutil import canonical_json
-
+    from sparktrain.gate import check_output
     from sparktrain.project import out_path
 
     args.out = args.out or os.path.relpath(out_path("compare.png"))
+    check_output(args.out, "png")
     sweep = compare(args.experiments, where=args.where, last=args.last)
     for exp in sweep["experiments"]:
         if exp.old_layout:

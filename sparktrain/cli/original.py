@@ -148,6 +148,7 @@ def cmd_code_train(args) -> int:
     from sparktrain.params import load_params, load_recipe, override
     from sparktrain.cli.train import run_and_record
     from sparktrain.train.job import job_from_program
+    from sparktrain.train.plan import preflight
 
     knobs = load_params(args.params) if args.params else load_recipe(args.scale or "tiny")
     step = override(knobs.step, shards=args.shards, device=args.device)
@@ -160,6 +161,7 @@ def cmd_code_train(args) -> int:
         print(note, file=sys.stderr)
     job = job_from_program(knobs.program, knobs.job)
     source = source_for(job.dataset, knobs)
+    preflight(step, cfg, source, knobs.vocab_size if knobs.tokenizer != "byte" else None)
     # what the tokenizer and prepare stages do, with the recipe's settings
     prepare_job(job.out_dir, source, knobs.tokenizer, knobs.vocab_size)
     print(json.dumps(run_and_record(job, knobs, step, cfg, heldout=knobs.heldout()),

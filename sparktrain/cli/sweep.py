@@ -62,7 +62,11 @@ def cmd_sweep(args) -> int:
     def say(line: str) -> None:
         print(f"sweep: {printable(line)}", file=sys.stderr, flush=True)
 
+    from sparktrain.gate import check_output
+
     root = find_root()
+    out = args.out or os.path.relpath(root / "out" / "sweep.json")
+    check_output(out, "json")  # before the grid runs, not after
     plan = driver.plan_sweep(root, args.specs, args.git_remote, args.dvc_remote,
                              one_machine=args.scheduler is None, say=say)
     counts = {"done": 0, "failed": 0}
@@ -75,7 +79,6 @@ def cmd_sweep(args) -> int:
         doc = driver.sweep(plan, args.scheduler, workers, args.scratch,
                            progress=lambda line: bar.log(f"sweep: {printable(line)}"),
                            tick=tick)
-    out = args.out or os.path.relpath(root / "out" / "sweep.json")
     os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
     write_json(out, doc)
     print(canonical_json(doc) if args.json else printable_lines(format_table(doc)),

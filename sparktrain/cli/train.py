@@ -102,9 +102,22 @@ def cmd_train(args) -> int:
     from sparktrain.cli.report import knobs_line
 
     first = knobs_line(args.params, step, cfg, heldout)
+    prepare_streamed(job, knobs, step, cfg, heldout)
     print(json.dumps(run_and_record(job, knobs, step, cfg, heldout=heldout, first_line=first),
                      sort_keys=True))
     return 0
+
+
+def prepare_streamed(job, knobs, step, cfg, heldout) -> None:
+    """A corpus or text-rows job trains from corpus/: outside the pipeline, the tokenizer
+    and prepare stages run first (as `spark code train` does), after every check."""
+    from sparktrain.data.source import prepare_job, source_for
+    from sparktrain.train.plan import preflight
+
+    source = source_for(job.dataset, knobs, heldout)
+    if source.kind in ("corpus", "text"):
+        preflight(step, cfg, source, knobs.vocab_size if knobs.tokenizer != "byte" else None)
+        prepare_job(job.out_dir, source, knobs.tokenizer, knobs.vocab_size)
 
 
 def run_and_record(job, knobs, step, cfg, labels: dict | None = None,
@@ -158,6 +171,7 @@ def cmd_run(args) -> int:
         return line
 
     def on_step(ins, ops):
+        prepare_streamed(job_of(ops[0]), knobs, step, cfg, heldout)
         return run_and_record(job_of(ops[0]), knobs, step, cfg, heldout=heldout)
 
     def on_status(ins, ops):

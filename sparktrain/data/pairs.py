@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import json
 import os
 from dataclasses import dataclass
 from typing import BinaryIO, Callable, Iterator, Sequence, TypeVar
@@ -20,7 +19,8 @@ import numpy as np
 
 from sparktrain.data.tokenizer import BYTES
 from sparktrain.errors import SparkError
-from sparktrain.fsutil import open_input, sha256_bytes, size_cap
+from sparktrain.fsutil import open_input, size_cap
+from sparktrain.safeload import load_json
 from sparktrain.vocab import BYTE_SPECIALS, token_dtype
 
 BOS, SEP, EOS = BYTE_SPECIALS
@@ -165,14 +165,7 @@ def json_objects(f: BinaryIO, path, digest) -> Iterator[tuple[int, dict]]:
         if not text.strip():
             continue  # blank lines are allowed anywhere
         where = f"{path}:{lineno}"
-        try:
-            row = json.loads(text)
-        except json.JSONDecodeError as err:
-            raise SparkError(f"{where}: not JSON ({err.msg} at column {err.colno})") from None
-        except RecursionError:
-            raise SparkError(f"{where}: JSON nested too deeply") from None
-        except ValueError as err:  # e.g. an integer of more digits than Python converts
-            raise SparkError(f"{where}: not usable JSON ({str(err).splitlines()[0]})") from None
+        row = load_json(text, where)  # bounded: depth, values, digits, duplicate keys
         if not isinstance(row, dict):
             raise SparkError(f"{where}: a row must be a JSON object, got {type(row).__name__}")
         yield lineno, row

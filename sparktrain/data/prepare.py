@@ -4,7 +4,7 @@ tokenizer's sha256 and the compressor baselines on the held-out bytes) and the
 two token streams train.bin / val.bin (sparktrain/data/stream.py)."""
 from __future__ import annotations
 
-import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +18,7 @@ from sparktrain.errors import SparkError
 from sparktrain.fsutil import (atomic_write_text, read_input, sha256_bytes, sha256_file,
                                write_json)
 from sparktrain.progress import Progress
+from sparktrain.safeload import load_json
 
 FILES, TRAIN_BIN, VAL_BIN = "files.json", "train.bin", "val.bin"
 
@@ -73,8 +74,8 @@ def read_prepared(folder: str | Path, tokenizer_sha256: str | None = None) -> Pr
     """The prepared corpus, checked against the tokenizer that will read it."""
     folder = Path(folder)
     try:
-        manifest = json.loads(read_input(folder / FILES, "prepared corpus list"))
-    except ValueError:
+        manifest = load_json(read_input(folder / FILES, "prepared corpus list"), os.fspath(folder / FILES))
+    except SparkError:
         raise SparkError(f"{folder / FILES} is not JSON; run the prepare stage again") from None
     if not isinstance(manifest, dict) or manifest.get("kind") != "corpus":
         raise SparkError(f"{folder / FILES} is not a prepared corpus (the job's dataset is "

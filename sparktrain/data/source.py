@@ -26,7 +26,7 @@ from sparktrain.data.pairs_source import PairsSource
 from sparktrain.data.text import TextSource
 from sparktrain.data.tokenizer import is_pairs_model, make_tokenizer
 from sparktrain.errors import SparkError
-from sparktrain.fsutil import atomic_write_text, sha256_file
+from sparktrain.fsutil import atomic_write_text, sha256_bytes
 from sparktrain.jobfiles import CORPUS, TOKENIZER
 
 
@@ -55,5 +55,8 @@ def prepare_job(folder: str | Path, source: DataSource, kind: str, vocab_size: i
     proof): tokenizer.json trained on the source's train split, then corpus/."""
     folder = Path(folder)
     tok = make_tokenizer(kind, vocab_size, source.tokenizer_texts if kind != "byte" else list)
-    atomic_write_text(folder / TOKENIZER, tok.to_json())
-    return source.prepare(folder / CORPUS, tok, sha256_file(folder / TOKENIZER))
+    text = tok.to_json()
+    # corpus/ first: a source that prepare refuses leaves the job's tokenizer.json as it was
+    corpus = source.prepare(folder / CORPUS, tok, sha256_bytes(text.encode("utf-8")))
+    atomic_write_text(folder / TOKENIZER, text)
+    return corpus

@@ -8,16 +8,13 @@ of a corpus folder; everything after reading is the corpus source's.
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import Path
 
-from sparktrain.data.corpus import Corpus, CorpusFile, check_splits, is_heldout
+from sparktrain.data.corpus import MAX_FILES, Corpus, CorpusFile, check_splits, is_heldout
 from sparktrain.data.corpus_source import CorpusSource
 from sparktrain.data.pairs import json_objects
 from sparktrain.errors import SparkError
 from sparktrain.fsutil import open_input, sha256_bytes
-
-PEEK_BYTES = 1 << 16  # enough of the file to see its first row
 
 
 class TextSource(CorpusSource):
@@ -28,22 +25,20 @@ class TextSource(CorpusSource):
 
     @classmethod
     def claims(cls, dataset: str) -> bool:
-        """A file whose first row is an object with a string "text" and no pair fields."""
+        """A file whose first row is an object with a string "text" and no pair fields.
+
+        The first row is read by the very reader of the rows (pairs.json_objects: the
+        row cap, the bounded loader), so what decides the kind is what reading allows."""
         try:
-            with open(dataset, "rb") as f:
-                head = f.read(PEEK_BYTES)
-        except OSError:
+            with open_input(dataset, "dataset") as f:
+                first = next(json_objects(f, dataset, hashlib.sha256()), None)
+        except SparkError:
             return False
-        for line in head.splitlines():
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except (ValueError, RecursionError):
-                return False
-            return (isinstance(row, dict) and isinstance(row.get("text"), str)
-                    and not {"prompt", "completion", "messages"} & set(row))
-        return False
+        if first is None:
+            return False
+        row = first[1]
+        return (isinstance(row.get("text"), str)
+                and not {"prompt", "completion", "messages"} & set(row))
 
     @classmethod
     def from_knobs(cls, dataset: str, knobs, heldout: str | None):
@@ -55,6 +50,10 @@ class TextSource(CorpusSource):
         files = []
         with open_input(self.dataset, "dataset") as f:
             for lineno, row in json_objects(f, self.dataset, hashlib.sha256()):
+                if len(files) == MAX_FILES:  # one row is one file of files.json, as a corpus's
+                    raise SparkError(f"{self.dataset}: over {MAX_FILES:,} text rows, the limit "
+                                     f"a corpus has for its files (prepare and step read "
+                                     f"files.json at their cap); join short rows")
                 text = row.get("text")
                 if not isinstance(text, str):
                     raise SparkError(f"{self.dataset}:{lineno}: 'text' must be a string")

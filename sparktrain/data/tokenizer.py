@@ -19,6 +19,7 @@ from sparktrain.errors import SparkError
 from sparktrain.fsutil import canonical_json, read_input, sha256_bytes
 from sparktrain.jobfiles import TOKENIZER
 from sparktrain.progress import Progress
+from sparktrain.safeload import load_json
 
 
 class ByteTokenizer:
@@ -140,11 +141,11 @@ def make_tokenizer(kind: str, vocab_size: int, texts: Callable[[], Sequence[str]
 def parse_tokenizer(data: bytes, path: str = "<tokenizer>"):
     """A tokenizer.json of either kind; anything else is one line naming the file."""
     try:
-        doc = json.loads(data)
-    except (ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: nested too deep
-        raise SparkError(f"{path} is not a tokenizer.json (not JSON)") from None
+        doc = load_json(data, path)
+    except SparkError as err:  # nested too deep, too many values, duplicate keys, not JSON
+        raise SparkError(f"{path} is not a tokenizer.json ({str(err).removeprefix(path + ': ')})") from None
     if isinstance(doc, dict) and doc.get("spark_tokenizer") == "byte":
-        if doc != json.loads(ByteTokenizer().to_json()):
+        if doc != load_json(ByteTokenizer().to_json(), "the byte tokenizer"):
             raise SparkError(f"{path}: byte tokenizer with unexpected fields")
         return ByteTokenizer()
     if not (isinstance(doc, dict) and isinstance(doc.get("model"), dict)

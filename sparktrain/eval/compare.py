@@ -39,9 +39,12 @@ from sparktrain.eval.headline import HEADLINE_KEYS
 from sparktrain.eval.plot import DPI, LOG_Y_RATIO, png_bytes
 from sparktrain.fsutil import atomic_write_bytes
 from sparktrain.jobfiles import CHECKPOINT, EVAL, job_dir
-from sparktrain.params import Defaults
+from sparktrain.params import MAX_OUTER, Defaults
 from sparktrain.repro.experiments import DvcExperiments, Experiments, ExpRow, read_json, read_yaml
 from sparktrain.safeload import load_yaml
+
+# values in one experiment's checkpoint.json: 3 a curve point, outer + 1 points at most
+CHECKPOINT_ITEMS = 4 * (MAX_OUTER + 1) + 10_000
 
 PARAMS_FILE = "params.yaml"
 # A metric with these keys beside the headline ones is the layout from before
@@ -143,7 +146,11 @@ def record(row: ExpRow, source: Experiments) -> Experiment:
 def read_checkpoint(exp: Experiment, source: Experiments) -> dict:
     """An experiment's checkpoint.json as its commit recorded it (from the DVC cache)."""
     path = (job_dir(str(exp.params.get("job"))) / CHECKPOINT).as_posix()
-    ckpt = read_json(source, path, exp.rev)
+    try:
+        # a checkpoint holds outer + 1 points (step.outer is capped): far below this bound
+        ckpt = read_json(source, path, exp.rev, max_items=CHECKPOINT_ITEMS)
+    except SparkError as err:
+        raise SparkError(f"experiment {exp.name}: its {path} is not readable ({err})") from None
     if ckpt is None:
         raise SparkError(f"experiment {exp.name}: its {path} is not in the DVC cache; "
                          f"fetch it with `dvc exp pull <remote> {exp.name}`")

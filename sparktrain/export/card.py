@@ -17,9 +17,10 @@ from pathlib import Path
 from tokenizers import Tokenizer
 
 from sparktrain.export.tokenizer import special_ids
-from sparktrain.jobfiles import CHECKPOINT
+from sparktrain.jobfiles import CHECKPOINT, TOKENIZER
 from sparktrain.model.config import ModelConfig, n_params
 from sparktrain.params import StepConfig
+from sparktrain.safeload import load_json
 from sparktrain.train.outputs import job_state, read_json
 
 CARD_FILE = "README.md"
@@ -124,7 +125,7 @@ def model_card(meta: dict, cfg: ModelConfig, tok_kind: str, records: dict) -> st
 
 def tokenizer_kind(tok_text: str, ckpt: dict) -> str:
     """A few sentences on the tokenizer, from tokenizer.json itself."""
-    doc, tok = json.loads(tok_text), Tokenizer.from_str(tok_text)
+    doc, tok = load_json(tok_text, TOKENIZER), Tokenizer.from_str(tok_text)
     model = doc.get("model") or {}
     kind = ("byte-level (one token per byte, no merges)" if model.get("type") == "BPE"
             and not model.get("merges") else model.get("type", "unknown"))

@@ -76,7 +76,7 @@ def write_gguf(path: str | os.PathLike, params, cfg: ModelConfig, meta: dict, to
 
 def export_gguf(weights: str | os.PathLike, out: str | os.PathLike,
                 tokenizer: str | os.PathLike | None = None, force: bool = False) -> None:
-    out = check_target(out, force, inputs=(weights, tokenizer))
+    out = check_target(out, force, "gguf", inputs=(weights, tokenizer))
     params, cfg, meta = load_model(weights)
     require_attention(cfg, weights)
     tok_text = model_tokenizer_json(weights, meta, cfg, tokenizer)

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import numpy as np
 from safetensors import SafetensorError
-from safetensors.numpy import load as load_safetensors
 from safetensors.numpy import save as save_safetensors
 
 from sparktrain.errors import SparkError, printable
@@ -30,7 +29,7 @@ from sparktrain.model.config import ModelConfig, param_shapes
 from sparktrain.model.memory import weights_fits
 from sparktrain.model.layers import RMS_EPS, ROPE_BASE
 from sparktrain.model.weights import (check_params, check_tensors, config_from_meta, load_model,
-                                      weights_bytes)
+                                      read_tensors, weights_bytes)
 
 META_FIELD = "spark_metadata"   # config.json key holding the weights' `spark` metadata
 MODEL_FILE = "model.safetensors"
@@ -103,23 +102,25 @@ def spark_config(conf: dict, where: str) -> ModelConfig:
         raise SparkError(f"{where}: rms_norm_eps {eps!r}; Spark's RMSNorm uses {RMS_EPS}")
     try:
         dim, heads = _integer(get("hidden_size")), _integer(get("num_attention_heads"))
-        kv = _integer(get("num_key_value_heads") or heads)
+        kv = get("num_key_value_heads")
+        kv = heads if kv is None else _integer(kv)  # 0 is a shape to refuse, not "unset"
         cfg = ModelConfig(dim=dim, n_layer=_integer(get("num_hidden_layers")), n_head=heads,
                           n_kv_head=kv, seq_len=_integer(get("max_position_embeddings")),
                           vocab=_integer(get("vocab_size")))
     except (TypeError, ValueError, OverflowError):
         raise SparkError(f"{where}: hidden_size, num_hidden_layers, num_attention_heads, "
                          "max_position_embeddings and vocab_size must be integers") from None
+    try:  # zero or negative shapes first: the checks below divide by them
+        cfg = cfg.validate()
+    except SparkError as err:
+        raise SparkError(f"{where}: {err}") from None
     if get("intermediate_size") != 4 * dim:
         raise SparkError(f"{where}: intermediate_size {get('intermediate_size')!r}; "
                          f"Spark's MLP is 4 x hidden_size = {4 * dim}")
     if get("head_dim") not in (None, dim // heads):
         raise SparkError(f"{where}: head_dim {get('head_dim')!r}; Spark's is hidden_size / "
                          f"num_attention_heads = {dim // heads}")
-    try:
-        return cfg.validate()
-    except SparkError as err:
-        raise SparkError(f"{where}: {err}") from None
+    return cfg
 
 
 def _close(value, want: float) -> bool:
@@ -166,7 +167,7 @@ def _check_rope(conf: dict, where: str) -> None:
 def export_hf(weights: str | os.PathLike, out: str | os.PathLike,
               tokenizer: str | os.PathLike | None = None, force: bool = False) -> list[str]:
     """Write the Hugging Face folder; returns the file names written."""
-    out = check_target(out, force, folder=True, inputs=(weights, tokenizer))
+    out = check_target(out, force, "hf", inputs=(weights, tokenizer))
     params, cfg, meta = load_model(weights)
     require_attention(cfg, weights)
     tok_text = model_tokenizer_json(weights, meta, cfg, tokenizer)
@@ -194,7 +195,7 @@ def import_hf(folder: str | os.PathLike, out: str | os.PathLike, force: bool = F
     folder = Path(folder)
     if not folder.is_dir():
         raise SparkError(f"{os.fspath(folder)} is not a folder; give the Hugging Face model folder")
-    out = check_target(out, force, inputs=(folder,))
+    out = check_target(out, force, "safetensors", inputs=(folder,))
     conf = _read_json(folder / "config.json", "config.json")
     cfg = spark_config(conf, os.fspath(folder / "config.json"))
     weights_fits("spark import", cfg, copies=3)  # the file's tensors, Spark's, the bytes
@@ -269,7 +270,7 @@ def _read_tensors(folder: Path) -> dict[str, np.ndarray]:
     for path in files:
         data = read_input(path, "weights file")
         try:
-            tensors.update(load_safetensors(data))
+            tensors.update(read_tensors(data, path))  # F32, F16, BF16: float32, exactly
         except (SafetensorError, ValueError, TypeError, KeyError, OverflowError,
                 RecursionError) as err:
             raise SparkError(f"{os.fspath(path)} is not a readable safetensors file "

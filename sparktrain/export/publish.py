@@ -11,41 +11,22 @@ from pathlib import Path
 
 from sparktrain.errors import SparkError
 from sparktrain.fsutil import current_umask
-from sparktrain.jobfiles import ARTIFACT, CHECKPOINT
+from sparktrain.gate import check_output
 
 
-# A folder holding one of these is a job folder: its files are committed together
-JOB_MARKERS = (CHECKPOINT, ARTIFACT)
-# The project's own tree: never an output, never inside one
-SOURCE_PARTS = ("sparktrain", "stages", "tests", "docs", "tools", "data", ".git", ".dvc")
-WALK_LIMIT = 100_000  # entries looked at under an existing OUT before giving up (and refusing)
-
-
-def check_target(path: str | os.PathLike, force: bool, folder: bool = False,
-                 inputs: tuple = ()) -> Path:
-    """Refuse (one line) to replace something that holds data unless --force, and
-    always an OUT that is, contains or sits inside a job folder, the project's
-    source tree, or one of `inputs` (the files being read).
-
-    folder: the output is a folder (else a file, and a folder there is refused)."""
+def check_target(path: str | os.PathLike, force: bool, kind: str, inputs: tuple = ()) -> Path:
+    """The output gate (sparktrain/gate.py: a new path, or a `kind` output this tool
+    wrote, never a device, link, tracked file or one of `inputs`), then: something
+    that holds data is replaced only with --force."""
     path = Path(path)
-    try:
-        return _check_target(path, force, folder, inputs)
-    except OSError as err:  # a name too long, a parent that is a file, a loop of links
-        raise SparkError(f"cannot write {os.fspath(path)}: {err.strerror or err}") from None
-
-
-def _check_target(path: Path, force: bool, folder: bool, inputs: tuple) -> Path:
-    if path.is_dir() and not folder:
-        raise SparkError(f"{os.fspath(path)} is a folder; give a file name")
-    if path.is_dir():
-        if any(path.iterdir()) and not force:
-            raise SparkError(f"{os.fspath(path)} exists and is not empty; "
-                             "pass --force to replace it")
-    elif path.exists() and not force:
-        raise SparkError(f"{os.fspath(path)} exists; pass --force to replace it")
-    check_not_ours(path, inputs)
-    return path
+    if not force and not path.is_symlink():  # what holds data needs --force, then the gate
+        if path.is_dir() and kind in ("hf", "job"):
+            if any(path.iterdir()):
+                raise SparkError(f"{os.fspath(path)} exists and is not empty; "
+                                 "pass --force to replace it")
+        elif path.is_file():
+            raise SparkError(f"{os.fspath(path)} exists; pass --force to replace it")
+    return check_output(path, kind, inputs)
 
 
 def publish_dir(files: dict[str, bytes], out: Path) -> None:
@@ -142,61 +123,3 @@ def _swap_in(new: Path, out: Path) -> None:
     os.replace(out, old / "x")
     os.replace(new, out)
     shutil.rmtree(old, ignore_errors=True)
-
-
-def _project_roots() -> list[Path]:
-    """This package's checkout (when it is one) and the project in the current folder."""
-    roots = []
-    package_root = Path(__file__).resolve().parents[2]
-    if (package_root / "pyproject.toml").is_file():
-        roots.append(package_root)
-    here = Path.cwd().resolve()
-    if (here / "dvc.yaml").is_file() and here not in roots:
-        roots.append(here)
-    return roots
-
-
-def check_not_ours(out: Path, inputs: tuple = ()) -> None:
-    """One line when writing `out` (replacing it with --force) would destroy a job's
-    files, the project's sources or an input of this very command."""
-    try:
-        target = out.resolve()
-    except (OSError, RuntimeError) as err:
-        raise SparkError(f"cannot use {os.fspath(out)} as the output: {err}") from None
-    name = os.fspath(out)
-    for root in _project_roots():
-        if target == root or target in root.parents:
-            raise SparkError(f"{name} is (or holds) the project folder {root}; "
-                             "write the export under out/")
-        for part in SOURCE_PARTS:
-            src = root / part
-            if target == src or src in target.parents:
-                raise SparkError(f"{name} is inside the project's {part}/ folder; "
-                                 "write the export under out/")
-    for parent in target.parents:
-        if _is_job_folder(parent):
-            raise SparkError(f"{name} is inside the job folder {parent}; its weights, "
-                             "checkpoint and ARTIFACT belong together: write elsewhere")
-    for item in inputs:
-        if item is None:
-            continue
-        source = Path(item).resolve()
-        if source == target or target in source.parents or (
-                source.is_dir() and source in target.parents and target.exists()):
-            raise SparkError(f"{name} would replace {os.fspath(item)}, which this command "
-                             "reads; write elsewhere")
-    if target.is_dir():
-        seen = 0
-        for dirpath, dirnames, filenames in os.walk(target):
-            seen += len(dirnames) + len(filenames)
-            if _is_job_folder(Path(dirpath), filenames):
-                raise SparkError(f"{name} holds the job folder {dirpath}; replacing it would "
-                                 "delete that job's files: write elsewhere")
-            if seen > WALK_LIMIT:
-                raise SparkError(f"{name} holds over {WALK_LIMIT:,} files; not replacing it")
-
-
-def _is_job_folder(folder: Path, names=None) -> bool:
-    if names is not None:
-        return any(m in names for m in JOB_MARKERS)
-    return any((folder / m).is_file() for m in JOB_MARKERS)

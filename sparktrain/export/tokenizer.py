@@ -28,6 +28,7 @@ from sparktrain.errors import SparkError
 from sparktrain.fsutil import read_input
 from sparktrain.jobfiles import TOKENIZER
 from sparktrain.model.config import ModelConfig
+from sparktrain.safeload import load_json
 
 SPECIALS = {BOS: "<|bos|>", SEP: "<|sep|>", EOS: "<|eos|>"}
 # One merge that never fires: 0xFD twice. The gguf writer refuses an empty
@@ -151,7 +152,7 @@ def tokenizer_config(tok_text: str, cfg: ModelConfig) -> dict:
 
 def gguf_vocab(tok_text: str) -> tuple[list[str], list[int], list[str]]:
     """(tokens by id, llama.cpp token types, merges) of a byte-level BPE tokenizer.json."""
-    data = json.loads(tok_text)
+    data = load_json(tok_text, "tokenizer.json")
     model = data.get("model") or {}
     if model.get("type") != "BPE":
         raise SparkError(f"GGUF export needs a byte-level BPE tokenizer, this one is a "

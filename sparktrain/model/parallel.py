@@ -50,7 +50,7 @@ def usable_cores() -> int:
 
 def default_workers() -> int:
     """SPARK_WORKERS, else the cores this process may run on."""
-    return env_count("SPARK_WORKERS", usable_cores)
+    return env_count("SPARK_WORKERS", usable_cores, most=MAX_WORKERS)
 
 
 def shard_ranges(rows: int, shards: int) -> list[tuple[int, int]]:

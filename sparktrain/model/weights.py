@@ -6,6 +6,7 @@ safetensors writer orders several metadata keys differently from run to run.
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import fields
 
@@ -16,6 +17,7 @@ from safetensors.numpy import load, save
 from sparktrain.errors import SparkError
 from sparktrain.fsutil import atomic_write_bytes, read_input
 from sparktrain.model.config import ModelConfig, param_shapes
+from sparktrain.safeload import load_json
 
 META_KEY = "spark"
 
@@ -32,11 +34,55 @@ def save_weights(path: str | os.PathLike, params: dict[str, np.ndarray], meta: d
     return data
 
 
+# the one safetensors reader's dtypes: the floats that convert to float32 exactly
+FLOAT_DTYPES = {"F32": "<f4", "F16": "<f2", "BF16": "<u2"}
+
+
+_NUMPY = {"F64": "float64", "I64": "int64", "I32": "int32", "I16": "int16", "I8": "int8",
+          "U8": "uint8", "BOOL": "bool"}  # safetensors' names as numpy says them
+
+
+def read_tensors(data: bytes, where, accept=tuple(FLOAT_DTYPES)) -> dict[str, np.ndarray]:
+    """The tensors of a safetensors file as float32 (F16 and BF16 converted exactly);
+    a dtype outside `accept` is one line naming it and what is accepted."""
+    header = _header(data)
+    dtypes = {n: t.get("dtype") if isinstance(t, dict) else None
+              for n, t in header.items() if n != "__metadata__"}
+    for name, dtype in sorted(dtypes.items()):
+        if dtype not in accept:
+            raise SparkError(f"{os.fspath(where)}: tensor {name} is {_NUMPY.get(dtype, dtype)}; "
+                             f"Spark weights are F32 (accepted: {', '.join(accept)}, "
+                             "converted exactly)")
+    if "BF16" not in dtypes.values():
+        return {n: np.ascontiguousarray(a, dtype=np.float32) if a.dtype != np.float32 else a
+                for n, a in load(data).items()}
+    body = memoryview(data)[8 + int.from_bytes(data[:8], "little"):]
+    return {name: _decode(name, header[name], body) for name in dtypes}
+
+
+def _decode(name: str, info: dict, body) -> np.ndarray:
+    """One tensor by hand (numpy has no bfloat16: its 16 bits are float32's top half)."""
+    shape, offsets = info.get("shape"), info.get("data_offsets")
+    if not (isinstance(shape, list) and all(isinstance(d, int) and d >= 0 for d in shape)
+            and isinstance(offsets, list) and len(offsets) == 2
+            and all(isinstance(o, int) for o in offsets)
+            and 0 <= offsets[0] <= offsets[1] <= len(body)):
+        raise ValueError(f"tensor {name}: malformed shape or data_offsets")
+    code = FLOAT_DTYPES[info["dtype"]]
+    count = math.prod(shape)
+    if offsets[1] - offsets[0] != count * np.dtype(code).itemsize:
+        raise ValueError(f"tensor {name}: data_offsets do not match its shape")
+    raw = np.frombuffer(body[offsets[0]:offsets[1]], dtype=code)
+    if info["dtype"] == "BF16":
+        raw = (raw.astype(np.uint32) << 16).view(np.float32)
+    return raw.astype(np.float32).reshape(shape)
+
+
 def load_weights(path: str | os.PathLike) -> tuple[dict[str, np.ndarray], dict]:
     """Read a Spark weights file: (params as float32, the `spark` metadata dict)."""
     data = read_input(path, "weights file")
     try:
-        tensors = load(data)
+        tensors = read_tensors(data, path)
         meta = _metadata(data)
     except (SafetensorError, ValueError, json.JSONDecodeError, UnicodeDecodeError) as err:
         raise SparkError(f"{path} is not a safetensors file ({_first_line(err)})") from None
@@ -44,8 +90,8 @@ def load_weights(path: str | os.PathLike) -> tuple[dict[str, np.ndarray], dict]:
         raise SparkError(f"{path} is a safetensors file but not Spark weights "
                          f"(no '{META_KEY}' metadata key)")
     try:
-        spark_meta = json.loads(meta[META_KEY])
-    except (ValueError, RecursionError):
+        spark_meta = load_json(meta[META_KEY], f"{path}: metadata")
+    except (ValueError, RecursionError, SparkError, TypeError):
         raise SparkError(f"{path}: the '{META_KEY}' metadata is not JSON") from None
     if not isinstance(spark_meta, dict):
         raise SparkError(f"{path}: the '{META_KEY}' metadata must be a JSON object, "
@@ -105,14 +151,26 @@ def check_params(params: dict[str, np.ndarray], cfg: ModelConfig, path="weights"
         raise SparkError(f"{path} has unexpected tensor {extra[0]} for arch {cfg.to_dict()}")
 
 
-def _metadata(data: bytes) -> dict:
+def _header(data: bytes) -> dict:
     if len(data) < 8:
         raise ValueError("file shorter than the 8-byte header length")
     n = int.from_bytes(data[:8], "little")
     if n > len(data) - 8:
         raise ValueError("header length runs past the end of the file")
-    header = json.loads(data[8:8 + n].decode("utf-8"))
-    return header.get("__metadata__", {}) or {}
+    try:
+        header = load_json(data[8:8 + n], "the safetensors header")
+    except SparkError as err:
+        raise ValueError(str(err)) from None
+    if not isinstance(header, dict):
+        raise ValueError("the header is not a JSON object")
+    return header
+
+
+def _metadata(data: bytes) -> dict:
+    meta = _header(data).get("__metadata__", {}) or {}
+    if not isinstance(meta, dict):
+        raise ValueError("__metadata__ is not a JSON object")
+    return meta
 
 
 def _first_line(err: Exception) -> str:

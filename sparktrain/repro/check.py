@@ -20,7 +20,6 @@ See docs/pipeline.md.
 """
 from __future__ import annotations
 
-import json
 import math
 import subprocess
 import sys
@@ -29,13 +28,13 @@ from pathlib import Path
 from typing import Callable
 
 import numpy as np
-import yaml
 from safetensors.numpy import load
 
 from sparktrain.errors import SparkError
 from sparktrain.jobfiles import CHECKPOINT, EVAL, EVAL_DETAIL, WEIGHTS
 from sparktrain.repro.lock import LOCK, Output, cache_dir, cached_blob, outputs, read_lock
 from sparktrain.repro.workspace import tool_env
+from sparktrain.safeload import load_json, load_yaml
 
 # JSON strings under these keys are hashes of other outputs: they move with the floats.
 HASH_KEY_MARK = "sha256"
@@ -151,12 +150,12 @@ def compare_safetensors(old: bytes, new: bytes) -> tuple[float, list[str]]:
 def _metadata(blob: bytes) -> dict:
     """The header's __metadata__, its JSON-string values parsed where they parse."""
     size = int.from_bytes(blob[:8], "little")
-    meta = json.loads(blob[8:8 + size]).get("__metadata__") or {}
+    meta = load_json(blob[8:8 + size], "a safetensors header").get("__metadata__") or {}
     parsed = {}
     for key, value in meta.items():
         try:
-            parsed[key] = json.loads(value)
-        except (TypeError, ValueError):
+            parsed[key] = load_json(value, f"metadata {key}")
+        except (TypeError, ValueError, SparkError):
             parsed[key] = value
     return parsed
 
@@ -165,7 +164,7 @@ def compare_output(path: str, old: bytes, new: bytes) -> tuple[float, list[str]]
     """(worst relative error, other differences) of a JSON or safetensors output."""
     if path.endswith(".safetensors"):
         return compare_safetensors(old, new)
-    return compare_json(json.loads(old), json.loads(new))
+    return compare_json(load_json(old, f"{path} (committed)"), load_json(new, path))
 
 
 # --- the check --------------------------------------------------------------
@@ -214,8 +213,8 @@ def compare_locks(old: dict, new: dict, tolerance: float,
 
 def _made_with(blob: bytes | None) -> dict | None:
     try:
-        record = json.loads(blob).get(MADE_WITH) if blob is not None else None
-    except (ValueError, AttributeError):
+        record = load_json(blob, CHECKPOINT).get(MADE_WITH) if blob is not None else None
+    except (SparkError, AttributeError):
         return None
     return record if isinstance(record, dict) else None
 
@@ -267,7 +266,11 @@ def committed_lock() -> dict:
     if shown.returncode != 0:
         raise SparkError(f"no {LOCK} committed at HEAD; run `dvc repro` and commit {LOCK} "
                          f"first")
-    return yaml.safe_load(shown.stdout) or {}
+    lock = load_yaml(shown.stdout, f"{LOCK} at HEAD") or {}
+    if not isinstance(lock, dict):
+        raise SparkError(f"{LOCK} at HEAD is not a mapping of stages; commit a {LOCK} "
+                         "that `dvc repro` wrote")
+    return lock
 
 
 def dvc(*args: str, quiet: bool = False) -> int:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from sparktrain.errors import SparkError
-from sparktrain.safeload import load_json, load_yaml
+from sparktrain.safeload import MAX_ITEMS, load_json, load_yaml
 
 MAX_FILE_BYTES = 16 * 2 ** 20   # params.yaml, dvc.lock, eval.json, checkpoint.json
 # exp_show's State column: anything but these has no results to read
@@ -123,10 +123,11 @@ def read_yaml(source: Experiments, path: str, rev: str):
     return None if data is None else load_yaml(data, f"{path} at {rev}")
 
 
-def read_json(source: Experiments, path: str, rev: str):
-    """A JSON file at a rev, parsed with the bounded loader (None: no such file)."""
+def read_json(source: Experiments, path: str, rev: str, max_items: int = MAX_ITEMS):
+    """A JSON file at a rev, parsed with the bounded loader (None: no such file);
+    `max_items` the bound on its values (a checkpoint's is sized from its curve)."""
     data = source.read(path, rev)
-    return None if data is None else load_json(data, f"{path} at {rev}")
+    return None if data is None else load_json(data, f"{path} at {rev}", max_items=max_items)
 
 
 def _first_line(err: BaseException) -> str:

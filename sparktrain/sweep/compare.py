@@ -9,8 +9,6 @@ and whether its points ran now or in an earlier run.
 """
 from __future__ import annotations
 
-import yaml
-
 from sparktrain.errors import SparkError
 from sparktrain.jobfiles import EVAL, job_dir
 from sparktrain.repro.experiments import Experiments, read_json, read_yaml
@@ -48,9 +46,10 @@ def lock_outputs(lock_text: str | bytes) -> dict[str, str]:
     """path -> md5 of every output in a dvc.lock (outs, metrics and plots alike)."""
     lock = load_yaml(lock_text, LOCK) or {}
     stages = lock.get("stages") if isinstance(lock, dict) else None
-    return {out["path"]: out.get("md5", "")
-            for entry in (stages or {}).values() if isinstance(entry, dict)
-            for out in entry.get("outs") or [] if isinstance(out, dict) and "path" in out}
+    entries = [e for e in (stages.values() if isinstance(stages, dict) else ())
+               if isinstance(e, dict) and isinstance(e.get("outs"), list)]
+    return {out["path"]: out.get("md5", "") for entry in entries for out in entry["outs"]
+            if isinstance(out, dict) and isinstance(out.get("path"), str)}
 
 
 def _lookup(tree, dotted: str):
@@ -82,8 +81,8 @@ def point_record(point: Point, exp: dict | None, outputs: dict, failure: str | N
 def _as_written(text: str):
     """A value as `dvc exp run -S` would set it: YAML, with `1e30` a float as DVC reads it."""
     try:
-        value = yaml.safe_load(text)
-    except yaml.YAMLError:
+        value = load_yaml(text, "-S value")
+    except SparkError:
         return text
     if isinstance(value, str):
         try:

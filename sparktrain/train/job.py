@@ -122,6 +122,20 @@ def validate_job(job: Job) -> Job:
     check_dataset(job.dataset)
     if job.base_is_weights and not Path(job.base).is_file():
         raise SparkError(f"base weights {job.base} do not exist")
+    return gate_job(job)
+
+
+def gate_job(job: Job) -> Job:
+    """The output gate (sparktrain/gate.py) on the job folder: new, or a job folder this
+    tool made; never one of its inputs (its own weights as the base is an update)."""
+    from sparktrain.gate import check_job_live, check_output
+
+    out = Path(job.out)
+    base = job.base if job.base_is_weights else None
+    if base is not None and out.resolve() in Path(base).resolve().parents:
+        base = None
+    check_output(out, "job", (job.dataset, base))
+    check_job_live(out)
     return job
 
 
@@ -135,4 +149,4 @@ def adhoc_job(dataset: str, out: str, base: str | None) -> Job:
     job = Job(id=name, dataset=dataset, base=base or FRESH_INIT, out=out)
     if job.base_is_weights and not Path(job.base).is_file():
         raise SparkError(f"base weights {job.base} do not exist")
-    return job
+    return gate_job(job)

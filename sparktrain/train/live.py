@@ -30,6 +30,7 @@ from pathlib import Path
 
 from dvclive import Live
 
+from sparktrain.gate import replace_owned_folder
 from sparktrain.jobfiles import LIVE_DIR, LIVE_PENDING
 from sparktrain.progress import Progress
 
@@ -196,8 +197,7 @@ def publish(folder: str | os.PathLike) -> None:
     folder = Path(folder)
     pending, live = folder / LIVE_PENDING / LIVE_DIR, folder / LIVE_DIR
     if pending.is_dir():
-        shutil.rmtree(live, ignore_errors=True)
-        os.replace(pending, live)
+        replace_owned_folder(pending, live)  # never a link or a file it did not make
     discard(folder)
 
 

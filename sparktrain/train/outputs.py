@@ -29,6 +29,7 @@ from sparktrain.errors import SparkError
 from sparktrain.fsutil import atomic_write_bytes, canonical_json, read_input, sha256_file
 from sparktrain.jobfiles import (ARTIFACT, CHECKPOINT, EVAL, EVAL_DETAIL, FAILED, PERF,
                                  RESUME_STATE, RESUME_TENSORS, STATUS, WEIGHTS)
+from sparktrain.safeload import load_json
 
 JOURNAL = ".commit"
 LOCK = ".lock"
@@ -137,7 +138,7 @@ def journal_names(folder: Path) -> list[str]:
     if not journal.is_file():
         return []
     try:
-        names = json.loads(read_input(journal, "job file"))
+        names = load_json(read_input(journal, "job file"), os.fspath(journal))
     except (SparkError, ValueError, RecursionError):
         return []
     if not isinstance(names, list):
@@ -225,7 +226,7 @@ def parse_artifact(text: str) -> dict:
 
 def read_json(path: Path):
     try:
-        return json.loads(read_input(path, "job file").decode("utf-8"))
+        return load_json(read_input(path, "job file"), os.fspath(path))
     except (SparkError, ValueError, RecursionError):
         return None
 

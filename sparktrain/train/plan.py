@@ -52,3 +52,19 @@ def dry_accept(job: Job, cfg: ModelConfig, batch_size: int, source: DataSource) 
     if state["state"] != "trained":
         outputs.atomic_write_bytes(job.out_dir / ARTIFACT, outputs.dry_artifact(job).encode())
     return plan
+
+
+def preflight(step, cfg: ModelConfig, source: DataSource, vocab: int | None = None) -> None:
+    """Every knob and the memory estimate, checked before a command's first write (the
+    tokenizer and prepare steps of `spark code train` / `spark train` write the job
+    folder): what the loop would refuse later is refused here, nothing changed."""
+    from sparktrain.model.memory import step_fits
+    from sparktrain.model.parallel import MAX_SHARDS, MAX_WORKERS
+    from sparktrain.errors import SparkError
+
+    if not 1 <= step.shards <= MAX_SHARDS:
+        raise SparkError(f"shards must be in [1, {MAX_SHARDS:,}], got {step.shards:,}")
+    if step.workers is not None and not 1 <= step.workers <= MAX_WORKERS:
+        raise SparkError(f"workers must be in [1, {MAX_WORKERS:,}], got {step.workers:,}")
+    cfg = dataclasses.replace(cfg, vocab=vocab or cfg.vocab).validate()
+    step_fits("training", cfg, step, source.row_bound(), loss_rows=source.loss_rows)

@@ -10,14 +10,15 @@ this run's.
 from __future__ import annotations
 
 import dataclasses
-import json
+import os
 
 import numpy as np
 
 from sparktrain.errors import SparkError
-from sparktrain.fsutil import canonical_json, sha256_bytes
+from sparktrain.fsutil import canonical_json, read_input, sha256_bytes
 from sparktrain.jobfiles import RESUME_STATE, RESUME_TENSORS
 from sparktrain.model.base import Model
+from sparktrain.safeload import load_json
 from sparktrain.model.weights import check_params, config_from_meta, load_weights, weights_bytes
 from sparktrain.train import outputs
 from sparktrain.train.job import Job
@@ -81,8 +82,8 @@ def load(run, log, say) -> None:
     if not path.is_file() or not (folder / RESUME_TENSORS).is_file():
         return
     try:
-        state = json.loads(path.read_bytes())
-    except ValueError:
+        state = load_json(read_input(path, "job file"), os.fspath(path))
+    except SparkError:
         return
     if not isinstance(state, dict) or state.get("fingerprint") != run.fingerprint:
         say(f"[{run.job.id}] {path} is the state of another run; starting afresh")

@@ -219,8 +219,14 @@ def test_non_empty_out_needs_force_and_force_replaces(tmp_path):
     rc, _, err = run_spark(["export", "--to", "hf", out, "--weights", w])
     assert_one_line_error(rc, err, "--force")
     assert sorted(p.name for p in out.iterdir()) == ["keep.txt"]
+    # --force replaces only a folder this tool wrote (the output gate): never keep.txt's
     rc, _, err = run_spark(["export", "--to", "hf", out, "--weights", w, "--force"])
-    assert rc == 0, err
+    assert_one_line_error(rc, err, "not an exported Hugging Face folder this tool wrote")
+    assert sorted(p.name for p in out.iterdir()) == ["keep.txt"]
+    (out / "keep.txt").unlink()
+    for _ in range(2):  # an empty folder, then the export it holds, replaced
+        rc, _, err = run_spark(["export", "--to", "hf", out, "--weights", w, "--force"])
+        assert rc == 0, err
     assert sorted(p.name for p in out.iterdir()) == FILES
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "w.safetensors"]  # no leftovers
     (tmp_path / "empty").mkdir()
@@ -235,6 +241,10 @@ def test_import_over_an_existing_file_needs_force(exported, tmp_path):
     rc, _, err = run_spark(["import", "--from", "hf", out, "--out", target])
     assert_one_line_error(rc, err, "--force")
     assert target.read_bytes() == b"old"
+    rc, _, err = run_spark(["import", "--from", "hf", out, "--out", target, "--force"])
+    assert_one_line_error(rc, err, "not a Spark weights file this tool wrote")
+    assert target.read_bytes() == b"old"
+    target.write_bytes(w.read_bytes())  # Spark weights: --force replaces them
     rc, _, err = run_spark(["import", "--from", "hf", out, "--out", target, "--force"])
     assert rc == 0 and target.read_bytes() == w.read_bytes()
 

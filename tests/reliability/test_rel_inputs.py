@@ -109,7 +109,7 @@ ROW = '{"prompt": "a", "completion": "b"}'
 
 
 @pytest.mark.parametrize("row, needle", [
-    ('{"prompt": "a", "completion": "b", "n": ' + "9" * 5000 + "}", ":2: not usable JSON"),
+    ('{"prompt": "a", "completion": "b", "n": ' + "9" * 5000 + "}", ":2: not JSON"),
     ('{"prompt": ' + "[" * 100000 + "]" * 100000 + "}", ":2: JSON nested too deeply"),
     ('{"prompt": "\\ud800", "completion": "b"}', ":2: the prompt holds a lone surrogate"),
     ('{"messages": [{"role": "user", "content": "\\udfff"}, '

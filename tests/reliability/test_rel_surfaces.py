@@ -140,11 +140,11 @@ def test_two_apply_steps_in_a_row_both_count(trained):
 # ------------------------------------------------------------ 3. export onto a job
 
 @pytest.mark.parametrize("target, needle", [
-    ("out/j", "would replace"),               # the job's own folder (holds the input)
-    ("out", "write elsewhere"),               # contains the job (and its weights)
+    ("out/j", "which this command reads"),    # the job's own folder (holds the input)
+    ("out", "which this command reads"),      # contains the job (and its weights)
     ("out/j/hf", "inside the job folder"),    # inside the job
     (".", "project folder"),                  # the project itself (a dvc.yaml there)
-    ("data", "data/ folder"),
+    ("data", "not an exported Hugging Face folder"),  # a folder of another layout
 ])
 def test_export_force_never_destroys_a_job_or_the_project(trained, target, needle):
     project, weights = trained
