@@ -98,6 +98,9 @@ def _set_up(job: Job, step: StepConfig, cfg: ModelConfig, source: DataSource,
                                                                  job.base),
                trainable=trainable, start=start,
                optimizer=make_optimizer(step, params, trainable),
+               # made here, so its knobs (and SPARK_WORKERS) are refused before the job
+               # folder is locked; its worker processes start on first use
+               engine=GradientEngine(model, step.shards, device.workers(step.workers)),
                fingerprint=resume.fingerprint(job, cfg, data.fingerprint, step, device))
     outputs.lock_job(job.out_dir)  # the only writer of this job until the process exits
     return run
@@ -192,8 +195,7 @@ def run_step(job: Job, step: StepConfig, cfg: ModelConfig, source: DataSource, *
     run = _set_up(job, step, cfg, source, watch.say)
     log = Log(t0=time.perf_counter())
     try:
-        with GradientEngine(run.model, step.shards, run.device.workers(step.workers)) \
-                as run.engine:
+        with run.engine:
             resume.load(run, log, watch.say)
             with watch, out_of_memory_is_one_line(run):
                 _train(run, log, watch)
