@@ -182,7 +182,7 @@ def _check_project(path: Path, name: str, kind: str) -> None:
     except (OSError, RuntimeError) as err:
         raise SparkError(f"cannot write {name}: {err}") from None
     for candidate in {target, real}:
-        for part in candidate.parts:
+        for part in _inside_project(candidate).parts:
             if part in INTERNALS:
                 raise SparkError(f"refusing to write {name}: it is inside a {part}/ folder "
                                  "(the project's machinery)")
@@ -205,6 +205,17 @@ def _check_project(path: Path, name: str, kind: str) -> None:
             if _is_job_folder(p):
                 raise SparkError(f"cannot write {name}: it is inside the job folder "
                                  f"{printable(os.fspath(p))}")
+
+
+def _inside_project(path: Path) -> Path:
+    """`path` relative to the deepest project folder above it (one holding .git or
+    dvc.yaml), or whole when there is none. Only that part may not run through .git/ or
+    .dvc/: DVC runs a queued experiment in a clone of its own under .dvc/tmp/, and that
+    clone's out/ is an output like any other."""
+    for folder in path.parents:
+        if (folder / ".git").exists() or (folder / "dvc.yaml").is_file():
+            return path.relative_to(folder)
+    return path
 
 
 def _git_top(real: Path) -> Path | None:

@@ -166,3 +166,23 @@ def test_code_train_refuses_shards_before_rewriting_the_job(project):
                                cwd=root)
         assert_one_line_error(rc, err, "shards")
         assert snapshot(job) == before
+
+
+def test_machinery_is_judged_from_the_nearest_project(tmp_path):
+    """DVC runs a queued experiment in a clone of its own under .dvc/tmp/exps/: that
+    clone's out/ is an output like any other, while the outer project's .dvc/ and
+    .git/ stay refused."""
+    from sparktrain.errors import SparkError
+    from sparktrain.gate import check_output
+
+    outer = tmp_path / "proj"
+    clone = outer / ".dvc" / "tmp" / "exps" / "run" / "abc"
+    (clone / "out").mkdir(parents=True)
+    for root in (outer, clone):
+        (root / "dvc.yaml").write_text("stages: {}\n")
+        (root / ".git").mkdir(exist_ok=True)
+    check_output(clone / "out" / "train" / "j", "job", [])
+    for inside in (outer / ".dvc" / "cache" / "x.png", outer / ".git" / "x.png"):
+        (inside.parent).mkdir(parents=True, exist_ok=True)
+        with pytest.raises(SparkError, match="machinery"):
+            check_output(inside, "png", [])
