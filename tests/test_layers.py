@@ -8,6 +8,7 @@ included, so a new import that runs up a floor fails here, naming the line.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -148,3 +149,18 @@ def test_the_reader_sees_each_form_of_import(tmp_path, source, expected):
     path.write_text(source)
     known = set(package_modules())
     assert [d for d, _ in imports_of("sparktrain.train.x", path, known)] == [expected]
+
+
+# What a job's kind means is the data source's to answer (prompted, streamed, unit):
+# a branch on its name or a guess from a record's keys outside data/ is a second source
+# of that truth (docs/README.md, "Where the code is").
+KIND_GUESSES = re.compile(r"source\.kind\b|is_pairs_model|[\"']zlib9_bpb[\"']\s+(not\s+)?in\b"
+                          r"|kind\s*[!=]=\s*[\"'](pairs|corpus|text)[\"']")
+
+
+def test_no_data_kind_is_guessed_outside_data():
+    found = [f"{p.relative_to(PACKAGE.parent).as_posix()}:{n}: {line.strip()}"
+             for p in PACKAGE.rglob("*.py") if PACKAGE / "data" not in p.parents
+             for n, line in enumerate(p.read_text().splitlines(), 1)
+             if KIND_GUESSES.search(line)]
+    assert not found, "data kinds guessed outside sparktrain/data/:\n" + "\n".join(found)

@@ -166,7 +166,7 @@ def cmd_code_train(args) -> int:
     prepare_job(job.out_dir, source, knobs.tokenizer, knobs.vocab_size)
     print(json.dumps(run_and_record(job, knobs, step, cfg, heldout=knobs.heldout()),
                      sort_keys=True))
-    if source.kind == "corpus":
+    if not source.prompted:  # a model that continues text: its bpb and completions
         label = f"{knobs.scale}, {knobs.tokenizer}"
         print("\n" + learned_text(learned(job.out_dir, source, knobs.eval), label), end="")
     return 0

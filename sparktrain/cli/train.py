@@ -115,7 +115,7 @@ def prepare_streamed(job, knobs, step, cfg, heldout) -> None:
     from sparktrain.train.plan import preflight
 
     source = source_for(job.dataset, knobs, heldout)
-    if source.kind in ("corpus", "text"):
+    if source.streamed:
         preflight(step, cfg, source, knobs.vocab_size if knobs.tokenizer != "byte" else None)
         prepare_job(job.out_dir, source, knobs.tokenizer, knobs.vocab_size)
 

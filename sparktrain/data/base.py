@@ -37,6 +37,8 @@ class DataSource(Protocol):
     kind: str
     dataset: str
     loss_rows: int  # rows of one whole-set loss batch (the memory estimate)
+    prompted: bool  # a model of it answers a prompt (pairs) rather than continues text
+    streamed: bool  # it trains from corpus/ streams the tokenizer + prepare steps write
 
     @classmethod
     def claims(cls, dataset: str) -> bool: ...

@@ -43,6 +43,7 @@ class CorpusSource:
     """Text files under a root matched by globs, split by a hash of each path."""
     kind = "corpus"
     prompted = False  # a model of it continues text
+    streamed = True   # it trains from corpus/: the tokenizer and prepare steps come first
     loss_rows = LOSS_BATCH
 
     def __init__(self, dataset: str, patterns, heldout_fraction: float):

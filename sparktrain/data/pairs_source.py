@@ -27,6 +27,7 @@ class PairsSource:
     targets; the held-out set is another JSONL file of pairs (eval.data)."""
     kind = "pairs"
     prompted = True   # a model of it answers a prompt ([BOS] prompt [SEP] -> completion)
+    streamed = False  # its rows are read and encoded in memory by the step itself
     loss_rows = LOSS_BATCH
 
     def __init__(self, dataset: str, heldout: str | None = None):

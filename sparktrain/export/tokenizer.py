@@ -16,14 +16,14 @@ with Spark's prompt format added as its post-processor (`with_spark_template`).
 """
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
 from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, processors
 
 from sparktrain.data.pairs import BOS, EOS, SEP
-from sparktrain.data.tokenizer import is_pairs_model, read_tokenizer
+from sparktrain.data.source import trained_on
+from sparktrain.data.tokenizer import read_tokenizer
 from sparktrain.errors import SparkError
 from sparktrain.fsutil import read_input
 from sparktrain.jobfiles import TOKENIZER
@@ -90,7 +90,7 @@ def model_tokenizer_json(weights: str | os.PathLike, meta: dict, cfg: ModelConfi
     tok, _ = read_tokenizer(path, recorded, os.fspath(weights))  # the sha256 checked first
     if tok.kind == "byte":   # a corpus job on bytes: the HF byte tokenizer
         return tokenizer_json(cfg, None)
-    return with_spark_template(tokenizer_json(cfg, path), pairs=is_pairs_model(meta))
+    return with_spark_template(tokenizer_json(cfg, path), pairs=trained_on(meta).prompted)
 
 
 def with_spark_template(tok_text: str, *, pairs: bool) -> str:
