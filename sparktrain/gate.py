@@ -39,6 +39,10 @@ JOB_OWNED = frozenset({PROGRAM, TOKENIZER, STATUS, WEIGHTS, CHECKPOINT, ARTIFACT
 HF_NAMES = frozenset({"config.json", "generation_config.json", "model.safetensors", TOKENIZER,
                       "tokenizer_config.json",
                       "README.md"})  # the model card (export/card.py CARD_FILE)
+# Outputs that are project sources too: a compiled program (.sparkbc) is committed beside
+# its .spark as the pipeline's input, so `spark compile -o` may write it among tracked
+# files; an existing one is still replaced only when it is a SPARK_BC program.
+SOURCE_KINDS = ("sparkbc",)
 INTERNALS = (".git", ".dvc")  # a project's machinery: never an output, never inside one
 MAGIC = {"png": b"\x89PNG\r\n\x1a\n", "gguf": b"GGUF", "sparkbc": b"SPBC"}
 FILE_KINDS = ("png", "gguf", "sparkbc", "safetensors", "json")
@@ -190,6 +194,8 @@ def _check_project(path: Path, name: str, kind: str) -> None:
     roots = {r for r in (top, _dvc_root(real)) if r is not None}
     if real in roots or any(real in r.parents for r in roots):
         raise SparkError(f"refusing to write {name}: it is (or holds) the project folder")
+    if kind in SOURCE_KINDS:  # a program is compiled beside its .spark, under git
+        return
     if top is not None and os.path.lexists(real) and _tracked(top, real):
         raise SparkError(f"refusing to write {name}: it is (or holds) a file git tracks in "
                          f"the project; write under out/ or another new path")

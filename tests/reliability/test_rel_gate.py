@@ -186,3 +186,21 @@ def test_machinery_is_judged_from_the_nearest_project(tmp_path):
         (inside.parent).mkdir(parents=True, exist_ok=True)
         with pytest.raises(SparkError, match="machinery"):
             check_output(inside, "png", [])
+
+
+def test_compile_replaces_a_tracked_program_but_no_other_tracked_file(project, tmp_path):
+    """A compiled program is committed beside its .spark (the pipeline's input), so
+    `spark compile -o` may replace a tracked .sparkbc; a tracked file that is not a
+    SPARK_BC program (params.yaml) stays refused and keeps its bytes."""
+    root, _ = project
+    rc, _, err = run_spark(["compile", SRC, "-o", str(tmp_path / "fresh.sparkbc")], cwd=root)
+    assert rc == 0, err
+    compiled = root / "data/programs/train-step.sparkbc"
+    compiled.write_bytes(compiled.read_bytes()[:-1] + b"\x00")  # an older build of it
+    rc, _, err = run_spark(["compile", SRC, "-o", "data/programs/train-step.sparkbc"], cwd=root)
+    assert rc == 0, err
+    assert compiled.read_bytes() == (tmp_path / "fresh.sparkbc").read_bytes()
+    before = (root / "params.yaml").read_bytes()
+    rc, _, err = run_spark(["compile", SRC, "-o", "params.yaml"], cwd=root)
+    assert_one_line_error(rc, err, "params.yaml")
+    assert (root / "params.yaml").read_bytes() == before
