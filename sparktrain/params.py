@@ -20,12 +20,12 @@ from pydantic import ValidationError, model_validator
 from pydantic.dataclasses import dataclass
 
 from sparktrain.vocab import MAX_VOCAB, MIN_BPE_VOCAB, TOKENIZERS
-from sparktrain.errors import SparkError
-from sparktrain.fsutil import read_input
-from sparktrain.jobfiles import check_job_id
+from sparktrain.core.errors import SparkError
+from sparktrain.core.fsutil import read_input
+from sparktrain.core.jobfiles import check_job_id
 from sparktrain.model.config import ARCH_KEYS, SCALES, ModelConfig
 from sparktrain.model.device import DEVICES
-from sparktrain.safeload import load_yaml
+from sparktrain.core.safeload import load_yaml
 
 PARAMS_FILE = "params.yaml"
 # The Spark-coder recipes, one row per scale, each row a whole params file
@@ -292,7 +292,7 @@ def parse_params(raw) -> Params:
 def load_params(path: str | Path = PARAMS_FILE) -> Params:
     path = Path(path)
     text = read_input(path, "params file")
-    raw = load_yaml(text, str(path))  # no aliases, bounded depth (sparktrain/safeload.py)
+    raw = load_yaml(text, str(path))  # no aliases, bounded depth (sparktrain/core/safeload.py)
     return parse_params(raw)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sparktrain.errors import SparkError
+from sparktrain.core.errors import SparkError
 
 TOKENIZERS = ("byte", "bpe")
 BYTE_VOCAB = 256                              # byte tokens: the UTF-8 bytes

@@ -12,13 +12,13 @@ from typing import Callable
 
 from sparktrain.data.base import DataSource
 from sparktrain.data.source import source_for
-from sparktrain.errors import SparkError, TrainingFailed, printable
-from sparktrain.fsutil import read_input
-from sparktrain.jobfiles import PROGRAM, job_dir
+from sparktrain.core.errors import SparkError, TrainingFailed, printable
+from sparktrain.core.fsutil import read_input
+from sparktrain.core.jobfiles import PROGRAM, job_dir
 from sparktrain.params import PARAMS_FILE, Params, load_params
 from sparktrain.repro import interrupt
 from sparktrain.train.job import Job, validate_job
-from sparktrain.safeload import load_json
+from sparktrain.core.safeload import load_json
 
 
 def params() -> Params:

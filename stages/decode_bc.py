@@ -7,9 +7,9 @@ import sys
 from pathlib import Path
 
 from sparktrain.bc.dump import dump_json
-from sparktrain.errors import SparkError
-from sparktrain.fsutil import write_json
-from sparktrain.jobfiles import PROGRAM, job_dir
+from sparktrain.core.errors import SparkError
+from sparktrain.core.fsutil import write_json
+from sparktrain.core.jobfiles import PROGRAM, job_dir
 from sparktrain.train.job import job_from_program, read_program
 from stages.common import params, run
 

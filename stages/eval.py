@@ -7,8 +7,8 @@ from pathlib import Path
 from sparktrain.data.tokenizer import read_tokenizer, tokenizer_for
 from sparktrain.eval.headline import split_headline
 from sparktrain.eval.plot import heldout_points, write_loss_png
-from sparktrain.fsutil import sha256_file, write_json
-from sparktrain.jobfiles import CHECKPOINT, CORPUS, EVAL, EVAL_DETAIL, LOSS_PNG, TOKENIZER, WEIGHTS
+from sparktrain.core.fsutil import sha256_file, write_json
+from sparktrain.core.jobfiles import CHECKPOINT, CORPUS, EVAL, EVAL_DETAIL, LOSS_PNG, TOKENIZER, WEIGHTS
 from sparktrain.model.weights import load_model
 from sparktrain.train.outputs import read_json
 from stages.common import job_source, params, run

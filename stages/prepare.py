@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from sparktrain.data.tokenizer import read_tokenizer
-from sparktrain.jobfiles import CORPUS, TOKENIZER
+from sparktrain.core.jobfiles import CORPUS, TOKENIZER
 from stages.common import job_source, params, run
 
 

@@ -9,8 +9,8 @@ them), so the workspace keeps the last trained model and its metrics agree.
 import sys
 from pathlib import Path
 
-from sparktrain.errors import TrainingFailed
-from sparktrain.jobfiles import CHECKPOINT
+from sparktrain.core.errors import TrainingFailed
+from sparktrain.core.jobfiles import CHECKPOINT
 from sparktrain.repro.lock import restore_outputs
 from sparktrain.train.attempt import step_job
 from stages.common import job_source, params, run

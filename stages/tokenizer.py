@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 from sparktrain.data.tokenizer import make_tokenizer
-from sparktrain.fsutil import atomic_write_text
-from sparktrain.jobfiles import TOKENIZER
+from sparktrain.core.fsutil import atomic_write_text
+from sparktrain.core.jobfiles import TOKENIZER
 from stages.common import job_source, params, run
 
 

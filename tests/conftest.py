@@ -1,3 +1,5 @@
 """Puts tests/ on sys.path (pytest's rootdir conftest rule) and shares fixtures."""
-import sparktrain  # noqa: F401  (first: it pins BLAS threads before numpy loads)
+from sparktrain import runtime  # first: the BLAS kernel and threads before numpy loads
+
+runtime.start()
 from sparkhelp import project  # noqa: F401  (fixture)

@@ -1,5 +1,5 @@
 """The BLAS pool is pinned at run time, whoever imported numpy first, and the
-records say the pool that really ran (sparktrain/blas.py)."""
+records say the pool that really ran (sparktrain/runtime.py)."""
 from __future__ import annotations
 
 import json
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from sparkhelp import assert_one_line_error, run_spark
-from sparktrain import blas
+from sparktrain import runtime
 
 # numpy first, as tools/coder_proof.py did: its BLAS starts with the library's
 # own thread count, before sparktrain is imported at all.
@@ -69,10 +69,10 @@ def test_live_threads_reads_the_pool_back():
     from threadpoolctl import threadpool_limits
 
     assert np.__name__ in sys.modules  # its BLAS is loaded, so there is a pool to read
-    assert blas.live_threads() == 1  # this process imported sparktrain: pinned
+    assert runtime.live_threads() == 1  # this process imported sparktrain: pinned
     with threadpool_limits(limits=2, user_api="blas"):
-        assert blas.live_threads() == 2
-    assert blas.live_threads() == 1
+        assert runtime.live_threads() == 2
+    assert runtime.live_threads() == 1
 
 
 @pytest.mark.parametrize("text", ["0", "-1", "two", "1.5"])
@@ -82,5 +82,5 @@ def test_bad_spark_blas_threads_is_one_line(text):
 
 
 def test_requested_threads_reads_the_variable():
-    assert blas.requested_threads({}) == 1
-    assert blas.requested_threads({"SPARK_BLAS_THREADS": " 3 "}) == 3
+    assert runtime.requested_threads({}) == 1
+    assert runtime.requested_threads({"SPARK_BLAS_THREADS": " 3 "}) == 3

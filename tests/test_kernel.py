@@ -1,6 +1,6 @@
 """The BLAS kernel is chosen before numpy loads (portable Haswell by default),
 the environment's OPENBLAS_CORETYPE is kept, and the kernel that really runs is
-read back for the record (sparktrain/kernel.py, docs/portability.md)."""
+read back for the record (sparktrain/runtime.py, docs/portability.md)."""
 from __future__ import annotations
 
 import json
@@ -10,9 +10,8 @@ import sys
 
 import pytest
 
-import sparktrain
 from sparkhelp import assert_one_line_error, run_spark
-from sparktrain import kernel
+from sparktrain import runtime
 
 AVX2_CPU = """processor : 0
 flags\t\t: fpu sse2 avx avx2 fma bmi2
@@ -24,25 +23,24 @@ flags\t\t: fpu sse2 avx
 REPORT = """
 import json, sys
 {first}
-import sparktrain
-from sparktrain import kernel
-print(json.dumps({{"source": sparktrain.BLAS_KERNEL.source, **kernel.made_with()}}))
+from sparktrain import runtime
+print(json.dumps({{"source": runtime.start().kernel.source, **runtime.made_with()}}))
 """
 
 
 def environment_coretype() -> str | None:
     """OPENBLAS_CORETYPE as the environment set it (None when this session's
     sparktrain chose it): tests never override the environment's value."""
-    return os.environ.get(kernel.CORETYPE) if sparktrain.BLAS_KERNEL.source == "environment" \
+    return os.environ.get(runtime.CORETYPE) if runtime.kernel_choice().source == "environment" \
         else None
 
 
 def base_env(**extra) -> dict:
     env = dict(os.environ)
     if environment_coretype() is None:
-        env.pop(kernel.CORETYPE, None)
-    env.pop(kernel.CHOSEN, None)
-    env.pop(kernel.ENV, None)
+        env.pop(runtime.CORETYPE, None)
+    env.pop(runtime.CHOSEN, None)
+    env.pop(runtime.KERNEL_ENV, None)
     env.update(extra)
     return env
 
@@ -67,7 +65,7 @@ def native_kernel() -> str:
 needs_unset = pytest.mark.skipif(environment_coretype() is not None,
                                  reason="the environment sets OPENBLAS_CORETYPE")
 needs_avx2 = pytest.mark.skipif(
-    not (kernel.cpu_has_avx2_fma() and os.uname().machine in kernel.X86),
+    not (runtime.cpu_has_avx2_fma() and os.uname().machine in runtime.X86),
     reason="the portable kernel needs an x86-64 CPU with AVX2 + FMA")
 
 
@@ -75,26 +73,26 @@ needs_avx2 = pytest.mark.skipif(
 
 def test_unset_on_an_avx2_cpu_chooses_haswell_and_marks_it_ours():
     env = {}
-    got = kernel.choose(env, numpy_loaded=False, machine="x86_64", cpuinfo=AVX2_CPU)
+    got = runtime.choose(env, numpy_loaded=False, machine="x86_64", cpuinfo=AVX2_CPU)
     assert got.source == "portable" and got.coretype == "Haswell"
-    assert env == {kernel.CORETYPE: "Haswell", kernel.CHOSEN: "Haswell"}
+    assert env == {runtime.CORETYPE: "Haswell", runtime.CHOSEN: "Haswell"}
     # a child process inherits both: still "portable", not the environment's
-    assert kernel.choose(dict(env), numpy_loaded=False, machine="x86_64",
+    assert runtime.choose(dict(env), numpy_loaded=False, machine="x86_64",
                          cpuinfo=AVX2_CPU).source == "portable"
 
 
 def test_the_environments_value_is_kept_and_recorded_as_its_own():
-    env = {kernel.CORETYPE: "Zen"}
-    got = kernel.choose(env, numpy_loaded=False, machine="x86_64", cpuinfo=AVX2_CPU)
+    env = {runtime.CORETYPE: "Zen"}
+    got = runtime.choose(env, numpy_loaded=False, machine="x86_64", cpuinfo=AVX2_CPU)
     assert got.source == "environment" and got.coretype == "Zen"
-    assert env == {kernel.CORETYPE: "Zen"}
-    env = {kernel.CORETYPE: "Haswell"}  # the same family, but the environment's choice
-    assert kernel.choose(env, numpy_loaded=False, machine="x86_64",
+    assert env == {runtime.CORETYPE: "Zen"}
+    env = {runtime.CORETYPE: "Haswell"}  # the same family, but the environment's choice
+    assert runtime.choose(env, numpy_loaded=False, machine="x86_64",
                          cpuinfo=AVX2_CPU).source == "environment"
 
 
 @pytest.mark.parametrize("kw, source", [
-    ({"environ": {kernel.ENV: "native"}}, "native"),
+    ({"environ": {runtime.KERNEL_ENV: "native"}}, "native"),
     ({"numpy_loaded": True}, "preloaded"),
     ({"cpuinfo": OLD_CPU}, "no-avx2"),
     ({"machine": "aarch64"}, "not-x86"),
@@ -103,24 +101,24 @@ def test_the_environments_value_is_kept_and_recorded_as_its_own():
 def test_cases_that_leave_the_kernel_to_openblas_set_nothing(kw, source):
     env = kw.pop("environ", {})
     args = {"numpy_loaded": False, "machine": "x86_64", "cpuinfo": AVX2_CPU, **kw}
-    got = kernel.choose(env, **args)
+    got = runtime.choose(env, **args)
     assert got.source == source and got.coretype is None
-    assert kernel.CORETYPE not in env
+    assert runtime.CORETYPE not in env
 
 
 def test_the_notes_name_the_family_the_bytes_belong_to():
     record = {"kernel": "neoversen1", "numpy": "2.4.6", "blas": "openblas 0.3.31"}
-    line = kernel.note(kernel.Choice("portable", "not-x86", None), record)
+    line = runtime.note(runtime.Choice("portable", "not-x86", None), record)
     assert "neoversen1 kernel family" in line and "\n" not in line
-    line = kernel.note(kernel.Choice("portable", "preloaded", None), dict(record, kernel="SkylakeX"))
+    line = runtime.note(runtime.Choice("portable", "preloaded", None), dict(record, kernel="SkylakeX"))
     assert "numpy was loaded before sparktrain" in line and "SkylakeX" in line
-    assert kernel.note(kernel.Choice("portable", "preloaded", None),
+    assert runtime.note(runtime.Choice("portable", "preloaded", None),
                        dict(record, kernel="Haswell")) is None
-    assert kernel.note(kernel.Choice("portable", "portable", "Haswell"), record) is None
+    assert runtime.note(runtime.Choice("portable", "portable", "Haswell"), record) is None
 
 
 def test_a_bad_spark_blas_kernel_is_one_line():
-    assert_one_line_error(*run_spark(["--help"], env={kernel.ENV: "fast"})[::2],
+    assert_one_line_error(*run_spark(["--help"], env={runtime.KERNEL_ENV: "fast"})[::2],
                           "SPARK_BLAS_KERNEL='fast'", "portable, native")
 
 
@@ -135,11 +133,11 @@ def test_default_process_runs_the_haswell_kernel():
     assert err == ""
 
 
-@pytest.mark.skipif(environment_coretype() is None and not kernel.cpu_has_avx2_fma(),
+@pytest.mark.skipif(environment_coretype() is None and not runtime.cpu_has_avx2_fma(),
                     reason="Sandybridge kernels need AVX")
 def test_the_environments_coretype_is_what_runs():
     value = environment_coretype() or "Sandybridge"  # another family than the portable one
-    got, _ = report(**{kernel.CORETYPE: value})
+    got, _ = report(**{runtime.CORETYPE: value})
     assert got["source"] == "environment"
     assert got["kernel"].lower() == value.lower(), got
 
@@ -148,13 +146,13 @@ def test_the_environments_coretype_is_what_runs():
 @needs_avx2
 def test_zen_runs_the_portable_family():
     """OpenBLAS runs its Haswell kernels for Zen: one family, one set of bytes."""
-    got, _ = report(**{kernel.CORETYPE: "Zen"})
-    assert got["source"] == "environment" and got["kernel"] == kernel.PORTABLE, got
+    got, _ = report(**{runtime.CORETYPE: "Zen"})
+    assert got["source"] == "environment" and got["kernel"] == runtime.PORTABLE, got
 
 
 @needs_unset
 def test_native_opts_out():
-    got, err = report(**{kernel.ENV: "native"})
+    got, err = report(**{runtime.KERNEL_ENV: "native"})
     assert got["source"] == "native" and got["kernel"] == native_kernel()
     assert err == ""
 
@@ -163,7 +161,7 @@ def test_native_opts_out():
 def test_numpy_loaded_first_says_in_one_line_which_kernel_the_bytes_follow():
     got, err = report(first="import numpy")
     assert got["source"] == "preloaded" and got["kernel"] == native_kernel()
-    if got["kernel"] == kernel.PORTABLE:
+    if got["kernel"] == runtime.PORTABLE:
         assert err == ""
     else:
         [line] = err.strip().splitlines()

@@ -29,11 +29,11 @@ FLOORS = (
     ("params", ("sparktrain.params",)),
     ("model", ("sparktrain.model",)),
     ("bc", ("sparktrain.bc",)),
+    # the process set-up (BLAS kernel and threads): what the gradient engine and records ask
+    ("runtime", ("sparktrain.runtime",)),
     # the output gate knows a job folder by jobfiles' names: it stands on their floor
-    ("jobfiles, gate", ("sparktrain.jobfiles", "sparktrain.gate")),
-    ("ground", ("sparktrain", "sparktrain.fsutil", "sparktrain.errors", "sparktrain.textout",
-                "sparktrain.safeload", "sparktrain.project", "sparktrain.argtypes",
-                "sparktrain.blas", "sparktrain.progress", "sparktrain.vocab")),
+    ("jobfiles, gate", ("sparktrain.core.jobfiles", "sparktrain.core.gate")),
+    ("ground", ("sparktrain", "sparktrain.core", "sparktrain.vocab")),
 )
 
 

@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tools.readme_figures import README, machine, rewrite  # noqa: E402
-from sparktrain.safeload import load_json
+from sparktrain.core.safeload import load_json
 
 RECORD = ROOT / "out" / "coder_compare.json"
 PASS = re.compile(r"\] outer (\d+)/(\d+) .*?\s([\d.]+)s, ~")

@@ -24,23 +24,25 @@ import shlex
 import sys
 import time
 
-import sparktrain  # noqa: F401  (first: it picks the BLAS kernel and threads before numpy loads)
+from sparktrain import runtime  # first: the BLAS kernel and threads before numpy loads
+
+runtime.start()
 import numpy as np
 
 from sparktrain.data.bpb import compressor_bpb
 from sparktrain.data.prepare import heldout_bytes
 from sparktrain.data.source import prepare_job, source_for
 from sparktrain.data.tokenizer import read_tokenizer
-from sparktrain.errors import SparkError
+from sparktrain.core.errors import SparkError
 from sparktrain.eval.learned import learned, learned_text
-from sparktrain.fsutil import read_input, write_json
-from sparktrain.jobfiles import TOKENIZER, WEIGHTS
+from sparktrain.core.fsutil import read_input, write_json
+from sparktrain.core.jobfiles import TOKENIZER, WEIGHTS
 from sparktrain.model.sample import generate_tokens
 from sparktrain.model.weights import load_model
 from sparktrain.params import dvc_set_flags, parse_params
 from sparktrain.train.job import job_from_program
 from sparktrain.train.loop import run_step
-from sparktrain.safeload import load_yaml
+from sparktrain.core.safeload import load_yaml
 
 N_PROMPTS, PROMPT_CHARS, MAX_NEW = 3, 160, 48
 

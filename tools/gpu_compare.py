@@ -17,7 +17,9 @@ import json
 import sys
 from types import SimpleNamespace
 
-import sparktrain  # noqa: F401  (first: it picks the BLAS kernel and threads before numpy loads)
+from sparktrain import runtime  # first: the BLAS kernel and threads before numpy loads
+
+runtime.start()
 import numpy as np
 
 from sparktrain.train.bench import synthetic_batch

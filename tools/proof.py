@@ -19,19 +19,19 @@ import sys
 import time
 from pathlib import Path
 
-from sparktrain.errors import SparkError
+from sparktrain.core.errors import SparkError
 from sparktrain.data.pairs_score import evaluate
 from sparktrain.data.pairs import load_pairs
 from sparktrain.data.source import source_for
-from sparktrain.fsutil import canonical_json, sha256_file
-from sparktrain.jobfiles import ARTIFACT, CHECKPOINT, EVAL, WEIGHTS
+from sparktrain.core.fsutil import canonical_json, sha256_file
+from sparktrain.core.jobfiles import ARTIFACT, CHECKPOINT, EVAL, WEIGHTS
 from sparktrain.model.weights import load_model, load_weights
 from sparktrain.params import (Defaults, StepConfig, load_params, load_params_or_defaults,
                                model_config)
 from sparktrain.train.job import job_from_program
 from sparktrain.train.loop import run_step
 from sparktrain.train.outputs import parse_artifact
-from sparktrain.safeload import load_json
+from sparktrain.core.safeload import load_json
 
 # The scale proof's budget: chosen so it finishes within 10 minutes here.
 SCALE_KNOBS = dict(outer=80, inner=100, lr=0.1, batch_size=16, clip=1.0, momentum=0.9, seed=0)

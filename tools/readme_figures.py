@@ -41,7 +41,7 @@ sys.path.insert(0, str(ROOT))
 
 from sparktrain.repro.workspace import copy_project, tool_env  # noqa: E402
 from tools.proof import TABLE_BEGIN, TABLE_END  # noqa: E402
-from sparktrain.safeload import load_json
+from sparktrain.core.safeload import load_json
 
 RECORD = ROOT / "out" / "readme_figures.json"
 COLUMNS = 200   # the terminal width the tables are printed at (dvc's are cut to fit)

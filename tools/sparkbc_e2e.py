@@ -17,11 +17,11 @@ import tempfile
 from pathlib import Path
 
 
-from sparktrain.errors import SparkError
-from sparktrain.fsutil import sha256_file
-from sparktrain.jobfiles import WEIGHTS, job_dir
+from sparktrain.core.errors import SparkError
+from sparktrain.core.fsutil import sha256_file
+from sparktrain.core.jobfiles import WEIGHTS, job_dir
 from sparktrain.repro.workspace import copy_project, tool_env
-from sparktrain.safeload import load_yaml
+from sparktrain.core.safeload import load_yaml
 
 def _run(cmd: list[str], cwd: Path) -> None:
     done = subprocess.run(cmd, cwd=cwd, env=tool_env(cwd),

@@ -25,7 +25,9 @@ import math
 import sys
 import time
 
-import sparktrain  # noqa: F401  (first: it picks the BLAS kernel and threads before numpy loads)
+from sparktrain import runtime  # first: the BLAS kernel and threads before numpy loads
+
+runtime.start()
 import numpy as np
 
 from coder_proof import with_overrides
@@ -34,16 +36,16 @@ from sparktrain.data.prepare import read_prepared
 from sparktrain.data.source import prepare_job, source_for
 from sparktrain.data.stream import WindowSampler, stream_batches
 from sparktrain.data.tokenizer import load_tokenizer
-from sparktrain.errors import SparkError
-from sparktrain.fsutil import read_input, sha256_file
-from sparktrain.jobfiles import CORPUS, TOKENIZER
+from sparktrain.core.errors import SparkError
+from sparktrain.core.fsutil import read_input, sha256_file
+from sparktrain.core.jobfiles import CORPUS, TOKENIZER
 from sparktrain.model.build import build_model
 from sparktrain.model.config import layer_names
 from sparktrain.model.layers import RMS_EPS, ROPE_BASE
 from sparktrain.params import parse_params
 from sparktrain.train.job import job_from_program
 from sparktrain.train.optim import ADAM_EPS, lr_at
-from sparktrain.safeload import load_yaml
+from sparktrain.core.safeload import load_yaml
 
 try:
     import torch

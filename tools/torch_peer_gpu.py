@@ -13,7 +13,9 @@ import json
 import sys
 import time
 
-import sparktrain  # noqa: F401  (first: it picks the BLAS kernel and threads before numpy loads)
+from sparktrain import runtime  # first: the BLAS kernel and threads before numpy loads
+
+runtime.start()
 import numpy as np
 import torch
 import torch.nn.functional as F

@@ -10,7 +10,7 @@ import struct
 
 from sparktrain.bc.opcodes import BY_CODE
 from sparktrain.bc.program import CONST_KINDS, MAGIC, VERSION, Instruction
-from sparktrain.errors import BytecodeError
+from sparktrain.core.errors import BytecodeError
 
 RECOMPILE = "recompile its source with `spark compile`"
 

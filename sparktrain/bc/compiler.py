@@ -12,7 +12,7 @@ from typing import Callable, NamedTuple
 from sparktrain.bc.opcodes import BY_NAME
 from sparktrain.bc.program import CONST_STR, MAX_INSTRUCTIONS, VERSION, Program, layout_code
 from sparktrain.bc.writer import encode
-from sparktrain.errors import SourceError
+from sparktrain.core.errors import SourceError
 
 # The original toolchain interns these operands bind-first; matching it keeps
 # our bytes (and so every sha256 downstream) identical to its output.

@@ -12,8 +12,8 @@ from sparktrain.bc.opcodes import BY_CODE
 from sparktrain.bc.program import (CONST_KINDS, MAGIC, MAX_OUTPUT_BYTES, Instruction, Program,
                                    const_value, operand_values, train_decls)
 from sparktrain.bc.writer import encode
-from sparktrain.errors import SparkError
-from sparktrain.fsutil import sha256_bytes
+from sparktrain.core.errors import SparkError
+from sparktrain.core.fsutil import sha256_bytes
 
 PER_INSTRUCTION = 256  # bytes a listed instruction costs besides its operand values
 

@@ -12,8 +12,8 @@ from sparktrain.bc import codec
 from sparktrain.bc.codec import RECOMPILE, U16, Cursor
 from sparktrain.bc.opcodes import HALT
 from sparktrain.bc.program import MAX_INSTRUCTIONS, Instruction, Program
-from sparktrain.errors import BytecodeError
-from sparktrain.fsutil import read_input
+from sparktrain.core.errors import BytecodeError
+from sparktrain.core.fsutil import read_input
 
 
 def iter_instructions(code: bytes, base: int = 0) -> Iterator[Instruction]:

@@ -15,7 +15,7 @@ from typing import Callable, TextIO
 
 from sparktrain.bc.opcodes import BY_NAME
 from sparktrain.bc.program import MAX_OUTPUT_BYTES, Instruction, Program, operand_values
-from sparktrain.errors import SparkError, printable
+from sparktrain.core.errors import SparkError, printable
 
 Handler = Callable[[Instruction, tuple[str, ...]], dict]
 

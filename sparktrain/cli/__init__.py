@@ -13,7 +13,7 @@ import os
 import sys
 
 from sparktrain import __version__
-from sparktrain.errors import SparkError, printable
+from sparktrain.core.errors import SparkError, printable
 
 COMMAND_MODULES = (
     "sparktrain.cli.bc",      # compile, dump
@@ -51,6 +51,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    from sparktrain import runtime  # first, before anything loads numpy
+
+    try:
+        runtime.start()
+    except SparkError as err:
+        print(f"spark: error: {printable(str(err))}", file=sys.stderr)
+        return 2
     if argv and argv[0] == "--run-bc":
         argv[0] = "run"
     parser = build_parser()

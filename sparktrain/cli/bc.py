@@ -6,7 +6,7 @@ import os
 import sys
 from pathlib import Path
 
-from sparktrain.textout import printable_lines
+from sparktrain.core.textout import printable_lines
 
 
 def register(sub) -> None:
@@ -29,7 +29,7 @@ def register(sub) -> None:
 def read_source(path: str | os.PathLike) -> str:
     """A .spark file's text; unreadable or non-UTF-8 input is a one-line error."""
     from sparktrain.bc.reader import read_bytes
-    from sparktrain.errors import SourceError
+    from sparktrain.core.errors import SourceError
 
     raw = read_bytes(path)
     try:
@@ -44,10 +44,10 @@ def read_source(path: str | os.PathLike) -> str:
 
 def cmd_compile(args: argparse.Namespace) -> int:
     from sparktrain.bc.compiler import compile_source
-    from sparktrain.errors import SparkError
-    from sparktrain.fsutil import atomic_write_bytes, sha256_bytes
+    from sparktrain.core.errors import SparkError
+    from sparktrain.core.fsutil import atomic_write_bytes, sha256_bytes
 
-    from sparktrain.gate import check_output
+    from sparktrain.core.gate import check_output
 
     out = Path(args.output) if args.output else Path(args.source).with_suffix(".sparkbc")
     check_output(out, "sparkbc", (args.source,))
@@ -63,7 +63,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
 def cmd_dump(args: argparse.Namespace) -> int:
     from sparktrain.bc.dump import dump_json, dump_text
     from sparktrain.bc.reader import read_program
-    from sparktrain.fsutil import canonical_json
+    from sparktrain.core.fsutil import canonical_json
 
     program, _data = read_program(args.file)
     sys.stdout.write(canonical_json(dump_json(program)) if args.json

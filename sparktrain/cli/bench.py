@@ -1,7 +1,7 @@
 """`spark bench` (the model area's command)."""
 from __future__ import annotations
 
-from sparktrain.argtypes import positive_int
+from sparktrain.core.argtypes import positive_int
 from sparktrain.model.config import SCALES
 from sparktrain.model.device import DEVICES
 
@@ -50,7 +50,7 @@ def register(sub) -> None:
 def _bench(args) -> int:
     import dataclasses
 
-    from sparktrain.fsutil import canonical_json
+    from sparktrain.core.fsutil import canonical_json
     from sparktrain.train.bench import (BENCH_LR, DEFAULT_BATCH, WARMUP_STEPS, format_report,
                                         grind_note, plain_sgd, run_bench, run_scaling,
                                         stderr_line, stderr_progress)

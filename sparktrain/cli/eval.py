@@ -10,7 +10,7 @@ import os
 import sys
 
 from sparktrain.model.device import DEVICES
-from sparktrain.textout import printable_lines
+from sparktrain.core.textout import printable_lines
 
 TOKENIZER_HELP = ("tokenizer.json of a corpus or BPE pairs job (default: the one beside "
                   "--weights); its sha256 must be the one the weights record")
@@ -95,15 +95,15 @@ def register(sub) -> None:
 # ------------------------------------------------------------------ helpers
 
 def _read_json(path, what: str):
-    from sparktrain.fsutil import read_input
+    from sparktrain.core.fsutil import read_input
 
-    from sparktrain.safeload import load_json
+    from sparktrain.core.safeload import load_json
 
     return load_json(read_input(path, what), f"{what} {path}")
 
 
 def _positive(value: int, flag: str) -> None:
-    from sparktrain.errors import SparkError
+    from sparktrain.core.errors import SparkError
 
     if value < 1:
         raise SparkError(f"{flag} must be at least 1, got {value}")
@@ -125,12 +125,12 @@ def _on_device(args, params):
 def cmd_eval(args) -> int:
     from sparktrain.data.source import trained_on
     from sparktrain.data.tokenizer import tokenizer_for
-    from sparktrain.errors import SparkError
+    from sparktrain.core.errors import SparkError
     from sparktrain.data.pairs_score import evaluate
     from sparktrain.model.weights import load_model
-    from sparktrain.fsutil import canonical_json, write_json
+    from sparktrain.core.fsutil import canonical_json, write_json
     from sparktrain.data.pairs import read_pairs
-    from sparktrain.gate import check_output
+    from sparktrain.core.gate import check_output
 
     _positive(args.batch_size, "--batch-size")
     if args.max_new is not None:
@@ -138,7 +138,7 @@ def cmd_eval(args) -> int:
         args.max_new = _cap_max_new(args.max_new)
     if args.samples < 0:
         _positive(args.samples, "--samples")
-    if args.out:  # the output gate (sparktrain/gate.py) before any work
+    if args.out:  # the output gate (sparktrain/core/gate.py) before any work
         check_output(args.out, "json", (args.weights, args.data, args.tokenizer))
     pairs, data_sha256 = read_pairs(args.data)
     params, cfg, meta = load_model(args.weights)
@@ -195,7 +195,7 @@ def _cap_max_new(value: int) -> int:
 def cmd_generate(args) -> int:
     from sparktrain.data.source import trained_on
     from sparktrain.data.tokenizer import tokenizer_for
-    from sparktrain.errors import SparkError, printable
+    from sparktrain.core.errors import SparkError, printable
     from sparktrain.eval.generate import continue_text, corpus_context, generate, prompt_context
     from sparktrain.model.build import build_model
     from sparktrain.model.weights import load_model
@@ -231,7 +231,7 @@ def cmd_generate(args) -> int:
 
 
 def cmd_make_data(args) -> int:
-    from sparktrain.errors import SparkError
+    from sparktrain.core.errors import SparkError
     from sparktrain.data.tasks import DEFAULT_SEED, write_scale_data
 
     seed = DEFAULT_SEED if args.seed is None else args.seed
@@ -245,9 +245,9 @@ def cmd_make_data(args) -> int:
 
 
 def cmd_plot(args) -> int:
-    from sparktrain.errors import SparkError
+    from sparktrain.core.errors import SparkError
     from sparktrain.eval.plot import heldout_points, scale_label, write_loss_png
-    from sparktrain.gate import check_output
+    from sparktrain.core.gate import check_output
 
     check_output(args.out, "png", (args.checkpoint, args.eval))
     ckpt = _read_json(args.checkpoint, "checkpoint")
@@ -270,9 +270,9 @@ def cmd_plot(args) -> int:
 
 def cmd_compare(args) -> int:
     from sparktrain.eval.compare import as_json, compare, format_table, write_png
-    from sparktrain.fsutil import canonical_json
-    from sparktrain.gate import check_output
-    from sparktrain.project import out_path
+    from sparktrain.core.fsutil import canonical_json
+    from sparktrain.core.gate import check_output
+    from sparktrain.core.project import out_path
 
     args.out = args.out or os.path.relpath(out_path("compare.png"))
     check_output(args.out, "png")

@@ -42,7 +42,7 @@ def register(sub) -> None:
 
 
 def _export(args) -> int:
-    from sparktrain.progress import Progress
+    from sparktrain.core.progress import Progress
 
     module, name = WRITERS[args.to]
     write = getattr(importlib.import_module(module), name)

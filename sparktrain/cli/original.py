@@ -15,8 +15,8 @@ import json
 import sys
 from pathlib import Path
 
-from sparktrain.errors import SparkError, TrainingFailed
-from sparktrain.jobfiles import CHECKPOINT, WEIGHTS
+from sparktrain.core.errors import SparkError, TrainingFailed
+from sparktrain.core.jobfiles import CHECKPOINT, WEIGHTS
 from sparktrain.model.config import scale_names
 from sparktrain.model.device import DEVICES
 from sparktrain.cli.train import ARCH, add_train_flags
@@ -111,7 +111,7 @@ def _arch_from_base(args, weights: Path) -> None:
 def cmd_apply_step(args) -> int:
     from dataclasses import replace
 
-    from sparktrain.fsutil import sha256_file
+    from sparktrain.core.fsutil import sha256_file
     from sparktrain.train import outputs
     from sparktrain.cli.train import resolve_configs, run_and_record
     from sparktrain.train.job import adhoc_job, read_program

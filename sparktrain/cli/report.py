@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sparktrain.errors import SparkError
-from sparktrain.project import find_root
+from sparktrain.core.errors import SparkError
+from sparktrain.core.project import find_root
 from sparktrain.params import load_params, step_record
 from sparktrain.train.live import StderrLines
 

@@ -1,7 +1,7 @@
 """`spark repro-check`: force-repro and compare dvc.lock with the committed one."""
 from __future__ import annotations
 
-from sparktrain.errors import SparkError
+from sparktrain.core.errors import SparkError
 
 
 def register(sub) -> None:

@@ -4,9 +4,9 @@ from __future__ import annotations
 import os
 import sys
 
-from sparktrain.argtypes import positive_int
-from sparktrain.errors import SparkError
-from sparktrain.textout import printable, printable_lines
+from sparktrain.core.argtypes import positive_int
+from sparktrain.core.errors import SparkError
+from sparktrain.core.textout import printable, printable_lines
 
 
 def register(sub) -> None:
@@ -50,19 +50,19 @@ def cmd_sweep(args) -> int:
     except ImportError as err:
         raise SparkError(f"spark sweep needs Dask distributed ({err.name} is missing): "
                          f"pip install 'sparktrain[sweep]'") from None
-    from sparktrain.fsutil import canonical_json, write_json
+    from sparktrain.core.fsutil import canonical_json, write_json
     from sparktrain.sweep.compare import format_table
 
     if args.scheduler and args.workers:
         raise SparkError("--workers sizes the LocalCluster; with --scheduler the cluster "
                          "has its own workers")
-    from sparktrain.progress import Progress
-    from sparktrain.project import find_root
+    from sparktrain.core.progress import Progress
+    from sparktrain.core.project import find_root
 
     def say(line: str) -> None:
         print(f"sweep: {printable(line)}", file=sys.stderr, flush=True)
 
-    from sparktrain.gate import check_output
+    from sparktrain.core.gate import check_output
 
     root = find_root()
     out = args.out or os.path.relpath(root / "out" / "sweep.json")

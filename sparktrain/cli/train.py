@@ -7,7 +7,7 @@ import os
 import sys
 from pathlib import Path
 
-from sparktrain.errors import SparkError
+from sparktrain.core.errors import SparkError
 
 ARCH = (("--dim", "dim"), ("--n-layer", "n_layer"), ("--n-head", "n_head"),
         ("--n-kv-head", "n_kv_head"), ("--seq-len", "seq_len"))
@@ -142,7 +142,7 @@ def run_and_record(job, knobs, step, cfg, labels: dict | None = None,
 def cmd_run(args) -> int:
     from sparktrain.bc.vm import execute
     from sparktrain.data.source import source_for
-    from sparktrain.jobfiles import check_job_id
+    from sparktrain.core.jobfiles import check_job_id
     from sparktrain.train.job import job_from_train, read_program
     from sparktrain.train import outputs
     from sparktrain.train.plan import dry_accept
@@ -186,10 +186,10 @@ def cmd_run(args) -> int:
 
 
 def cmd_status(args) -> int:
-    from sparktrain.fsutil import canonical_json
-    from sparktrain.jobfiles import check_job_id, job_dir
+    from sparktrain.core.fsutil import canonical_json
+    from sparktrain.core.jobfiles import check_job_id, job_dir
     from sparktrain.params import PARAMS_FILE, load_params
-    from sparktrain.textout import printable_lines
+    from sparktrain.core.textout import printable_lines
     from sparktrain.train import outputs
     from sparktrain.cli.report import current_step, project_root
 

@@ -15,8 +15,8 @@ import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 
-from sparktrain.errors import SparkError, printable
-from sparktrain.fsutil import sha256_bytes, size_cap
+from sparktrain.core.errors import SparkError, printable
+from sparktrain.core.fsutil import sha256_bytes, size_cap
 
 # The default proof corpus: the standard library of the interpreter running the
 # project, found at run time (never downloaded or committed).

@@ -19,7 +19,7 @@ from sparktrain.data.bpb import bits_per_byte
 from sparktrain.data.corpus import STDLIB, Corpus, read_corpus
 from sparktrain.data.prepare import read_prepared, write_prepared
 from sparktrain.data.stream import WindowSampler, stream_batches, windows_batch
-from sparktrain.errors import SparkError
+from sparktrain.core.errors import SparkError
 from sparktrain.model.build import build_model
 from sparktrain.model.config import flops_per_token
 

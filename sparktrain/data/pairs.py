@@ -18,9 +18,9 @@ from typing import BinaryIO, Callable, Iterator, Sequence, TypeVar
 import numpy as np
 
 from sparktrain.data.tokenizer import BYTES
-from sparktrain.errors import SparkError
-from sparktrain.fsutil import open_input, size_cap
-from sparktrain.safeload import load_json
+from sparktrain.core.errors import SparkError
+from sparktrain.core.fsutil import open_input, size_cap
+from sparktrain.core.safeload import load_json
 from sparktrain.vocab import BYTE_SPECIALS, token_dtype
 
 BOS, SEP, EOS = BYTE_SPECIALS

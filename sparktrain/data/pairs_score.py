@@ -16,7 +16,7 @@ import numpy as np
 
 from sparktrain.data.bpb import bits_per_byte
 from sparktrain.data.tokenizer import BYTES
-from sparktrain.errors import SparkError
+from sparktrain.core.errors import SparkError
 from sparktrain.data.tasks import COPY_PREFIX, family_of
 from sparktrain.model.base import Model
 from sparktrain.model.build import build_model

@@ -7,7 +7,7 @@ from sparktrain.data.base import EvalSet, TrainingData
 from sparktrain.data.pairs import LOSS_BATCH, RowBatches, load_dataset, load_pairs, loss_batches
 from sparktrain.data.pairs_score import evaluate
 from sparktrain.data.prepare import write_pairs_note
-from sparktrain.fsutil import read_input
+from sparktrain.core.fsutil import read_input
 from sparktrain.model.config import flops_per_token
 from sparktrain.model.memory import line_count
 

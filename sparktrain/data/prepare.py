@@ -14,11 +14,11 @@ from sparktrain.data.bpb import compressor_bpb
 from sparktrain.data.corpus import Corpus, read_corpus
 from sparktrain.data.stream import read_stream, stream_of, write_stream
 from sparktrain.vocab import token_dtype
-from sparktrain.errors import SparkError
-from sparktrain.fsutil import (atomic_write_text, read_input, sha256_bytes, sha256_file,
+from sparktrain.core.errors import SparkError
+from sparktrain.core.fsutil import (atomic_write_text, read_input, sha256_bytes, sha256_file,
                                write_json)
-from sparktrain.progress import Progress
-from sparktrain.safeload import load_json
+from sparktrain.core.progress import Progress
+from sparktrain.core.safeload import load_json
 
 FILES, TRAIN_BIN, VAL_BIN = "files.json", "train.bin", "val.bin"
 

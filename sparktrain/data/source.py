@@ -25,9 +25,9 @@ from sparktrain.data.corpus_source import CorpusSource
 from sparktrain.data.pairs_source import PairsSource
 from sparktrain.data.text import TextSource
 from sparktrain.data.tokenizer import is_pairs_model, make_tokenizer
-from sparktrain.errors import SparkError
-from sparktrain.fsutil import atomic_write_text, sha256_bytes
-from sparktrain.jobfiles import CORPUS, TOKENIZER
+from sparktrain.core.errors import SparkError
+from sparktrain.core.fsutil import atomic_write_text, sha256_bytes
+from sparktrain.core.jobfiles import CORPUS, TOKENIZER
 
 
 # The kinds, most specific first: the first whose claims() is true reads the dataset.

@@ -14,8 +14,8 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from sparktrain.vocab import token_dtype
-from sparktrain.errors import SparkError
-from sparktrain.fsutil import atomic_write_bytes
+from sparktrain.core.errors import SparkError
+from sparktrain.core.fsutil import atomic_write_bytes
 from sparktrain.model.batch import TokenBatch
 
 

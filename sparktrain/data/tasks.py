@@ -20,7 +20,7 @@ import os
 import string
 from pathlib import Path
 
-from sparktrain.fsutil import atomic_write_text
+from sparktrain.core.fsutil import atomic_write_text
 
 TRAIN_FILE = "data/train/dataset_scale.jsonl"
 EVAL_FILE = "data/eval/scale_heldout.jsonl"

@@ -13,8 +13,8 @@ from pathlib import Path
 from sparktrain.data.corpus import MAX_FILES, Corpus, CorpusFile, check_splits, is_heldout
 from sparktrain.data.corpus_source import CorpusSource
 from sparktrain.data.pairs import json_objects
-from sparktrain.errors import SparkError
-from sparktrain.fsutil import open_input, sha256_bytes
+from sparktrain.core.errors import SparkError
+from sparktrain.core.fsutil import open_input, sha256_bytes
 
 
 class TextSource(CorpusSource):

@@ -15,11 +15,11 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from sparktrain.vocab import (BYTE_SPECIALS, BYTE_VOCAB, MAX_VOCAB, MIN_BPE_VOCAB, SPECIALS,
                               TOKENIZERS)
-from sparktrain.errors import SparkError
-from sparktrain.fsutil import canonical_json, read_input, sha256_bytes
-from sparktrain.jobfiles import TOKENIZER
-from sparktrain.progress import Progress
-from sparktrain.safeload import load_json
+from sparktrain.core.errors import SparkError
+from sparktrain.core.fsutil import canonical_json, read_input, sha256_bytes
+from sparktrain.core.jobfiles import TOKENIZER
+from sparktrain.core.progress import Progress
+from sparktrain.core.safeload import load_json
 
 
 class ByteTokenizer:

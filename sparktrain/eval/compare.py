@@ -34,14 +34,14 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 
-from sparktrain.errors import SparkError
+from sparktrain.core.errors import SparkError
 from sparktrain.eval.headline import HEADLINE_KEYS
 from sparktrain.eval.plot import DPI, LOG_Y_RATIO, png_bytes
-from sparktrain.fsutil import atomic_write_bytes
-from sparktrain.jobfiles import CHECKPOINT, EVAL, job_dir
+from sparktrain.core.fsutil import atomic_write_bytes
+from sparktrain.core.jobfiles import CHECKPOINT, EVAL, job_dir
 from sparktrain.params import MAX_OUTER, Defaults
 from sparktrain.repro.experiments import DvcExperiments, Experiments, ExpRow, read_json, read_yaml
-from sparktrain.safeload import load_yaml
+from sparktrain.core.safeload import load_yaml
 
 # values in one experiment's checkpoint.json: 3 a curve point, outer + 1 points at most
 CHECKPOINT_ITEMS = 4 * (MAX_OUTER + 1) + 10_000

@@ -10,7 +10,7 @@ from typing import Sequence
 
 import numpy as np
 
-from sparktrain.errors import SparkError
+from sparktrain.core.errors import SparkError
 from sparktrain.model.config import ModelConfig
 from sparktrain.model.sample import MAX_NEW, generate_tokens
 from sparktrain.data.pairs import prompt_tokens

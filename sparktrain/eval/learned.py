@@ -13,7 +13,7 @@ from pathlib import Path
 
 from sparktrain.data.tokenizer import read_tokenizer
 from sparktrain.eval.generate import continue_text
-from sparktrain.jobfiles import CORPUS, TOKENIZER, WEIGHTS
+from sparktrain.core.jobfiles import CORPUS, TOKENIZER, WEIGHTS
 from sparktrain.model.weights import load_model
 
 PROMPTS = ("import os\n", "def read_config(path", "for i in range(")

@@ -20,8 +20,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from sparktrain.errors import SparkError
-from sparktrain.fsutil import atomic_write_bytes
+from sparktrain.core.errors import SparkError
+from sparktrain.core.fsutil import atomic_write_bytes
 from sparktrain.model.config import SCALES, ModelConfig
 
 SIZE_IN, DPI = (8.0, 5.0), 100   # 800 x 500 pixels

@@ -17,10 +17,10 @@ from pathlib import Path
 from tokenizers import Tokenizer
 
 from sparktrain.export.tokenizer import special_ids
-from sparktrain.jobfiles import CHECKPOINT, TOKENIZER
+from sparktrain.core.jobfiles import CHECKPOINT, TOKENIZER
 from sparktrain.model.config import ModelConfig, n_params
 from sparktrain.params import StepConfig
-from sparktrain.safeload import load_json
+from sparktrain.core.safeload import load_json
 from sparktrain.train.outputs import job_state, read_json
 
 CARD_FILE = "README.md"

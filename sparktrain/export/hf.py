@@ -17,14 +17,14 @@ import numpy as np
 from safetensors import SafetensorError
 from safetensors.numpy import save as save_safetensors
 
-from sparktrain.errors import SparkError, printable
+from sparktrain.core.errors import SparkError, printable
 from sparktrain.export.card import CARD_FILE, job_records, model_card, tokenizer_kind
 from sparktrain.export.mapping import name_map, require_attention
 from sparktrain.export.publish import check_target, publish_dir, publish_file
 from sparktrain.export.tokenizer import special_ids, tokenizer_config, model_tokenizer_json
-from sparktrain.fsutil import canonical_json, read_input
-from sparktrain.jobfiles import TOKENIZER
-from sparktrain.safeload import load_json
+from sparktrain.core.fsutil import canonical_json, read_input
+from sparktrain.core.jobfiles import TOKENIZER
+from sparktrain.core.safeload import load_json
 from sparktrain.model.config import ModelConfig, param_shapes
 from sparktrain.model.memory import weights_fits
 from sparktrain.model.layers import RMS_EPS, ROPE_BASE

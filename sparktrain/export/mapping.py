@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sparktrain.errors import SparkError
+from sparktrain.core.errors import SparkError
 from sparktrain.model.config import ModelConfig, param_shapes
 
 # (Spark name, Hugging Face LlamaForCausalLM name, GGUF `llama` name)

@@ -9,13 +9,13 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from sparktrain.errors import SparkError
-from sparktrain.fsutil import current_umask
-from sparktrain.gate import check_output
+from sparktrain.core.errors import SparkError
+from sparktrain.core.fsutil import current_umask
+from sparktrain.core.gate import check_output
 
 
 def check_target(path: str | os.PathLike, force: bool, kind: str, inputs: tuple = ()) -> Path:
-    """The output gate (sparktrain/gate.py: a new path, or a `kind` output this tool
+    """The output gate (sparktrain/core/gate.py: a new path, or a `kind` output this tool
     wrote, never a device, link, tracked file or one of `inputs`), then: something
     that holds data is replaced only with --force."""
     path = Path(path)

@@ -24,11 +24,11 @@ from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pro
 from sparktrain.data.pairs import BOS, EOS, SEP
 from sparktrain.data.source import trained_on
 from sparktrain.data.tokenizer import read_tokenizer
-from sparktrain.errors import SparkError
-from sparktrain.fsutil import read_input
-from sparktrain.jobfiles import TOKENIZER
+from sparktrain.core.errors import SparkError
+from sparktrain.core.fsutil import read_input
+from sparktrain.core.jobfiles import TOKENIZER
 from sparktrain.model.config import ModelConfig
-from sparktrain.safeload import load_json
+from sparktrain.core.safeload import load_json
 
 SPECIALS = {BOS: "<|bos|>", SEP: "<|sep|>", EOS: "<|eos|>"}
 # One merge that never fires: 0xFD twice. The gguf writer refuses an empty

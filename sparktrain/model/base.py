@@ -25,7 +25,7 @@ from typing import Sequence
 
 import numpy as np
 
-from sparktrain.errors import SparkError
+from sparktrain.core.errors import SparkError
 from sparktrain.model.config import Arch
 
 INIT_STD = 0.02

@@ -13,7 +13,7 @@ import math
 from dataclasses import asdict, dataclass, fields
 
 from sparktrain.vocab import BYTE_VOCAB, MAX_VOCAB
-from sparktrain.errors import SparkError
+from sparktrain.core.errors import SparkError
 
 VOCAB = BYTE_VOCAB
 MAX_PARAMS = 200_000_000

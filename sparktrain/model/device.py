@@ -20,8 +20,8 @@ from typing import Callable
 
 import numpy as np
 
-from sparktrain import BLAS_KERNEL, kernel
-from sparktrain.errors import SparkError
+from sparktrain import runtime
+from sparktrain.core.errors import SparkError
 from sparktrain.model import backend
 
 DEVICES = ("cpu", "cuda", "mps", "auto")
@@ -67,20 +67,21 @@ class Device:
     def made_with(self) -> dict:
         """What else made a CPU run's bytes (checkpoint.json): the BLAS kernel family and
         the numpy / BLAS versions (docs/portability.md); nothing on a GPU."""
-        return {"made_with": kernel.made_with()} if self.host else {}
+        return {"made_with": runtime.made_with()} if self.host else {}
 
     def kernel_record(self) -> dict:
         """perf.json's kernel fields: the family that ran and who chose it."""
         if not self.host:
             return {}
-        return {"blas_kernel": kernel.made_with()["kernel"], "blas_kernel_source": BLAS_KERNEL.source}
+        return {"blas_kernel": runtime.made_with()["kernel"],
+                "blas_kernel_source": runtime.kernel_choice().source}
 
     def kernel_note(self) -> str | None:
         """One line when a CPU run's bytes belong to a kernel family other than the
         portable one (said at import instead when numpy was loaded first)."""
-        if not self.host or BLAS_KERNEL.source == "preloaded":
+        if not self.host or runtime.kernel_choice().source == "preloaded":
             return None
-        return kernel.note(BLAS_KERNEL)
+        return runtime.note(runtime.kernel_choice())
 
     def workers(self, requested: int | None) -> int | None:
         """Gradient processes a run here starts: the CPU's `requested` (None: the usable

@@ -25,7 +25,7 @@ import os
 import resource
 from dataclasses import dataclass
 
-from sparktrain.errors import SparkError
+from sparktrain.core.errors import SparkError
 from sparktrain.model.config import ModelConfig
 
 F32 = 4

@@ -15,7 +15,7 @@ the per-shard gradients live in one shared-memory block, so a micro-step hands
 each worker only its shards' rows and a float; each worker's BLAS stays at 1
 thread (importing sparktrain pins it, in the parent whether or not numpy was
 loaded first, and in the workers through the environment they inherit:
-sparktrain/blas.py), so every process sums a shard the same way.
+sparktrain/runtime.py), so every process sums a shard the same way.
 """
 from __future__ import annotations
 
@@ -28,8 +28,9 @@ from multiprocessing import shared_memory
 
 import numpy as np
 
-from sparktrain.argtypes import env_count
-from sparktrain.errors import SparkError
+from sparktrain.core.argtypes import env_count
+from sparktrain import runtime
+from sparktrain.core.errors import SparkError
 from sparktrain.model import backend
 from sparktrain.model.base import Model
 from sparktrain.model.build import build_model
@@ -171,6 +172,7 @@ class GradientEngine:
     (at most one per shard), and the forward-only `batch_losses` of whole batches."""
 
     def __init__(self, model: Model, shards: int = 1, workers: int | None = None):
+        runtime.start()  # BLAS threads pinned here too, for a script that loaded numpy first
         if not 1 <= shards <= MAX_SHARDS:
             raise SparkError(f"shards must be in [1, {MAX_SHARDS:,}], got {shards:,}")
         if workers is not None and not 1 <= workers <= MAX_WORKERS:

@@ -14,10 +14,10 @@ import numpy as np
 from safetensors import SafetensorError
 from safetensors.numpy import load, save
 
-from sparktrain.errors import SparkError
-from sparktrain.fsutil import atomic_write_bytes, read_input
+from sparktrain.core.errors import SparkError
+from sparktrain.core.fsutil import atomic_write_bytes, read_input
 from sparktrain.model.config import ModelConfig, param_shapes
-from sparktrain.safeload import load_json
+from sparktrain.core.safeload import load_json
 
 META_KEY = "spark"
 

@@ -30,16 +30,16 @@ from typing import Callable
 import numpy as np
 from safetensors.numpy import load
 
-from sparktrain.errors import SparkError
-from sparktrain.jobfiles import CHECKPOINT, EVAL, EVAL_DETAIL, WEIGHTS
+from sparktrain.core.errors import SparkError
+from sparktrain.core.jobfiles import CHECKPOINT, EVAL, EVAL_DETAIL, WEIGHTS
 from sparktrain.repro.lock import LOCK, Output, cache_dir, cached_blob, outputs, read_lock
 from sparktrain.repro.workspace import tool_env
-from sparktrain.safeload import load_json, load_yaml
+from sparktrain.core.safeload import load_json, load_yaml
 
 # JSON strings under these keys are hashes of other outputs: they move with the floats.
 HASH_KEY_MARK = "sha256"
 # checkpoint.json's record of what made the bytes (BLAS kernel family, numpy and BLAS
-# versions; sparktrain/kernel.py): not a number to compare, it is named on its own.
+# versions; sparktrain/runtime.py): not a number to compare, it is named on its own.
 MADE_WITH = "made_with"
 MADE_WITH_PARTS = (("kernel", "the BLAS kernel"), ("numpy", "numpy"), ("blas", "the BLAS library"))
 # The outputs computed with BLAS floats, which may move in the last bits on

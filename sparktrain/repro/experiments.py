@@ -18,8 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from sparktrain.errors import SparkError
-from sparktrain.safeload import MAX_ITEMS, load_json, load_yaml
+from sparktrain.core.errors import SparkError
+from sparktrain.core.safeload import MAX_ITEMS, load_json, load_yaml
 
 MAX_FILE_BYTES = 16 * 2 ** 20   # params.yaml, dvc.lock, eval.json, checkpoint.json
 # exp_show's State column: anything but these has no results to read

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from sparktrain.errors import SparkError, printable
+from sparktrain.core.errors import SparkError, printable
 from sparktrain.repro.lock import outputs, read_lock, restore_outputs
 
 EXIT = {"SIGINT": 130, "SIGTERM": 143}  # 128 + the signal number, as shells report it

@@ -9,9 +9,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from sparktrain.errors import SparkError, printable
-from sparktrain.fsutil import atomic_write_bytes, read_input
-from sparktrain.safeload import load_yaml
+from sparktrain.core.errors import SparkError, printable
+from sparktrain.core.fsutil import atomic_write_bytes, read_input
+from sparktrain.core.safeload import load_yaml
 
 LOCK = "dvc.lock"
 DEFAULT_CACHE = Path(".dvc/cache")

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from sparktrain.errors import SparkError
+from sparktrain.core.errors import SparkError
 
 # Left behind by earlier runs or by the environment; never part of a copy.
 NOT_COPIED = (".venv/", "out/", ".dvc/cache/", ".dvc/tmp/", "tmp/")

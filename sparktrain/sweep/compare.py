@@ -9,10 +9,10 @@ and whether its points ran now or in an earlier run.
 """
 from __future__ import annotations
 
-from sparktrain.errors import SparkError
-from sparktrain.jobfiles import EVAL, job_dir
+from sparktrain.core.errors import SparkError
+from sparktrain.core.jobfiles import EVAL, job_dir
 from sparktrain.repro.experiments import Experiments, read_json, read_yaml
-from sparktrain.safeload import load_yaml
+from sparktrain.core.safeload import load_yaml
 from sparktrain.sweep.grid import Point
 
 WEIGHTS_SUFFIX = ".safetensors"  # the output the table shows a hash of

@@ -14,9 +14,9 @@ import math
 import re
 from dataclasses import dataclass
 
-from sparktrain.errors import SparkError
+from sparktrain.core.errors import SparkError
 from sparktrain.params import parse_params
-from sparktrain.safeload import load_yaml
+from sparktrain.core.safeload import load_yaml
 
 MAX_POINTS = 10_000  # a grid larger than this is a typo, not a sweep (docs: README, spark sweep)
 KEY = re.compile(r"^(\+?)([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_]+)*)=(.+)$")

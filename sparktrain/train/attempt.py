@@ -5,7 +5,7 @@ previous good outputs (run_failed), then raised.
 """
 from __future__ import annotations
 
-from sparktrain.errors import TrainingFailed
+from sparktrain.core.errors import TrainingFailed
 from sparktrain.model.parallel import quiet_nonfinite
 from sparktrain.train.loop import run_step
 from sparktrain.train.record import run_failed

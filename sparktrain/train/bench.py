@@ -18,9 +18,9 @@ import time
 
 import numpy as np
 
-from sparktrain import kernel
-from sparktrain.blas import live_threads
-from sparktrain.fsutil import sha256_bytes
+from sparktrain import runtime
+from sparktrain.runtime import live_threads
+from sparktrain.core.fsutil import sha256_bytes
 from sparktrain.model.batch import TokenBatch
 from sparktrain.model.build import build_model
 from sparktrain.model.memory import check_fits
@@ -134,7 +134,7 @@ def run_bench(scale: str, batch_size: int | None = None, steps: int = 10,
         "n_params": model.n_params,
         "batch_size": batch_size, "seq_len": cfg.seq_len, "steps": steps,
         "warmup_steps": WARMUP_STEPS, "blas_threads": live_threads(),
-        "blas_kernel": kernel.made_with()["kernel"],
+        "blas_kernel": runtime.made_with()["kernel"],
         "shards": shards, "workers": workers, "update": make_update.label,
         "median_step_s": step_s, "min_step_s": float(min(times)),
         "tokens_per_s": tok_s, "flops_per_token": model.flops_per_token(),

@@ -9,9 +9,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from sparktrain.data.corpus import STDLIB
-from sparktrain.errors import SparkError
-from sparktrain.fsutil import check_regular, sha256_file
-from sparktrain.jobfiles import JOBS_ROOT, check_job_id
+from sparktrain.core.errors import SparkError
+from sparktrain.core.fsutil import check_regular, sha256_file
+from sparktrain.core.jobfiles import JOBS_ROOT, check_job_id
 
 SUPPORTED_METHODS = ("spark_distill_cpu",)
 FRESH_INIT = "fresh-init"
@@ -126,9 +126,9 @@ def validate_job(job: Job) -> Job:
 
 
 def gate_job(job: Job) -> Job:
-    """The output gate (sparktrain/gate.py) on the job folder: new, or a job folder this
+    """The output gate (sparktrain/core/gate.py) on the job folder: new, or a job folder this
     tool made; never one of its inputs (its own weights as the base is an update)."""
-    from sparktrain.gate import check_job_live, check_output
+    from sparktrain.core.gate import check_job_live, check_output
 
     out = Path(job.out)
     base = job.base if job.base_is_weights else None

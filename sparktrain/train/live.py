@@ -10,7 +10,7 @@ that shows it (docs/training.md "Curves and progress").
   leaves the last good curves as they were.
 - One plain progress line per pass through the caller's `progress(line)`.
 - On a terminal, when `progress` is the default writer to stderr (`StderrLines`),
-  a rich bar over the micro-steps (sparktrain/progress.py) with those lines above
+  a rich bar over the micro-steps (sparktrain/core/progress.py) with those lines above
   it. A caller's own callable always gets lines.
 
 The series written are `METRICS` (each under its `series_name`), all decided by
@@ -30,9 +30,9 @@ from pathlib import Path
 
 from dvclive import Live
 
-from sparktrain.gate import replace_owned_folder
-from sparktrain.jobfiles import LIVE_DIR, LIVE_PENDING
-from sparktrain.progress import Progress
+from sparktrain.core.gate import replace_owned_folder
+from sparktrain.core.jobfiles import LIVE_DIR, LIVE_PENDING
+from sparktrain.core.progress import Progress
 
 METRICS = ("loss", "heldout_loss", "heldout_bpb", "lr")
 # A record key's DVCLive series, where the name alone would mislead: the per-pass bpb

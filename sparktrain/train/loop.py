@@ -23,8 +23,8 @@ import numpy as np
 
 from sparktrain.data.base import DataSource, TrainingData, score
 from sparktrain.data.tokenizer import job_tokenizer
-from sparktrain.errors import SparkError, TrainingFailed
-from sparktrain.jobfiles import CORPUS
+from sparktrain.core.errors import SparkError, TrainingFailed
+from sparktrain.core.jobfiles import CORPUS
 from sparktrain.model.base import Model
 from sparktrain.model.build import build_model
 from sparktrain.model.config import ModelConfig

@@ -25,11 +25,11 @@ import re
 from datetime import datetime, timezone
 from pathlib import Path
 
-from sparktrain.errors import SparkError
-from sparktrain.fsutil import atomic_write_bytes, canonical_json, read_input, sha256_file
-from sparktrain.jobfiles import (ARTIFACT, CHECKPOINT, EVAL, EVAL_DETAIL, FAILED, PERF,
+from sparktrain.core.errors import SparkError
+from sparktrain.core.fsutil import atomic_write_bytes, canonical_json, read_input, sha256_file
+from sparktrain.core.jobfiles import (ARTIFACT, CHECKPOINT, EVAL, EVAL_DETAIL, FAILED, PERF,
                                  RESUME_STATE, RESUME_TENSORS, STATUS, WEIGHTS)
-from sparktrain.safeload import load_json
+from sparktrain.core.safeload import load_json
 
 JOURNAL = ".commit"
 LOCK = ".lock"

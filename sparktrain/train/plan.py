@@ -11,8 +11,8 @@ from pathlib import Path
 
 from sparktrain.data.base import DataSource
 from sparktrain.data.tokenizer import job_tokenizer
-from sparktrain.fsutil import canonical_json
-from sparktrain.jobfiles import ARTIFACT, STATUS
+from sparktrain.core.fsutil import canonical_json
+from sparktrain.core.jobfiles import ARTIFACT, STATUS
 from sparktrain.model.config import ModelConfig, flops_per_token, n_params
 from sparktrain.train import outputs
 from sparktrain.train.job import Job
@@ -60,7 +60,7 @@ def preflight(step, cfg: ModelConfig, source: DataSource, vocab: int | None = No
     folder): what the loop would refuse later is refused here, nothing changed."""
     from sparktrain.model.memory import step_fits
     from sparktrain.model.parallel import MAX_SHARDS, MAX_WORKERS
-    from sparktrain.errors import SparkError
+    from sparktrain.core.errors import SparkError
 
     if not 1 <= step.shards <= MAX_SHARDS:
         raise SparkError(f"shards must be in [1, {MAX_SHARDS:,}], got {step.shards:,}")

@@ -11,10 +11,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from sparktrain.blas import live_threads
-from sparktrain.errors import TrainingFailed
-from sparktrain.fsutil import canonical_json, sha256_bytes
-from sparktrain.jobfiles import ARTIFACT, CHECKPOINT, PERF, WEIGHTS
+from sparktrain.runtime import live_threads
+from sparktrain.core.errors import TrainingFailed
+from sparktrain.core.fsutil import canonical_json, sha256_bytes
+from sparktrain.core.jobfiles import ARTIFACT, CHECKPOINT, PERF, WEIGHTS
 from sparktrain.model.weights import weights_bytes
 from sparktrain.params import step_record
 from sparktrain.train import live, outputs, resume

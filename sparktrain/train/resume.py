@@ -14,11 +14,11 @@ import os
 
 import numpy as np
 
-from sparktrain.errors import SparkError
-from sparktrain.fsutil import canonical_json, read_input, sha256_bytes
-from sparktrain.jobfiles import RESUME_STATE, RESUME_TENSORS
+from sparktrain.core.errors import SparkError
+from sparktrain.core.fsutil import canonical_json, read_input, sha256_bytes
+from sparktrain.core.jobfiles import RESUME_STATE, RESUME_TENSORS
 from sparktrain.model.base import Model
-from sparktrain.safeload import load_json
+from sparktrain.core.safeload import load_json
 from sparktrain.model.weights import check_params, config_from_meta, load_weights, weights_bytes
 from sparktrain.train import outputs
 from sparktrain.train.job import Job

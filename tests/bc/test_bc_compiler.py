@@ -85,7 +85,7 @@ def test_unicode_strings_round_trip():
 
 def test_string_over_the_u16_length_limit_is_a_source_error():
     import pytest
-    from sparktrain.errors import SourceError
+    from sparktrain.core.errors import SourceError
     with pytest.raises(SourceError, match="over the 65535-byte limit"):
         compile_source('model code\nlet a "' + "x" * 65536 + '"\n', "big.spark")
 

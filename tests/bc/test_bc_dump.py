@@ -9,7 +9,7 @@ from sparktrain.bc.dump import dump_json, dump_text, xrefs
 from sparktrain.bc.opcodes import TABLE
 from sparktrain.bc.program import Program, layout_code
 from sparktrain.cli import main
-from sparktrain.fsutil import canonical_json
+from sparktrain.core.fsutil import canonical_json
 
 VECTOR = Path(__file__).resolve().parents[2] / "tests" / "vectors" / "spark-train-step.spark"
 

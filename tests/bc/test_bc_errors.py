@@ -11,7 +11,7 @@ import pytest
 from sparktrain.bc.compiler import compile_source
 from sparktrain.bc.reader import decode
 from sparktrain.cli import main
-from sparktrain.errors import BytecodeError, SourceError
+from sparktrain.core.errors import BytecodeError, SourceError
 
 
 def u16(n):

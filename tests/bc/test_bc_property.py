@@ -14,7 +14,7 @@ from sparktrain.bc.opcodes import TABLE
 from sparktrain.bc.program import CONST_STR, VERSION, Program, layout_code
 from sparktrain.bc.reader import decode
 from sparktrain.bc.writer import encode
-from sparktrain.errors import BytecodeError
+from sparktrain.core.errors import BytecodeError
 
 ROOT = Path(__file__).resolve().parents[2]
 SEEDS = [compile_source((ROOT / p).read_text()) for p in

@@ -6,7 +6,7 @@ from sparktrain.bc.program import (Program, TrainDecl, job_of, layout_code, oper
                                    train_decls)
 from sparktrain.bc.reader import decode, iter_instructions
 from sparktrain.bc.writer import encode
-from sparktrain.errors import BytecodeError
+from sparktrain.core.errors import BytecodeError
 
 
 def test_table_has_the_38_spec_opcodes():

@@ -7,7 +7,7 @@ import pytest
 from sparktrain.bc.compiler import compile_program
 from sparktrain.bc.program import Program, layout_code
 from sparktrain.bc.vm import EXECUTABLE, execute
-from sparktrain.errors import SparkError
+from sparktrain.core.errors import SparkError
 
 SOURCE = """model code
 model train dataset "d.jsonl" base "fixture-base" out "out/train/job-1" method "spark_distill_cpu" -> job

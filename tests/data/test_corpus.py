@@ -4,7 +4,7 @@ import os
 import pytest
 
 from sparktrain.data.corpus import STDLIB, is_heldout, manifest_sha256, read_corpus
-from sparktrain.errors import SparkError
+from sparktrain.core.errors import SparkError
 
 
 def tree(root, files):

@@ -10,7 +10,7 @@ from sparktrain.data.bpb import bits_per_byte, compressor_bpb
 from sparktrain.data.stream import (WindowSampler, read_stream, stream_batches, stream_of,
                                     write_stream)
 from sparktrain.data.tokenizer import ByteTokenizer
-from sparktrain.errors import SparkError
+from sparktrain.core.errors import SparkError
 
 
 def test_stream_frames_each_text_and_round_trips_uint8_and_uint16(tmp_path):

@@ -5,7 +5,7 @@ import pytest
 from sparktrain.data.tokenizer import (ByteTokenizer, load_tokenizer, make_tokenizer,
                                        parse_tokenizer, train_bpe)
 from sparktrain.vocab import MIN_BPE_VOCAB, token_dtype
-from sparktrain.errors import SparkError
+from sparktrain.core.errors import SparkError
 
 TEXTS = ["def add(a, b):\n    return a + b\n", "for i in range(10):\n    print(i)\n",
          "class Point:\n    def __init__(self, x, y):\n        self.x = x\n"] * 20

@@ -9,7 +9,7 @@ import struct
 import matplotlib.axes
 import pytest
 
-from sparktrain.errors import SparkError
+from sparktrain.core.errors import SparkError
 from sparktrain.eval import compare as cmp
 from sparktrain.eval.headline import HEADLINE_KEYS
 from sparktrain.repro.experiments import ExpRow

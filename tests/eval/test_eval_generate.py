@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from sparktrain.errors import SparkError
+from sparktrain.core.errors import SparkError
 from sparktrain.data.pairs import decode
 from sparktrain.eval.generate import generate, prompt_context
 from sparktrain.model.sample import generate_tokens, pick_next

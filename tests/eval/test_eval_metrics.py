@@ -4,7 +4,7 @@ import math
 import numpy as np
 import pytest
 
-from sparktrain.errors import SparkError
+from sparktrain.core.errors import SparkError
 from sparktrain.data.pairs_score import evaluate
 from sparktrain.model.batch import PoolBatch, TokenBatch
 from sparktrain.model.build import build_model

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from sparktrain.errors import SparkError
+from sparktrain.core.errors import SparkError
 from sparktrain.eval.plot import (HELDOUT_COLOR, TRAIN_COLOR, heldout_points, render,
                                   scale_label, write_loss_png)
 from sparktrain.model.config import SCALES

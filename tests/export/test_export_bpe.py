@@ -7,7 +7,7 @@ import gguf
 import pytest
 
 from sparktrain.data.tokenizer import train_bpe
-from sparktrain.fsutil import sha256_bytes
+from sparktrain.core.fsutil import sha256_bytes
 from sparkhelp import assert_one_line_error, run_spark
 
 from exportkit import SMALL, project_prompts, write_weights

@@ -6,7 +6,7 @@ import types
 import numpy as np
 import pytest
 
-from sparktrain.errors import SparkError
+from sparktrain.core.errors import SparkError
 from sparktrain.model import device as devmod
 
 

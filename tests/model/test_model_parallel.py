@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from sparktrain.errors import SparkError
+from sparktrain.core.errors import SparkError
 from sparktrain.model.batch import PoolBatch, TokenBatch
 from sparktrain.model.build import build_model
 from sparktrain.model.config import ModelConfig

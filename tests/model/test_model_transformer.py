@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from sparktrain.errors import SparkError
+from sparktrain.core.errors import SparkError
 from sparktrain.model.base import Model
 from sparktrain.model.batch import PoolBatch, TokenBatch
 from sparktrain.model.build import build_model

@@ -10,7 +10,7 @@
 import numpy as np
 import pytest
 
-from sparktrain.errors import SparkError
+from sparktrain.core.errors import SparkError
 from sparktrain.model import device as devmod
 
 TARGETS = ["strict", "torch-cpu", "torch-gpu"]

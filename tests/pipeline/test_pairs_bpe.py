@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from sparktrain.fsutil import sha256_file
+from sparktrain.core.fsutil import sha256_file
 
 from .conftest import dvc, dvc_json, ran_stages
 

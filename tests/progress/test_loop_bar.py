@@ -18,7 +18,7 @@ from sparkhelp import ROOT, SPARK
 from sparktrain.data.source import source_for
 from sparktrain.model.config import SCALES
 from sparktrain.params import Defaults, StepConfig
-from sparktrain.progress import Progress
+from sparktrain.core.progress import Progress
 from sparktrain.train.job import adhoc_job
 from sparktrain.cli.report import lines_after
 

@@ -1,12 +1,12 @@
-"""The progress helper and the per-pass logger (sparktrain/progress.py,
+"""The progress helper and the per-pass logger (sparktrain/core/progress.py,
 sparktrain/train/live.py): plain lines off a terminal, an ETA from this process's
 work only, DVCLive's files in the job folder."""
 import csv
 import io
 import json
 
-from sparktrain.progress import Progress, eta_seconds, format_seconds
-from sparktrain.jobfiles import LIVE_DIR
+from sparktrain.core.progress import Progress, eta_seconds, format_seconds
+from sparktrain.core.jobfiles import LIVE_DIR
 from sparktrain.train.live import METRICS, Watcher, publish, series_path
 
 

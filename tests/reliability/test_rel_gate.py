@@ -1,5 +1,5 @@
 """Round four, writes: every command that writes a user-named path goes through the
-one output gate (sparktrain/gate.py, docs/outputs.md "The output gate").
+one output gate (sparktrain/core/gate.py, docs/outputs.md "The output gate").
 
 The property: for every writing command and every forbidden target (a FIFO, a
 git-tracked file, a link pointing out, one of the command's own inputs), the
@@ -172,8 +172,8 @@ def test_machinery_is_judged_from_the_nearest_project(tmp_path):
     """DVC runs a queued experiment in a clone of its own under .dvc/tmp/exps/: that
     clone's out/ is an output like any other, while the outer project's .dvc/ and
     .git/ stay refused."""
-    from sparktrain.errors import SparkError
-    from sparktrain.gate import check_output
+    from sparktrain.core.errors import SparkError
+    from sparktrain.core.gate import check_output
 
     outer = tmp_path / "proj"
     clone = outer / ".dvc" / "tmp" / "exps" / "run" / "abc"

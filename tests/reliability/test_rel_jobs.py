@@ -8,7 +8,7 @@ import pytest
 
 from relkit import FAST, TRAIN, snapshot, trained  # noqa: F401  (fixture)
 from sparkhelp import SPARK, assert_one_line_error, run_spark
-from sparktrain.fsutil import sha256_file
+from sparktrain.core.fsutil import sha256_file
 from sparktrain.train import outputs
 
 

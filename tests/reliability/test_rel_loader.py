@@ -1,5 +1,5 @@
 """Round four, reads: every JSON/YAML a command reads goes through the one bounded
-loader (sparktrain/safeload.py, docs/outputs.md "The bounded loader").
+loader (sparktrain/core/safeload.py, docs/outputs.md "The bounded loader").
 
 Two halves: the source holds no other JSON/YAML parse call, and every reader,
 fed fuzzed nesting, size, digits, duplicate keys and value counts, returns or
@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 from safetensors.numpy import save
 
 from sparkhelp import ROOT, assert_one_line_error, run_spark
-from sparktrain.errors import SparkError
-from sparktrain.safeload import MAX_ITEMS, MAX_YAML_ITEMS, load_json, load_yaml
+from sparktrain.core.errors import SparkError
+from sparktrain.core.safeload import MAX_ITEMS, MAX_YAML_ITEMS, load_json, load_yaml
 
 PARSERS = re.compile(r"\b(json\.loads?|yaml\.(safe_)?load|yaml\.load_all)\(")
 
@@ -34,7 +34,7 @@ def test_no_reader_parses_json_or_yaml_outside_the_loader():
             for n, line in enumerate(path.read_text().splitlines(), 1):
                 if PARSERS.search(line):
                     found.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()}")
-    assert not found, "parse calls outside sparktrain/safeload.py:\n" + "\n".join(found)
+    assert not found, "parse calls outside sparktrain/core/safeload.py:\n" + "\n".join(found)
 
 
 # ------------------------------------------------------------------ hostile texts

@@ -13,7 +13,7 @@ import pytest
 
 from relkit import FAST, TRAIN, trained  # noqa: F401  (fixture)
 from sparkhelp import assert_one_line_error, run_spark
-from sparktrain.errors import SparkError
+from sparktrain.core.errors import SparkError
 from sparktrain.model.config import ModelConfig
 from sparktrain.model.memory import BASE_BYTES, check_fits, estimate
 

@@ -10,8 +10,8 @@ import pytest
 
 from relkit import trained  # noqa: F401  (fixture)
 from sparkhelp import SPARK, run_spark
-from sparktrain.errors import printable
-from sparktrain.fsutil import write_json
+from sparktrain.core.errors import printable
+from sparktrain.core.fsutil import write_json
 
 
 @pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o077, 0o600), (0o002, 0o664)])

@@ -18,7 +18,7 @@ from sparktrain.bc.compiler import compile_source
 from sparktrain.bc.dump import dump_json, dump_text
 from sparktrain.bc.reader import decode
 from sparktrain.bc.vm import check_executable
-from sparktrain.errors import SparkError
+from sparktrain.core.errors import SparkError
 from sparktrain.model.weights import load_model
 from sparktrain.params import load_params
 from sparktrain.data.pairs import encode_pair, parse_pairs

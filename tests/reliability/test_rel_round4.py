@@ -17,7 +17,7 @@ from safetensors.numpy import save
 
 from relkit import FAST, TRAIN, snapshot, trained  # noqa: F401  (fixture)
 from sparkhelp import ROOT, assert_one_line_error, run_spark
-from sparktrain.errors import SparkError
+from sparktrain.core.errors import SparkError
 
 
 def _as_bf16(src, dest):
@@ -86,7 +86,7 @@ def test_names_over_the_file_name_limit_are_one_line(trained, argv):
 
 
 def test_sweep_values_of_5000_digits_are_a_refused_point_not_a_traceback():
-    from sparktrain.safeload import load_yaml
+    from sparktrain.core.safeload import load_yaml
     from sparktrain.sweep.compare import point_record
     from sparktrain.sweep.grid import expand, parse_axis
 

@@ -17,10 +17,10 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from sparktrain.data.tokenizer import ByteTokenizer, parse_tokenizer
-from sparktrain.errors import SparkError
+from sparktrain.core.errors import SparkError
 from sparktrain.export import hf
 from sparktrain.model.config import ModelConfig
-from sparktrain.safeload import load_json
+from sparktrain.core.safeload import load_json
 from sparktrain.params import load_params
 
 ROOT = Path(__file__).resolve().parents[2]

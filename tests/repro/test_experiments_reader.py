@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from sparktrain.errors import SparkError
+from sparktrain.core.errors import SparkError
 from sparktrain.repro import experiments as ex
 
 # dvc.api.exp_show's rows as dvc 3 gives them (the workspace, then each baseline

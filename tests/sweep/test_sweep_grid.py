@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from sparkhelp import ROOT
-from sparktrain.errors import SparkError
+from sparktrain.core.errors import SparkError
 from sparktrain.sweep.compare import experiments_of, format_table, lock_outputs, point_record
 from sparktrain.repro.experiments import ExpRow
 from sparktrain.sweep.grid import expand, parse_axis, point_name

@@ -67,7 +67,7 @@ def test_the_peer_trains_the_tiny_coder_job_and_measures_bpb_the_project_way(pro
     # the measurement against the project's model on the same (initial) weights
     from sparktrain.data.prepare import read_prepared
     from sparktrain.data.tokenizer import load_tokenizer
-    from sparktrain.fsutil import sha256_file
+    from sparktrain.core.fsutil import sha256_file
     from sparktrain.train.job import job_from_program
 
     job = job_from_program(doc["program"], doc["job"])

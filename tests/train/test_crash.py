@@ -11,7 +11,7 @@ import time
 import pytest
 
 from sparkhelp import SPARK, run_spark
-from sparktrain.fsutil import sha256_file
+from sparktrain.core.fsutil import sha256_file
 from sparktrain.model.weights import load_weights
 from sparktrain.train.outputs import job_state, recover, unlock_job
 

@@ -6,8 +6,8 @@ import json
 import numpy as np
 import pytest
 
-from sparktrain.errors import SparkError, TrainingFailed
-from sparktrain.fsutil import sha256_file
+from sparktrain.core.errors import SparkError, TrainingFailed
+from sparktrain.core.fsutil import sha256_file
 from sparktrain.model.config import SCALES
 from sparktrain.model.weights import load_weights
 from sparktrain.data.source import source_for

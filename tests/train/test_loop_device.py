@@ -18,7 +18,7 @@ import pytest
 import sparktrain.train.loop as loop
 from sparkhelp import ROOT, assert_one_line_error, run_spark
 from sparktrain.data.source import prepare_job, source_for
-from sparktrain.errors import SparkError, TrainingFailed
+from sparktrain.core.errors import SparkError, TrainingFailed
 from sparktrain.model.config import SCALES
 from sparktrain.model.device import CPU
 from sparktrain.model.weights import load_weights

@@ -15,7 +15,7 @@ from sparktrain.data.corpus_source import CorpusSource
 from sparktrain.data.pairs_source import PairsSource
 from sparktrain.data.source import SOURCES, prepare_job, source_for
 from sparktrain.data.text import TextSource
-from sparktrain.errors import SparkError
+from sparktrain.core.errors import SparkError
 from sparktrain.model.config import SCALES
 from sparktrain.params import CorpusConfig, Defaults, StepConfig
 from sparktrain.train.job import adhoc_job

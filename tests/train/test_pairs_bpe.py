@@ -11,7 +11,7 @@ import pytest
 
 from sparkhelp import ROOT, assert_one_line_error, run_spark
 from sparktrain.data.tokenizer import load_tokenizer, train_bpe
-from sparktrain.fsutil import sha256_file
+from sparktrain.core.fsutil import sha256_file
 from sparktrain.model.weights import load_model
 from sparktrain.data.pairs import Pair, encode_pair, load_dataset, load_pairs
 from test_corpus_loop import coder_project, stage

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from sparktrain.errors import SparkError
+from sparktrain.core.errors import SparkError
 from sparktrain.params import StepConfig, load_params
 
 BASE = {

@@ -1,6 +1,6 @@
 """The project's own error type: a user mistake, reported as one line, exit 2."""
 
-from sparktrain.textout import printable  # noqa: F401  (the one helper; errors quote user text)
+from sparktrain.core.textout import printable  # noqa: F401  (the one helper; errors quote user text)
 
 
 class SparkError(Exception):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sparktrain.errors import SparkError
+from sparktrain.core.errors import SparkError
 
 OUT = "out"
 

@@ -1,16 +1,26 @@
-"""The BLAS kernel family: chosen before numpy loads, read back for the record.
+"""The process set-up that must come before numpy loads: one `start()`.
 
-OpenBLAS picks its matrix kernels by CPU when it is loaded, and kernels of
-different families sum floats in different orders, so they give other bytes
-(an AVX-512 machine runs SkylakeX, an AVX2 machine Haswell or Zen). `choose`
-runs first thing in every process that imports sparktrain (the package's
-__init__, before anything imports numpy) and makes the bytes portable across
-x86-64: when OPENBLAS_CORETYPE is unset and the CPU has AVX2 + FMA, it sets it
-to Haswell, which every such CPU runs; the environment's own value is kept.
-Child processes (gradient workers, DVC stages, sweep points) inherit the
-variable. `made_with` reads back the kernel that really runs (threadpoolctl)
-with the numpy and BLAS versions; checkpoint.json records it and
-`spark repro-check` names it when a hash moves. See docs/portability.md.
+Every entry point (the `spark` and `spark-code` commands, the DVC stage
+package, the tools, the test suite) calls `start()` first; importing the
+package changes nothing. It does three things, once per process:
+
+- **The BLAS kernel family.** OpenBLAS picks its matrix kernels by CPU when it
+  is loaded, and kernels of different families sum floats in different orders,
+  so they give other bytes. When OPENBLAS_CORETYPE is unset and the CPU has
+  AVX2 + FMA, `choose` sets it to Haswell, which every such CPU runs; the
+  environment's own value is kept, `SPARK_BLAS_KERNEL=native` opts out. Child
+  processes (gradient workers, DVC stages, sweep points) inherit the variable.
+  `made_with` reads back the kernel that really runs (docs/portability.md).
+- **The BLAS thread pool.** The thread count decides how a matmul's sums are
+  split, so `pin` sets it in the environment (read when BLAS loads, and by
+  every child) and through threadpoolctl (pools already loaded);
+  `live_threads` reads it back for the records (docs/training.md, "Threads
+  and shards").
+- **The allocator.** glibc keeps freed blocks instead of unmapping them, so a
+  training step reuses its pages (`_keep_freed_memory`).
+
+`start` raises SparkError for a bad SPARK_BLAS_KERNEL / SPARK_BLAS_THREADS;
+the entry point turns it into one line and exit 2.
 """
 from __future__ import annotations
 
@@ -19,9 +29,12 @@ import platform
 import sys
 from dataclasses import dataclass
 
-from sparktrain.errors import SparkError
+from threadpoolctl import threadpool_info, threadpool_limits
 
-ENV = "SPARK_BLAS_KERNEL"          # portable (default) | native
+from sparktrain.core.argtypes import env_count
+from sparktrain.core.errors import SparkError
+
+KERNEL_ENV = "SPARK_BLAS_KERNEL"          # portable (default) | native
 MODES = ("portable", "native")
 CORETYPE = "OPENBLAS_CORETYPE"     # what OpenBLAS reads when it loads
 PORTABLE = "Haswell"               # AVX2 + FMA: every x86-64 CPU since 2013
@@ -43,9 +56,9 @@ class Choice:
 
 
 def requested_mode(environ=os.environ) -> str:
-    value = environ.get(ENV, "").strip().lower() or "portable"
+    value = environ.get(KERNEL_ENV, "").strip().lower() or "portable"
     if value not in MODES:
-        raise SparkError(f"{ENV}={environ.get(ENV)!r}: expected one of {', '.join(MODES)}")
+        raise SparkError(f"{KERNEL_ENV}={environ.get(KERNEL_ENV)!r}: expected one of {', '.join(MODES)}")
     return value
 
 
@@ -102,7 +115,6 @@ def made_with() -> dict:
     The same on every machine that runs the same kernel and packages (no CPU model,
     no path), so it can sit in a hashed output."""
     import numpy
-    from threadpoolctl import threadpool_info
 
     lib = _numpy_blas(threadpool_info())
     if lib is None:
@@ -129,3 +141,82 @@ def note(choice: Choice, record: dict | None = None) -> str | None:
            "unknown-cpu": "this CPU's features cannot be read here"}[choice.source]
     return (f"{why}, so the portable {PORTABLE} kernel is not used; the "
             f"bytes belong to the {kernel} kernel family")
+
+THREADS_ENV = "SPARK_BLAS_THREADS"
+DEFAULT_THREADS = 1
+# What the BLAS and OpenMP builds numpy may load read at start-up.
+LIBRARY_ENV = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
+               "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")
+
+
+def requested_threads(environ=os.environ) -> int:
+    """SPARK_BLAS_THREADS, else 1."""
+    return env_count(THREADS_ENV, DEFAULT_THREADS, environ)
+
+
+def pin(threads: int) -> int:
+    """Run BLAS on `threads` threads in this process and in the processes it starts."""
+    for var in LIBRARY_ENV:
+        os.environ[var] = str(threads)
+    threadpool_limits(limits=threads, user_api="blas")
+    return threads
+
+
+def live_threads() -> int:
+    """The threads the loaded BLAS runs on now (the largest pool, if several are
+    loaded); the requested count when no BLAS is loaded yet."""
+    pools = [p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"]
+    return max(pools) if pools else requested_threads()
+
+
+def _keep_freed_memory() -> None:
+    """Let glibc keep freed blocks instead of unmapping them.
+
+    A training step allocates and frees tens of MB of activations. By default
+    glibc serves each large array with a fresh mmap and unmaps it when freed,
+    so every step pays page faults on first touch (about a quarter of the
+    large-scale step time here). Raising the mmap and trim thresholds makes
+    later steps reuse the same pages. No effect on results; no-op off glibc.
+    """
+    try:
+        import ctypes
+        libc = ctypes.CDLL("libc.so.6")
+        M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+        libc.mallopt(M_MMAP_THRESHOLD, 512 * 1024 * 1024)
+        libc.mallopt(M_TRIM_THRESHOLD, 1024 * 1024 * 1024)
+    except (OSError, AttributeError):
+        pass
+
+
+@dataclass(frozen=True)
+class Started:
+    """What `start` decided for this process."""
+    kernel: Choice
+    threads: int
+
+
+_STARTED: Started | None = None
+
+
+def start() -> Started:
+    """Choose the kernel, pin the threads, keep freed memory; once per process.
+
+    Call it before anything imports numpy. A later call returns the first one's
+    answer. A script that loaded numpy first still gets its threads pinned and a
+    note on stderr when the kernel is not the portable one."""
+    global _STARTED
+    if _STARTED is None:
+        kernel = choose()
+        if kernel.source == "preloaded":
+            line = note(kernel)
+            if line:
+                sys.stderr.write(f"spark: note: {line}\n")
+        threads = pin(requested_threads())
+        _keep_freed_memory()
+        _STARTED = Started(kernel, threads)
+    return _STARTED
+
+
+def kernel_choice() -> Choice:
+    """How this process's kernel was decided (starting it if nobody did)."""
+    return start().kernel

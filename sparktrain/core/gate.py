@@ -22,8 +22,8 @@ import stat
 import subprocess
 from pathlib import Path
 
-from sparktrain.errors import SparkError, printable
-from sparktrain.jobfiles import (ARTIFACT, CHECKPOINT, CORPUS, EVAL, EVAL_DETAIL, FAILED,
+from sparktrain.core.errors import SparkError, printable
+from sparktrain.core.jobfiles import (ARTIFACT, CHECKPOINT, CORPUS, EVAL, EVAL_DETAIL, FAILED,
                                  LOSS_PNG, PERF, PROGRAM, RESUME_STATE, RESUME_TENSORS,
                                  STATUS, TOKENIZER, WEIGHTS)
 
@@ -166,8 +166,8 @@ def _made_by_us(path: Path, kind: str, size: int) -> bool:
         if size > JSON_CAP:
             return False
         text = head + f.read()
-    from sparktrain.fsutil import canonical_json
-    from sparktrain.safeload import load_json
+    from sparktrain.core.fsutil import canonical_json
+    from sparktrain.core.safeload import load_json
 
     try:
         return canonical_json(load_json(text, os.fspath(path))).encode() == text

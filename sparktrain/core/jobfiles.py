@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from sparktrain.errors import SparkError
+from sparktrain.core.errors import SparkError
 
 JOBS_ROOT = Path("out/train")   # the pipeline's job folders: out/train/<job id>/
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from sparktrain.errors import SparkError
+from sparktrain.core.errors import SparkError
 
 
 def positive_int(text: str) -> int:

@@ -17,7 +17,7 @@ import stat
 import tempfile
 from pathlib import Path
 
-from sparktrain.errors import SparkError
+from sparktrain.core.errors import SparkError
 
 
 def canonical_json(obj) -> str:

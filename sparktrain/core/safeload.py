@@ -30,7 +30,7 @@ import re
 
 import yaml
 
-from sparktrain.errors import SparkError
+from sparktrain.core.errors import SparkError
 
 MAX_DEPTH = 64
 MAX_INT = 2 ** 63  # a config value beyond this is a typo (and overflows float conversion)
