@@ -11,12 +11,13 @@ LOCK   := requirements.lock
 
 .PHONY: help setup run test test-sparkbc test-fast spark-sgd-proof spark-sgd-proof-scale \
         sparkbc-e2e repro-check bench clean lock test-hf test-gpu spark-coder-proof spark-coder-proof-dvc \
-        readme-figures readme-figures-stable
+        readme-figures readme-figures-stable deps
 
 help:
 	@echo "make run        set up, run the default job (dvc repro), print a summary"
 	@echo "make test       set up, run the whole test suite"
 	@echo "make test-sparkbc   only the SPARK_BC toolchain tests"
+	@echo "make deps          rewrite dvc.yaml's code deps from the import graph (tools/stage_deps.py)"
 	@echo "make lock          refresh requirements.lock (uv pip compile --universal), then make setup"
 	@echo "make test-hf       install the hf extra (torch, transformers) and run the export proofs"
 	@echo "make test-gpu      install the gpu extra (torch) and run the array-path tests on it;"
@@ -73,6 +74,10 @@ test-gpu: $(STAMP)
 	@echo "make test-gpu: installing the gpu extra; unless torch is already installed, pip fetches the CUDA build on Linux (~3.2 GB of NVIDIA libraries, .venv grows to ~5.9 GB)"
 	$(PY) -m pip install -q -c $(LOCK) -e '.[dev,gpu]'
 	$(PY) -m pytest -q -rs $(GPU_TESTS)
+
+# Each stage's code deps in dvc.yaml, from the import graph (a test fails when they drift).
+deps: $(STAMP)
+	$(PY) tools/stage_deps.py --write
 
 clean:
 	rm -rf out .pytest_cache .hypothesis

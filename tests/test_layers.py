@@ -1,4 +1,4 @@
-"""The house in floors (STYLE.md "The house", docs/README.md "Where the code is"):
+"""The house in floors (docs/README.md "Where the code is"):
 every sparktrain/ module imports only from its own floor or below, no modules
 import each other in a circle, and every command lives in sparktrain/cli/.
 

@@ -19,7 +19,7 @@ Both refuse, in one line naming the file, what would make a small file expensive
 - text longer than `max_bytes` (the caller's cap of its kind; 64 MiB unless told).
 
 Every JSON or YAML document a command reads goes through `load_json` /
-`load_yaml` (STYLE.md habit 18; tests/reliability/test_rel_loader.py holds the
+`load_yaml` (tests/reliability/test_rel_loader.py holds the
 list). File size caps come first, through fsutil.read_input (params.yaml: 1 MiB).
 See docs/outputs.md ("The bounded loader") and docs/pipeline.md ("Hostile inputs").
 """

@@ -206,8 +206,10 @@ def dry_artifact(job) -> str:
                          f"spark-train-dry {job.id}")
 
 
-def sgd_artifact(job, step_n: int) -> str:
-    return artifact_text([("mode", "cpu-sgd"), ("not_sgd", False), ("trained", True),
+def sgd_artifact(job, step_n: int, device: str = "cpu", optimizer: str = "sgd") -> str:
+    """The trained run's marker; `mode` names the device kind and the optimizer that
+    ran (`cpu-sgd` for the original's default, `cpu-adamw`, `cuda-muon`, ...)."""
+    return artifact_text([("mode", f"{device}-{optimizer}"), ("not_sgd", False), ("trained", True),
                           ("step_n", step_n), ("op", "step"),
                           ("weights", job.rel(WEIGHTS)),
                           ("checkpoint", job.rel(CHECKPOINT))],

@@ -140,8 +140,14 @@ def perf(run, log: Log) -> dict:
               **run.device.kernel_record()}
     peak = run.device.matmul_peak()
     if peak:
+        # every worker process computed (one BLAS pool each, measured here at this
+        # process's thread count): utilisation is over the peak of all of them
+        processes = run.engine.workers if run.device.host else 1
         record["matmul_peak_flops_per_s"] = round(peak, 1)
-        record["mfu"] = round(record["model_flops_per_s"] / peak, 4)
+        record["matmul_peak_processes"] = processes
+        mfu = record["model_flops_per_s"] / (peak * processes)
+        if mfu <= 1:  # above 1 the peak was mis-measured (a busy machine): no ratio
+            record["mfu"] = round(mfu, 4)
     return record
 
 
@@ -153,7 +159,8 @@ def commit(run, log: Log, changed: list[str], labels: dict) -> StepResult:
     wsha = sha256_bytes(wbytes)
     ck = checkpoint(run, log, changed, wsha, labels)
     files = {WEIGHTS: wbytes, CHECKPOINT: canonical_json(ck).encode(),
-             ARTIFACT: outputs.sgd_artifact(job, run.step_n).encode()}
+             ARTIFACT: outputs.sgd_artifact(job, run.step_n, run.device.kind,
+                                               run.step.optimizer).encode()}
     outputs.commit_files(job.out_dir, files)
     outputs.clear_failure(job.out_dir)
     resume.clear(job.out_dir)
