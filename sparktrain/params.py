@@ -23,11 +23,11 @@ from sparktrain.vocab import MAX_VOCAB, MIN_BPE_VOCAB, TOKENIZERS
 from sparktrain.core.errors import SparkError
 from sparktrain.core.fsutil import read_input
 from sparktrain.core.jobfiles import check_job_id
+from sparktrain.core.project import PARAMS_FILE
 from sparktrain.model.config import ARCH_KEYS, SCALES, ModelConfig
 from sparktrain.model.device import DEVICES
 from sparktrain.core.safeload import load_yaml
 
-PARAMS_FILE = "params.yaml"
 # The Spark-coder recipes, one row per scale, each row a whole params file
 # (`spark code train --scale S`; docs/compat.md).
 RECIPES_FILE = "data/programs/coder-recipes.yaml"

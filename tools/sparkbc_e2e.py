@@ -20,6 +20,7 @@ from pathlib import Path
 from sparktrain.core.errors import SparkError
 from sparktrain.core.fsutil import sha256_file
 from sparktrain.core.jobfiles import WEIGHTS, job_dir
+from sparktrain.core.project import PARAMS_FILE
 from sparktrain.repro.workspace import copy_project, tool_env
 from sparktrain.core.safeload import load_yaml
 
@@ -32,13 +33,13 @@ def _run(cmd: list[str], cwd: Path) -> None:
 
 
 def weights_path(repo: Path) -> Path:
-    params = load_yaml((repo / "params.yaml").read_bytes(), "params.yaml")
+    params = load_yaml((repo / PARAMS_FILE).read_bytes(), PARAMS_FILE)
     return job_dir(params["job"], repo) / WEIGHTS
 
 
 def spark_run_weights(root: Path, workdir: Path) -> str:
     repo = copy_project(root, workdir / "spark-run")
-    params = load_yaml((repo / "params.yaml").read_bytes(), "params.yaml")
+    params = load_yaml((repo / PARAMS_FILE).read_bytes(), PARAMS_FILE)
     _run(["spark", "run", params["program"]], repo)
     return sha256_file(weights_path(repo))
 

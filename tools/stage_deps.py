@@ -110,9 +110,9 @@ def _flow(entries: list[str], indent: str) -> list[str]:
 
 def stage_blocks(text: str) -> dict[str, tuple[int, int, str, list[str]]]:
     """stage -> (first line of its deps, line after them, its cmd's module, data deps)."""
-    import yaml
+    from sparktrain.core.safeload import load_yaml
 
-    stages = yaml.safe_load(text)["stages"]
+    stages = load_yaml(text, "dvc.yaml")["stages"]
     lines = text.splitlines()
     found, current = {}, None
     for i, line in enumerate(lines):

@@ -9,6 +9,7 @@ import math
 import os
 import sys
 
+from sparktrain.eval.headline import HEADLINE_KEYS
 from sparktrain.model.device import DEVICES
 from sparktrain.core.textout import printable_lines
 
@@ -166,7 +167,7 @@ def format_table(m: dict) -> str:
 
     lines = [f"eval {m['data']}  ({m['n']} rows, {m['n_counted']} counted targets, "
              f"{m['mode']} model, {m['n_truncated']} truncated)"]
-    for key in ("loss", "perplexity", "next_token_accuracy", "copy_recall", "exact_match"):
+    for key in (k for k in HEADLINE_KEYS if k in m):
         extra = f"  ({m['n_copy_probes']} copy probes)" if key == "copy_recall" else ""
         lines.append(f"  {key:<20} {num(m[key])}{extra}")
     lines.append("")
@@ -269,7 +270,9 @@ def cmd_plot(args) -> int:
 
 
 def cmd_compare(args) -> int:
-    from sparktrain.eval.compare import as_json, compare, format_table, write_png
+    from sparktrain.eval.compare.plot import write_png
+    from sparktrain.eval.compare.runs import as_json, compare
+    from sparktrain.eval.compare.table import format_table
     from sparktrain.core.fsutil import canonical_json
     from sparktrain.core.gate import check_output
     from sparktrain.core.project import out_path

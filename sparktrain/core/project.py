@@ -11,6 +11,7 @@ from pathlib import Path
 from sparktrain.core.errors import SparkError
 
 OUT = "out"
+PARAMS_FILE = "params.yaml"   # the knobs, at the root beside dvc.yaml (sparktrain/params.py reads it)
 
 
 def find_root(start: str | Path | None = None) -> Path:

@@ -30,3 +30,20 @@ def printable(text: str, keep: str = "") -> str:
 def printable_lines(text: str) -> str:
     """A multi-line block (a table, a summary): newlines kept, every other control escaped."""
     return printable(text, keep="\n")
+
+
+def first_line(err: BaseException, limit: int = 160) -> str:
+    """An exception's first non-empty line, escaped and cut to `limit` characters
+    (a library's message can be a page long); its type's name when it has none."""
+    lines = [ln for ln in str(err).splitlines() if ln.strip()]
+    return printable(lines[0].strip()[:limit]) if lines else type(err).__name__
+
+
+def columns(head: list[str], rows: list[list[str]], rule: bool = False) -> list[str]:
+    """A plain text table: each column as wide as its widest cell, two spaces apart,
+    no trailing blanks, a line of dashes under the head when `rule` (`spark compare`
+    and `spark sweep` print theirs with it)."""
+    widths = [max(len(str(r[i])) for r in [head] + rows) for i in range(len(head))]
+    lines = ["  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip()
+             for r in [head] + rows]
+    return lines[:1] + ["  ".join("-" * w for w in widths)] + lines[1:] if rule else lines

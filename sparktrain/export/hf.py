@@ -17,6 +17,7 @@ import numpy as np
 from safetensors import SafetensorError
 from safetensors.numpy import save as save_safetensors
 
+from sparktrain.core.textout import first_line
 from sparktrain.core.errors import SparkError, printable
 from sparktrain.export.card import CARD_FILE, job_records, model_card, tokenizer_kind
 from sparktrain.export.mapping import name_map, require_attention
@@ -274,13 +275,10 @@ def _read_tensors(folder: Path) -> dict[str, np.ndarray]:
         except (SafetensorError, ValueError, TypeError, KeyError, OverflowError,
                 RecursionError) as err:
             raise SparkError(f"{os.fspath(path)} is not a readable safetensors file "
-                             f"({_first_line(err)}); float32 and float16 are read") from None
+                             f"({first_line(err)}); float32 and float16 are read") from None
     return tensors
 
 
-def _first_line(err: Exception) -> str:
-    lines = str(err).strip().splitlines()
-    return printable(lines[0][:160]) if lines else type(err).__name__
 
 
 def _spark_params(hf_tensors: dict[str, np.ndarray], cfg: ModelConfig,

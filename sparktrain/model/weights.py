@@ -14,6 +14,7 @@ import numpy as np
 from safetensors import SafetensorError
 from safetensors.numpy import load, save
 
+from sparktrain.core.textout import first_line
 from sparktrain.core.errors import SparkError
 from sparktrain.core.fsutil import atomic_write_bytes, read_input
 from sparktrain.model.config import ModelConfig, param_shapes
@@ -85,7 +86,7 @@ def load_weights(path: str | os.PathLike) -> tuple[dict[str, np.ndarray], dict]:
         tensors = read_tensors(data, path)
         meta = _metadata(data)
     except (SafetensorError, ValueError, json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise SparkError(f"{path} is not a safetensors file ({_first_line(err)})") from None
+        raise SparkError(f"{path} is not a safetensors file ({first_line(err)})") from None
     if META_KEY not in meta:
         raise SparkError(f"{path} is a safetensors file but not Spark weights "
                          f"(no '{META_KEY}' metadata key)")
@@ -171,8 +172,3 @@ def _metadata(data: bytes) -> dict:
     if not isinstance(meta, dict):
         raise ValueError("__metadata__ is not a JSON object")
     return meta
-
-
-def _first_line(err: Exception) -> str:
-    text = str(err).strip().splitlines()
-    return text[0] if text else type(err).__name__

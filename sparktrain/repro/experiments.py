@@ -18,7 +18,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+from sparktrain.core.textout import first_line
 from sparktrain.core.errors import SparkError
+from sparktrain.core.jobfiles import CHECKPOINT, EVAL, job_dir
+from sparktrain.core.project import PARAMS_FILE
 from sparktrain.core.safeload import MAX_ITEMS, load_json, load_yaml
 
 MAX_FILE_BYTES = 16 * 2 ** 20   # params.yaml, dvc.lock, eval.json, checkpoint.json
@@ -76,7 +79,7 @@ class DvcExperiments:
         try:
             table = dvc.api.exp_show(repo=self.repo, revs=rev)
         except (DvcException, OSError) as err:
-            raise SparkError(f"`dvc exp show` failed: {_first_line(err)}") from None
+            raise SparkError(f"`dvc exp show` failed: {first_line(err)}") from None
         return table_rows(table)
 
     def read(self, path: str, rev: str) -> bytes | None:
@@ -90,7 +93,7 @@ class DvcExperiments:
         except IsADirectoryError:
             raise SparkError(f"{path} at {rev} is a folder, not a file") from None
         except (DvcException, OSError) as err:
-            raise SparkError(f"cannot read {path} at {rev}: {_first_line(err)}; fetch it "
+            raise SparkError(f"cannot read {path} at {rev}: {first_line(err)}; fetch it "
                              f"with `dvc exp pull <remote> {rev}`") from None
         if len(data) > MAX_FILE_BYTES:
             raise SparkError(f"{path} at {rev} is larger than {MAX_FILE_BYTES} bytes; "
@@ -130,6 +133,34 @@ def read_json(source: Experiments, path: str, rev: str, max_items: int = MAX_ITE
     return None if data is None else load_json(data, f"{path} at {rev}", max_items=max_items)
 
 
-def _first_line(err: BaseException) -> str:
-    lines = [ln for ln in str(err).splitlines() if ln.strip()]
-    return lines[0] if lines else type(err).__name__
+@dataclass(frozen=True)
+class ExpRecord:
+    """One experiment as its commit recorded it: what `spark compare` and `spark
+    sweep` both start from."""
+    row: ExpRow
+    params: dict               # its params.yaml ({} when absent or not a mapping)
+    metrics_path: str          # the job's eval.json
+    metrics: dict | None       # None: see metrics_error
+    metrics_error: str | None
+
+    def job_file(self, name: str) -> str:
+        return (job_dir(str(self.params.get("job"))) / name).as_posix()
+
+
+def read_record(source: Experiments, row: ExpRow) -> ExpRecord:
+    """An experiment's params.yaml and its job's eval.json, both bounded; an eval.json
+    that is missing or unreadable is recorded as why, not raised."""
+    params = read_yaml(source, PARAMS_FILE, row.rev)
+    params = params if isinstance(params, dict) else {}
+    path = (job_dir(str(params.get("job"))) / EVAL).as_posix()
+    try:
+        metrics = read_json(source, path, row.rev)
+        error = None if isinstance(metrics, dict) else "not in the experiment"
+    except SparkError as err:
+        metrics, error = None, str(err)
+    return ExpRecord(row, params, path, metrics if error is None else None, error)
+
+
+def read_checkpoint(source: Experiments, record: ExpRecord, max_items: int) -> dict | None:
+    """The experiment's checkpoint.json (from the DVC cache); None when it has none."""
+    return read_json(source, record.job_file(CHECKPOINT), record.row.rev, max_items=max_items)

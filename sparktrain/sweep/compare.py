@@ -10,8 +10,8 @@ and whether its points ran now or in an earlier run.
 from __future__ import annotations
 
 from sparktrain.core.errors import SparkError
-from sparktrain.core.jobfiles import EVAL, job_dir
-from sparktrain.repro.experiments import Experiments, read_json, read_yaml
+from sparktrain.core.textout import columns
+from sparktrain.repro.experiments import Experiments, read_record
 from sparktrain.core.safeload import load_yaml
 from sparktrain.sweep.grid import Point
 
@@ -26,18 +26,12 @@ def experiments_of(source: Experiments, baseline: str) -> dict[str, dict]:
     found = {}
     experiments, _ = source.rows(baseline)
     for row in experiments:
-        params = read_yaml(source, "params.yaml", row.rev) or {}
-        metric_path = (job_dir(str(params.get("job") if isinstance(params, dict) else None))
-                       / EVAL).as_posix()
-        try:
-            metric = read_json(source, metric_path, row.rev)
-            entry = {"error": {"msg": "not in the experiment"}} if metric is None \
-                else {"data": metric}
-        except SparkError as err:
-            entry = {"error": {"msg": str(err)}}
+        rec = read_record(source, row)
+        entry = {"data": rec.metrics} if rec.metrics is not None \
+            else {"error": {"msg": rec.metrics_error}}
         lock = source.read(LOCK, row.rev)
-        found[row.name] = {"rev": row.rev, "params": {"params.yaml": {"data": params}},
-                           "metrics": {metric_path: entry},
+        found[row.name] = {"rev": row.rev, "params": rec.params,
+                           "metrics": {rec.metrics_path: entry},
                            "outputs": lock_outputs(lock) if lock is not None else {}}
     return found
 
@@ -61,7 +55,7 @@ def _lookup(tree, dotted: str):
 
 
 def point_record(point: Point, exp: dict | None, outputs: dict, failure: str | None) -> dict:
-    params_doc = ((exp or {}).get("params") or {}).get("params.yaml", {}).get("data", {})
+    params_doc = (exp or {}).get("params") or {}
     params = {key: _lookup(params_doc, key) if exp else _as_written(value)
               for key, value in point.values}
     metrics, errors = {}, []
@@ -124,10 +118,7 @@ def format_table(doc: dict) -> str:
         rows.append([p["name"], p["state"]] + [_cell(p["params"].get(k)) for k in keys]
                     + [_cell(numbers.get(k)) for k in metric_keys]
                     + [(p["outputs"].get(path) or "-")[:8] for path in changed])
-    widths = [max(len(str(r[i])) for r in [header] + rows) for i in range(len(header))]
-    lines = ["  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip()
-             for r in [header] + rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
+    lines = columns(header, rows, rule=True)
     for p in points:
         if p["error"]:
             lines.append(f"{p['name']} failed: {p['error']}")

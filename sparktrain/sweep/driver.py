@@ -21,6 +21,7 @@ from distributed import Client, LocalCluster, as_completed
 from sparktrain.core.errors import SparkError
 from sparktrain.core.safeload import load_yaml
 from sparktrain.core.fsutil import read_input
+from sparktrain.core.project import PARAMS_FILE
 from sparktrain.model.parallel import usable_cores  # noqa: F401  (commands: the default --workers)
 from sparktrain.repro.experiments import DvcExperiments
 from sparktrain.repro.workspace import tool_env
@@ -76,7 +77,7 @@ def plan_sweep(repo: Path, specs: list[str], git_remote: str | None = None,
     if dirty:
         raise SparkError(f"uncommitted changes ({', '.join(dirty[:3])}); the workers run "
                          f"commit {commit[:12]}: commit (and push) them first")
-    params = load_yaml(read_input(repo / "params.yaml", "params file"), "params.yaml") or {}
+    params = load_yaml(read_input(repo / PARAMS_FILE, "params file"), PARAMS_FILE) or {}
     points = expand(axes, params)
     if one_machine and git_remote is None and dvc_remote is None \
             and not _has_shared_remotes(repo):

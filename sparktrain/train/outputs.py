@@ -29,6 +29,7 @@ from sparktrain.core.errors import SparkError
 from sparktrain.core.fsutil import atomic_write_bytes, canonical_json, read_input, sha256_file
 from sparktrain.core.jobfiles import (ARTIFACT, CHECKPOINT, EVAL, EVAL_DETAIL, FAILED, PERF,
                                  RESUME_STATE, RESUME_TENSORS, STATUS, WEIGHTS)
+from sparktrain.eval.headline import split_headline
 from sparktrain.core.safeload import load_json
 
 JOURNAL = ".commit"
@@ -303,10 +304,7 @@ def job_state(folder: str | os.PathLike, job_id: str | None = None,
         ev = {**(detail if isinstance(detail, dict) else {}), **ev}
         if verified and ev.get("weights_sha256", ckpt.get("weights_sha256")) == \
                 ckpt.get("weights_sha256"):
-            state["eval"] = {k: ev.get(k) for k in ("loss", "bpb", "perplexity",
-                                                    "next_token_accuracy", "copy_recall",
-                                                    "exact_match") if k in ev}
-            state["eval_detail"] = {k: v for k, v in ev.items() if k not in state["eval"]}
+            state["eval"], state["eval_detail"] = split_headline(ev)
         else:
             state["eval_stale"] = ("eval.json was not measured on verified weights in this "
                                    "folder; its metrics are not shown")

@@ -10,7 +10,7 @@ import matplotlib.axes
 import pytest
 
 from sparktrain.core.errors import SparkError
-from sparktrain.eval import compare as cmp
+from sparktrain.eval.compare import plot, runs as cmp, table as tbl
 from sparktrain.eval.headline import HEADLINE_KEYS
 from sparktrain.repro.experiments import ExpRow
 
@@ -128,7 +128,7 @@ def test_same_params_twice_are_told_apart_by_name():
     sweep = cmp.compare([], shown(LR_05, again))
     assert [e.label for e in sweep["experiments"]] == ["lr-five", "lr-five-again"]
     assert sweep["shared_params"] == {"step.lr": 0.05}
-    assert "the same in all, not in the baseline: step.lr=0.05" in cmp.format_table(sweep)
+    assert "the same in all, not in the baseline: step.lr=0.05" in tbl.format_table(sweep)
 
 
 def test_old_metric_layout_is_read_and_flagged():
@@ -171,7 +171,7 @@ def test_a_hostile_file_at_a_rev_is_one_line():
 
 def test_table_and_json_hold_the_same_numbers():
     sweep = cmp.compare([], shown(LR_02, LR_05))
-    table = cmp.format_table(sweep)
+    table = tbl.format_table(sweep)
     assert "params that differ: step.lr" in table
     assert table.splitlines()[2].split() == ["experiment", "lr", "train", "held-out",
                                              "ppl", "acc", "exact", "copy"]
@@ -187,12 +187,12 @@ def test_table_and_json_hold_the_same_numbers():
 
 def test_the_picture_is_800_by_500_and_the_same_bytes_twice(tmp_path):
     sweep = cmp.compare([], shown(LR_02, LR_05))
-    first = cmp.write_png(tmp_path / "sub" / "sweep.png", sweep)
-    again = cmp.write_png(tmp_path / "again.png", cmp.compare([], shown(LR_02, LR_05)))
+    first = plot.write_png(tmp_path / "sub" / "sweep.png", sweep)
+    again = plot.write_png(tmp_path / "again.png", cmp.compare([], shown(LR_02, LR_05)))
     assert first == again == (tmp_path / "sub" / "sweep.png").read_bytes()
     assert first[:8] == b"\x89PNG\r\n\x1a\n" and b"Software" not in first
     assert struct.unpack(">II", first[16:24]) == (800, 500)
-    labels = [t.get_text() for t in cmp.render(sweep).legends[0].get_texts()]
+    labels = [t.get_text() for t in plot.render(sweep).legends[0].get_texts()]
     assert labels == ["1  lr=0.02", "2  lr=0.05"]
 
 
@@ -248,7 +248,7 @@ def _outside(fig) -> list[str]:
 def test_every_artist_stays_inside_the_canvas(n):
     exps = [_long_exp(i, corpus=i % 2 == 1) for i in range(n)]
     sweep = cmp.compare([], shown(*exps, checkpoint=_any_checkpoint))
-    fig = cmp.render(sweep)
+    fig = plot.render(sweep)
     assert _outside(fig) == []
     assert fig.bbox.width == 800
     titles = sorted(ax.get_title() for ax in fig.axes)
@@ -264,7 +264,7 @@ def test_every_artist_stays_inside_the_canvas(n):
         assert "data/programs" not in text and "step." not in text     # shortened
         assert "lr=" in text
     # pairs and corpus runs side by side: nine metric columns, still 80 columns
-    assert max(len(ln) for ln in cmp.format_table(sweep).splitlines()) <= 80
+    assert max(len(ln) for ln in tbl.format_table(sweep).splitlines()) <= 80
 
 
 def test_labels_show_only_what_differs_shortened():
@@ -289,7 +289,7 @@ def test_an_unset_knob_is_its_default_not_a_difference():
 
 
 def test_a_pairs_only_sweep_has_one_panel_in_nats():
-    fig = cmp.render(cmp.compare([], shown(LR_02, LR_05)))
+    fig = plot.render(cmp.compare([], shown(LR_02, LR_05)))
     assert [ax.get_ylabel() for ax in fig.axes] == ["loss (cross-entropy, nats per token)"]
     assert _outside(fig) == []
 
@@ -330,7 +330,7 @@ def test_a_16_point_sweep_table_fits_80_columns():
     sweep = cmp.compare([], _shown16())
     assert sweep["changed_params"] == ["program", "step.lr", "step.momentum",
                                        "step.optimizer", "step.seed"]
-    table = cmp.format_table(sweep)
+    table = tbl.format_table(sweep)
     wide = [ln for ln in table.splitlines() if len(ln) > 80]
     assert wide == []
     for exp in sweep["experiments"]:          # every run is in it, by number and name
@@ -339,7 +339,7 @@ def test_a_16_point_sweep_table_fits_80_columns():
 
 def test_a_16_point_sweep_legend_names_every_run_by_what_differs():
     sweep = cmp.compare([], _shown16())
-    fig = cmp.render(sweep)
+    fig = plot.render(sweep)
     texts = _legend_entries(fig)
     assert len(texts) == 16
     keys = sweep["changed_params"]
@@ -362,7 +362,7 @@ def test_the_16_point_picture(tmp_path):
     import os
     sweep = cmp.compare([], _shown16())
     path = os.environ.get("COMPARE_PNG") or tmp_path / "compare-16.png"
-    data = cmp.write_png(path, sweep)
+    data = plot.write_png(path, sweep)
     assert struct.unpack(">II", data[16:24])[0] == 800
 
 
@@ -401,7 +401,7 @@ def test_many_long_params_fall_back_to_a_wrapped_key_inside_80_columns():
         params["program"] = f"data/programs/{'x' * 30}-{i}-{'y' * 10}.sparkbc"
         exps.append(_exp(f"long-run-name-{i:02d}", f"{i + 1:07x}" * 6, step, HEADLINE, params))
     sweep = cmp.compare([], shown(*exps))
-    table = cmp.format_table(sweep)
+    table = tbl.format_table(sweep)
     assert [ln for ln in table.splitlines() if len(ln) > 80] == []
     for exp in sweep["experiments"]:     # each run's whole label is in the key, wrapped
         at = table.index(f"{exp.number:>2} {exp.name}")

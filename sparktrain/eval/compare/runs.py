@@ -1,0 +1,328 @@
+"""`spark compare`, reading: the chosen experiments, their curves and labels.
+
+The experiments (names, revs, their baseline) come from the one reader of
+experiments, sparktrain/repro/experiments.py (`dvc.api.exp_show`); each one's
+params.yaml, eval.json and checkpoint.json are read at its rev through the same
+reader (`dvc.api.open`: the commit's files, the outputs from the DVC cache).
+Nothing is fetched, so it works offline (`dvc exp pull` first for experiments
+made elsewhere). A subset is picked by name, by a param's value (`--where`)
+or the last N.
+
+One figure, a panel per unit the eval records measured: training loss per outer
+pass (solid) and held-out loss (per pass when the checkpoint logs
+`heldout_loss`, else one marker at the last pass from eval.json) in nats per
+token; held-out bits per byte beside the compressors' figures that eval
+recorded (zlib-9, lzma-9e). The runs are numbered: the legend under the panels
+names each one by the params that differ across the chosen runs (wrapped, never
+cut), and the table's first column carries the same numbers.
+See docs/pipeline.md ("Sweep and compare").
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import PurePosixPath
+from typing import Sequence
+
+from sparktrain.core.errors import SparkError
+from sparktrain.core.jobfiles import CHECKPOINT
+from sparktrain.core.safeload import load_yaml
+from sparktrain.eval.headline import HEADLINE_KEYS
+from sparktrain.params import MAX_OUTER, Defaults
+from sparktrain.repro import experiments
+from sparktrain.repro.experiments import DvcExperiments, Experiments, ExpRecord, ExpRow, read_record
+
+# values in one experiment's checkpoint.json: 3 a curve point, outer + 1 points at most
+CHECKPOINT_ITEMS = 4 * (MAX_OUTER + 1) + 10_000
+
+# A metric with these keys beside the headline ones is the layout from before
+# eval_detail.json: the headline numbers are still read from it.
+OLD_LAYOUT_KEYS = ("families", "samples", "weights_sha256")
+# What a held-out record measured, and the panel it is drawn on: a record with
+# bits per byte is drawn in bits per byte (beside the compressors), else in nats.
+UNITS = {"bpb": ("held-out text", "bits per byte"),
+         "loss": ("pairs jobs", "loss (cross-entropy, nats per token)")}
+
+
+@dataclass
+class Experiment:
+    name: str
+    rev: str
+    baseline: str
+    params: dict                 # params.yaml, flattened to dotted keys, defaults filled in
+    metrics: dict                # the headline numbers of its eval.json
+    old_layout: bool             # eval.json from before eval_detail.json
+    loss_curve: list = field(default_factory=list)   # [{"outer", "loss"}, ...]
+    heldout: list = field(default_factory=list)      # [{"outer", "loss"}, ...]
+    heldout_bpb: list = field(default_factory=list)  # [{"outer", "bpb"}, ...]
+    label: str = ""
+    number: int = 0              # its key in the legend and the table (1, 2, ...)
+    source: ExpRecord | None = None  # what the reader read (None: a baseline reference)
+
+    @property
+    def unit(self) -> str:
+        """What its held-out record measured: "bpb" (bits per byte) or "loss" (nats)."""
+        return "bpb" if is_finite(self.metrics.get("bpb")) else "loss"
+
+
+# --- reading experiments through DVC ----------------------------------------
+
+def flatten(tree: dict, prefix: str = "") -> dict:
+    flat = {}
+    for key, value in tree.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            flat.update(flatten(value, f"{name}."))
+        else:
+            flat[name] = value
+    return flat
+
+
+def _defaults() -> dict:
+    """Every knob's default, flattened: what params.yaml means where it says nothing."""
+    return flatten(dataclasses.asdict(Defaults()))
+
+
+def resolved_params(raw) -> dict:
+    """params.yaml flattened, an unset (or null) knob as its default: a run that
+    leaves `step.optimizer` out trains with sgd, and is not different from one
+    that writes `optimizer: sgd`."""
+    flat = flatten(raw if isinstance(raw, dict) else {})
+    for key, value in _defaults().items():
+        nested = any(k.startswith(f"{key}.") for k in flat)
+        if flat.get(key) is None and value is not None and not nested:
+            flat[key] = value
+    return flat
+
+
+def choose(experiments: list[ExpRow], baselines: list[ExpRow], wanted: Sequence[str]) -> list[ExpRow]:
+    """The rows named (an experiment by name or rev prefix, a baseline by its branch
+    name), or all experiments when none is named."""
+    if not wanted:
+        if not experiments:
+            raise SparkError("no experiments yet in this workspace; run some with "
+                             "`dvc exp run -S step.lr=0.05` (see `dvc exp show`)")
+        return list(experiments)
+    chosen = []
+    for want in wanted:
+        found = [r for r in experiments + baselines if r.name == want
+                 or (len(want) >= 7 and len(r.rev) >= 7
+                     and (r.rev.startswith(want) or want.startswith(r.rev)))]
+        if not found:
+            have = ", ".join(r.name for r in experiments) or "none yet"
+            raise SparkError(f"no experiment named {want!r} (experiments: {have}); "
+                             f"list them with `dvc exp show`")
+        if found[0] not in chosen:
+            chosen.append(found[0])
+    return chosen
+
+
+def record(row: ExpRow, source: Experiments) -> Experiment:
+    """An experiment's params and headline numbers; the eval.json from before
+    eval_detail.json (every number in one file) is read too."""
+    rec = read_record(source, row)
+    metric = rec.metrics
+    if not isinstance(metric, dict) or not is_number(metric.get("loss")):
+        if rec.metrics_error and rec.metrics_error != "not in the experiment":
+            raise SparkError(rec.metrics_error)
+        raise SparkError(f"experiment {row.name}: no held-out loss in {rec.metrics_path} "
+                         f"(not run, or a layout this version cannot read); "
+                         f"re-run it: `dvc exp apply {row.name} && dvc exp run`")
+    return Experiment(name=row.name, rev=row.rev, baseline=row.baseline,
+                      params=resolved_params(rec.params),
+                      metrics={k: metric[k] for k in HEADLINE_KEYS if k in metric},
+                      old_layout=any(k in metric for k in OLD_LAYOUT_KEYS), source=rec)
+
+
+def read_checkpoint(exp: Experiment, source: Experiments) -> dict:
+    """An experiment's checkpoint.json as its commit recorded it (from the DVC cache)."""
+    path = exp.source.job_file(CHECKPOINT)
+    try:
+        # a checkpoint holds outer + 1 points (step.outer is capped): far below this bound
+        ckpt = experiments.read_checkpoint(source, exp.source, CHECKPOINT_ITEMS)
+    except SparkError as err:
+        raise SparkError(f"experiment {exp.name}: its {path} is not readable ({err})") from None
+    if ckpt is None:
+        raise SparkError(f"experiment {exp.name}: its {path} is not in the DVC cache; "
+                         f"fetch it with `dvc exp pull <remote> {exp.name}`")
+    return ckpt
+
+
+def add_curves(exp: Experiment, ckpt: dict) -> None:
+    """Training curve from the checkpoint; held-out per pass where the checkpoint
+    logs `heldout_loss`, else the final held-out loss at the last pass."""
+    curve = ckpt.get("loss_curve") if isinstance(ckpt, dict) else None
+    if not isinstance(curve, list) or not curve:
+        raise SparkError(f"experiment {exp.name}: its checkpoint.json has no loss_curve")
+    for i, item in enumerate(curve):
+        outer = item.get("outer", i) if isinstance(item, dict) else None
+        if not (is_finite(outer) and is_finite(item.get("loss"))):
+            raise SparkError(f"experiment {exp.name}: loss_curve[{i}] is not "
+                             f"{{outer, loss}} with finite numbers")
+        exp.loss_curve.append({"outer": outer, "loss": item["loss"]})
+        if is_finite(item.get("heldout_loss")):
+            exp.heldout.append({"outer": outer, "loss": item["heldout_loss"]})
+        if is_finite(item.get("heldout_bpb")):
+            exp.heldout_bpb.append({"outer": outer, "bpb": item["heldout_bpb"]})
+    if not exp.heldout and is_finite(exp.metrics.get("loss")):
+        exp.heldout.append({"outer": exp.loss_curve[-1]["outer"], "loss": exp.metrics["loss"]})
+    if not exp.heldout_bpb and is_finite(exp.metrics.get("bpb")):
+        exp.heldout_bpb.append({"outer": exp.loss_curve[-1]["outer"], "bpb": exp.metrics["bpb"]})
+
+
+def _differ(exps: list[Experiment], keys: list[str]) -> list[str]:
+    return [k for k in keys if len({json.dumps(e.params.get(k)) for e in exps}) > 1]
+
+
+def changed_params(chosen: list[Experiment], baselines: list[Experiment]) -> tuple[list[str], dict]:
+    """(the params that differ among the chosen runs, {param: value} the chosen runs
+    share but their baseline does not). One run alone is told by what differs
+    from its baseline."""
+    keys = sorted({k for e in chosen + baselines for k in e.params})
+    if len(chosen) < 2:
+        return _differ(chosen + baselines, keys), {}
+    differ = _differ(chosen, keys)
+    shared = {k: chosen[0].params.get(k) for k in _differ(chosen + baselines, keys)
+              if k not in differ}
+    return differ, shared
+
+
+def where_filter(specs: Sequence[str]):
+    """`--where KEY=VALUE` (KEY dotted or its last part, VALUE as YAML or as shown):
+    a predicate on an Experiment; a malformed spec is one line."""
+    tests = []
+    for spec in specs:
+        key, sep, text = spec.partition("=")
+        if not sep or not key:
+            raise SparkError(f"--where {spec!r}: expected KEY=VALUE, e.g. --where lr=0.05")
+        try:
+            value = load_yaml(text, f"--where {spec}")
+        except SparkError:
+            value = text
+        tests.append((key, text, value))
+
+    def keep(exp: Experiment) -> bool:
+        for key, text, value in tests:
+            found = [k for k in exp.params if k == key or k.rsplit(".", 1)[-1] == key]
+            if not any(exp.params[k] == value or short_value(exp.params[k]) == text
+                       for k in found):
+                return False
+        return True
+    return keep
+
+
+def compare(wanted: Sequence[str] = (), source: Experiments | None = None, *,
+            where: Sequence[str] = (), last: int | None = None) -> dict:
+    """The sweep as data: the chosen experiments (named, else all; then those
+    matching every `where`, then the `last` N) with their curves and labels."""
+    keep = where_filter(where)
+    if last is not None and last < 1:
+        raise SparkError(f"--last must be >= 1, got {last}")
+    if source is None:
+        with DvcExperiments() as dvc_source:
+            return compare(wanted, dvc_source, where=where, last=last)
+    experiments, baselines = source.rows()
+    chosen = [record(r, source) for r in choose(experiments, baselines, wanted)]
+    chosen = [e for e in chosen if keep(e)]
+    if not chosen:
+        raise SparkError(f"no experiment has {' '.join(where)} (see `dvc exp show`)")
+    chosen = chosen[-last:] if last else chosen
+    for exp in chosen:
+        add_curves(exp, read_checkpoint(exp, source))
+    names = {e.name for e in chosen}
+    refs = [_baseline(b, source) for b in baselines
+            if b.name in {e.baseline for e in chosen} and b.name not in names]
+    keys, shared = changed_params(chosen, refs)
+    labels = label_texts(chosen, keys)
+    for number, (exp, text) in enumerate(zip(chosen, labels), 1):
+        exp.number = number
+        # the same params twice (a re-run): the name tells them apart
+        exp.label = f"{text} ({exp.name})" if labels.count(text) > 1 else text
+    return {"changed_params": keys, "shared_params": shared, "experiments": chosen}
+
+
+def _baseline(row: ExpRow, source: Experiments) -> Experiment:
+    """A baseline as a reference for which params changed (its metric may be absent)."""
+    return Experiment(row.name, row.rev, row.name, resolved_params(read_record(source, row).params),
+                      {}, False)
+
+
+LABEL_VALUE_CHARS = 18   # a longer value shows only what sets it apart from the others
+
+
+def short_key(key: str, keys: list[str]) -> str:
+    """The last part of a dotted key (`step.lr` -> `lr`) unless another key ends so too."""
+    last = key.rsplit(".", 1)[-1]
+    return last if sum(k.rsplit(".", 1)[-1] == last for k in keys) == 1 else key
+
+
+def short_value(value) -> str:
+    """A value as a label shows it: a path by its file's stem, null as `none`,
+    a float in its shortest form."""
+    if value is None:
+        return "none"
+    if isinstance(value, str):
+        is_path = "/" in value and not any(c in value for c in "*?[")
+        return PurePosixPath(value).stem if is_path else value
+    if isinstance(value, float):
+        return f"{value:g}"
+    return json.dumps(value, separators=(",", ":"))
+
+
+def short_values(values: list) -> list[str]:
+    """The values of one param across the runs, each shortened without hiding what
+    differs: a long value keeps the part that sets it apart from the others (and a
+    few characters around it), the part they all share becomes `…`."""
+    texts = [short_value(v) for v in values]
+    if max((len(t) for t in texts), default=0) <= LABEL_VALUE_CHARS or len(set(texts)) < 2:
+        return [t if len(t) <= LABEL_VALUE_CHARS else t[:LABEL_VALUE_CHARS - 1] + "…"
+                for t in texts]
+    prefix = len(os.path.commonprefix(texts))
+    suffix = len(os.path.commonprefix([t[prefix:][::-1] for t in texts]))
+    keep = 3   # shared characters kept beside the distinct part, for context
+    out = []
+    for t in texts:
+        start, end = max(0, prefix - keep), len(t) - max(0, suffix - keep)
+        if len(t) <= LABEL_VALUE_CHARS:
+            out.append(t)
+            continue
+        part = t[start:end]
+        out.append(("…" if start > 0 else "") + part + ("…" if end < len(t) else ""))
+    return out
+
+
+def label_texts(exps: list[Experiment], keys: list[str]) -> list[str]:
+    """Each run's params that differ, shortened: `lr=0.05 program=…der-1`."""
+    columns = [short_values([e.params.get(k) for e in exps]) for k in keys]
+    return [" ".join(f"{short_key(k, keys)}={col[i]}" for k, col in zip(keys, columns))
+            or exps[i].name for i in range(len(exps))]
+
+
+def label(exp: Experiment, keys: list[str]) -> str:
+    """One run's label on its own (compare() shortens across the chosen runs)."""
+    return label_texts([exp], keys)[0]
+
+
+def as_json(sweep: dict) -> dict:
+    keys = sweep["changed_params"]
+    return {
+        "changed_params": keys,
+        "shared_params": sweep.get("shared_params", {}),
+        "experiments": [{
+            "number": e.number, "name": e.name, "rev": e.rev, "baseline": e.baseline,
+            "label": e.label, "params": {k: e.params.get(k) for k in keys},
+            "metrics": e.metrics, "old_layout": e.old_layout, "unit": e.unit,
+            "loss_curve": e.loss_curve, "heldout": e.heldout, "heldout_bpb": e.heldout_bpb,
+        } for e in sweep["experiments"]],
+    }
+
+
+def is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def is_finite(v) -> bool:
+    return is_number(v) and math.isfinite(v)

@@ -1,0 +1,110 @@
+"""`spark compare`, the text: the runs numbered as in the picture's legend, their
+metrics, and the curves a row per run, laid out for an 80-column terminal."""
+from __future__ import annotations
+
+import json
+import textwrap
+
+from sparktrain.core.textout import columns
+from sparktrain.eval.compare.runs import Experiment, label_texts, short_key, short_value, short_values
+from sparktrain.eval.headline import HEADLINE_KEYS
+
+# Short headers keep the table inside 80 columns.
+TABLE_HEADS = {"loss": "held-out", "bpb": "bpb", "zlib9_bpb": "zlib9", "lzma9e_bpb": "lzma9e",
+               "perplexity": "ppl",
+               "next_token_accuracy": "acc", "exact_match": "exact", "copy_recall": "copy"}
+WIDTH = 80   # the terminal the table is laid out for
+
+
+def _numbered(exps: list[Experiment]) -> list[str]:
+    """`1 swept-hulk`, ... the run's number (its legend key) and name."""
+    w = len(str(len(exps)))
+    return [f"{e.number:>{w}} {e.name}" for e in exps]
+
+
+def format_table(sweep: dict) -> str:
+    """The runs, numbered as in the picture's legend: one table when it fits in
+    WIDTH columns; else a key (number, name, the params that differ, wrapped)
+    and the metrics table beside the numbers. Then the curves, a row per run."""
+    keys, exps = sweep["changed_params"], sweep["experiments"]
+    shared = sweep.get("shared_params") or {}
+    metric_keys = [k for k in HEADLINE_KEYS if any(k in e.metrics for e in exps)]
+    metric_head = ["train", *(TABLE_HEADS.get(k, k) for k in metric_keys)]
+    metric_cells = [[_num(e.loss_curve[-1]["loss"]), *(_metric(k, e.metrics.get(k))
+                                                       for k in metric_keys)] for e in exps]
+    short = [short_values([e.params.get(k) for e in exps]) for k in keys]
+    names = _numbered(exps)
+    lines = textwrap.wrap(f"{len(exps)} experiment{'s' * (len(exps) != 1)}; params that "
+                          f"differ: {', '.join(keys) or 'none'}", WIDTH - 2)
+    if shared:
+        lines += textwrap.wrap("the same in all, not in the baseline: " + " ".join(
+            f"{k}={short_value(v)}" for k, v in shared.items()), WIDTH - 2)
+    lines.append("")
+    table = columns(["experiment", *(short_key(k, keys) for k in keys), *metric_head],
+                     [[n, *(col[i] for col in short), *m]
+                      for i, (n, m) in enumerate(zip(names, metric_cells))])
+    if max(len(ln) for ln in table) > WIDTH:
+        runs = columns(["experiment", *(short_key(k, keys) for k in keys)],
+                        [[n, *(col[i] for col in short)] for i, n in enumerate(names)])
+        if max(len(ln) for ln in runs) > WIDTH:    # a key: each run's params, wrapped
+            w = max(len(n) for n in names) + 2
+            runs = [ln for name, text in zip(names, label_texts(exps, keys))
+                    for ln in textwrap.wrap(text, WIDTH, initial_indent=name.ljust(w),
+                                            subsequent_indent=" " * w,
+                                            break_on_hyphens=False)]
+        lines += [*runs, ""]
+        table = columns(["experiment", *metric_head],
+                         [[n, *m] for n, m in zip(names, metric_cells)])
+        if max(len(ln) for ln in table) > WIDTH:
+            table = columns(["#", *metric_head],
+                             [[str(e.number), *m] for e, m in zip(exps, metric_cells)])
+    lines += table
+    key = "train: training loss after the last pass; on the held-out data: " + ", ".join(
+        f"{TABLE_HEADS.get(k, k)} = {k}" for k in metric_keys)
+    if "bpb" in metric_keys:
+        key += " (bpb: the whole held-out stream; the per-pass bpb is a 64-window estimate)"
+    lines += ["", *textwrap.wrap(key, WIDTH - 2)]
+    lines += _curve_block("training loss per outer pass", exps, lambda e: e.loss_curve, "loss")
+    lines += _curve_block("held-out loss per outer pass", [e for e in exps if len(e.heldout) > 1],
+                          lambda e: e.heldout, "loss")
+    lines += _curve_block("64-window estimate of held-out bits per byte per outer pass",
+                          [e for e in exps if len(e.heldout_bpb) > 1],
+                          lambda e: e.heldout_bpb, "bpb")
+    return "\n".join(lines) + "\n"
+
+
+def _curve_block(title: str, exps: list[Experiment], curve, key: str) -> list[str]:
+    """A row per run (its number), a column per outer pass; when the passes do not
+    fit in WIDTH columns, evenly spaced ones (always the first and the last)."""
+    if not exps:
+        return []
+    outers = sorted({p["outer"] for e in exps for p in curve(e)})
+    cells = {(e.number, p["outer"]): _num(p[key]) for e in exps for p in curve(e)}
+    num_w = max(len("run"), len(str(len(exps))))
+    cell_w = max(len(c) for c in cells.values())
+    fit = max(2, (WIDTH - num_w) // (cell_w + 2))
+    shown = outers
+    if len(outers) > fit:
+        step = (len(outers) - 1) / (fit - 1)
+        shown = sorted({outers[round(i * step)] for i in range(fit)})
+        title += f" ({len(shown)} of {len(outers)} passes)"
+    rows = [[str(e.number), *(cells.get((e.number, o), "-") for o in shown)] for e in exps]
+    return ["", f"{title}, a row per run", "",
+            *columns(["run", *(_value(o) for o in shown)], rows)]
+
+
+def _num(v) -> str:
+    return "-" if v is None else f"{v:.4f}"
+
+
+def _metric(key: str, v) -> str:
+    """Losses to 4 decimals, perplexity to 1, rates (accuracy, match, recall) to 3."""
+    if v is None:
+        return "-"
+    if key in ("loss", "bpb"):
+        return f"{v:.4f}"
+    return f"{v:.1f}" if key == "perplexity" else f"{v:.3f}"
+
+
+def _value(v) -> str:
+    return v if isinstance(v, str) else json.dumps(v)
