@@ -15,12 +15,12 @@ from sparktrain.data.corpus import Corpus, read_corpus
 from sparktrain.data.stream import read_stream, stream_of, write_stream
 from sparktrain.vocab import token_dtype
 from sparktrain.core.errors import SparkError
+from sparktrain.core.jobfiles import CORPUS_FILES, TRAIN_BIN, VAL_BIN
 from sparktrain.core.fsutil import (atomic_write_text, read_input, sha256_bytes, sha256_file,
                                write_json)
 from sparktrain.core.progress import Progress
 from sparktrain.core.safeload import load_json
 
-FILES, TRAIN_BIN, VAL_BIN = "files.json", "train.bin", "val.bin"
 
 
 @dataclass(frozen=True)
@@ -58,13 +58,13 @@ def write_prepared(folder: str | Path, corpus: Corpus, tokenizer, tokenizer_sha2
                 "dtype": token_dtype(tokenizer.vocab).newbyteorder("<").str,
                 "train_tokens": int(train.size), "heldout_tokens": int(val.size),
                 "heldout_baselines": baselines}
-    write_json(folder / FILES, manifest)
-    return folder / FILES
+    write_json(folder / CORPUS_FILES, manifest)
+    return folder / CORPUS_FILES
 
 
 def write_pairs_note(folder: str | Path, dataset: str, dataset_bytes: bytes) -> Path:
     """A pairs job has no streams: files.json only says which file the rows come from."""
-    path = Path(folder) / FILES
+    path = Path(folder) / CORPUS_FILES
     write_json(path, {"kind": "pairs", "dataset": dataset,
                       "dataset_sha256": sha256_bytes(dataset_bytes)})
     return path
@@ -74,14 +74,14 @@ def read_prepared(folder: str | Path, tokenizer_sha256: str | None = None) -> Pr
     """The prepared corpus, checked against the tokenizer that will read it."""
     folder = Path(folder)
     try:
-        manifest = load_json(read_input(folder / FILES, "prepared corpus list"), os.fspath(folder / FILES))
+        manifest = load_json(read_input(folder / CORPUS_FILES, "prepared corpus list"), os.fspath(folder / CORPUS_FILES))
     except SparkError:
-        raise SparkError(f"{folder / FILES} is not JSON; run the prepare stage again") from None
+        raise SparkError(f"{folder / CORPUS_FILES} is not JSON; run the prepare stage again") from None
     if not isinstance(manifest, dict) or manifest.get("kind") != "corpus":
-        raise SparkError(f"{folder / FILES} is not a prepared corpus (the job's dataset is "
+        raise SparkError(f"{folder / CORPUS_FILES} is not a prepared corpus (the job's dataset is "
                          f"not a corpus folder)")
     if tokenizer_sha256 is not None and manifest.get("tokenizer_sha256") != tokenizer_sha256:
-        raise SparkError(f"{folder / FILES} was tokenized with another tokenizer.json "
+        raise SparkError(f"{folder / CORPUS_FILES} was tokenized with another tokenizer.json "
                          f"(sha256 {str(manifest.get('tokenizer_sha256'))[:12]}...); run the "
                          f"prepare stage again")
     vocab = manifest["vocab"]
@@ -89,5 +89,5 @@ def read_prepared(folder: str | Path, tokenizer_sha256: str | None = None) -> Pr
     for name, stream, key in (("train", train, "train_tokens"), ("held-out", val, "heldout_tokens")):
         if len(stream) != manifest[key]:
             raise SparkError(f"the {name} stream of {folder} has {len(stream)} tokens, "
-                             f"{FILES} says {manifest[key]}; run the prepare stage again")
+                             f"{CORPUS_FILES} says {manifest[key]}; run the prepare stage again")
     return Prepared(manifest, train, val)

@@ -12,6 +12,8 @@ hd head dim, V vocab, N = B * T rows.
 """
 from __future__ import annotations
 
+import functools
+
 import math
 from typing import NamedTuple
 
@@ -153,7 +155,8 @@ def linear_backward(dout, cache):
 
 # ---------------------------------------------------------------------- rope
 
-_ROPE_CACHE: dict[tuple[int, int, int, str], tuple[np.ndarray, np.ndarray]] = {}
+# A process uses one or two shapes (training, generation): a few kept, never more.
+SHAPE_CACHE = 8
 
 
 def rope_tables(T, heads, hd, dtype):
@@ -162,15 +165,17 @@ def rope_tables(T, heads, hd, dtype):
     Column h * hd/2 + i holds angle p * f_i of pair i of head h, matching the
     planes layout of rope_forward. Angles are computed in float64 once, then cast.
     """
-    key = (T, heads, hd, np.dtype(dtype).str)  # host tables; backend.constant() places them
-    if key not in _ROPE_CACHE:
-        freqs = ROPE_BASE ** (-2.0 * np.arange(hd // 2) / hd)  # (hd/2,) f_i = 10000^(-2i/hd)
-        angle = np.arange(T)[:, None] * freqs[None, :]       # (T, hd/2) a = p * f_i
-        cos = np.ascontiguousarray(np.tile(np.cos(angle), heads), dtype=dtype)  # (T, heads*hd/2)
-        sin = np.ascontiguousarray(np.tile(np.sin(angle), heads), dtype=dtype)
-        cos.flags.writeable = sin.flags.writeable = False
-        _ROPE_CACHE[key] = (cos, sin)
-    return _ROPE_CACHE[key]
+    return _rope_tables(T, heads, hd, np.dtype(dtype).str)  # host tables; backend.constant() places them
+
+
+@functools.lru_cache(maxsize=SHAPE_CACHE)
+def _rope_tables(T, heads, hd, dtype):
+    freqs = ROPE_BASE ** (-2.0 * np.arange(hd // 2) / hd)  # (hd/2,) f_i = 10000^(-2i/hd)
+    angle = np.arange(T)[:, None] * freqs[None, :]       # (T, hd/2) a = p * f_i
+    cos = np.ascontiguousarray(np.tile(np.cos(angle), heads), dtype=dtype)  # (T, heads*hd/2)
+    sin = np.ascontiguousarray(np.tile(np.sin(angle), heads), dtype=dtype)
+    cos.flags.writeable = sin.flags.writeable = False
+    return cos, sin
 
 
 def rope_forward(u, hd):
@@ -199,17 +204,16 @@ def rope_backward(dout, cache):
 
 # ----------------------------------------------------------------- attention
 
-_MASK_CACHE: dict[tuple[int, str], np.ndarray] = {}
-
-
 def causal_mask(T, dtype):
     """(T, T) additive mask: 0 where key <= query, -inf above the diagonal; cached."""
-    key = (T, np.dtype(dtype).str)
-    if key not in _MASK_CACHE:
-        m = np.triu(np.full((T, T), -np.inf, dtype=dtype), k=1)
-        m.flags.writeable = False
-        _MASK_CACHE[key] = m
-    return _MASK_CACHE[key]
+    return _causal_mask(T, np.dtype(dtype).str)
+
+
+@functools.lru_cache(maxsize=SHAPE_CACHE)
+def _causal_mask(T, dtype):
+    m = np.triu(np.full((T, T), -np.inf, dtype=dtype), k=1)
+    m.flags.writeable = False
+    return m
 
 
 # exp() of a score in [-EXP_SAFE, EXP_SAFE] neither overflows (even summed over

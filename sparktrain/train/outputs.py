@@ -25,20 +25,19 @@ import re
 from datetime import datetime, timezone
 from pathlib import Path
 
+from sparktrain.core import compat
 from sparktrain.core.errors import SparkError
 from sparktrain.core.fsutil import atomic_write_bytes, canonical_json, read_input, sha256_file
-from sparktrain.core.jobfiles import (ARTIFACT, CHECKPOINT, EVAL, EVAL_DETAIL, FAILED, PERF,
-                                 RESUME_STATE, RESUME_TENSORS, STATUS, WEIGHTS)
+from sparktrain.core.jobfiles import (ARTIFACT, CHECKPOINT, EVAL, EVAL_DETAIL, FAILED, JOURNAL,
+                                      LOCK, PERF, RESUME_STATE, RESUME_TENSORS, STATUS, WEIGHTS)
 from sparktrain.eval.headline import split_headline
 from sparktrain.core.safeload import load_json
 
-JOURNAL = ".commit"
-LOCK = ".lock"
 JOB_FILES = (ARTIFACT, CHECKPOINT, WEIGHTS)  # what readers verify
 # a run's state between outer passes (train/loop.py): a pair that must agree
 RESUME_FILES = (RESUME_STATE, RESUME_TENSORS)
 JOURNALLED = JOB_FILES + RESUME_FILES  # the only names a journal may roll forward
-_kill_hook = os.environ.get("SPARK_TEST_CRASH_AT")  # tests only: simulate SIGKILL mid-commit
+CRASH_HOOK = "SPARK_TEST_CRASH_AT"  # tests only: simulate SIGKILL mid-commit at this point
 _held: dict[str, int] = {}  # resolved folder -> fd of its locked .lock, for this process
 
 
@@ -47,7 +46,7 @@ def _pending(folder: Path, name: str) -> Path:
 
 
 def _crash_point(where: str) -> None:
-    if _kill_hook == where:
+    if os.environ.get(CRASH_HOOK) == where:  # read when it matters, never at import
         import signal
         os.kill(os.getpid(), signal.SIGKILL)
 
@@ -301,7 +300,7 @@ def job_state(folder: str | os.PathLike, job_id: str | None = None,
     # samples, the weights' sha256). An eval.json from before the split holds both.
     ev, detail = read_json(folder / EVAL), read_json(folder / EVAL_DETAIL)
     if isinstance(ev, dict):
-        ev = {**(detail if isinstance(detail, dict) else {}), **ev}
+        ev = compat.whole_eval(ev, detail)
         if verified and ev.get("weights_sha256", ckpt.get("weights_sha256")) == \
                 ckpt.get("weights_sha256"):
             state["eval"], state["eval_detail"] = split_headline(ev)
@@ -328,8 +327,7 @@ def failure_is_current(failed: dict, current_step: dict | None) -> bool:
     recorded = failed.get("step")
     if isinstance(recorded, dict):
         return recorded == current_step
-    return all(failed.get(k) == current_step.get(k) for k in ("lr", "outer", "inner")
-               if k in failed)
+    return compat.pre_step_failure_matches(failed, current_step)
 
 
 def clear_failure(folder: Path) -> None:

@@ -210,3 +210,20 @@ def test_checkpoint_every_saves_states_of_a_pairs_job_too(project, monkeypatch):
     assert saved.weights_sha256 == plain.weights_sha256
     assert saved.checkpoint["checkpoint_every"] == 1
     assert not list((project / job.out).glob("resume.*"))
+
+
+def test_records_say_what_ran_the_optimizer_and_every_process(project, monkeypatch):
+    """ARTIFACT's mode names the device and the optimizer (cpu-sgd only for SGD), and
+    perf.json's utilisation is over the peak of every process that computed."""
+    _, sgd = _train(project, monkeypatch, StepConfig(outer=1, inner=2))
+    folder = project / "out/train/job-dry-001"
+    assert parse_artifact((folder / "ARTIFACT").read_text())["mode"] == "cpu-sgd"
+    _, res = _train(project, monkeypatch, StepConfig(outer=1, inner=2, optimizer="adamw",
+                                                     lr=0.01, shards=2, workers=2))
+    assert parse_artifact((folder / "ARTIFACT").read_text())["mode"] == "cpu-adamw"
+    perf = json.loads((folder / "perf.json").read_text())
+    assert perf["workers"] == 2 and perf["matmul_peak_processes"] == 2
+    if "mfu" in perf:  # left out only when the measured peak could not make it <= 1
+        assert 0 < perf["mfu"] <= 1
+        want = perf["model_flops_per_s"] / (perf["matmul_peak_flops_per_s"] * 2)
+        assert perf["mfu"] == pytest.approx(want, abs=1e-4)

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Sequence
 
+from sparktrain.core import compat
 from sparktrain.core.errors import SparkError
 from sparktrain.core.jobfiles import CHECKPOINT
 from sparktrain.core.safeload import load_yaml
@@ -38,9 +39,6 @@ from sparktrain.repro.experiments import DvcExperiments, Experiments, ExpRecord,
 # values in one experiment's checkpoint.json: 3 a curve point, outer + 1 points at most
 CHECKPOINT_ITEMS = 4 * (MAX_OUTER + 1) + 10_000
 
-# A metric with these keys beside the headline ones is the layout from before
-# eval_detail.json: the headline numbers are still read from it.
-OLD_LAYOUT_KEYS = ("families", "samples", "weights_sha256")
 # What a held-out record measured, and the panel it is drawn on: a record with
 # bits per byte is drawn in bits per byte (beside the compressors), else in nats.
 UNITS = {"bpb": ("held-out text", "bits per byte"),
@@ -134,7 +132,7 @@ def record(row: ExpRow, source: Experiments) -> Experiment:
     return Experiment(name=row.name, rev=row.rev, baseline=row.baseline,
                       params=resolved_params(rec.params),
                       metrics={k: metric[k] for k in HEADLINE_KEYS if k in metric},
-                      old_layout=any(k in metric for k in OLD_LAYOUT_KEYS), source=rec)
+                      old_layout=compat.is_pre_split_eval(metric), source=rec)
 
 
 def read_checkpoint(exp: Experiment, source: Experiments) -> dict:
