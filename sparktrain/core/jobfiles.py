@@ -28,6 +28,10 @@ EVAL_DETAIL = "eval_detail.json"  # eval: counts, tables, samples, hashes
 LOSS_PNG = "loss.png"           # eval: the loss picture
 LIVE_DIR = "dvclive"            # step: DVCLive's curves (dvc plots)
 LIVE_PENDING = ".live-run"      # step: DVCLive's folder of a run not yet committed
+LOCK = ".lock"                  # the job's flock: one spark process writes a job at a time
+JOURNAL = ".commit"             # the commit journal: the names an interrupted commit renames
+CODER_PROOF = "coder_proof.json"  # tools/coder_proof.py: the coder proof's report
+DVC_IGNORE = ".gitignore"       # DVC writes one beside the outputs it tracks
 
 _JOB_ID = re.compile(r"[A-Za-z0-9._-]+")
 
