@@ -264,3 +264,44 @@ def test_a_full_disk_is_one_line_and_leaves_nothing_half_made(tmp_path, writer, 
     outputs.unlock_job(target / "job")
     left = {p.name for p in target.rglob("*")} - {"job", ".lock"}
     assert not any(n.endswith((".tmp", ".pending")) for n in left), left
+
+
+# ---------------------------------------------------------------- knobs before the first write
+
+@pytest.mark.parametrize("env", [{"SPARK_WORKERS": "0"}, {"SPARK_WORKERS": "abc"},
+                                 {"SPARK_WORKERS": "1e9"}])
+def test_code_train_checks_its_knobs_before_it_writes_the_job(tmp_path, env):
+    root = copy_project(tmp_path / "p")
+    rc, _, err = run_spark(["code", "train", "--scale", "tiny"], cwd=root, env=env)
+    assert_one_line_error(rc, err, "SPARK_WORKERS")
+    assert not (root / "out").exists()
+
+
+@pytest.mark.parametrize("argv", [["code", "train", "--scale", ""],
+                                  TRAIN + ["--scale", "", "--out", "out/x"]])
+def test_an_empty_scale_is_refused(tmp_path, argv):
+    root = copy_project(tmp_path / "p")
+    rc, _, err = run_spark(argv, cwd=root)
+    assert_one_line_error(rc, err, "--scale")
+    assert not (root / "out").exists()
+
+
+def test_blas_threads_are_bounded_like_workers(tmp_path):
+    rc, _, err = run_spark(["status"], cwd=copy_project(tmp_path / "p"),
+                           env={"SPARK_BLAS_THREADS": "999999999999"})
+    assert_one_line_error(rc, err, "SPARK_BLAS_THREADS")
+
+
+def test_a_huge_columns_does_not_size_the_bar():
+    import io
+
+    from sparktrain.core.progress import MAX_COLUMNS, terminal_width
+
+    os.environ["COLUMNS"], old = "1000000000", os.environ.get("COLUMNS")
+    try:
+        assert terminal_width(io.StringIO()) == MAX_COLUMNS
+    finally:
+        if old is None:
+            del os.environ["COLUMNS"]
+        else:
+            os.environ["COLUMNS"] = old
