@@ -144,6 +144,7 @@ def note(choice: Choice, record: dict | None = None) -> str | None:
 
 THREADS_ENV = "SPARK_BLAS_THREADS"
 DEFAULT_THREADS = 1
+MAX_THREADS = 1024  # like SPARK_WORKERS: no machine we run on has more cores
 # What the BLAS and OpenMP builds numpy may load read at start-up.
 LIBRARY_ENV = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
                "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")
@@ -151,7 +152,7 @@ LIBRARY_ENV = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
 
 def requested_threads(environ=os.environ) -> int:
     """SPARK_BLAS_THREADS, else 1."""
-    return env_count(THREADS_ENV, DEFAULT_THREADS, environ)
+    return env_count(THREADS_ENV, DEFAULT_THREADS, environ, most=MAX_THREADS)
 
 
 def pin(threads: int) -> int:

@@ -50,10 +50,10 @@ def cmd_compile(args: argparse.Namespace) -> int:
     from sparktrain.core.gate import check_output
 
     out = Path(args.output) if args.output else Path(args.source).with_suffix(".sparkbc")
-    check_output(out, "sparkbc", (args.source,))
+    target = check_output(out, "sparkbc", (args.source,))
     data = compile_source(read_source(args.source), args.source)   # raises before any write
     try:
-        atomic_write_bytes(out, data)
+        atomic_write_bytes(target, data)
     except OSError as err:
         raise SparkError(f"cannot write {out}: {err.strerror or err}") from None
     print(f"wrote {out} ({len(data)} bytes, sha256 {sha256_bytes(data)})")

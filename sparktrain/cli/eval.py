@@ -139,8 +139,9 @@ def cmd_eval(args) -> int:
         args.max_new = _cap_max_new(args.max_new)
     if args.samples < 0:
         _positive(args.samples, "--samples")
-    if args.out:  # the output gate (sparktrain/core/gate.py) before any work
-        check_output(args.out, "json", (args.weights, args.data, args.tokenizer))
+    out = None  # the output gate (sparktrain/core/gate.py) before any work: where to write
+    if args.out:
+        out = check_output(args.out, "json", (args.weights, args.data, args.tokenizer))
     pairs, data_sha256 = read_pairs(args.data)
     params, cfg, meta = load_model(args.weights)
     tok = tokenizer_for(args.weights, meta, cfg.vocab, args.tokenizer)
@@ -152,8 +153,8 @@ def cmd_eval(args) -> int:
     result = evaluate(params, cfg, pairs, batch_size=args.batch_size, max_new=args.max_new,
                       n_samples=args.samples, tokenizer=tok)
     result.update(data=str(args.data), data_sha256=data_sha256, weights=str(args.weights))
-    if args.out:
-        write_json(args.out, result)
+    if out is not None:
+        write_json(out, result)
     if args.json:
         sys.stdout.write(canonical_json(result))
     else:
@@ -250,7 +251,7 @@ def cmd_plot(args) -> int:
     from sparktrain.eval.plot import heldout_points, scale_label, write_loss_png
     from sparktrain.core.gate import check_output
 
-    check_output(args.out, "png", (args.checkpoint, args.eval))
+    out = check_output(args.out, "png", (args.checkpoint, args.eval))
     ckpt = _read_json(args.checkpoint, "checkpoint")
     curve = ckpt.get("loss_curve") if isinstance(ckpt, dict) else None
     if not isinstance(curve, list) or not curve:
@@ -264,7 +265,7 @@ def cmd_plot(args) -> int:
     if args.eval:
         heldout = heldout_points(_read_json(args.eval, "eval file"), curve, args.eval)
     job = ckpt.get("job") if isinstance(ckpt.get("job"), str) else None
-    write_loss_png(args.out, curve, heldout, job=job, scale=scale_label(ckpt.get("arch")))
+    write_loss_png(out, curve, heldout, job=job, scale=scale_label(ckpt.get("arch")))
     print(f"wrote {args.out}")
     return 0
 
@@ -278,13 +279,13 @@ def cmd_compare(args) -> int:
     from sparktrain.core.project import out_path
 
     args.out = args.out or os.path.relpath(out_path("compare.png"))
-    check_output(args.out, "png")
+    out = check_output(args.out, "png")
     sweep = compare(args.experiments, where=args.where, last=args.last)
     for exp in sweep["experiments"]:
         if exp.old_layout:
             print(f"spark: note: experiment {exp.name} has the eval.json layout from before "
                   f"eval_detail.json; its headline numbers are read from it", file=sys.stderr)
-    write_png(args.out, sweep)
+    write_png(out, sweep)
     if args.json:
         sys.stdout.write(canonical_json(as_json(sweep)))
     else:

@@ -54,7 +54,9 @@ def register(sub) -> None:
                                         "the held-out bits per byte beside zlib-9 and lzma-9e "
                                         "and completions of fixed prompts.")
     which = t.add_mutually_exclusive_group()
-    which.add_argument("--scale", default=None,
+    from sparktrain.core.argtypes import name_arg
+
+    which.add_argument("--scale", default=None, type=name_arg,
                        help=f"the recipe of a scale ({scale_names()}; default tiny)")
     which.add_argument("--params", default=None, metavar="FILE",
                        help="train this params file instead (the schema of params.yaml)")
@@ -149,6 +151,8 @@ def cmd_code_train(args) -> int:
     from sparktrain.cli.train import run_and_record
     from sparktrain.train.job import job_from_program
     from sparktrain.train.plan import preflight
+    from sparktrain.model.parallel import default_workers
+    from sparktrain.train.outputs import lock_job
 
     knobs = load_params(args.params) if args.params else load_recipe(args.scale or "tiny")
     step = override(knobs.step, shards=args.shards, device=args.device)
@@ -162,6 +166,9 @@ def cmd_code_train(args) -> int:
     job = job_from_program(knobs.program, knobs.job)
     source = source_for(job.dataset, knobs)
     preflight(step, cfg, source, knobs.vocab_size if knobs.tokenizer != "byte" else None)
+    if step.workers is None:
+        default_workers()  # SPARK_WORKERS checked before a file of the job is rewritten
+    lock_job(job.out_dir)  # a second run on this job is refused before it touches the files
     # what the tokenizer and prepare stages do, with the recipe's settings
     prepare_job(job.out_dir, source, knobs.tokenizer, knobs.vocab_size)
     print(json.dumps(run_and_record(job, knobs, step, cfg, heldout=knobs.heldout()),

@@ -66,7 +66,7 @@ def cmd_sweep(args) -> int:
 
     root = find_root()
     out = args.out or os.path.relpath(root / "out" / "sweep.json")
-    check_output(out, "json")  # before the grid runs, not after
+    target = check_output(out, "json")  # before the grid runs, not after
     plan = driver.plan_sweep(root, args.specs, args.git_remote, args.dvc_remote,
                              one_machine=args.scheduler is None, say=say)
     counts = {"done": 0, "failed": 0}
@@ -79,8 +79,7 @@ def cmd_sweep(args) -> int:
         doc = driver.sweep(plan, args.scheduler, workers, args.scratch,
                            progress=lambda line: bar.log(f"sweep: {printable(line)}"),
                            tick=tick)
-    os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
-    write_json(out, doc)
+    write_json(target, doc)  # makes the missing folders, never through a link
     print(canonical_json(doc) if args.json else printable_lines(format_table(doc)),
           end="" if args.json else "\n")
     return 1 if any(p["state"] != "done" for p in doc["points"]) else 0

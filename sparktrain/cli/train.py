@@ -19,7 +19,9 @@ def add_train_flags(p: argparse.ArgumentParser) -> None:
 
     add_step_flags(p)
     a = p.add_argument_group("architecture")
-    a.add_argument("--scale", default=None,
+    from sparktrain.core.argtypes import name_arg
+
+    a.add_argument("--scale", default=None, type=name_arg,
                    help=f"a built-in scale ({scale_names()}) or a row of params.yaml's "
                         "scales (default: params.yaml's scale, else tiny)")
     for flag, dest in ARCH:

@@ -8,6 +8,15 @@ import os
 from sparktrain.core.errors import SparkError
 
 
+def name_arg(text: str) -> str:
+    """A name flag (--scale): not empty, not blank, at most 200 characters."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("expected a name, got an empty string")
+    if len(text) > 200:
+        raise argparse.ArgumentTypeError(f"a name of {len(text):,} characters; at most 200")
+    return text
+
+
 def positive_int(text: str) -> int:
     try:
         value = int(text)

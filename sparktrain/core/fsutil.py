@@ -8,16 +8,17 @@ big kinds are configurable with SPARK_MAX_<KIND>_MB.
 """
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import hashlib
 import json
 import os
+import secrets
 import stat
-import tempfile
 from pathlib import Path
 
-from sparktrain.core.errors import SparkError
+from sparktrain.core.errors import SparkError, printable
 
 
 def canonical_json(obj) -> str:
@@ -28,34 +29,117 @@ def canonical_json(obj) -> str:
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     """Write to a temp file in the same folder, fsync, then rename over `path`.
 
-    A reader (or a crash) sees either the old file or the new one, never half.
+    A reader (or a crash) sees either the old file or the new one, never half. The
+    folder is opened one component at a time without following a link (`open_folder`)
+    and the temp file is created and renamed relative to that descriptor, so a folder
+    swapped for a link after the output gate judged the path cannot redirect a byte.
     """
     path = Path(path)
     try:
-        _atomic_write(path, data)
+        with folder_fd(path.parent, create=True) as fd:
+            write_at(fd, path.name, data)
     except OSError as err:
-        code = f" ({errno.errorcode.get(err.errno, err.errno)})" if err.errno else ""
-        raise SparkError(f"cannot write {os.fspath(path)}: {err.strerror or err}{code}") from None
+        raise SparkError(write_error(path, err)) from None
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
-    if path.is_dir():
-        raise IsADirectoryError(21, "it is a folder")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name[:64]}.", suffix=".tmp", dir=path.parent)
+def write_error(path: str | os.PathLike, err: OSError) -> str:
+    """The one line of a failed write: the path, the reason and its errno name
+    (ENOSPC, EDQUOT, EROFS, EACCES, EIO, ...)."""
+    code = f" ({errno.errorcode.get(err.errno, err.errno)})" if err.errno else ""
+    return f"cannot write {printable(os.fspath(path))}: {err.strerror or err}{code}"
+
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+
+
+class LinkInPath(OSError):
+    """A component of a path being written is a symbolic link (or not a folder)."""
+
+
+def open_folder(path: str | os.PathLike, create: bool = False) -> int:
+    """A descriptor on the folder `path`, opened one component at a time with
+    O_DIRECTORY | O_NOFOLLOW from / (an absolute path) or from the current folder (a
+    relative one): a component that is a link, or became one after the path was judged,
+    is refused (LinkInPath), never followed. create: make the missing folders."""
+    path = os.fspath(path)
+    fd = os.open("/" if os.path.isabs(path) else ".", _DIR_FLAGS)
     try:
-        os.fchmod(fd, 0o666 & ~current_umask())  # mkstemp makes 0600; honour the umask
-        with os.fdopen(fd, "wb") as f:
+        for part in Path(path).parts[1 if os.path.isabs(path) else 0:]:
+            if part == ".":
+                continue
+            nxt = _open_component(fd, part, path, create)
+            os.close(fd)
+            fd = nxt
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _open_component(fd: int, part: str, path: str, create: bool) -> int:
+    for attempt in (0, 1):
+        try:
+            return os.open(part, _DIR_FLAGS | os.O_NOFOLLOW, dir_fd=fd)
+        except FileNotFoundError:
+            if not create or attempt:
+                raise
+            try:
+                os.mkdir(part, 0o777, dir_fd=fd)
+            except FileExistsError:
+                pass
+        except OSError as err:
+            if err.errno not in (errno.ELOOP, errno.ENOTDIR):
+                raise
+            st = os.lstat(part, dir_fd=fd)
+            what = "a symbolic link" if stat.S_ISLNK(st.st_mode) else "not a folder"
+            raise LinkInPath(err.errno, f"{printable(part)} in its path is {what} (links "
+                             "are never followed when writing; name the real path)") from None
+    raise FileNotFoundError(errno.ENOENT, "no such folder", path)
+
+
+@contextlib.contextmanager
+def folder_fd(path: str | os.PathLike, create: bool = False):
+    """`open_folder` as a context: the descriptor is closed on the way out."""
+    fd = open_folder(path, create)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def write_at(fd: int, name: str, data: bytes) -> None:
+    """Atomically put `data` at `name` in the folder `fd`: a temp file beside it
+    (created O_EXCL | O_NOFOLLOW), fsync, rename; all relative to `fd`."""
+    try:
+        if stat.S_ISDIR(os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode):
+            raise IsADirectoryError(errno.EISDIR, "it is a folder")
+    except FileNotFoundError:
+        pass
+    tmp, tfd = _temp_at(fd, name)
+    try:
+        with os.fdopen(tfd, "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
+        os.rename(tmp, name, src_dir_fd=fd, dst_dir_fd=fd)
     except BaseException:
         try:
-            os.unlink(tmp)
+            os.unlink(tmp, dir_fd=fd)
         except FileNotFoundError:
             pass
         raise
+
+
+def _temp_at(fd: int, name: str) -> tuple[str, int]:
+    """A new temp file ".NAME.XXXXXXXX.tmp" in the folder `fd` (mkstemp's pattern)."""
+    for _ in range(100):
+        tmp = f".{name[:64]}.{secrets.token_hex(4)}.tmp"
+        try:
+            return tmp, os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                                | os.O_CLOEXEC, 0o666, dir_fd=fd)  # the umask applies
+        except FileExistsError:
+            continue
+    raise FileExistsError(errno.EEXIST, "no free temp name", name)
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:

@@ -1,11 +1,16 @@
 """Where a command may write: one gate, an allowlist (docs/outputs.md, "The output gate").
 
 Every command that writes a path a user named calls `check_output` before its
-first write. It allows exactly two things:
+first write. The path is resolved first (every component, links included) and the
+resolved place is what is judged, and what is written: check_output returns it, and
+the writers (core/fsutil.py, export/publish.py) open its folder one component at a
+time without following a link, so a folder swapped for a link after the check makes
+the write fail instead of landing elsewhere. A job folder is never reached through a
+link at all. It allows exactly two things:
 
-- a NEW path whose nearest existing folder is a real folder (not a file, not a
-  link), not inside the project's git or DVC internals, not inside a job folder
-  (unless the output is the job folder itself);
+- a NEW path whose nearest existing folder is a real folder, not inside a project's
+  git or DVC internals, a git-tracked tree or a git submodule, not inside a job
+  folder (unless the output is the job folder itself);
 - an EXISTING regular file or folder this tool made, told by its layout: the
   magic bytes of the kind it writes (PNG, GGUF, Spark safetensors, SPARK_BC),
   canonical JSON, an HF export folder, a job folder's own file names.
@@ -17,31 +22,34 @@ any of the command's own inputs (the weights it reads, its tokenizer, its datase
 """
 from __future__ import annotations
 
+import functools
 import os
 import stat
 import subprocess
 from pathlib import Path
 
 from sparktrain.core.errors import SparkError, printable
-from sparktrain.core.jobfiles import (ARTIFACT, CHECKPOINT, CORPUS, EVAL, EVAL_DETAIL, FAILED,
-                                 LOSS_PNG, PERF, PROGRAM, RESUME_STATE, RESUME_TENSORS,
-                                 STATUS, TOKENIZER, WEIGHTS)
+from sparktrain.core.jobfiles import (ARTIFACT, CHECKPOINT, CODER_PROOF, CORPUS, DVC_IGNORE, EVAL,
+                                      EVAL_DETAIL, FAILED, JOURNAL, LIVE_DIR, LIVE_PENDING, LOCK,
+                                      LOSS_PNG, PERF, PROGRAM, RESUME_STATE, RESUME_TENSORS,
+                                      STATUS, TOKENIZER, WEIGHTS)
+from sparktrain.core.project import root_of
 
 NAME_MAX = 255  # bytes of one path component on the file systems we run on
 # a job folder holds these (and the commit journal's dot files): jobfiles.py's table
 JOB_NAMES = frozenset({PROGRAM, TOKENIZER, CORPUS, STATUS, WEIGHTS, CHECKPOINT, ARTIFACT, PERF,
                        FAILED, RESUME_STATE, RESUME_TENSORS, EVAL, EVAL_DETAIL, LOSS_PNG,
-                       "dvclive", ".live-run", ".lock", ".commit", "coder_proof.json",
-                       ".gitignore"})  # DVC writes one beside the outputs it tracks
+                       LIVE_DIR, LIVE_PENDING, LOCK, JOURNAL, CODER_PROOF, DVC_IGNORE})
 JOB_MARKERS = (CHECKPOINT, ARTIFACT)
 # a folder holding one of these was made by a spark command (the stage or job writers)
-JOB_OWNED = frozenset({PROGRAM, TOKENIZER, STATUS, WEIGHTS, CHECKPOINT, ARTIFACT, ".lock"})
+JOB_OWNED = frozenset({PROGRAM, TOKENIZER, STATUS, WEIGHTS, CHECKPOINT, ARTIFACT, LOCK})
 HF_NAMES = frozenset({"config.json", "generation_config.json", "model.safetensors", TOKENIZER,
                       "tokenizer_config.json",
                       "README.md"})  # the model card (export/card.py CARD_FILE)
 # Outputs that are project sources too: a compiled program (.sparkbc) is committed beside
 # its .spark as the pipeline's input, so `spark compile -o` may write it among tracked
-# files; an existing one is still replaced only when it is a SPARK_BC program.
+# files, but only the compiled form of the same source name (data/programs/X.spark ->
+# X.sparkbc beside it); an existing one is still replaced only when it is SPARK_BC.
 SOURCE_KINDS = ("sparkbc",)
 INTERNALS = (".git", ".dvc")  # a project's machinery: never an output, never inside one
 MAGIC = {"png": b"\x89PNG\r\n\x1a\n", "gguf": b"GGUF", "sparkbc": b"SPBC"}
@@ -50,49 +58,66 @@ FOLDER_KINDS = ("hf", "job")
 # exports and imports: never inside a job folder, whose files the pipeline commits together
 ARTIFACT_KINDS = ("gguf", "safetensors", "hf")
 JSON_CAP = 64 << 20  # an existing JSON output is re-read to tell its layout; no bigger
+GIT_TIMEOUT = 30  # seconds for the one `git ls-files` of a repository, per process
+GITLINK = "160000"  # git's mode of a submodule entry
 
 
 def check_output(path: str | os.PathLike, kind: str, inputs: tuple = ()) -> Path:
-    """`path` if this command may write (or replace) it as a `kind` output, else one
-    SparkError line. kind: one of FILE_KINDS or FOLDER_KINDS. inputs: the paths the
-    command reads (None entries are skipped)."""
+    """The path to write if this command may write (or replace) `path` as a `kind`
+    output, else one SparkError line. kind: one of FILE_KINDS or FOLDER_KINDS. inputs:
+    the paths the command reads (None entries are skipped). What comes back is `path`
+    itself when no link is on its way, else the resolved place that was judged: write
+    there (never re-resolve `path`)."""
     if kind not in FILE_KINDS + FOLDER_KINDS:
         raise ValueError(f"unknown output kind {kind!r}")
     path = Path(path)
     name = printable(os.fspath(path))
     try:
-        _check(path, name, kind, [Path(i) for i in inputs if i is not None])
+        return _check(path, name, kind, [Path(i) for i in inputs if i is not None])
     except OSError as err:  # a name too long, a loop of links, a folder we may not list
         raise SparkError(f"cannot write {name}: {err.strerror or err}") from None
-    return path
 
 
-def _check(path: Path, name: str, kind: str, inputs: list[Path]) -> None:
+def resolve_output(path: Path, name: str) -> Path:
+    """Where `path` really lands: every existing component resolved, links included."""
+    try:
+        return Path(os.path.realpath(path, strict=False))
+    except (OSError, RuntimeError, ValueError) as err:
+        raise SparkError(f"cannot write {name}: {err}") from None
+
+
+def _check(path: Path, name: str, kind: str, inputs: list[Path]) -> Path:
     long = next((p for p in path.parts if len(os.fsencode(p)) > NAME_MAX), None)
     if long is not None:
         raise SparkError(f"cannot write {name[:80]}...: a name of {len(os.fsencode(long))} "
                          f"bytes, above the {NAME_MAX}-byte file-name limit")
     try:
         st = os.lstat(path)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # an ancestor that is a file: below
         st = None
-    except NotADirectoryError:
-        st = None  # reported below: an ancestor is a file
-    if st is not None and stat.S_ISLNK(st.st_mode):  # before anything resolves it
+    if st is not None and stat.S_ISLNK(st.st_mode):  # the output itself: never followed
         raise SparkError(f"refusing to write {name}: it is a symbolic link (to "
                          f"{printable(os.readlink(path))}); name the real path")
+    real = resolve_output(path, name)
+    if Path(os.path.abspath(path)) != real and kind == "job":
+        raise SparkError(f"refusing to write {name}: a job folder is never reached through a "
+                         f"link, and this path resolves to {printable(os.fspath(real))}; "
+                         "name the real path")
     if st is not None and stat.S_ISDIR(st.st_mode) and kind in FILE_KINDS:
         raise SparkError(f"cannot write {name}: it is a folder; give a file name")
-    _check_project(path, name, kind)
-    _check_inputs(path, name, inputs)
+    _check_project(real, name, kind, inputs)
+    _check_inputs(real, name, inputs)
+    if kind in ARTIFACT_KINDS:
+        _check_not_in_job(real, name)
     if st is None:
-        _check_new(path, name, kind)
+        _check_new(real, name)
     else:
-        _check_existing(path, name, kind, st)
+        _check_existing(real, name, kind, st)
+    return path if Path(os.path.abspath(path)) == real else real
 
 
-def _check_new(path: Path, name: str, kind: str) -> None:
-    ancestor = path.absolute().parent
+def _check_new(real: Path, name: str) -> None:
+    ancestor = real.parent
     while True:
         try:
             st = os.stat(ancestor)
@@ -102,12 +127,16 @@ def _check_new(path: Path, name: str, kind: str) -> None:
     if not stat.S_ISDIR(st.st_mode):
         raise SparkError(f"cannot write {name}: {printable(os.fspath(ancestor))} is "
                          f"{_kind_of(st.st_mode)}, not a folder")
-    if kind in ARTIFACT_KINDS:
-        job = next((p for p in (ancestor, *ancestor.parents) if _is_job_folder(p)), None)
-        if job is not None:
-            raise SparkError(f"cannot write {name}: it is inside the job folder "
-                             f"{printable(os.fspath(job))}, whose files the pipeline commits "
-                             f"together; write elsewhere")
+
+
+def _check_not_in_job(real: Path, name: str) -> None:
+    """Exports and imports never land in a job folder (new or existing file): a job's
+    files are written by its commit journal only, together."""
+    job = next((p for p in real.parents if _is_job_folder(p)), None)
+    if job is not None:
+        raise SparkError(f"cannot write {name}: it is inside the job folder "
+                         f"{printable(os.fspath(job))}, whose files the pipeline commits "
+                         f"together; write elsewhere")
 
 
 def _check_existing(path: Path, name: str, kind: str, st: os.stat_result) -> None:
@@ -134,15 +163,71 @@ def _check_folder(path: Path, name: str, kind: str) -> None:
     foreign = sorted(n for n in names if n not in allowed and not _our_temp(n))
     if kind == "job" and names & JOB_OWNED:
         foreign = []  # a job folder we made; files a user put beside ours are never touched
+    if kind == "hf" and not foreign:
+        foreign = sorted(n for n in names if not _our_temp(n) and not _hf_entry(path / n, n))
     if foreign or (kind == "hf" and "config.json" not in names):
         what = "an exported Hugging Face folder" if kind == "hf" else "a job folder"
         shown = ", ".join(printable(n) for n in foreign[:3]) or "no config.json"
         raise SparkError(f"refusing to replace {name}: it is not {what} this tool wrote "
                          f"(it holds {shown}); choose a new or empty folder")
-    for entry in names & {"dvclive", CORPUS}:  # folders a job owns: real folders, no links
+    for entry in names & {LIVE_DIR, CORPUS}:  # folders a job owns: real folders, no links
         if not (path / entry).is_dir() or (path / entry).is_symlink():
             raise SparkError(f"refusing to write {name}: its {entry} is not a folder this "
                              f"tool made (a file or a link); move it away")
+
+
+HF_JSON = ("config.json", "generation_config.json", "tokenizer_config.json", TOKENIZER)
+HF_CONFIG_KEYS = ("architectures", "spark_metadata")  # export/hf.py hf_config's own keys
+CARD_HEAD = b"---\nlibrary_name: transformers\n"  # export/card.py's front matter
+
+
+def _hf_entry(path: Path, entry: str) -> bool:
+    """An entry of an HF folder this tool exported: a regular file of the layout
+    export/hf.py writes under that name (not merely a name it uses)."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    if not stat.S_ISREG(st.st_mode):
+        return False
+    if entry == "model.safetensors":
+        return st.st_size >= 8 and _safetensors_header(path, st.st_size) is not None
+    if entry == "README.md":
+        with open(path, "rb") as f:
+            return f.read(len(CARD_HEAD)) == CARD_HEAD
+    if entry in HF_JSON:
+        if entry == TOKENIZER:  # the tokenizers library's layout, not canonical JSON
+            with open(path, "rb") as f:
+                return f.read(1) == b"{"
+        doc = _canonical_doc(path, st.st_size)
+        if entry == "config.json":
+            return isinstance(doc, dict) and all(k in doc for k in HF_CONFIG_KEYS)
+        return isinstance(doc, dict)
+    return False
+
+
+def _safetensors_header(path: Path, size: int) -> bytes | None:
+    with open(path, "rb") as f:
+        n = int.from_bytes(f.read(8), "little")
+        if not 2 <= n <= min(size - 8, 100 << 20):
+            return None
+        header = f.read(n)
+    return header if header.startswith(b"{") else None
+
+
+def _canonical_doc(path: Path, size: int):
+    """The JSON in `path` when it is canonical JSON (as core/fsutil.py writes), else None."""
+    if size > JSON_CAP:
+        return None
+    from sparktrain.core.fsutil import canonical_json
+    from sparktrain.core.safeload import load_json
+
+    text = path.read_bytes()
+    try:
+        doc = load_json(text, os.fspath(path))
+        return doc if canonical_json(doc).encode() == text else None
+    except (SparkError, ValueError):
+        return None
 
 
 def _our_temp(entry: str) -> bool:
@@ -151,108 +236,109 @@ def _our_temp(entry: str) -> bool:
 
 
 def _made_by_us(path: Path, kind: str, size: int) -> bool:
-    with open(path, "rb") as f:
-        head = f.read(8)
-        if kind in MAGIC:
-            return head.startswith(MAGIC[kind])
-        if kind == "safetensors":
-            if len(head) < 8:
-                return False
-            n = int.from_bytes(head, "little")
-            if not 2 <= n <= min(size - 8, 100 << 20):
-                return False
-            header = f.read(n)
-            return header.startswith(b"{") and b'"__metadata__"' in header and b'"spark"' in header
-        if size > JSON_CAP:
-            return False
-        text = head + f.read()
-    from sparktrain.core.fsutil import canonical_json
-    from sparktrain.core.safeload import load_json
-
-    try:
-        return canonical_json(load_json(text, os.fspath(path))).encode() == text
-    except (SparkError, ValueError):
-        return False
+    if kind in MAGIC:
+        with open(path, "rb") as f:
+            return f.read(8).startswith(MAGIC[kind])
+    if kind == "safetensors":
+        header = _safetensors_header(path, size)
+        return header is not None and b'"__metadata__"' in header and b'"spark"' in header
+    return _canonical_doc(path, size) is not None
 
 
 _KIND_WORDS = {"png": "PNG", "gguf": "GGUF file", "sparkbc": "SPARK_BC program",
                "safetensors": "Spark weights file", "json": "canonical JSON file"}
 
 
-def _check_project(path: Path, name: str, kind: str) -> None:
-    target = path.absolute()
-    try:
-        real = path.resolve()
-    except (OSError, RuntimeError) as err:
-        raise SparkError(f"cannot write {name}: {err}") from None
-    for candidate in {target, real}:
-        for part in _inside_project(candidate).parts:
+def _check_project(real: Path, name: str, kind: str, inputs: list[Path]) -> None:
+    """The resolved place against every project around it: not its machinery, not
+    the project folder itself, not a file git tracks or a folder under one (a tracked
+    tree, a submodule), and a job folder not inside another job folder."""
+    inner = root_of(real.parent, git=True)
+    if inner is not None:
+        for part in real.relative_to(inner).parts:
             if part in INTERNALS:
                 raise SparkError(f"refusing to write {name}: it is inside a {part}/ folder "
                                  "(the project's machinery)")
-    top = _git_top(real)
-    roots = {r for r in (top, _dvc_root(real)) if r is not None}
-    if real in roots or any(real in r.parents for r in roots):
+    if os.path.isdir(real) and root_of(real, git=True) == real:
         raise SparkError(f"refusing to write {name}: it is (or holds) the project folder")
-    if kind in SOURCE_KINDS:  # a program is compiled beside its .spark, under git
-        return
-    if top is not None and os.path.lexists(real) and _tracked(top, real):
-        raise SparkError(f"refusing to write {name}: it is (or holds) a file git tracks in "
-                         f"the project; write under out/ or another new path")
-    if top is not None and not os.path.lexists(real):
-        # a new path belongs under out/, the project root or outside it; not in the sources
+    for top in _enclosing_roots(real):
+        rel = real.relative_to(top).as_posix()
+        files, links = _git_index(top)
+        link = next((g for g in links if rel == g or rel.startswith(g + "/")), None)
+        if link is not None:
+            raise SparkError(f"refusing to write {name}: it is inside the git submodule "
+                             f"{printable(link)}/ of the project; write under out/")
+        if os.path.lexists(real):
+            if rel in files and kind in SOURCE_KINDS and _same_source(real, inputs):
+                continue  # a program is recompiled beside its .spark, under git
+            if rel in files or any(f.startswith(rel + "/") for f in files):
+                raise SparkError(f"refusing to write {name}: it is (or holds) a file git "
+                                 "tracks in the project; write under out/ or another new path")
+            continue
+        if kind in SOURCE_KINDS:  # a new program may sit beside the tracked sources
+            continue
         folder = next(p for p in real.parents if p.is_dir())
-        if folder != top and top in folder.parents and _tracked(top, folder):
-            part = folder.relative_to(top).parts[0]
-            raise SparkError(f"refusing to write {name}: it is inside the project's {part}/ "
-                             f"folder, whose files git tracks; write under out/")
+        sub = folder.relative_to(top).as_posix() if folder != top else ""
+        if sub and any(f.startswith(sub + "/") for f in files):
+            raise SparkError(f"refusing to write {name}: it is inside the project's "
+                             f"{sub.split('/')[0]}/ folder, whose files git tracks; write "
+                             "under out/")
     if kind == "job":
-        for p in (real.parent, *real.parent.parents):
+        for p in real.parents:
             if _is_job_folder(p):
                 raise SparkError(f"cannot write {name}: it is inside the job folder "
                                  f"{printable(os.fspath(p))}")
 
 
-def _inside_project(path: Path) -> Path:
-    """`path` relative to the deepest project folder above it (one holding .git or
-    dvc.yaml), or whole when there is none. Only that part may not run through .git/ or
-    .dvc/: DVC runs a queued experiment in a clone of its own under .dvc/tmp/, and that
-    clone's out/ is an output like any other."""
-    for folder in path.parents:
-        if (folder / ".git").exists() or (folder / "dvc.yaml").is_file():
-            return path.relative_to(folder)
-    return path
+def _same_source(real: Path, inputs: list[Path]) -> bool:
+    """`real` is the compiled form of the source this command compiles (X.spark ->
+    X.sparkbc beside it)."""
+    return any(Path(os.path.realpath(i)).with_suffix(".sparkbc") == real for i in inputs)
 
 
-def _git_top(real: Path) -> Path | None:
-    folder = next((p for p in (real, *real.parents) if p.is_dir()), None)
+def _enclosing_roots(real: Path) -> list[Path]:
+    """Every project folder (dvc.yaml, .dvc/ or .git) at or above `real`'s folder,
+    innermost first: a submodule's superproject is judged too."""
+    roots, start = [], real.parent
+    while True:
+        top = root_of(start, git=True)
+        if top is None:
+            return roots
+        roots.append(top)
+        if top.parent == top:
+            return roots
+        start = top.parent
+
+
+@functools.lru_cache(maxsize=16)
+def _git_index(top: Path) -> tuple[frozenset, tuple]:
+    """(the files git tracks under `top`, its submodules' paths): one `git ls-files`
+    per repository and process, not one per checked write; (empty, empty) outside git."""
+    if not os.path.lexists(top / ".git"):
+        return frozenset(), ()
     try:
-        done = subprocess.run(["git", "-C", os.fspath(folder), "rev-parse", "--show-toplevel"],
-                              capture_output=True, text=True, timeout=30)
+        done = subprocess.run(["git", "-C", os.fspath(top), "ls-files", "-z", "--stage"],
+                              capture_output=True, timeout=GIT_TIMEOUT)
     except (OSError, subprocess.TimeoutExpired):
-        return None
-    return Path(done.stdout.strip()).resolve() if done.returncode == 0 else None
+        return frozenset(), ()
+    if done.returncode != 0:
+        return frozenset(), ()
+    files, links = set(), []
+    for entry in done.stdout.split(b"\0"):
+        if b"\t" not in entry:
+            continue
+        info, rel = entry.split(b"\t", 1)
+        rel = os.fsdecode(rel)
+        files.add(rel)
+        if info.startswith(GITLINK.encode()):
+            links.append(rel)
+    return frozenset(files), tuple(links)
 
 
-def _dvc_root(real: Path) -> Path | None:
-    return next((p for p in (real, *real.parents) if (p / "dvc.yaml").is_file()), None)
-
-
-def _tracked(top: Path, real: Path) -> bool:
-    try:
-        done = subprocess.run(["git", "-C", os.fspath(top), "ls-files", "-z", "--",
-                               os.fspath(real.relative_to(top))],
-                              capture_output=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired, ValueError):
-        return False
-    return done.returncode == 0 and bool(done.stdout)
-
-
-def _check_inputs(path: Path, name: str, inputs: list[Path]) -> None:
-    real = path.resolve()
+def _check_inputs(real: Path, name: str, inputs: list[Path]) -> None:
     for item in inputs:
-        source = item.resolve()
-        if source == real or real in source.parents or _same_file(item, path):
+        source = Path(os.path.realpath(item))
+        if source == real or real in source.parents or _same_file(item, real):
             raise SparkError(f"refusing to write {name}: it is (or holds) "
                              f"{printable(os.fspath(item))}, which this command reads")
 
@@ -280,20 +366,29 @@ def _kind_of(mode: int) -> str:
 
 def check_job_live(folder: str | os.PathLike) -> None:
     """A job folder's dvclive/ (when there) is a real folder, so the commit can replace it."""
-    live = Path(folder) / "dvclive"
+    live = Path(folder) / LIVE_DIR
     if os.path.islink(live) or (os.path.lexists(live) and not live.is_dir()):
         raise SparkError(f"refusing to write {printable(os.fspath(live))}: it is not a folder "
                          f"this tool made (a file or a link); move it away")
 
 
-
 def replace_owned_folder(new: Path, dest: Path) -> None:
-    """Put the folder `new` at `dest`, replacing the folder this tool made there; a link
-    or a file at `dest` is refused (one line), never followed or deleted."""
+    """Put the folder `new` at `dest`, replacing the folder this tool
+    made there; a link or a file at `dest` is refused (one line), never followed or
+    deleted. Removal and rename go through the folder's descriptor (core/fsutil.py
+    open_folder), so a parent swapped for a link cannot redirect them."""
     import shutil
 
-    if os.path.lexists(dest) and (os.path.islink(dest) or not dest.is_dir()):
-        raise SparkError(f"refusing to replace {printable(os.fspath(dest))}: not a folder "
-                         "this tool made")
-    shutil.rmtree(dest, ignore_errors=True)
-    os.replace(new, dest)
+    from sparktrain.core.fsutil import folder_fd
+
+    with folder_fd(new.parent) as src, folder_fd(dest.parent) as fd:
+        try:
+            st = os.stat(dest.name, dir_fd=fd, follow_symlinks=False)
+        except FileNotFoundError:
+            st = None
+        if st is not None and not stat.S_ISDIR(st.st_mode):
+            raise SparkError(f"refusing to replace {printable(os.fspath(dest))}: not a folder "
+                             "this tool made")
+        if st is not None:
+            shutil.rmtree(dest.name, dir_fd=fd)
+        os.rename(new.name, dest.name, src_dir_fd=src, dst_dir_fd=fd)

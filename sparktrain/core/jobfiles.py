@@ -28,11 +28,12 @@ EVAL_DETAIL = "eval_detail.json"  # eval: counts, tables, samples, hashes
 LOSS_PNG = "loss.png"           # eval: the loss picture
 LIVE_DIR = "dvclive"            # step: DVCLive's curves (dvc plots)
 LIVE_PENDING = ".live-run"      # step: DVCLive's folder of a run not yet committed
-JOURNAL = ".commit"             # the commit journal: the names a crash rolls forward
-LOCK = ".lock"                  # one writer at a time (flock; the file stays)
+JOURNAL = ".commit"             # the commit journal: the names an interrupted commit renames
+LOCK = ".lock"                  # the job's flock: one spark process writes a job at a time
 # inside CORPUS (prepare): the files read and their hashes; a corpus job's token streams
 CORPUS_FILES, TRAIN_BIN, VAL_BIN = "files.json", "train.bin", "val.bin"
-CODER_PROOF = "coder_proof.json"  # tools/coder_proof.py: the proof's record
+CODER_PROOF = "coder_proof.json"  # tools/coder_proof.py: the coder proof's report
+DVC_IGNORE = ".gitignore"       # DVC writes one beside the outputs it tracks
 
 _JOB_ID = re.compile(r"[A-Za-z0-9._-]+")
 

@@ -64,7 +64,8 @@ class Progress:
         self.started = clock()
         self._bar = self._task = None
         if self.tty:
-            console = Console(file=self.stream, force_terminal=True, width=width)
+            console = Console(file=self.stream, force_terminal=True,
+                              width=terminal_width(self.stream, width))
             self._bar = _FittingBar(unit, console=console, expand=True)
             self._task = self._bar.add_task(what, total=total, completed=done, eta="-", note="")
             self._bar.start()
@@ -165,3 +166,14 @@ class _FittingBar(RichProgress):
         self.columns = next((c for c in self.layouts if self._needs(c, tasks) <= width),
                             self.layouts[-1])
         return super().make_tasks_table(tasks)
+
+
+MAX_COLUMNS = 1000  # a COLUMNS of 1e9 must not size a billion-character bar
+MIN_COLUMNS = 20
+
+
+def terminal_width(stream: TextIO, width: int | None = None) -> int:
+    """`width`, else what rich finds (COLUMNS or the terminal's size), clamped."""
+    if width is None:
+        width = Console(file=stream, force_terminal=True).width
+    return max(MIN_COLUMNS, min(int(width), MAX_COLUMNS))

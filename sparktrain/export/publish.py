@@ -5,12 +5,13 @@ import contextlib
 import errno
 import os
 import re
+import secrets
 import shutil
-import tempfile
+import stat
 from pathlib import Path
 
 from sparktrain.core.errors import SparkError
-from sparktrain.core.fsutil import current_umask
+from sparktrain.core.fsutil import folder_fd, write_at
 from sparktrain.core.gate import check_output
 
 
@@ -55,17 +56,36 @@ def _one_line(out: Path):
 
 
 def _publish_dir(files: dict[str, bytes], out: Path) -> None:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    remove_stale(out)
-    tmp = Path(tempfile.mkdtemp(prefix=_prefix(out), suffix=".tmp", dir=out.parent))
-    try:
-        tmp.chmod(0o777 & ~current_umask())
-        for name, data in sorted(files.items()):
-            (tmp / name).write_bytes(data)
-        _swap_in(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    with folder_fd(out.parent, create=True) as fd:
+        remove_stale(out, fd)
+        tmp = _temp_name(out, fd, ".tmp", folder=True)
+        try:
+            tfd = os.open(tmp, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            try:
+                for name, data in sorted(files.items()):
+                    write_at(tfd, name, data)
+            finally:
+                os.close(tfd)
+            _swap_in(fd, tmp, out)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True, dir_fd=fd)
+            raise
+
+
+def _temp_name(out: Path, fd: int, suffix: str, folder: bool) -> str:
+    """A new temp folder or empty file ".OUT.PID.xxxxxxxx<suffix>" in the folder `fd`."""
+    for _ in range(100):
+        name = f"{_prefix(out)}{secrets.token_hex(4)}{suffix}"
+        try:
+            if folder:
+                os.mkdir(name, 0o777, dir_fd=fd)  # the umask applies
+            else:
+                os.close(os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
+                                 0o666, dir_fd=fd))
+            return name
+        except FileExistsError:
+            continue
+    raise FileExistsError(errno.EEXIST, "no free temp name", os.fspath(out))
 
 
 def _prefix(out: Path) -> str:
@@ -73,19 +93,23 @@ def _prefix(out: Path) -> str:
     return f".{out.name}.{os.getpid()}."
 
 
-def remove_stale(out: Path) -> list[str]:
+def remove_stale(out: Path, fd: int | None = None) -> list[str]:
     """Temp files and folders of earlier runs writing this OUT that were killed (their
-    process is gone): only our own name pattern, only beside OUT."""
+    process is gone): only our own name pattern, only beside OUT (the folder `fd`)."""
+    if fd is None:
+        with folder_fd(out.parent) as own:
+            return remove_stale(out, own)
     pattern = re.compile(re.escape(f".{out.name}.") + r"(\d+)\.[A-Za-z0-9_]+\.(tmp|old)$")
     removed = []
-    for entry in os.scandir(out.parent):
+    for entry in os.scandir(fd):
         match = pattern.match(entry.name)
         if not match or _alive(int(match.group(1))):
             continue
         if entry.is_dir(follow_symlinks=False):
-            shutil.rmtree(entry.path, ignore_errors=True)
+            shutil.rmtree(entry.name, ignore_errors=True, dir_fd=fd)
         else:
-            Path(entry.path).unlink(missing_ok=True)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(entry.name, dir_fd=fd)
         removed.append(entry.name)
     return removed
 
@@ -101,25 +125,56 @@ def _alive(pid: int) -> bool:
 
 
 def _publish_file(write, out: Path) -> None:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    remove_stale(out)
-    fd, tmp = tempfile.mkstemp(prefix=_prefix(out), suffix=".tmp", dir=out.parent)
-    os.close(fd)
+    """`write` gets the temp file's name through the folder's descriptor
+    (/proc/self/fd/N/NAME), so it writes into the folder that was opened without
+    following a link, whatever happens to the path meanwhile."""
+    with folder_fd(out.parent, create=True) as fd:
+        remove_stale(out, fd)
+        tmp = _temp_name(out, fd, ".tmp", folder=False)
+        try:
+            write(_through(fd, tmp))
+            _fsync_at(fd, tmp)
+            st = os.stat(tmp, dir_fd=fd, follow_symlinks=False)
+            if not stat.S_ISREG(st.st_mode):
+                raise SparkError(f"cannot write {os.fspath(out)}: its temp file was replaced "
+                                 "while it was written")
+            _swap_in(fd, tmp, out)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp, dir_fd=fd)
+            raise
+
+
+def _fsync_at(fd: int, name: str) -> None:
+    """The written temp file reaches the disk before it replaces anything."""
+    own = os.open(name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=fd)
     try:
-        write(tmp)
-        os.chmod(tmp, 0o666 & ~current_umask())
-        _swap_in(Path(tmp), out)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        os.fsync(own)
+    finally:
+        os.close(own)
 
 
-def _swap_in(new: Path, out: Path) -> None:
-    if (not out.exists() or (out.is_file() and new.is_file())
-            or (out.is_dir() and new.is_dir() and not any(out.iterdir()))):
-        os.replace(new, out)
+def _through(fd: int, name: str) -> str:
+    """A path to `name` in the folder `fd` that no link swap can redirect."""
+    proc = f"/proc/self/fd/{fd}"
+    return f"{proc}/{name}" if os.path.isdir(proc) else name
+
+
+def _swap_in(fd: int, new: str, out: Path) -> None:
+    """Rename the temp `new` over `out`, both in the folder `fd`; an existing folder is
+    moved aside first and removed after (never followed: no link is involved)."""
+    try:
+        st = os.stat(out.name, dir_fd=fd, follow_symlinks=False)
+    except FileNotFoundError:
+        st = None
+    new_is_dir = stat.S_ISDIR(os.stat(new, dir_fd=fd, follow_symlinks=False).st_mode)
+    if st is None or (stat.S_ISREG(st.st_mode) and not new_is_dir):
+        os.rename(new, out.name, src_dir_fd=fd, dst_dir_fd=fd)
         return
-    old = Path(tempfile.mkdtemp(prefix=_prefix(out), suffix=".old", dir=out.parent))
-    os.replace(out, old / "x")
-    os.replace(new, out)
-    shutil.rmtree(old, ignore_errors=True)
+    if stat.S_ISLNK(st.st_mode):
+        raise SparkError(f"refusing to replace {os.fspath(out)}: it became a symbolic link "
+                         "after it was checked; nothing was replaced")
+    old = _temp_name(out, fd, ".old", folder=True)
+    os.rename(out.name, f"{old}/x", src_dir_fd=fd, dst_dir_fd=fd)
+    os.rename(new, out.name, src_dir_fd=fd, dst_dir_fd=fd)
+    shutil.rmtree(old, ignore_errors=True, dir_fd=fd)

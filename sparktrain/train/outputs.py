@@ -27,7 +27,8 @@ from pathlib import Path
 
 from sparktrain.core import compat
 from sparktrain.core.errors import SparkError
-from sparktrain.core.fsutil import atomic_write_bytes, canonical_json, read_input, sha256_file
+from sparktrain.core.fsutil import (atomic_write_bytes, canonical_json, folder_fd, read_input,
+                                    sha256_file)
 from sparktrain.core.jobfiles import (ARTIFACT, CHECKPOINT, EVAL, EVAL_DETAIL, FAILED, JOURNAL,
                                       LOCK, PERF, RESUME_STATE, RESUME_TENSORS, STATUS, WEIGHTS)
 from sparktrain.eval.headline import split_headline
@@ -61,9 +62,10 @@ def lock_job(folder: str | os.PathLike) -> None:
     key = _key(folder)
     if key in _held:
         return
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        fd = os.open(folder / LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+    try:  # the folder opened without following a link (fsutil.open_folder), then its lock
+        with folder_fd(folder, create=True) as dir_fd:
+            fd = os.open(LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666,
+                         dir_fd=dir_fd)
     except OSError as err:
         raise SparkError(f"cannot write job folder {folder.as_posix()}: "
                          f"{err.strerror or err}") from None
@@ -123,12 +125,13 @@ def commit_files(folder: str | os.PathLike, files: dict[str, bytes]) -> None:
         atomic_write_bytes(_pending(folder, name), data)
     _crash_point("before-journal")
     atomic_write_bytes(folder / JOURNAL, json.dumps(sorted(files)).encode())
-    for i, name in enumerate(sorted(files)):
-        os.replace(_pending(folder, name), folder / name)
-        if i == 0:
-            _crash_point("mid-rename")
-    _fsync_dir(folder)
-    os.unlink(folder / JOURNAL)
+    with folder_fd(folder) as fd:  # renames relative to the folder: no link redirects one
+        for i, name in enumerate(sorted(files)):
+            os.rename(_pending(folder, name).name, name, src_dir_fd=fd, dst_dir_fd=fd)
+            if i == 0:
+                _crash_point("mid-rename")
+        os.fsync(fd)
+        os.unlink(JOURNAL, dir_fd=fd)
 
 
 def journal_names(folder: Path) -> list[str]:
