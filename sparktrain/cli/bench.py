@@ -4,8 +4,10 @@ from __future__ import annotations
 from sparktrain.argtypes import positive_int
 from sparktrain.model.config import SCALES
 from sparktrain.model.device import DEVICES
+from sparktrain.params import StepConfig
 
-OPTIMIZERS = ("sgd", "adamw")  # step.optimizer's choices (sparktrain/train/optim.py)
+# step.optimizer's choices, from the schema (sparktrain/params.py)
+OPTIMIZERS = tuple(StepConfig.__pydantic_fields__["optimizer"].annotation.__args__)
 
 
 def register(sub) -> None:
