@@ -117,7 +117,10 @@ def sliding_batches(stream: np.ndarray, seq_len: int, stride: int, batch_size: i
     for b0 in range(0, len(starts), batch_size):
         s = starts[b0:b0 + batch_size]
         idx = window_index(s, seq_len)                                         # (B, T+1)
-        counted = (idx[:, 1:] < n) & (fresh | (s[:, None] == 0))               # (B, T)
+        real = idx[:, 1:] < n                                                  # (B, T)
+        counted = real & (fresh | (s[:, None] == 0))                           # (B, T)
         rows = flat[np.minimum(idx, n - 1)].astype(np.int64)                   # (B, T+1)
-        yield TokenBatch(np.where(counted, rows[:, :-1], pad),
+        # the context before a window's counted targets keeps its tokens: only
+        # the padding past the stream's end is replaced
+        yield TokenBatch(np.where(real, rows[:, :-1], pad),
                          np.where(counted, rows[:, 1:], pad), counted.astype(np.float32))

@@ -148,4 +148,6 @@ def test_a_small_stride_counts_every_target_once_with_long_context(n, stride):
                 if first > 0:  # every window but the first: most of a window behind it
                     assert t >= T - stride
                 assert int(b.inputs[row, t]) == target - 1
+            real = int(b.mask[row].nonzero()[0].max()) + 1  # context kept, not padded
+            assert b.inputs[row, :real].tolist() == list(range(first, first + real))
     assert sorted(seen) == list(range(1, n))
