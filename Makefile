@@ -61,7 +61,7 @@ test-sparkbc: $(STAMP)
 # torch + transformers only here: `make test` never downloads them.
 test-hf: $(STAMP)
 	$(PY) -m pip install -q -c $(LOCK) -e '.[dev,hf]'
-	$(PY) -m pytest -q tests/export
+	$(PY) -m pytest -q tests/export tests/train/test_optim_muon.py
 
 # torch only here: `make test` runs the same tests on array-api-strict and skips torch's.
 # -rs prints why a GPU-only test was skipped (no CUDA/MPS device on this machine).

@@ -59,6 +59,8 @@ Count = Annotated[StrictInt, Field(ge=1)]
 # docs/pipeline.md ("Hostile inputs"): the loss curve holds outer + 1 points, a pass inner steps
 MAX_OUTER = 100_000
 MAX_MICRO_STEPS = 100_000_000
+# optimizer muon's AdamW rate (embedding, LM head, norms) when step.adam_lr is not given
+MUON_ADAM_LR = 0.005
 
 
 @dataclass(frozen=True, config=STEP_STRICT)
@@ -86,17 +88,30 @@ class StepConfig:
                                                        "usable cores); never changes bytes")
     # Optimisation for real runs. At their defaults the loop is heavy-ball SGD, and
     # the checkpoint records these only when they differ from it (step_record).
-    optimizer: Literal["sgd", "adamw"] = Field("sgd", description="sgd (heavy-ball, "
-                                               "momentum) or adamw")
-    weight_decay: Float = Field(0.0, ge=0, description="AdamW decoupled weight decay on "
-                                                       "matrices")
+    optimizer: Literal["sgd", "adamw", "muon"] = Field(
+        "sgd", description="sgd (heavy-ball, momentum), adamw, or muon (Muon on the "
+                           "layers' matrices, AdamW at adam_lr on embedding, head, norms)")
+    weight_decay: Float = Field(0.0, ge=0, description="AdamW / Muon decoupled weight decay "
+                                                       "on matrices")
+    adam_lr: Optional[Float] = Field(None, gt=0, description="optimizer muon: the AdamW "
+                                     f"group's learning rate (default {MUON_ADAM_LR}), "
+                                     "scheduled like lr")
+    muon_momentum: Float = Field(0.95, ge=0, lt=1, description="optimizer muon: Nesterov "
+                                                              "momentum of the matrices")
     beta1: Float = Field(0.9, ge=0, lt=1, description="AdamW first-moment decay")
     beta2: Float = Field(0.95, ge=0, lt=1, description="AdamW second-moment decay")
-    schedule: Literal["constant", "cosine"] = Field(
-        "constant", description="learning rate: constant, or linear warm-up then cosine "
-                                "decay to min_lr")
-    warmup: StrictInt = Field(0, ge=0, description="warm-up micro-steps (cosine schedule)")
-    min_lr: Float = Field(0.0, ge=0, description="floor of the cosine decay")
+    schedule: Literal["constant", "cosine", "wsd"] = Field(
+        "constant", description="learning rate: constant; linear warm-up then cosine "
+                                "decay to min_lr; or wsd: warm-up, constant, then a linear "
+                                "cool-down to min_lr over the last `cooldown` fraction")
+    warmup: StrictInt = Field(0, ge=0, description="warm-up micro-steps (cosine, wsd)")
+    min_lr: Float = Field(0.0, ge=0, description="floor of the cosine decay / end of the "
+                                                 "wsd cool-down")
+    cooldown: Float = Field(0.0, ge=0, le=1, description="wsd: fraction of the micro-steps "
+                                                         "spent cooling down to min_lr")
+    init_out: Literal["scaled", "zero"] = Field(
+        "scaled", description="init of the residual-out projections (o, mlp_down): "
+                              "normal(0, 0.02/sqrt(2 n_layer)), or zero")
     checkpoint_every: StrictInt = Field(0, ge=0, description="save a resumable state every "
                                                              "N outer passes (0 = off)")
     device: Literal[DEVICES] = Field(
@@ -115,8 +130,20 @@ class StepConfig:
         if self.min_lr > self.lr:
             raise ValueError(f"min_lr {self.min_lr} is above lr {self.lr}")
         if self.schedule == "constant" and (self.warmup or self.min_lr):
-            raise ValueError("warmup and min_lr need schedule: cosine")
+            raise ValueError("warmup and min_lr need schedule: cosine or wsd")
+        if self.schedule != "wsd" and self.cooldown:
+            raise ValueError("cooldown needs schedule: wsd")
+        if self.schedule == "wsd" and self.warmup + round(self.cooldown * self.outer
+                                                          * self.inner) > self.outer * self.inner:
+            raise ValueError(f"warmup {self.warmup} and cooldown {self.cooldown} overlap "
+                             f"within {self.outer * self.inner} micro-steps")
+        if self.optimizer != "muon" and self.adam_lr is not None:
+            raise ValueError("adam_lr applies to optimizer muon")
         return self
+
+    def adam_lr_or_default(self) -> float:
+        """optimizer muon's rate of its AdamW group."""
+        return MUON_ADAM_LR if self.adam_lr is None else self.adam_lr
 
 
 @dataclass(frozen=True, config=STRICT)
@@ -128,6 +155,11 @@ class EvalConfig:
         48, description="generation cap for exact_match")
     n_samples: Annotated[StrictInt, Field(ge=0, le=1000)] = Field(
         3, description="generated samples kept in the eval output")
+    stride: Optional[Count] = Field(None, description="corpus jobs' sliding-window held-out "
+                                    "score: windows every `stride` tokens, each target "
+                                    "scored once with >= seq_len - stride tokens of context "
+                                    "(default seq_len / 4; seq_len = the non-overlapping "
+                                    "score)")
 
 
 def _patterns(value):
@@ -341,7 +373,7 @@ def _override_value(value) -> str:
 # Knobs recorded only when they differ from their defaults, so a run that does
 # not use them has the checkpoint bytes of a plain SGD run.
 LATER_KNOBS = ("optimizer", "weight_decay", "beta1", "beta2", "schedule", "warmup", "min_lr",
-               "checkpoint_every")
+               "checkpoint_every", "adam_lr", "muon_momentum", "cooldown", "init_out")
 
 
 def step_record(step: StepConfig) -> dict:

@@ -44,7 +44,7 @@ from sparktrain.model.config import layer_names
 from sparktrain.model.layers import RMS_EPS, ROPE_BASE
 from sparktrain.params import parse_params
 from sparktrain.train.job import job_from_program
-from sparktrain.train.optim import ADAM_EPS, lr_at
+from sparktrain.train.optim import ADAM_EPS, HIDDEN, NS_COEFFICIENTS, NS_STEPS, lr_at
 from sparktrain.core.safeload import load_yaml
 
 try:
@@ -100,15 +100,28 @@ def initial_tensors(job, cfg, seed: int) -> dict:
     return {n: torch.from_numpy(a.copy()).requires_grad_(True) for n, a in params.items()}
 
 
-def make_optimizer(step, p: dict):
-    """The project's optimizers in torch: AdamW decays matrices only, SGD is heavy-ball."""
+def make_optimizer(step, p: dict) -> list:
+    """The project's optimizers in torch, as (optimizer, rate / step.lr) pairs: AdamW
+    decays matrices only, SGD is heavy-ball, muon is torch.optim.Muon on the layers'
+    matrices (its bfloat16 Newton-Schulz) beside AdamW at adam_lr on the rest."""
     if step.optimizer == "sgd":
-        return torch.optim.SGD(list(p.values()), lr=step.lr, momentum=step.momentum)
-    decayed = [t for t in p.values() if t.ndim >= 2]
-    others = [t for t in p.values() if t.ndim < 2]
-    return torch.optim.AdamW([{"params": decayed, "weight_decay": step.weight_decay},
-                              {"params": others, "weight_decay": 0.0}],
-                             lr=step.lr, betas=(step.beta1, step.beta2), eps=ADAM_EPS)
+        return [(torch.optim.SGD(list(p.values()), lr=step.lr, momentum=step.momentum), 1.0)]
+    hidden = {n for n, t in p.items() if step.optimizer == "muon"
+              and n.startswith(HIDDEN) and t.ndim == 2}
+    rest = {n: t for n, t in p.items() if n not in hidden}
+    decayed = [t for t in rest.values() if t.ndim >= 2]
+    others = [t for t in rest.values() if t.ndim < 2]
+    adam_ratio = step.adam_lr_or_default() / step.lr if hidden else 1.0
+    adamw = torch.optim.AdamW([{"params": decayed, "weight_decay": step.weight_decay},
+                               {"params": others, "weight_decay": 0.0}],
+                              lr=step.lr * adam_ratio, betas=(step.beta1, step.beta2),
+                              eps=ADAM_EPS)
+    if not hidden:
+        return [(adamw, 1.0)]
+    muon = torch.optim.Muon([p[n] for n in hidden], lr=step.lr,
+                            weight_decay=step.weight_decay, momentum=step.muon_momentum,
+                            nesterov=True, ns_coefficients=NS_COEFFICIENTS, ns_steps=NS_STEPS)
+    return [(muon, 1.0), (adamw, adam_ratio)]
 
 
 # ------------------------------------------------------------------ the run
@@ -117,7 +130,7 @@ def train(p: dict, cfg, step, data, progress=lambda line: None) -> dict:
     """step.outer x step.inner micro-steps; (train seconds, tokens, clipped steps)."""
     cos, sin = rope_tables(cfg.seq_len, cfg.head_dim)
     sampler = WindowSampler(data.train, cfg.seq_len, step.batch_size, step.seed)
-    opt = make_optimizer(step, p)
+    opts = make_optimizer(step, p)
     total, seconds, tokens, clipped = step.outer * step.inner, 0.0, 0, 0
     for t in range(total):
         batch = sampler.next()
@@ -125,7 +138,8 @@ def train(p: dict, cfg, step, data, progress=lambda line: None) -> dict:
         inputs, targets = torch.from_numpy(batch.inputs), torch.from_numpy(batch.targets)
         logits = logits_of(p, inputs, cfg, cos, sin)                      # (B, T, V)
         loss = F.cross_entropy(logits.reshape(-1, cfg.vocab), targets.reshape(-1))
-        opt.zero_grad(set_to_none=True)
+        for opt, _ in opts:
+            opt.zero_grad(set_to_none=True)
         loss.backward()
         grads = [t_.grad for t_ in p.values()]
         norm = float(torch.sqrt(sum((g.double() * g.double()).sum() for g in grads)))
@@ -136,9 +150,10 @@ def train(p: dict, cfg, step, data, progress=lambda line: None) -> dict:
             clipped += 1
             for g in grads:
                 g.mul_(step.clip / norm)
-        for group in opt.param_groups:
-            group["lr"] = lr_at(step, t, total)
-        opt.step()
+        for opt, ratio in opts:
+            for group in opt.param_groups:
+                group["lr"] = lr_at(step, t, total) * ratio
+            opt.step()
         seconds += time.perf_counter() - t0
         tokens += batch.n_tokens
         if (t + 1) % step.inner == 0:

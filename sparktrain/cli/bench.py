@@ -4,8 +4,10 @@ from __future__ import annotations
 from sparktrain.core.argtypes import positive_int
 from sparktrain.model.config import SCALES
 from sparktrain.model.device import DEVICES
+from sparktrain.params import StepConfig
 
-OPTIMIZERS = ("sgd", "adamw")  # step.optimizer's choices (sparktrain/train/optim.py)
+# step.optimizer's choices, from the schema (sparktrain/params.py)
+OPTIMIZERS = tuple(StepConfig.__pydantic_fields__["optimizer"].annotation.__args__)
 
 
 def register(sub) -> None:
@@ -66,7 +68,10 @@ def _bench(args) -> int:
         cfg = dataclasses.replace(cfg, vocab=vocab).validate()
     step = job.step if job else None
     if args.optimizer:
-        step = override(step or StepConfig(lr=BENCH_LR), optimizer=args.optimizer)
+        step = step or StepConfig(lr=BENCH_LR)
+        if args.optimizer != "muon" and step.adam_lr is not None:  # muon's knob goes with it
+            step = dataclasses.replace(step, adam_lr=None)
+        step = override(step, optimizer=args.optimizer)
     make_update = JobUpdates(step, WARMUP_STEPS + args.steps) if step else plain_sgd
     batch_size = args.batch_size or (step.batch_size if job else None)
     shards = args.shards or (step.shards if job else None)

@@ -18,7 +18,8 @@ from sparktrain.data.base import EvalSet, TrainingData, measure
 from sparktrain.data.bpb import bits_per_byte
 from sparktrain.data.corpus import STDLIB, Corpus, read_corpus
 from sparktrain.data.prepare import read_prepared, write_prepared
-from sparktrain.data.stream import WindowSampler, stream_batches, windows_batch
+from sparktrain.data.stream import (WindowSampler, sliding_batches, stream_batches,
+                                    windows_batch)
 from sparktrain.core.errors import SparkError
 from sparktrain.model.build import build_model
 from sparktrain.model.config import flops_per_token
@@ -95,18 +96,41 @@ class CorpusSource:
 
     def evaluate(self, folder, params, cfg, tokenizer, tokenizer_sha256, eval_cfg) -> dict:
         """The whole held-out stream, every target once: loss, and bits per byte of
-        the original text beside the compressors on the same bytes."""
+        the original text beside the compressors on the same bytes; in non-overlapping
+        windows (`bpb`: a target sees seq_len / 2 tokens of context on average) and in
+        windows every eval.stride tokens (`bpb_sliding`: at least seq_len - stride)."""
         data = read_prepared(Path(folder), tokenizer_sha256)
         model = build_model(cfg)
-        batches = list(stream_batches(data.val, cfg.seq_len, LOSS_BATCH, tokenizer.eos))
+        stride = sliding_stride(eval_cfg, cfg.seq_len)
+        total, count = self._stream_score(model, params, data, tokenizer,
+                                          stream_batches(data.val, cfg.seq_len, LOSS_BATCH,
+                                                         tokenizer.eos))
+        sliding, _ = self._stream_score(model, params, data, tokenizer,
+                                        sliding_batches(data.val, cfg.seq_len, stride,
+                                                        LOSS_BATCH, tokenizer.eos))
+        loss, nbytes = total / count, data.heldout_bytes
+        base = data.manifest["heldout_baselines"]
+        return {"mode": self.kind, "loss": loss, "perplexity": math.exp(loss),
+                "bpb": bits_per_byte(total, nbytes), "zlib9_bpb": base["zlib9_bpb"],
+                "bpb_sliding": bits_per_byte(sliding, nbytes), "sliding_stride": stride,
+                "lzma9e_bpb": base["lzma9e_bpb"], "heldout_bytes": base["bytes"],
+                "heldout_targets": count, "tokenizer": tokenizer.kind, "vocab": tokenizer.vocab}
+
+    @staticmethod
+    def _stream_score(model, params, data, tokenizer, batches) -> tuple[float, int]:
+        """(summed nats, targets) of batches that count every held-out target once."""
+        batches = list(batches)
         losses = [model.batch_loss(params, b) for b in batches]
         total, count, nbytes = measure(losses, batches, tokenizer.byte_lengths())
         if nbytes != data.heldout_bytes:
             raise SparkError(f"held-out tokens stand for {nbytes} bytes, the corpus has "
                              f"{data.heldout_bytes}; run the prepare stage again")
-        loss = total / count
-        base = data.manifest["heldout_baselines"]
-        return {"mode": self.kind, "loss": loss, "perplexity": math.exp(loss),
-                "bpb": bits_per_byte(total, nbytes), "zlib9_bpb": base["zlib9_bpb"],
-                "lzma9e_bpb": base["lzma9e_bpb"], "heldout_bytes": base["bytes"],
-                "heldout_targets": count, "tokenizer": tokenizer.kind, "vocab": tokenizer.vocab}
+        return total, count
+
+
+def sliding_stride(eval_cfg, seq_len: int) -> int:
+    """eval.stride, default a quarter of the window; at most seq_len."""
+    stride = eval_cfg.stride or max(seq_len // 4, 1)
+    if stride > seq_len:
+        raise SparkError(f"eval.stride {stride} is above seq_len {seq_len}")
+    return stride

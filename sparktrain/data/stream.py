@@ -3,7 +3,8 @@ as [BOS] + tokens + [EOS], concatenated in path order, flat little-endian
 uint8 or uint16, read back memory-mapped.
 
 Training samples seeded windows of seq_len + 1 tokens and counts every target;
-a whole-stream loss walks non-overlapping windows so each target (every token
+a whole-stream loss walks non-overlapping windows (or sliding ones,
+`sliding_batches`) so each target (every token
 but the first) is counted exactly once.
 """
 from __future__ import annotations
@@ -100,4 +101,26 @@ def stream_batches(stream: np.ndarray, seq_len: int, batch_size: int,
         counted = idx[:, 1:] < n                                  # (B, T) target in the stream
         rows = flat[np.minimum(idx, n - 1)].astype(np.int64)      # (B, T+1)
         yield TokenBatch(np.where(counted, rows[:, :-1], pad),
+                         np.where(counted, rows[:, 1:], pad), counted.astype(np.float32))
+
+
+def sliding_batches(stream: np.ndarray, seq_len: int, stride: int, batch_size: int,
+                    pad: int) -> Iterator[TokenBatch]:
+    """Windows every `stride` tokens, each target counted once: the first window
+    counts all its targets, every later one only its last `stride` (the targets the
+    previous windows did not reach), so each of those sees at least seq_len - stride
+    tokens of context. stride == seq_len is stream_batches, window for window."""
+    flat, n = np.asarray(stream), len(stream)
+    starts = np.arange(0, max(n - 1 - seq_len, 0) + stride, stride)
+    starts = starts[(starts == 0) | (starts + seq_len - stride + 1 < n)]
+    fresh = np.arange(seq_len)[None, :] >= seq_len - stride                     # (1, T)
+    for b0 in range(0, len(starts), batch_size):
+        s = starts[b0:b0 + batch_size]
+        idx = window_index(s, seq_len)                                         # (B, T+1)
+        real = idx[:, 1:] < n                                                  # (B, T)
+        counted = real & (fresh | (s[:, None] == 0))                           # (B, T)
+        rows = flat[np.minimum(idx, n - 1)].astype(np.int64)                   # (B, T+1)
+        # the context before a window's counted targets keeps its tokens: only
+        # the padding past the stream's end is replaced
+        yield TokenBatch(np.where(real, rows[:, :-1], pad),
                          np.where(counted, rows[:, 1:], pad), counted.astype(np.float32))

@@ -6,7 +6,7 @@ from __future__ import annotations
 # evaluate() returns (counts, per-family tables, samples, hashes) is the detail
 # (eval_detail.json). A metric added later slots in by name here. A corpus job
 # has `bpb` and the compressors' bits per byte on the same held-out bytes.
-HEADLINE_KEYS = ("loss", "bpb", "zlib9_bpb", "lzma9e_bpb", "perplexity",
+HEADLINE_KEYS = ("loss", "bpb", "bpb_sliding", "zlib9_bpb", "lzma9e_bpb", "perplexity",
                  "next_token_accuracy", "exact_match", "copy_recall")
 
 

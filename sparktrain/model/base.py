@@ -16,7 +16,9 @@ Init (deterministic from seed and salt, salt = the program's sha256):
   - every matrix: normal(0, 0.02) as in GPT-2 / nanoGPT, except the two
     projections that write into the residual stream (`o`, `mlp_down`), whose
     std is 0.02 / sqrt(2 * n_layer) so the residual's variance does not grow
-    with depth (nanoGPT's `c_proj` scaling).
+    with depth (nanoGPT's `c_proj` scaling). With residual_out="zero" (params'
+    step.init_out) those two are zeros instead, drawn all the same so every other
+    tensor keeps its values: each block starts as the identity (modded-nanogpt).
 """
 from __future__ import annotations
 
@@ -51,8 +53,8 @@ class Model(Arch):
     batch_type: type
     max_new_tokens: int | None = None
 
-    def init_params(self, seed: int, salt: bytes = b"",
-                    dtype=np.float32) -> dict[str, np.ndarray]:
+    def init_params(self, seed: int, salt: bytes = b"", dtype=np.float32,
+                    residual_out: str = "scaled") -> dict[str, np.ndarray]:
         """Fresh weights, keys and order of param_shapes(); see the module docstring."""
         rng = init_rng(seed, salt)
         resid_std = INIT_STD / np.sqrt(2 * self.cfg.n_layer)
@@ -63,6 +65,8 @@ class Model(Arch):
                 continue
             std = resid_std if name.endswith(RESIDUAL_OUT) else INIT_STD
             params[name] = (rng.standard_normal(shape) * std).astype(dtype)
+            if residual_out == "zero" and name.endswith(RESIDUAL_OUT):
+                params[name] = np.zeros(shape, dtype=dtype)
         return params
 
     # ------------------------------------------------------- batches, maths

@@ -32,7 +32,7 @@ F32 = 4
 BASE_BYTES = 96 << 20     # python + numpy + safetensors + pydantic, measured ~80-95 MiB
 ACT_PER_LAYER = 26        # floats per token and dim a block keeps for its backward
 ENV = "SPARK_MAX_MEMORY_MB"
-OPTIMIZER_COPIES = {"sgd": 1, "adamw": 2, None: 0}  # moments per parameter
+OPTIMIZER_COPIES = {"sgd": 1, "adamw": 2, "muon": 2, None: 0}  # moments per parameter (at most)
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,7 @@ def estimate(cfg: ModelConfig, rows: int, optimizer: str | None = "sgd",
              train: bool = True, seq_len: int | None = None) -> Estimate:
     """Bytes a step over `rows` sequences of `seq_len` (default cfg.seq_len) tokens needs.
 
-    optimizer: "sgd", "adamw", or None (no moments: forward-only or plain SGD)."""
+    optimizer: "sgd", "adamw", "muon", or None (no moments: forward-only or plain SGD)."""
     T = cfg.seq_len if seq_len is None else seq_len
     P = cfg.kind(cfg).n_params            # arithmetic: see AttentionArch.n_params
     tokens = rows * T

@@ -63,7 +63,7 @@ class _Run:
     step_n: int
     trainable: list[str]
     start: dict[str, np.ndarray]   # trainable tensors before training (host)
-    optimizer: object              # train/optim.py: SGD or AdamW, keyed like params
+    optimizer: object              # train/optim.py: SGD, AdamW or Muon, keyed like params
     fingerprint: str               # what a resume state must match (train/resume.py)
     engine: GradientEngine = field(default=None)  # loss_and_grads over step.shards shards
 
@@ -83,7 +83,7 @@ def _set_up(job: Job, step: StepConfig, cfg: ModelConfig, source: DataSource,
     model = build_model(cfg)
     data = source.training_data(job.out_dir / CORPUS, model, tokenizer, tokenizer_sha256, step)
     salt = bytes.fromhex(job.sparkbc_sha256) if job.sparkbc_sha256 else b""
-    params, base_step = resume.initial_params(job, model, step.seed, salt)
+    params, base_step = resume.initial_params(job, model, step.seed, salt, step.init_out)
     trainable = [n for n in params if step.train_embed or n != EMBED]
     if not trainable:
         raise SparkError("nothing to train: train_embed=false freezes the only trained tensor")

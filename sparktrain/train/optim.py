@@ -3,10 +3,15 @@
 `sgd` is heavy-ball SGD, the seed's contract (`v = momentum v + g`,
 `w -= lr v`); `adamw` is Adam with decoupled weight decay (Loshchilov &
 Hutter), bias-corrected moments, decay on matrices only (norm weights are
-scales, not features). The schedule is constant, or a linear warm-up then a
-cosine decay to `min_lr` (nanoGPT's get_lr). Every optimizer's state is a dict
-of arrays under the parameter names plus a step count, so a resumed run
-continues bit for bit.
+scales, not features); `muon` orthogonalises the momentum of each hidden
+matrix (the layers' q, k, v, o and MLP weights) by a Newton-Schulz iteration
+(Keller Jordan's Muon, in torch.optim.Muon's conventions) and keeps AdamW, at
+its own rate `adam_lr`, for the embedding, the LM head and the norm weights.
+The schedule is constant, a linear warm-up then a cosine decay to `min_lr`
+(nanoGPT's get_lr), or warm-up / stable / decay (`wsd`: the rate held at `lr`,
+then a linear cool-down to `min_lr` over the last `cooldown` fraction of the
+micro-steps). Every optimizer's state is a dict of arrays under the parameter
+names plus a step count, so a resumed run continues bit for bit.
 
 The state lives where the params live (numpy, or a GPU library's arrays:
 model/backend.py, docs/gpu.md); `state()` hands back those arrays, so the
@@ -24,6 +29,17 @@ import numpy as np
 from sparktrain.model import backend
 
 ADAM_EPS = 1e-8
+# Muon (torch.optim.Muon's defaults): the quintic Newton-Schulz coefficients, its
+# steps, and the floor of the Frobenius norm the update is divided by
+NS_COEFFICIENTS = (3.4445, -4.7750, 2.0315)
+NS_STEPS = 5
+MUON_EPS = 1e-7
+HIDDEN = "spark.layers."  # the hidden matrices Muon trains are the layers' ones
+
+
+def cooldown_steps(step, total: int) -> int:
+    """Micro-steps of the wsd schedule's linear cool-down: the last `cooldown` of them."""
+    return int(round(step.cooldown * total))
 
 
 def lr_at(step, t: int, total: int) -> float:
@@ -32,6 +48,12 @@ def lr_at(step, t: int, total: int) -> float:
         return step.lr
     if t < step.warmup:
         return step.lr * (t + 1) / step.warmup
+    if step.schedule == "wsd":
+        decay = cooldown_steps(step, total)
+        into = t - (total - decay)  # >= 0 inside the cool-down
+        if into < 0:
+            return step.lr
+        return step.lr + (step.min_lr - step.lr) * min((into + 1) / decay, 1.0)
     span = max(total - step.warmup, 1)
     progress = min((t - step.warmup) / span, 1.0)
     return step.min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (step.lr - step.min_lr)
@@ -114,7 +136,67 @@ class AdamW:
         self.t = int(tensors["t"][0])
 
 
-OPTIMIZERS = {"sgd": SGD, "adamw": AdamW}
+def orthogonalise(be, g):
+    """Newton-Schulz's quintic iteration towards the nearest semi-orthogonal matrix
+    of g (m, n), as torch.optim.Muon's _zeropower_via_newtonschulz, in float32
+    where torch works in bfloat16: g / max(|g|_F, eps), the wide way round (rows <=
+    columns), NS_STEPS times X <- a X + (b A + c A A) X with A = X X^T."""
+    a, b, c = (be.f32(k) for k in NS_COEFFICIENTS)
+    tall = g.shape[0] > g.shape[1]
+    x = be.mT(g) if tall else g                                    # (r, s), r <= s
+    x = x / be.f32(max(be.global_norm([x]), MUON_EPS))
+    for _ in range(NS_STEPS):
+        gram = x @ be.mT(x)                                        # (r, r)
+        x = a * x + (b * gram + c * (gram @ gram)) @ x             # (r, s)
+    return be.mT(x) if tall else x
+
+
+class Muon:
+    """Muon on the hidden matrices, AdamW (its own rate) on everything else.
+
+    Per hidden matrix W (out, in), as torch.optim.Muon with nesterov=True:
+      B <- B + (1 - mu) (g - B)          the momentum, an average (torch's lerp)
+      U <- g + mu (B - g)                 Nesterov's look-ahead
+      W <- W (1 - lr wd) - lr sqrt(max(1, out/in)) orthogonalise(U)
+    The averaged momentum is (1 - mu) times the summed one of Keller Jordan's
+    post (B <- mu B + g); the Frobenius normalisation cancels that factor.
+    """
+    name = "muon"
+
+    def __init__(self, params: dict, names, step):
+        self.mu, self.wd, self.lr = step.muon_momentum, step.weight_decay, step.lr
+        self.adam_lr = step.adam_lr_or_default()
+        self.be = be = backend.of_params(params)
+        self.hidden = [n for n in names if n.startswith(HIDDEN) and params[n].ndim == 2]
+        self.buf = {n: be.zeros(params[n].shape, params[n]) for n in self.hidden}
+        self.adam = AdamW(params, [n for n in names if n not in self.buf], step)
+
+    def update(self, params: dict, grads: dict, lr: float, scale: float) -> None:
+        f32 = self.be.f32
+        mu, one_mu = f32(self.mu), f32(1.0 - self.mu)
+        for n, buf in self.buf.items():
+            g = grads[n] if scale == 1.0 else grads[n] * f32(scale)
+            buf += one_mu * (g - buf)
+            o = orthogonalise(self.be, g + mu * (buf - g))
+            rows, cols = o.shape
+            if self.wd:
+                params[n] *= f32(1.0 - lr * self.wd)
+            params[n] -= f32(lr * math.sqrt(max(1.0, rows / cols))) * o
+        # the AdamW group follows the same schedule, at adam_lr where Muon is at lr
+        self.adam.update(params, grads, lr * self.adam_lr / self.lr, scale)
+
+    def state(self) -> dict[str, np.ndarray]:
+        out = {f"momentum.{n}": b for n, b in self.buf.items()}
+        out.update(self.adam.state())
+        return out
+
+    def load_state(self, tensors: dict) -> None:
+        for n in self.buf:
+            self.buf[n] = self.be.load(self.buf[n], tensors[f"momentum.{n}"])
+        self.adam.load_state(tensors)
+
+
+OPTIMIZERS = {"sgd": SGD, "adamw": AdamW, "muon": Muon}
 
 
 def make_optimizer(step, params: dict, names):
@@ -140,8 +222,12 @@ class JobUpdates:
     def __init__(self, step, total: int):
         self.step, self.total = step, total
         knobs = f"lr {step.lr:g}, clip {step.clip:g}"
+        if step.optimizer == "muon":
+            knobs += f", adam_lr {step.adam_lr_or_default():g}"
         if step.schedule == "cosine":
             knobs += f", cosine after {step.warmup} warm-up"
+        if step.schedule == "wsd":
+            knobs += f", wsd: {step.warmup} warm-up, cool-down {step.cooldown:g}"
         self.label = f"{step.optimizer} ({knobs})"
 
     def __call__(self, params: dict) -> "JobUpdate":

@@ -24,10 +24,12 @@ from sparktrain.train import outputs
 from sparktrain.train.job import Job
 
 
-def initial_params(job: Job, model: Model, seed: int, salt: bytes):
-    """(params, base step_n): the base weights when `base` is a file, else fresh init."""
+def initial_params(job: Job, model: Model, seed: int, salt: bytes,
+                   residual_out: str = "scaled"):
+    """(params, base step_n): the base weights when `base` is a file, else fresh init
+    (`residual_out`: step.init_out)."""
     if not job.base_is_weights:
-        return model.init_params(seed, salt, dtype=np.float32), 0
+        return model.init_params(seed, salt, dtype=np.float32, residual_out=residual_out), 0
     params, meta = load_weights(job.base)
     base_cfg = config_from_meta(meta, job.base)
     if base_cfg.kind is not model.cfg.kind:

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from sparktrain.data.bpb import bits_per_byte, compressor_bpb
-from sparktrain.data.stream import (WindowSampler, read_stream, stream_batches, stream_of,
+from sparktrain.data.stream import (WindowSampler, read_stream, sliding_batches, stream_batches,
+                                    stream_of,
                                     write_stream)
 from sparktrain.data.tokenizer import ByteTokenizer
 from sparktrain.core.errors import SparkError
@@ -120,3 +121,33 @@ def test_bits_per_byte_and_compressors():
     assert got["zlib9_bpb"] == 8 * len(zlib.compress(data, 9)) / len(data)
     assert got["lzma9e_bpb"] == 8 * len(lzma.compress(data, preset=9 | lzma.PRESET_EXTREME)) / len(data)
     assert got["zlib9_bpb"] < 1.0  # repetitive text compresses
+
+
+@pytest.mark.parametrize("n", [2, 9, 17, 40, 41, 64])
+def test_sliding_windows_with_stride_seq_len_are_the_non_overlapping_ones(n):
+    stream = np.arange(n) % 7 + 3
+    old = list(stream_batches(stream, 8, 3, pad=0))
+    new = list(sliding_batches(stream, 8, 8, 3, pad=0))
+    assert len(old) == len(new)
+    for a, b in zip(old, new):
+        for field in ("inputs", "targets", "mask"):
+            np.testing.assert_array_equal(getattr(a, field), getattr(b, field))
+
+
+@pytest.mark.parametrize("n, stride", [(2, 2), (9, 3), (40, 1), (41, 3), (100, 5), (57, 8)])
+def test_a_small_stride_counts_every_target_once_with_long_context(n, stride):
+    T = 8
+    stream = np.arange(n)  # the token is its own position
+    seen = []
+    for b in sliding_batches(stream, T, stride, 4, pad=0):
+        for row in range(len(b.mask)):
+            for t in np.flatnonzero(b.mask[row]):
+                target = int(b.targets[row, t])
+                first = int(b.inputs[row, 0])
+                seen.append(target)
+                if first > 0:  # every window but the first: most of a window behind it
+                    assert t >= T - stride
+                assert int(b.inputs[row, t]) == target - 1
+            real = int(b.mask[row].nonzero()[0].max()) + 1  # context kept, not padded
+            assert b.inputs[row, :real].tolist() == list(range(first, first + real))
+    assert sorted(seen) == list(range(1, n))

@@ -42,7 +42,8 @@ def test_the_peer_optimizer_is_the_project_optimizer():
     step = StepConfig(**{k: v for k, v in STEP.items()})
     ours = build_model(CFG).init_params(0, b"peer")
     theirs = {n: torch.from_numpy(a.copy()).requires_grad_(True) for n, a in ours.items()}
-    opt, project = peer.make_optimizer(step, theirs), make_optimizer(step, ours, list(ours))
+    opts, project = peer.make_optimizer(step, theirs), make_optimizer(step, ours, list(ours))
+    (opt, _), = opts
     rng = np.random.default_rng(1)
     for _ in range(3):
         grads = {n: rng.standard_normal(a.shape, dtype=np.float32) for n, a in ours.items()}

@@ -20,6 +20,7 @@ import yaml
 from sparkhelp import ROOT, assert_one_line_error, run_spark
 from sparktrain.data.prepare import read_prepared
 from sparktrain.data.tokenizer import load_tokenizer
+from sparktrain.core.jobfiles import EVAL_DETAIL
 from sparktrain.model.build import build_model
 from sparktrain.model.config import SCALES
 from sparktrain.model.weights import save_weights
@@ -90,6 +91,10 @@ def test_byte_job_learns_and_reports_bits_per_byte(tmp_path):
     assert "heldout_bpb" not in ck and ev["zlib9_bpb"] > 0
     # bits per byte = nats / ln 2 / bytes: for byte tokens, nats per target is almost that
     assert ev["bpb"] == pytest.approx(ev["loss"] / np.log(2), rel=0.05)
+    # windows every seq_len / 4 tokens: more context per target, no worse a score
+    detail = json.loads((folder / EVAL_DETAIL).read_text())
+    assert detail["sliding_stride"] == SCALES["tiny"].seq_len // 4
+    assert ev["bpb_sliding"] <= ev["bpb"] + 0.01
     assert ev["bpb"] < curve[0]["heldout_bpb"]
 
 

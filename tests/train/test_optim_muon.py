@@ -1,0 +1,166 @@
+"""optimizer muon, schedule wsd and init_out zero (sparktrain/train/optim.py):
+Muon on the layers' matrices and AdamW on the rest, one step equal to
+torch.optim.Muon (the hf extra), a run stopped mid-way resumed to the same
+bytes, the same bytes on one worker or two."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from sparktrain.core.errors import SparkError
+from sparktrain.model import backend
+from sparktrain.model.base import RESIDUAL_OUT
+from sparktrain.model.build import build_model
+from sparktrain.model.config import ModelConfig
+from sparktrain.params import MUON_ADAM_LR, StepConfig, override, parse_params
+from sparktrain.train.optim import (NS_COEFFICIENTS, NS_STEPS, lr_at, make_optimizer,
+                                    orthogonalise)
+
+from test_corpus_loop import coder_project, pipeline
+
+CFG = ModelConfig(dim=16, n_layer=2, n_head=2, n_kv_head=1, seq_len=8).validate()
+
+
+def params_and_grads(seed=0):
+    model = build_model(CFG)
+    params = model.init_params(seed, b"muon")
+    rng = np.random.default_rng(seed + 1)
+    grads = {n: rng.standard_normal(a.shape).astype(np.float32) for n, a in params.items()}
+    return params, grads
+
+
+def test_muon_takes_the_layers_matrices_and_adamw_the_rest():
+    params, _ = params_and_grads()
+    opt = make_optimizer(StepConfig(optimizer="muon", lr=0.02), params, list(params))
+    assert set(opt.hidden) == {n for n in params if n.startswith("spark.layers.")
+                               and params[n].ndim == 2}
+    assert set(opt.adam.m) == {"spark.embed.weight", "spark.lm_head.weight",
+                               "spark.final_norm.weight",
+                               *(f"spark.layers.{L}.{k}_norm.weight" for L in range(2)
+                                 for k in ("attn", "mlp"))}
+    assert opt.adam_lr == MUON_ADAM_LR
+
+
+def test_newton_schulz_brings_singular_values_near_one_either_way_round():
+    rng = np.random.default_rng(0)
+    for shape in ((64, 16), (16, 64), (32, 32)):
+        g = rng.standard_normal(shape).astype(np.float32)
+        o = orthogonalise(backend.of(g), g)
+        assert o.shape == shape and o.dtype == np.float32
+        s = np.linalg.svd(o, compute_uv=False)
+        assert 0.5 < s.min() and s.max() < 1.5  # the quintic's band, not exactly 1
+
+
+def test_wsd_schedule_warms_up_holds_then_cools_down_linearly():
+    step = StepConfig(schedule="wsd", lr=1.0, min_lr=0.1, warmup=2, cooldown=0.4,
+                      outer=2, inner=5)
+    got = [lr_at(step, t, 10) for t in range(10)]
+    assert got[:2] == [0.5, 1.0] and got[2:6] == [1.0] * 4
+    assert np.allclose(got[6:], [0.775, 0.55, 0.325, 0.1])
+
+
+@pytest.mark.parametrize("changes, needle", [
+    ({"cooldown": 0.2}, "cooldown needs schedule: wsd"),
+    ({"adam_lr": 0.01}, "adam_lr applies to optimizer muon"),
+    ({"schedule": "wsd", "warmup": 30, "cooldown": 0.5}, "overlap"),
+])
+def test_incoherent_knobs_are_refused(changes, needle):
+    with pytest.raises(SparkError, match=needle):
+        parse_params({"job": "job-x-001", "program": "p.sparkbc",
+                      "step": {"outer": 4, "inner": 10, **changes}})
+
+
+def test_zero_init_out_zeroes_only_the_residual_out_projections():
+    model = build_model(CFG)
+    scaled = model.init_params(3, b"z")
+    zero = model.init_params(3, b"z", residual_out="zero")
+    for n in scaled:
+        if n.endswith(RESIDUAL_OUT):
+            assert not zero[n].any() and scaled[n].any()
+        else:
+            assert np.array_equal(zero[n], scaled[n]), n
+
+
+@pytest.mark.hf
+def test_one_muon_step_equals_torch_optim_muon(monkeypatch):
+    torch = pytest.importorskip("torch")
+    if not hasattr(torch.optim, "Muon"):
+        pytest.skip("this torch has no torch.optim.Muon")
+    lr, wd, mu = 0.02, 0.1, 0.95
+    params, grads = params_and_grads(seed=4)
+    hidden = [n for n in params if n.startswith("spark.layers.") and params[n].ndim == 2]
+    ours = {n: params[n].copy() for n in hidden}
+    opt = make_optimizer(StepConfig(optimizer="muon", lr=lr, weight_decay=wd,
+                                    muon_momentum=mu), ours, hidden)
+    for _ in range(2):  # the second step reads the momentum the first left
+        opt.update(ours, grads, lr, 1.0)
+
+    def torch_steps():
+        ts = {n: torch.tensor(params[n], requires_grad=True) for n in hidden}
+        ref = torch.optim.Muon(list(ts.values()), lr=lr, weight_decay=wd, momentum=mu,
+                               nesterov=True, ns_coefficients=NS_COEFFICIENTS,
+                               ns_steps=NS_STEPS)
+        for _ in range(2):
+            for n, t in ts.items():
+                t.grad = torch.tensor(grads[n])
+            ref.step()
+        return {n: t.detach().numpy() for n, t in ts.items()}
+
+    # torch runs its Newton-Schulz in bfloat16 (a GPU's fast type); ours is float32
+    rough = torch_steps()
+    # the same code of torch's with its bfloat16 cast kept in float32: float32 tolerance
+    monkeypatch.setattr(torch.Tensor, "bfloat16", lambda self: self.clone())
+    exact = torch_steps()
+    for n in hidden:
+        moved = np.abs(params[n] - exact[n]).max()
+        np.testing.assert_allclose(ours[n], exact[n], rtol=0, atol=2e-6 * max(moved, 1e-3),
+                                   err_msg=n)
+        np.testing.assert_allclose(ours[n] - params[n], rough[n] - params[n], rtol=0,
+                                   atol=0.05 * moved, err_msg=n)
+
+
+STEP = {"outer": 4, "inner": 5, "batch_size": 4, "optimizer": "muon", "lr": 0.02,
+        "adam_lr": 0.01, "weight_decay": 0.01, "schedule": "wsd", "warmup": 2,
+        "cooldown": 0.3, "min_lr": 0.002, "init_out": "zero", "shards": 2}
+OUTPUTS = ("weights.safetensors", "checkpoint.json", "ARTIFACT")
+
+
+def test_a_muon_run_learns_and_records_its_knobs(tmp_path):
+    folder = pipeline(coder_project(tmp_path, step=STEP))
+    ck = json.loads((folder / "checkpoint.json").read_text())
+    assert (ck["optimizer"], ck["schedule"], ck["init_out"]) == ("muon", "wsd", "zero")
+    assert ck["loss_after"] < ck["loss_before"]
+
+
+@pytest.mark.slow
+def test_a_muon_run_stopped_mid_way_resumes_to_the_same_bytes_on_any_workers(tmp_path):
+    whole = pipeline(coder_project(tmp_path / "a", step={**STEP, "workers": 2}))
+    root = coder_project(tmp_path / "b", step={**STEP, "checkpoint_every": 1, "workers": 1})
+    folder = pipeline(root, until="prepare")
+    stop_after_pass_2(root, folder)
+    assert (folder / "resume.json").exists() and not (folder / "weights.safetensors").exists()
+    pipeline(root, until="step")
+    for name in ("weights.safetensors", "ARTIFACT"):
+        assert (folder / name).read_bytes() == (whole / name).read_bytes(), name
+    saved = json.loads((folder / "checkpoint.json").read_text())
+    assert saved["weights_sha256"] == json.loads(
+        (whole / "checkpoint.json").read_text())["weights_sha256"]
+
+
+def stop_after_pass_2(root, folder):
+    """The step stage's run, stopped by an exception after pass 2's saved state."""
+    import subprocess
+    import sys
+    code = ("import sys, stages.step as s\n"
+            "from sparktrain.train import live\n"
+            "orig = live.Watcher.pass_done\n"
+            "def stop(self, point, *a):\n"
+            "    orig(self, point, *a)\n"
+            "    if point['outer'] == 2: raise SystemExit(9)\n"
+            "live.Watcher.pass_done = stop\n"
+            "sys.exit(s.run(s.STAGE, s.step))\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 9, done.stderr
