@@ -46,9 +46,9 @@ def learned_text(report: dict, model: str) -> str:
     s = report["sampling"]
     lines = [f"held-out bits per byte, the whole held-out stream ({report['heldout_bytes']:,} "
              f"bytes):",
-             f"  {'model (' + model + ')':32s} {report['bpb']:.4f}  (non-overlapping windows)",
-             f"  {'model, sliding windows':32s} {report['bpb_sliding']:.4f}  (every "
-             f"{report['sliding_stride']} tokens)",
+             f"  {'model (' + model + ')':32s} {report['bpb']:.4f}",
+             f"  {'  in sliding windows, stride ' + str(report['sliding_stride']):32s} "
+             f"{report['bpb_sliding']:.4f}",
              f"  {'zlib level 9':32s} {report['zlib9_bpb']:.4f}",
              f"  {'lzma preset 9e':32s} {report['lzma9e_bpb']:.4f}"]
     for item in report["samples"]:

@@ -133,7 +133,7 @@ def test_bad_rows_are_one_line_naming_the_line(trained, tmp_path, row, needle):
      "at most 255"),
     (["eval", "--data", "data/eval/tiny_heldout.jsonl", "--weights", "W", "-o", "out"],
      "it is a folder"),
-    (["make-data", "--out-dir", "afile"], "Not a directory"),
+    (["make-data", "--out-dir", "afile"], "is not a folder"),
     (["generate", "--weights", "W", "--seed", "-1", "--temperature", "1", "hi"], "--seed"),
     (["generate", "--weights", "W", b"\xff".decode("utf-8", "surrogateescape")], "UTF-8"),
 ])
