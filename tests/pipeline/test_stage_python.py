@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkhelp import assert_one_line_error
+from sparkhelp import HANG_GUARD_S, assert_one_line_error
 from stages import REEXEC_ENV, project_python
 
 from .conftest import clone, tool_env
@@ -48,7 +48,7 @@ def bare_env(repo: Path, tmp_path: Path) -> dict:
 
 def stage(repo: Path, env: dict) -> subprocess.CompletedProcess:
     return subprocess.run(["python", "-m", "stages.check_params"], cwd=repo, env=env,
-                          capture_output=True, text=True, timeout=600)
+                          capture_output=True, text=True, timeout=HANG_GUARD_S)
 
 
 def test_without_a_venv_the_stage_stops_in_one_line(template_copy, tmp_path):
@@ -89,6 +89,6 @@ def test_venv_dvc_repro_without_activating_runs_the_stage(template_repo, tmp_pat
     dvc = Path(sys.prefix) / "bin" / "dvc"
     done = subprocess.run([str(dvc), "repro", "check-params"], cwd=repo,
                           env=bare_env(repo, tmp_path), capture_output=True, text=True,
-                          timeout=600)
+                          timeout=HANG_GUARD_S)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "Traceback" not in done.stdout + done.stderr

@@ -11,6 +11,8 @@ import time
 import pytest
 import yaml
 
+from sparkhelp import HANG_GUARD_S
+
 from .conftest import clone, dvc, dvc_json, git, lock_outs, run, tool_env
 
 pytestmark = pytest.mark.e2e
@@ -18,8 +20,8 @@ pytestmark = pytest.mark.e2e
 GRID = ("-S", "step.lr=0.05,0.1", "-S", "step.seed=1")
 
 
-def spark(repo, *args, timeout=600):
-    return run(repo, sys.executable, "-m", "sparktrain.cli", *args, timeout=timeout)
+def spark(repo, *args):
+    return run(repo, sys.executable, "-m", "sparktrain.cli", *args)
 
 
 def _split(done):
@@ -51,13 +53,14 @@ def swept(shared):
     return done, json.loads((shared / "out" / "sweep.json").read_text())
 
 
-def _queue_results(repo, grid, timeout=600):
+def _queue_results(repo, grid, timeout=HANG_GUARD_S):
     """Queue `grid`, `dvc queue start -j 2`, wait for the workers; {(lr, seed): exp data}."""
     before = {e["name"] for e in _experiments(repo)}
     dvc(repo, "exp", "run", "--queue", *grid)
     # the queue's workers are detached and keep inherited pipes open: no capture here
     started = subprocess.run(["dvc", "queue", "start", "-j", "2"], cwd=repo, env=tool_env(repo),
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120)
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             timeout=HANG_GUARD_S)
     assert started.returncode == 0
     deadline = time.monotonic() + timeout
     while True:

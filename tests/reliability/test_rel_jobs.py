@@ -7,7 +7,7 @@ import subprocess
 import pytest
 
 from relkit import FAST, TRAIN, snapshot, trained  # noqa: F401  (fixture)
-from sparkhelp import SPARK, assert_one_line_error, run_spark
+from sparkhelp import PROMPT_GUARD_S, SPARK, assert_one_line_error, run_spark
 from sparktrain.core.fsutil import sha256_file
 from sparktrain.train import outputs
 
@@ -104,7 +104,7 @@ def test_a_fifo_in_a_job_folder_never_hangs_status(trained):
     import os
     os.mkfifo(fifo)
     try:
-        rc, out, err = run_spark(["status", "out/j"], cwd=project, timeout=20)
+        rc, out, err = run_spark(["status", "out/j"], cwd=project, timeout=PROMPT_GUARD_S)
         assert rc == 0 and json.loads(out)["state"] == "trained"
     finally:
         fifo.unlink()
@@ -133,7 +133,7 @@ def test_two_writers_and_a_polling_reader(trained):
         polls = 0
         while any(w.poll() is None for w in writers) or polls == 0:
             p = subprocess.run(SPARK + ["status", "out/j"], cwd=project, capture_output=True,
-                               text=True, timeout=60)
+                               text=True, timeout=PROMPT_GUARD_S)
             assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr
             assert json.loads(p.stdout)["state"] == "trained"
             polls += 1

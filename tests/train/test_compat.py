@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from safetensors.numpy import load_file
 
-from sparkhelp import ROOT, assert_one_line_error, run_spark
+from sparkhelp import HANG_GUARD_S, ROOT, assert_one_line_error, run_spark
 from sparktrain.repro.workspace import copy_project, tool_env
 
 PROGRAM = "data/programs/train-step.sparkbc"   # theirs: docs/examples/spark-train-step.sparkbc
@@ -202,7 +202,7 @@ def test_the_original_command_lines_in_a_fresh_copy(tmp_path):
     env = tool_env(repo)
     bin_dir = VENV / "bin" if VENV.is_dir() else Path(sys.executable).parent
 
-    def sh(*cmd: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    def sh(*cmd: str, timeout: float = HANG_GUARD_S) -> subprocess.CompletedProcess:
         done = subprocess.run(list(cmd), cwd=repo, env=env, capture_output=True, text=True,
                               timeout=timeout)
         assert done.returncode == 0, f"{cmd} exited {done.returncode}:\n{done.stderr[-2000:]}"

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import yaml
 
-from sparkhelp import ROOT, assert_one_line_error, run_spark
+from sparkhelp import HANG_GUARD_S, ROOT, assert_one_line_error, run_spark
 from sparktrain.data.prepare import read_prepared
 from sparktrain.data.tokenizer import load_tokenizer
 from sparktrain.model.build import build_model
@@ -45,7 +45,7 @@ def coder_project(tmp_path: Path, **changes) -> Path:
 
 def stage(root, name, check=True):
     done = subprocess.run([sys.executable, "-m", f"stages.{name}"], cwd=root,
-                          capture_output=True, text=True, timeout=600)
+                          capture_output=True, text=True, timeout=HANG_GUARD_S)
     if check:
         assert done.returncode == 0, done.stderr
     return done
