@@ -120,6 +120,20 @@ def test_a_run_no_better_than_uniform_fails_loudly(tmp_path):
     assert not (root / "out/train/job-coder-tiny/weights.safetensors").exists()
 
 
+def test_the_pairs_jobs_knobs_on_a_corpus_are_refused_in_one_line(tmp_path):
+    """`dvc exp run -S job=job-coder-tiny -S program=...` alone: params.yaml's byte /
+    SGD 4 x 8 knobs, which lose to zlib; the tokenizer stage points at the recipe."""
+    root = coder_project(tmp_path)
+    p = yaml.safe_load((root / "params.yaml").read_text())
+    p["step"] = yaml.safe_load((ROOT / "params.yaml").read_text())["step"]
+    (root / "params.yaml").write_text(yaml.safe_dump(p))
+    stage(root, "decode_bc")
+    done = stage(root, "tokenizer", check=False)
+    assert_one_line_error(done.returncode, done.stderr, "job-coder-tiny trains a corpus",
+                          "make spark-coder-proof-dvc", "spark code train")
+    assert not (root / "out/train/job-coder-tiny/tokenizer.json").exists()
+
+
 @pytest.mark.parametrize("params,needle", [
     ({"tokenizer": "wordpiece"}, "tokenizer must be one of"),
     ({"tokenizer": "bpe", "vocab_size": 100}, "vocab_size must be >= 259"),
