@@ -150,6 +150,7 @@ def cmd_run(args) -> int:
     program = read_program(args.program)
     knobs, step, cfg, heldout = resolve_configs(args, args.params, default_params=True)
     declared: dict[str, object] = {}
+    bound: dict[str, dict] = {}   # job id -> the dict its TRAIN bound (what `print job` shows)
 
     def job_of(job_id: str):
         check_job_id(job_id)
@@ -168,11 +169,16 @@ def cmd_run(args) -> int:
                 "method": job.method, "n_params": plan["n_params"]}
         if "dataset_rows" in plan:  # a pairs job counts rows; a corpus, tokens (prepare)
             line["dataset_rows"] = plan["dataset_rows"]
+        bound[job_id] = line
         return line
 
     def on_step(ins, ops):
         prepare_streamed(job_of(ops[0]), knobs, step, cfg, heldout)
-        return run_and_record(job_of(ops[0]), knobs, step, cfg, heldout=heldout)
+        summary = run_and_record(job_of(ops[0]), knobs, step, cfg, heldout=heldout)
+        # the job's binding follows the job: a `print job` after the STEP says it trained
+        bound[ops[0]].update({k: summary[k] for k in ("state", "trained", "not_sgd")
+                              if k in summary})
+        return summary
 
     def on_status(ins, ops):
         job = job_of(ops[0])
