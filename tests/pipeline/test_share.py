@@ -19,29 +19,10 @@ def _commit_lock(repo) -> None:
     git(repo, "commit", "-q", "--allow-empty", "-m", "lock after repro")
 
 
-def _experiments(shown: list) -> list[dict]:
-    """The experiment records of `dvc exp show --json` (DVC 3 layout)."""
-    found = []
-    for baseline in shown:
-        for exp in baseline.get("experiments") or []:
-            found.extend(rev["data"] for rev in exp.get("revs") or [] if rev.get("data"))
-    return found
-
-
-def test_queued_grid_gives_one_result_per_point(repro_copy):
-    _commit_lock(repro_copy)
-    dvc(repro_copy, "exp", "run", "--queue", "-S", "step.lr=0.05,0.1")
-    dvc(repro_copy, "exp", "run", "--run-all")
-    shown = dvc_json(repro_copy, "exp", "show")
-    results = {}
-    for exp in _experiments(shown):
-        lr = exp["params"]["params.yaml"]["data"]["step"]["lr"]
-        metrics = exp["metrics"]["out/train/job-dry-001/eval.json"]["data"]
-        results.setdefault(lr, []).append(metrics)
-    assert sorted(results) == [0.05, 0.1], shown
-    assert all(len(v) == 1 for v in results.values()), results
-    assert all(isinstance(m[0]["loss"], float) for m in results.values())
-    assert results[0.05][0]["loss"] != results[0.1][0]["loss"]
+# A queued grid (one result per point, the points' losses apart) is
+# tests/pipeline/test_sweep.py's test_points_equal_the_same_grid_through_dvc_queue;
+# `dvc exp run --run-all` runs as README's "Sweep and compare" writes it
+# (test_readme_blocks.py).
 
 
 def test_push_then_pull_in_another_clone_needs_no_rerun(repro_copy, tmp_path):

@@ -74,7 +74,9 @@ def _queue_results(repo, grid, timeout=HANG_GUARD_S):
     for exp in _experiments(repo):
         if exp["name"] not in before:
             step = exp["data"]["params"]["params.yaml"]["data"]["step"]
-            found[(step["lr"], step["seed"])] = exp
+            point = (step["lr"], step["seed"])
+            assert point not in found, f"two experiments for the point {point}"
+            found[point] = exp
     return found
 
 
@@ -103,7 +105,10 @@ def test_sweep_runs_every_point_on_the_cluster_and_prints_the_comparison(swept):
 def test_points_equal_the_same_grid_through_dvc_queue(shared, swept):
     _, doc = swept
     queued = _queue_results(shared, GRID)
-    assert len(queued) == 2, sorted(queued)
+    assert len(queued) == 2, sorted(queued)   # one result per point
+    losses = {exp["data"]["metrics"]["out/train/job-dry-001/eval.json"]["data"]["loss"]
+              for exp in queued.values()}
+    assert len(losses) == 2 and all(isinstance(x, float) for x in losses), losses
     for point in doc["points"]:
         exp = queued[(point["params"]["step.lr"], point["params"]["step.seed"])]
         metrics = {path: entry["data"] for path, entry in exp["data"]["metrics"].items()}
