@@ -27,6 +27,7 @@ from sparktrain.core.project import PARAMS_FILE
 from sparktrain.model.config import ARCH_KEYS, SCALES, ModelConfig
 from sparktrain.model.device import DEVICES
 from sparktrain.core.safeload import load_yaml
+from sparktrain.core.textout import did_you_mean
 
 # The Spark-coder recipes, one row per scale, each row a whole params file
 # (`spark code train --scale S`; docs/compat.md).
@@ -238,7 +239,8 @@ def model_config(scale: str, scales: dict | None = None, *, train_attn: bool = T
     """The arch of a named scale, with per-knob overrides (None = keep)."""
     table = scale_table(scales)
     if scale not in table:
-        raise SparkError(f"unknown scale {scale!r}; known: {', '.join(sorted(table))}")
+        raise SparkError(f"unknown scale {scale!r}; known: {', '.join(sorted(table))}"
+                         f"{did_you_mean(scale, table)}")
     missing = [k for k in ARCH_KEYS if k not in table[scale]]
     if missing:
         raise SparkError(f"params: scales.{scale} is not a built-in scale, so it needs "
@@ -277,13 +279,26 @@ def load_params_or_defaults(path: str | Path | None = None, *,
     return load_params(path)
 
 
+def _known_keys(parts: tuple) -> list[str]:
+    """The keys params.yaml's schema allows beside the last of `parts` (a dotted key's
+    pieces), by their YAML names (`step.step`, not step_n)."""
+    owner = {(): Params, ("step",): StepConfig, ("eval",): EvalConfig,
+             ("corpus",): CorpusConfig}.get(tuple(parts[:-1]))
+    if owner is None and len(parts) == 3 and parts[0] == "scales":
+        owner = ScaleRow
+    if owner is None:
+        return []
+    return [getattr(f.default, "alias", None) or f.name for f in dataclasses.fields(owner)]
+
+
 def _one_line(err: ValidationError, section: str = "") -> str:
     """pydantic's first error as `params: <dotted key> <what is wrong>`."""
     e = err.errors()[0]
-    key = ".".join(str(part) for part in ((section,) if section else ()) + tuple(e["loc"]))
+    parts = ((section,) if section else ()) + tuple(e["loc"])
+    key = ".".join(str(part) for part in parts)
     kind, got = e["type"], e.get("input")
     if kind in ("unexpected_keyword_argument", "extra_forbidden"):
-        return f"params: unknown key {key}"
+        return f"params: unknown key {key}{did_you_mean(parts[-1], _known_keys(parts))}"
     if kind == "missing_argument" or kind == "missing":
         return f"params: missing key {key}"
     shown = f"{type(got).__name__} {got!r}"
@@ -337,7 +352,8 @@ def load_recipe(scale: str, path: str | Path = RECIPES_FILE) -> Params:
         raise SparkError(f"{path}: expected a mapping of scale names to params")
     if scale not in table:
         raise SparkError(f"no coder recipe for scale {scale!r} in {path}; known: "
-                         f"{', '.join(table)} (or give a params file with --params)")
+                         f"{', '.join(table)} (or give a params file with --params)"
+                         f"{did_you_mean(scale, table)}")
     try:
         return parse_params(table[scale])
     except SparkError as err:

@@ -15,7 +15,7 @@ from sparktrain.data.source import source_for
 from sparktrain.core.errors import SparkError, TrainingFailed, printable
 from sparktrain.core.fsutil import read_input
 from sparktrain.core.jobfiles import PROGRAM, job_dir
-from sparktrain.params import PARAMS_FILE, Params, load_params
+from sparktrain.params import PARAMS_FILE, Params, StepConfig, load_params
 from sparktrain.repro import interrupt
 from sparktrain.train.job import Job, validate_job
 from sparktrain.core.safeload import load_json
@@ -40,10 +40,33 @@ def load_job(p: Params) -> Job:
     return validate_job(job)
 
 
+# Step keys that leave the training recipe as it is (stamps, seeds, where it runs).
+NOT_RECIPE = ("step_n", "seed", "shards", "workers", "device", "checkpoint_every")
+
+
+def untuned_for_corpus(p: Params) -> bool:
+    """True when nobody chose the training knobs: the byte tokenizer and every
+    recipe key of `step` at the schema's defaults, which are params.yaml's, made
+    for the pairs job (`-S job=job-coder-tiny -S program=...` alone)."""
+    default = StepConfig()
+    return p.tokenizer == "byte" and all(
+        getattr(p.step, name) == getattr(default, name)
+        for name in StepConfig.__dataclass_fields__ if name not in NOT_RECIPE)
+
+
 def job_source(p: Params) -> tuple[Job, DataSource]:
-    """The job and its data source (eval.data is the held-out file of a pairs job)."""
+    """The job and its data source (eval.data is the held-out file of a pairs job).
+    A corpus job with the pairs job's knobs is refused: it would lose to zlib
+    without a word."""
     job = load_job(p)
-    return job, source_for(job.dataset, p, heldout=p.eval.data)
+    source = source_for(job.dataset, p, heldout=p.eval.data)
+    if source.streamed and untuned_for_corpus(p):
+        raise SparkError(f"{job.id} trains a corpus, but its knobs are params.yaml's, made "
+                         f"for the pairs job (byte tokens, SGD, {p.step.outer} x "
+                         f"{p.step.inner} steps); run the coder recipe with "
+                         f"`make spark-coder-proof-dvc` or `spark code train --scale tiny`, "
+                         f"or choose its knobs (`-S tokenizer=bpe -S step.optimizer=adamw ...`)")
+    return job, source
 
 
 def run(name: str, stage: Callable[[], object]) -> int:

@@ -12,8 +12,17 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 SPARK = [sys.executable, "-m", "sparktrain.cli"]
 
+# Every subprocess a test runs has a hang guard, never a speed check: a busy
+# 2-core machine runs a command several times slower than a quiet one, so each
+# guard is at least 10x the command's quiet time. HANG_GUARD_S covers the
+# slowest (a queued grid or the coder proof through dvc: minutes when quiet);
+# PROMPT_GUARD_S a command that must refuse or answer at once (seconds when
+# quiet), so a regression that hangs fails in minutes, not an hour.
+HANG_GUARD_S = 3600
+PROMPT_GUARD_S = 300
 
-def run_spark(args, cwd=None, env=None, timeout=300):
+
+def run_spark(args, cwd=None, env=None, timeout=HANG_GUARD_S):
     """`spark ARGS` as a subprocess: (returncode, stdout, stderr)."""
     full_env = dict(os.environ)
     full_env.update(env or {})

@@ -73,8 +73,13 @@ def with_overrides(raw: dict, overrides: list[str]) -> dict:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--params", default="data/programs/coder-proof.yaml")
+    # the docstring's first paragraph (its first line stopped mid-sentence)
+    summary = " ".join(__doc__.split("\n\n", 1)[0].split())
+    ap = argparse.ArgumentParser(
+        description=summary, epilog="example: python tools/coder_proof.py -S tokenizer=byte "
+                                    "-S step.outer=2 --no-gate   (a comparison run)")
+    ap.add_argument("--params", default="data/programs/coder-proof.yaml",
+                    help="the job's params file, params.yaml's schema (default: %(default)s)")
     ap.add_argument("-S", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                     help="override a param (YAML value, dots for nested keys)")
     ap.add_argument("--dvc-command", action="store_true",

@@ -113,6 +113,31 @@ def _repro_copy(work: Path) -> Path:
     return repo
 
 
+# --- the figures a run must give again, to the digit ------------------------------
+
+def block(text: str, name: str) -> str:
+    """The body of README's `<!-- figures:NAME -->` block."""
+    return text.split(f"<!-- figures:{name} -->\n", 1)[1].split(f"\n<!-- /figures:{name} -->")[0]
+
+
+def coder_figures(output: str) -> dict:
+    """The reproducible figures of a `spark code train` output (or README's copy of
+    one): loss_before / loss_after as printed, and the held-out bpb table's rows."""
+    found = {}
+    for key in ("loss_before", "loss_after"):
+        m = re.search(rf'"{key}": ([-\d.e]+)', output)
+        found[key] = m and m.group(1)
+    found["bpb"] = dict(re.findall(r"^  (\S.*?)\s{2,}(\d+\.\d{4})$", output, re.M))
+    return found
+
+
+def scale_figures(table: str) -> dict:
+    """family -> (loss, next-token acc, exact match) as printed, from the proof's table."""
+    rows = [[c.strip() for c in ln.split("|")[1:-1]] for ln in table.splitlines()
+            if ln.startswith("|") and not ln.startswith("|--")]
+    return {r[0]: tuple(r[2:5]) for r in rows[1:]}
+
+
 def _fence(*parts: str) -> str:
     """A code block of the parts' lines, trailing blanks cut (dvc pads its tables)."""
     lines = [ln.rstrip() for p in parts for ln in p.rstrip("\n").split("\n")]
@@ -193,6 +218,33 @@ def fig_pipeline(work: Path, quick: bool) -> dict:
                                               f"(`dvc repro`): {wall:.1f} s"}
 
 
+def cpu_label() -> str:
+    """Where a speed shown beside a figure was measured: the CPU model and cores."""
+    m = machine()
+    return f"{m['cpu']}, {m['usable_cores']} usable cores, load average {m['load_average'][0]}"
+
+
+def fig_coder_tiny(work: Path, quick: bool) -> dict:
+    """`spark code train --scale tiny` in a fresh copy: its per-pass lines, summary, bpb
+    table and completions, verbatim (the JSON summary cut to its losses). Losses, bpb
+    and completions are stable; tok/s and seconds move with the machine (labelled)."""
+    repo = copy_project(ROOT, work / "coder-tiny")
+    wall, out = _run(repo, sys.executable, "-m", "sparktrain.cli", "code", "train",
+                     "--scale", "tiny", "--device", "cpu")
+    lines = []
+    for ln in out.rstrip("\n").splitlines():
+        if ln.startswith("{"):
+            doc = json.loads(ln)
+            ln = (f'{{"job": "{doc["job"]}", "loss_after": {doc["loss_after"]!r}, '
+                  f'"loss_before": {doc["loss_before"]!r}, ... "trained": '
+                  f'{json.dumps(doc["trained"])}, ...}}')
+        lines.append(ln)
+    return {"wall_s": round(wall, 1), "lines": lines, "text": "\n".join([
+        f"`--scale tiny` in a fresh copy ({wall:.0f} s wall on {cpu_label()}; tok/s and "
+        f"seconds move with the machine, the losses, bpb and completions do not) printed:",
+        "", _fence("\n".join(lines))])}
+
+
 def fig_scale_proof(work: Path, quick: bool) -> dict:
     """`tools/proof.py scale`; its printed family table, verbatim. Quick: the tiny
     scale for one short pass (the same code path, meaningless numbers)."""
@@ -202,7 +254,8 @@ def fig_scale_proof(work: Path, quick: bool) -> dict:
     lines = out.splitlines()
     table = lines[lines.index(TABLE_BEGIN) + 1:lines.index(TABLE_END)]
     return {"wall_s": round(wall, 1), "table": table, "quick_budget": quick,
-            "text": "\n".join(table) + f"\n\n({wall / 60:.1f} min wall, the whole proof)"}
+            "text": "\n".join(table) + f"\n\n({wall / 60:.1f} min wall on {cpu_label()}, "
+                                        f"the whole proof)"}
 
 
 def fig_bench(work: Path, quick: bool) -> dict:
@@ -241,7 +294,7 @@ def fig_coder_proof(work: Path, quick: bool) -> dict:
     numbers = dict(re.findall(r"^\s+(\S.*?)\s+(\d+\.\d{4})$", out, re.M))
     return {"wall_s": round(wall, 1), "bpb": numbers,
             "text": "`make spark-coder-proof`: " + ", ".join(
-                f"{k} {v}" for k, v in numbers.items()) + f"; {wall:.0f} s wall"}
+                f"{k} {v}" for k, v in numbers.items()) + f"; {wall:.0f} s wall on {cpu_label()}"}
 
 
 def fig_sweep(work: Path, quick: bool) -> dict:
@@ -272,6 +325,7 @@ FIGURES = {
     "bench": (fig_bench, True),
     "workers": (fig_workers, True),
     "coder-proof": (fig_coder_proof, False),
+    "coder-tiny": (fig_coder_tiny, False),
     "sweep": (fig_sweep, False),
     "tests": (fig_tests, False),
 }
@@ -363,7 +417,7 @@ def main(argv=None) -> int:
     if not args.quick:
         readme = Path(args.readme)
         new = blocks(record)
-        if args.stable:   # the machine line dates the measured figures, not these
+        if args.stable or args.only:   # the machine line dates the whole set, not these
             del new["machine"]
         text, done = rewrite(readme.read_text(), new)
         readme.write_text(text)

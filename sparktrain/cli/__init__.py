@@ -10,10 +10,12 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import re
 import sys
 
 from sparktrain import __version__
 from sparktrain.core.errors import SparkError, printable
+from sparktrain.core.textout import did_you_mean
 
 COMMAND_MODULES = (
     "sparktrain.cli.bc",      # compile, dump
@@ -27,12 +29,59 @@ COMMAND_MODULES = (
 )
 
 
+# One example per subcommand, shown as its --help's last line.
+EXAMPLES = {
+    "compile": "spark compile data/programs/train-step.spark -o /tmp/step.sparkbc",
+    "dump": "spark dump data/programs/train-step.sparkbc",
+    "train": "spark train --dataset data/train/dataset.jsonl --out out/mine --outer 2",
+    "run": "spark run data/programs/train-step.sparkbc",
+    "status": "spark status job-dry-001 --summary",
+    "apply-step": "spark apply-step --sparkbc data/programs/train-step.sparkbc "
+                  "--weights out/a/weights.safetensors --dataset data/train/dataset.jsonl",
+    "code": "spark code train --scale tiny",
+    "code train": "spark code train --scale tiny",
+    "bench": "spark bench --scale tiny",
+    "eval": "spark eval --weights out/train/job-dry-001/weights.safetensors "
+            "--data data/eval/tiny_heldout.jsonl",
+    "generate": "spark generate --weights out/train/job-dry-001/weights.safetensors 'hi'",
+    "make-data": "spark make-data --out-dir /tmp/scale-data",
+    "plot": "spark plot --checkpoint out/train/job-dry-001/checkpoint.json -o /tmp/loss.png",
+    "compare": "spark compare --last 4",
+    "repro-check": "spark repro-check",
+    "export": "spark export --to gguf /tmp/model.gguf "
+              "--weights out/train/job-dry-001/weights.safetensors",
+    "import": "spark import --from hf --out out/imported /path/to/hf-folder",
+    "sweep": "spark sweep -S step.lr=0.05,0.1 --workers 2",
+}
+CHOICE = re.compile(r"invalid choice: '(?P<got>[^']*)' \(choose from (?P<known>.*)\)")
+
+
 class _Parser(argparse.ArgumentParser):
-    """argparse's usage errors also exit 2, but with one line, not the usage block."""
+    """argparse's usage errors also exit 2, but with one line, not the usage block;
+    an unknown subcommand or choice says the closest one."""
 
     def error(self, message):
+        m = CHOICE.search(message)
+        if m:
+            message += did_you_mean(m["got"], re.findall(r"'([^']*)'", m["known"]))
         sys.stderr.write(f"{self.prog}: error: {message}\n")
         sys.exit(2)
+
+
+def subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    """The parser's subcommand parsers by name (empty: it has none)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
+
+
+def _add_examples(parser, prefix: str = "") -> None:
+    for name, child in subcommands(parser).items():
+        example = EXAMPLES.get(prefix + name)
+        if example and not child.epilog:
+            child.epilog = f"example: {example}"
+        _add_examples(child, f"{prefix}{name} ")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -46,10 +95,22 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(sub)
+    _add_examples(parser)
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
+def _as_spark_code(parser: argparse.ArgumentParser) -> None:
+    """`spark-code ...` runs `spark code ...`: its help and errors name `spark-code`."""
+    code = subcommands(parser)["code"]
+    code.prog = "spark-code"
+    for name, child in subcommands(code).items():
+        child.prog = f"spark-code {name}"
+        child.epilog = child.epilog and child.epilog.replace("spark code ", "spark-code ")
+    code.epilog = code.epilog and code.epilog.replace("spark code ", "spark-code ")
+
+
+def main(argv: list[str] | None = None, *, spark_code: bool = False) -> int:
+    """`spark ARGV`; with spark_code, ARGV starts with `code` and the help says spark-code."""
     argv = list(sys.argv[1:] if argv is None else argv)
     from sparktrain import runtime  # first, before anything loads numpy
 
@@ -61,6 +122,8 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] == "--run-bc":
         argv[0] = "run"
     parser = build_parser()
+    if spark_code:
+        _as_spark_code(parser)
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()

@@ -17,12 +17,15 @@ from pathlib import Path
 
 from sparktrain.core.errors import SparkError, TrainingFailed
 from sparktrain.core.jobfiles import CHECKPOINT, WEIGHTS
-from sparktrain.model.config import scale_names
-from sparktrain.model.device import DEVICES
 from sparktrain.cli.train import ARCH, add_train_flags
 
 
 def register(sub) -> None:
+    # here, not at the top: they load numpy, and `spark-code` imports this module
+    # before runtime.start() chooses the BLAS kernel
+    from sparktrain.model.config import scale_names
+    from sparktrain.model.device import DEVICES
+
     p = sub.add_parser(
         "apply-step", help="one STEP on a weights file, created or updated in place "
                            "(the original apply_step.py)",
@@ -40,7 +43,7 @@ def register(sub) -> None:
     p.add_argument("--source", default=None, help="a label recorded in the metadata")
     p.add_argument("--command", dest="command_label", default=None,
                    help="a label recorded in the metadata (e.g. the command line)")
-    add_train_flags(p)
+    add_train_flags(p, "apply-step")
     p.set_defaults(func=cmd_apply_step)
 
     code = sub.add_parser("code", help="Spark-coder: `spark code train --scale S`",
@@ -183,4 +186,4 @@ def code_main(argv: list[str] | None = None) -> int:
     """The `spark-code` console script: `spark-code train ...` = `spark code train ...`."""
     from sparktrain.cli import main
 
-    return main(["code", *(sys.argv[1:] if argv is None else argv)])
+    return main(["code", *(sys.argv[1:] if argv is None else argv)], spark_code=True)

@@ -13,7 +13,13 @@ ARCH = (("--dim", "dim"), ("--n-layer", "n_layer"), ("--n-head", "n_head"),
         ("--n-kv-head", "n_kv_head"), ("--seq-len", "seq_len"))
 
 
-def add_train_flags(p: argparse.ArgumentParser) -> None:
+# What --params defaults to, per command (resolve_configs' default_params).
+PARAMS_DEFAULT = {"train": "none: every knob's default, then the flags",
+                  "run": "./params.yaml when it exists",
+                  "apply-step": "none; apply-step reads no params file, its knobs are the flags"}
+
+
+def add_train_flags(p: argparse.ArgumentParser, command: str) -> None:
     from sparktrain.model.config import scale_names
     from sparktrain.params import add_step_flags
 
@@ -27,7 +33,7 @@ def add_train_flags(p: argparse.ArgumentParser) -> None:
     for flag, dest in ARCH:
         a.add_argument(flag, dest=dest, type=int, default=None, help=f"override the scale's {dest}")
     p.add_argument("--params", default=None,
-                   help="params.yaml to read knobs from (default: ./params.yaml for `run`)")
+                   help=f"params.yaml to read knobs from (default: {PARAMS_DEFAULT[command]})")
     p.add_argument("--heldout", default=None,
                    help="held-out JSONL whose loss is logged after every outer pass "
                         "(default: params.yaml's eval.data when a params file is read)")
@@ -49,7 +55,7 @@ def register(sub) -> None:
     p.add_argument("--dataset", help="JSONL dataset (without --program)")
     p.add_argument("--out", help="output folder (without --program)")
     p.add_argument("--base", help="base .safetensors to continue from (without --program)")
-    add_train_flags(p)
+    add_train_flags(p, "train")
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("run", help="execute a .sparkbc program (TRAIN, STEP, TRAIN_STATUS, ...)",
@@ -58,7 +64,7 @@ def register(sub) -> None:
                                    "line per train op on stdout. Knobs come from params.yaml "
                                    "when present; flags override.")
     p.add_argument("program", help="compiled .sparkbc program")
-    add_train_flags(p)
+    add_train_flags(p, "run")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("status", help="print a job's real state as JSON",
@@ -152,6 +158,7 @@ def cmd_run(args) -> int:
     program = read_program(args.program)
     knobs, step, cfg, heldout = resolve_configs(args, args.params, default_params=True)
     declared: dict[str, object] = {}
+    bound: dict[str, dict] = {}   # job id -> the dict its TRAIN bound (what `print job` shows)
 
     def job_of(job_id: str):
         check_job_id(job_id)
@@ -170,11 +177,16 @@ def cmd_run(args) -> int:
                 "method": job.method, "n_params": plan["n_params"]}
         if "dataset_rows" in plan:  # a pairs job counts rows; a corpus, tokens (prepare)
             line["dataset_rows"] = plan["dataset_rows"]
+        bound[job_id] = line
         return line
 
     def on_step(ins, ops):
         prepare_streamed(job_of(ops[0]), knobs, step, cfg, heldout)
-        return run_and_record(job_of(ops[0]), knobs, step, cfg, heldout=heldout)
+        summary = run_and_record(job_of(ops[0]), knobs, step, cfg, heldout=heldout)
+        # the job's binding follows the job: a `print job` after the STEP says it trained
+        bound[ops[0]].update({k: summary[k] for k in ("state", "trained", "not_sgd")
+                              if k in summary})
+        return summary
 
     def on_status(ins, ops):
         job = job_of(ops[0])

@@ -11,6 +11,8 @@ safety").
 """
 from __future__ import annotations
 
+import difflib
+
 # C0 controls, DEL and C1 controls: bytes that steer a terminal instead of showing
 _CONTROLS = [*range(0x20), 0x7F, *range(0x80, 0xA0)]
 # Unicode that reorders or breaks what a line shows: bidi embeddings, overrides and
@@ -47,3 +49,10 @@ def columns(head: list[str], rows: list[list[str]], rule: bool = False) -> list[
     lines = ["  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip()
              for r in [head] + rows]
     return lines[:1] + ["  ".join("-" * w for w in widths)] + lines[1:] if rule else lines
+
+
+def did_you_mean(got: str, known) -> str:
+    """ "; did you mean 'x'?" for the closest of `known` (difflib), else "": the tail
+    of the one-line error for an unknown key, scale or subcommand."""
+    close = difflib.get_close_matches(str(got), [str(k) for k in known], n=1)
+    return f"; did you mean {close[0]!r}?" if close else ""

@@ -122,7 +122,7 @@ def local_remotes(repo: Path, commit: str, say) -> tuple[str, str]:
     say(f"no shared remotes (git origin + a committed DVC remote): using a local bare git "
         f"repository {shown}/git and a local DVC store {shown}/dvc (DVC remote "
         f"{LOCAL_DVC_REMOTE!r} in .dvc/config.local); for a cluster, see README "
-        f"\"Sweep and compare\"")
+        f"\"Sweeping on a cluster\"")
     return str(bare), str(store)
 
 

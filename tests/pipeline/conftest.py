@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from sparkhelp import HANG_GUARD_S
+
 from sparktrain.repro.workspace import copy_project, tool_env as library_tool_env
 
 REPO = Path(__file__).resolve().parents[2]
@@ -37,7 +39,7 @@ def tool_env(repo: Path, extra: dict | None = None) -> dict:
     return env
 
 
-def run(repo: Path, *args: str, timeout: float = 300,
+def run(repo: Path, *args: str, timeout: float = HANG_GUARD_S,
         env: dict | None = None) -> subprocess.CompletedProcess:
     """A command in `repo`, stdout and stderr together in .stdout."""
     return subprocess.run(list(args), cwd=repo, env=env or tool_env(repo),
@@ -45,7 +47,7 @@ def run(repo: Path, *args: str, timeout: float = 300,
                           timeout=timeout)
 
 
-def dvc(repo: Path, *args: str, check: bool = True, timeout: float = 300,
+def dvc(repo: Path, *args: str, check: bool = True, timeout: float = HANG_GUARD_S,
         env: dict | None = None):
     done = run(repo, "dvc", *args, timeout=timeout, env=env)
     if check:
@@ -56,7 +58,7 @@ def dvc(repo: Path, *args: str, check: bool = True, timeout: float = 300,
 def dvc_json(repo: Path, *args: str):
     """The parsed stdout of `dvc ... --json`; dvc's warnings go to stderr."""
     done = subprocess.run(["dvc", *args, "--json"], cwd=repo, env=tool_env(repo),
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert done.returncode == 0, f"dvc {' '.join(args)} exited {done.returncode}:\n{done.stderr}"
     return json.loads(done.stdout)
 

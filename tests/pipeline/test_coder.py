@@ -16,14 +16,14 @@ CODER = ["-S", "job=job-coder-tiny", "-S", "program=data/programs/train-coder.sp
 
 def test_coder_job_and_tokenizer_sweep(repro_copy):
     repo = repro_copy
-    dvc(repo, "exp", "run", "-n", "coder-byte", *CODER, timeout=600)
+    dvc(repo, "exp", "run", "-n", "coder-byte", *CODER)
     folder = repo / "out/train/job-coder-tiny"
     ck = json.loads((folder / "checkpoint.json").read_text())
     assert ck["dataset_kind"] == "corpus" and ck["tokenizer"] == "byte"
     assert (folder / "corpus/train.bin").stat().st_size == ck["corpus"]["train_tokens"]
     assert ck["loss_curve"][-1]["heldout_bpb"] < ck["loss_curve"][0]["heldout_bpb"]
     dvc(repo, "exp", "run", "-n", "coder-bpe", *CODER, "-S", "tokenizer=bpe",
-        "-S", "vocab_size=512", timeout=600)
+        "-S", "vocab_size=512")
     bpe = json.loads((folder / "checkpoint.json").read_text())
     assert bpe["tokenizer"] == "bpe" and bpe["arch"]["vocab"] == 512
     rows = dvc_json(repo, "exp", "show")

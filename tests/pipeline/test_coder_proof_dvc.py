@@ -32,8 +32,7 @@ def test_dvc_exp_run_of_the_proof_params_gives_the_proof_tools_weights(repro_cop
     repo = repro_copy
     (repo / "short.yaml").write_text(SHORT)
     folder = repo / "out/train/job-coder-tiny"
-    tool = run(repo, "python", "tools/coder_proof.py", "--params", "short.yaml", "--no-gate",
-               timeout=600)
+    tool = run(repo, "python", "tools/coder_proof.py", "--params", "short.yaml", "--no-gate")
     assert tool.returncode == 0, tool.stdout
     proof = json.loads((folder / "coder_proof.json").read_text())
     assert "model / lzma-9e" in tool.stdout and "64-window est." in tool.stdout
@@ -43,7 +42,7 @@ def test_dvc_exp_run_of_the_proof_params_gives_the_proof_tools_weights(repro_cop
     argv = shlex.split(command.stdout)
     assert argv[:3] == ["dvc", "exp", "run"] and '++step.optimizer="adamw"' in argv
     shutil.rmtree(folder)
-    dvc(repo, *argv[1:], "-n", "proof-short", timeout=900)
+    dvc(repo, *argv[1:], "-n", "proof-short")
     weights = (folder / "weights.safetensors").read_bytes()
     assert hashlib.sha256(weights).hexdigest() == proof["weights_sha256"]
     ev = json.loads((folder / "eval.json").read_text())

@@ -16,7 +16,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 def test_default_pairs_job_with_a_bpe_tokenizer(repro_copy):
     repo = repro_copy
     done = dvc(repo, "exp", "run", "-n", "pairs-bpe", "-S", "tokenizer=bpe",
-               "-S", "vocab_size=300", timeout=600)
+               "-S", "vocab_size=300")
     # the tokenizer is trained on the training JSONL; step and eval read it
     assert {"tokenizer", "step", "eval"} <= ran_stages(done.stdout), done.stdout
     folder = repo / "out/train/job-dry-001"

@@ -16,6 +16,8 @@ import sys
 
 import pytest
 
+from sparkhelp import HANG_GUARD_S
+
 from .conftest import REPO, VENV_BIN, clone, git, ran_stages, tool_env
 
 sys.path.insert(0, str(REPO))
@@ -64,7 +66,7 @@ def shell(repo, line: str) -> str:
     line = line.replace(".venv/bin/", f"{VENV_BIN}/")
     # make run: the venv exists already (the copy has none; it must not install one)
     line = re.sub(r"^make run\b", f"make run STAMP= BIN={VENV_BIN}", line)
-    done = subprocess.run(["bash", "-c", line], cwd=repo, text=True, timeout=600,
+    done = subprocess.run(["bash", "-c", line], cwd=repo, text=True, timeout=HANG_GUARD_S,
                           env=tool_env(repo, {"COLUMNS": COLUMNS}),
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert done.returncode == 0, f"{line!r} exited {done.returncode}:\n{done.stdout}{done.stderr}"
@@ -72,7 +74,7 @@ def shell(repo, line: str) -> str:
 
 
 def stdout_of(repo, line: str) -> str:
-    done = subprocess.run(["bash", "-c", line], cwd=repo, text=True, timeout=300,
+    done = subprocess.run(["bash", "-c", line], cwd=repo, text=True, timeout=HANG_GUARD_S,
                           env=tool_env(repo, {"COLUMNS": COLUMNS}), capture_output=True)
     assert done.returncode == 0, f"{line!r}:\n{done.stderr}"
     return done.stdout

@@ -11,6 +11,8 @@ import time
 import pytest
 import yaml
 
+from sparkhelp import HANG_GUARD_S
+
 from .conftest import clone, dvc, dvc_json, git, lock_outs, run, tool_env
 
 pytestmark = pytest.mark.e2e
@@ -18,8 +20,8 @@ pytestmark = pytest.mark.e2e
 GRID = ("-S", "step.lr=0.05,0.1", "-S", "step.seed=1")
 
 
-def spark(repo, *args, timeout=600):
-    return run(repo, sys.executable, "-m", "sparktrain.cli", *args, timeout=timeout)
+def spark(repo, *args):
+    return run(repo, sys.executable, "-m", "sparktrain.cli", *args)
 
 
 def _split(done):
@@ -51,13 +53,14 @@ def swept(shared):
     return done, json.loads((shared / "out" / "sweep.json").read_text())
 
 
-def _queue_results(repo, grid, timeout=600):
+def _queue_results(repo, grid, timeout=HANG_GUARD_S):
     """Queue `grid`, `dvc queue start -j 2`, wait for the workers; {(lr, seed): exp data}."""
     before = {e["name"] for e in _experiments(repo)}
     dvc(repo, "exp", "run", "--queue", *grid)
     # the queue's workers are detached and keep inherited pipes open: no capture here
     started = subprocess.run(["dvc", "queue", "start", "-j", "2"], cwd=repo, env=tool_env(repo),
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120)
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             timeout=HANG_GUARD_S)
     assert started.returncode == 0
     deadline = time.monotonic() + timeout
     while True:
@@ -71,7 +74,9 @@ def _queue_results(repo, grid, timeout=600):
     for exp in _experiments(repo):
         if exp["name"] not in before:
             step = exp["data"]["params"]["params.yaml"]["data"]["step"]
-            found[(step["lr"], step["seed"])] = exp
+            point = (step["lr"], step["seed"])
+            assert point not in found, f"two experiments for the point {point}"
+            found[point] = exp
     return found
 
 
@@ -100,7 +105,10 @@ def test_sweep_runs_every_point_on_the_cluster_and_prints_the_comparison(swept):
 def test_points_equal_the_same_grid_through_dvc_queue(shared, swept):
     _, doc = swept
     queued = _queue_results(shared, GRID)
-    assert len(queued) == 2, sorted(queued)
+    assert len(queued) == 2, sorted(queued)   # one result per point
+    losses = {exp["data"]["metrics"]["out/train/job-dry-001/eval.json"]["data"]["loss"]
+              for exp in queued.values()}
+    assert len(losses) == 2 and all(isinstance(x, float) for x in losses), losses
     for point in doc["points"]:
         exp = queued[(point["params"]["step.lr"], point["params"]["step.seed"])]
         metrics = {path: entry["data"] for path, entry in exp["data"]["metrics"].items()}

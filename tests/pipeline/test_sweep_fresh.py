@@ -14,8 +14,8 @@ from .conftest import clone, git, run
 pytestmark = pytest.mark.e2e
 
 
-def spark(cwd, *args, timeout=900):
-    return run(cwd, sys.executable, "-m", "sparktrain.cli", *args, timeout=timeout)
+def spark(cwd, *args):
+    return run(cwd, sys.executable, "-m", "sparktrain.cli", *args)
 
 
 def test_a_fresh_clone_without_remotes_sweeps_from_a_subfolder(template_repo, tmp_path):

@@ -28,7 +28,7 @@ def swept(fresh_repro, tmp_path_factory):
     git(repo, "commit", "-q", "--allow-empty", "-m", "lock after repro")
     names = {}
     for lr in LRS:
-        done = dvc(repo, "exp", "run", "-S", f"step.lr={lr}", timeout=240)
+        done = dvc(repo, "exp", "run", "-S", f"step.lr={lr}")
         names[lr] = done.stdout.split("Ran experiment(s): ")[1].split()[0]
     return repo, names
 

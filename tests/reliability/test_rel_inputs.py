@@ -8,7 +8,7 @@ import struct
 import pytest
 
 from relkit import FAST, TRAIN, trained  # noqa: F401  (fixture)
-from sparkhelp import assert_one_line_error, run_spark
+from sparkhelp import PROMPT_GUARD_S, assert_one_line_error, run_spark
 from sparktrain.bc.program import MAX_INSTRUCTIONS
 from sparktrain.bc.writer import encode
 from sparktrain.bc.compiler import compile_program
@@ -36,7 +36,7 @@ def test_hand_built_program_matches_the_compiler():
 def test_devices_are_refused_before_reading(trained, argv):
     project, weights = trained
     argv = [str(weights) if a == "W" else a for a in argv]
-    rc, _, err = run_spark(argv, cwd=project, timeout=30)
+    rc, _, err = run_spark(argv, cwd=project, timeout=PROMPT_GUARD_S)
     assert_one_line_error(rc, err, "/dev/zero", "not a regular file")
 
 
@@ -49,7 +49,7 @@ def test_a_fifo_never_hangs(trained, tmp_path, kind):
             "eval": ["eval", "--data", fifo, "--weights", weights],
             "generate": ["generate", "--weights", fifo, "hi"],
             "train": ["train", "--dataset", fifo, "--out", "out/f"]}[kind]
-    rc, _, err = run_spark(argv, cwd=project, timeout=30)
+    rc, _, err = run_spark(argv, cwd=project, timeout=PROMPT_GUARD_S)
     assert_one_line_error(rc, err, "a FIFO")
 
 
@@ -161,7 +161,7 @@ def test_program_out_paths_too_long_or_too_deep(trained, tmp_path):
 def test_max_new_is_capped_and_says_so(trained):
     project, weights = trained
     rc, out, err = run_spark(["generate", "--weights", weights, "--max-new", "1000000000", "hi"],
-                             cwd=project, timeout=120)
+                             cwd=project, timeout=PROMPT_GUARD_S)
     assert rc == 0 and "capped at 4096" in err
     assert len(out.encode()) <= 4096 * 3 + 1
 

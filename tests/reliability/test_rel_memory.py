@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from relkit import FAST, TRAIN, trained  # noqa: F401  (fixture)
-from sparkhelp import assert_one_line_error, run_spark
+from sparkhelp import HANG_GUARD_S, PROMPT_GUARD_S, assert_one_line_error, run_spark
 from sparktrain.core.errors import SparkError
 from sparktrain.model.config import ModelConfig
 from sparktrain.model.memory import BASE_BYTES, check_fits, estimate
@@ -59,7 +59,7 @@ def test_estimate_is_within_2x_of_the_measured_peak(long_rows, tmp_path, dim, n_
          str(tmp_path / "o"), "--outer", "1", "--inner", "1", "--momentum", "0",
          "--dim", str(dim), "--n-layer", str(n_layer), "--seq-len", str(seq_len),
          "--batch-size", str(batch), "--workers", "1"],
-        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+        capture_output=True, text=True, timeout=HANG_GUARD_S, cwd=tmp_path,
         env={k: os.environ[k] for k in CHILD_ENV if k in os.environ})
     assert done.returncode == 0, done.stderr
     peak = BASE_BYTES + next(int(line.split()[1]) for line in done.stderr.splitlines()
@@ -96,7 +96,7 @@ def test_a_billion_layers_is_refused_by_arithmetic():
 ])
 def test_commands_refuse_before_allocating(trained, argv, needle):
     project, _ = trained
-    rc, _, err = run_spark(argv, cwd=project, timeout=60,
+    rc, _, err = run_spark(argv, cwd=project, timeout=PROMPT_GUARD_S,
                            env={"SPARK_MAX_MEMORY_MB": "2048"})
     assert_one_line_error(rc, err, needle)
 

@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 from relkit import trained  # noqa: F401  (fixture)
-from sparkhelp import SPARK, run_spark
+from sparkhelp import PROMPT_GUARD_S, SPARK, run_spark
 from sparktrain.core.errors import printable
 from sparktrain.core.fsutil import write_json
 
@@ -64,7 +64,7 @@ def _on_a_terminal(argv, cwd):
         if not chunk:
             break
         chunks.append(chunk)
-    p.wait(timeout=60)
+    p.wait(timeout=PROMPT_GUARD_S)
     os.close(master)
     return b"".join(chunks)
 

@@ -16,7 +16,8 @@ import pytest
 from safetensors.numpy import save
 
 from relkit import FAST, TRAIN, snapshot, trained  # noqa: F401  (fixture)
-from sparkhelp import ROOT, assert_one_line_error, run_spark
+from sparkhelp import (HANG_GUARD_S, PROMPT_GUARD_S, ROOT, assert_one_line_error,
+                       run_spark)
 from sparktrain.core.errors import SparkError
 
 
@@ -154,7 +155,7 @@ def test_too_many_tiny_text_rows_are_refused_before_any_write_in_bounded_memory(
             f.write('{"text": "r%d"}\n' % i)
     done = subprocess.run([sys.executable, "-c", PEAK, "train", "--dataset", str(rows),
                            "--out", str(tmp_path / "out/m"), "--outer", "1", "--inner", "1"],
-                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
+                          capture_output=True, text=True, timeout=HANG_GUARD_S, cwd=tmp_path)
     lines = [ln for ln in done.stderr.splitlines() if not ln.startswith("PEAK")]
     assert done.returncode == 2 and len(lines) == 1 and "100,000 text rows" in lines[0], \
         done.stderr
@@ -172,12 +173,12 @@ def test_sigterm_during_train_is_one_line_143_and_keeps_the_last_good_run(traine
                             + ["--out", "out/j", "--outer", "400", "--inner", "8"],
                             cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + PROMPT_GUARD_S
     while not (weights.parent / ".live-run").exists() and time.monotonic() < deadline:
         time.sleep(0.1)
     time.sleep(1.0)
     proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=120)
+    _, err = proc.communicate(timeout=PROMPT_GUARD_S)
     lines = [ln for ln in err.splitlines()
              if ln.strip() and not ln.startswith(("[j]", "spark train:"))]
     assert proc.returncode == 143, err

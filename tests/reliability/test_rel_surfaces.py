@@ -22,7 +22,7 @@ import pytest
 from safetensors.numpy import save
 
 from relkit import FAST, TRAIN, snapshot, trained  # noqa: F401  (fixture)
-from sparkhelp import ROOT, assert_one_line_error, run_spark
+from sparkhelp import PROMPT_GUARD_S, ROOT, assert_one_line_error, run_spark
 from sparktrain.core.errors import SparkError
 from sparktrain.repro import lock as dvclock
 from sparktrain.sweep.grid import MAX_POINTS, expand, parse_axis
@@ -264,7 +264,7 @@ def test_params_bombs_are_one_line_in_a_second(trained, text, needle):
     (project / "p.yaml").write_text(text)
     t0 = time.monotonic()
     rc, _, err = run_spark(TRAIN + ["--out", "out/bomb", "--params", "p.yaml"] + FAST,
-                           cwd=project, timeout=60)
+                           cwd=project, timeout=PROMPT_GUARD_S)
     assert time.monotonic() - t0 < 20
     assert_one_line_error(rc, err, needle)
 
@@ -290,7 +290,7 @@ def test_status_does_not_hash_a_file_above_the_weights_cap(trained):
         f.truncate(64 << 30)  # sparse: 64 GiB claimed, nothing on disk
     t0 = time.monotonic()
     try:
-        rc, out, err = run_spark(["status", folder], cwd=project, timeout=60)
+        rc, out, err = run_spark(["status", folder], cwd=project, timeout=PROMPT_GUARD_S)
     finally:
         shutil.rmtree(folder)  # the module's other tests snapshot the project
     assert rc == 0, err
@@ -542,7 +542,7 @@ def test_sigterm_in_a_stage_is_one_line_exit_143(tmp_path):
                             env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert proc.stdout.readline().strip() == "up"
     proc.terminate()
-    _, err = proc.communicate(timeout=30)
+    _, err = proc.communicate(timeout=PROMPT_GUARD_S)
     assert proc.returncode == 143, err
     assert err.count("\n") == 1 and "interrupted by SIGTERM" in err and "Traceback" not in err
 
@@ -610,7 +610,8 @@ def test_export_under_ulimit_f_is_one_line_and_leaves_no_temp(trained, tmp_path,
     _, weights = trained
     argv = [str(weights) if a == "W" else a.replace("OUT", str(tmp_path)) for a in argv]
     done = subprocess.run([sys.executable, "-m", "sparktrain.cli", *argv], capture_output=True,
-                          text=True, preexec_fn=_limit_file_size, timeout=120)
+                          text=True, preexec_fn=_limit_file_size,
+                          timeout=PROMPT_GUARD_S)
     assert_one_line_error(done.returncode, done.stderr, "cannot write")
     assert "EFBIG" in done.stderr or "short write" in done.stderr
     assert list(tmp_path.iterdir()) == []

@@ -97,3 +97,16 @@ def test_a_figure_shown_in_two_places_rewrites_both_blocks_and_stable_keeps_the_
     assert done == ["grid-show", "grid-compare"] and "old" not in new
     assert set(rf.STABLE) <= set(rf.FIGURES)
     assert rf.main(["--stable", "--only", "run"]) == 2
+
+
+def test_the_readmes_reproducible_figures_are_in_generated_blocks():
+    """The figures the run tests compare (tests/train/test_compat.py: the coder tiny
+    run's losses and bpb, the scale proof's copy/upper/lookup rows) are read from
+    blocks the tool writes, never from hand-typed text."""
+    text = (ROOT / "README.md").read_text()
+    coder = rf.coder_figures(rf.block(text, "coder-tiny"))
+    assert coder["loss_after"] and coder["loss_before"]
+    assert set(coder["bpb"]) == {"model (tiny, bpe)", "zlib level 9", "lzma preset 9e"}
+    scale = rf.scale_figures(rf.block(text, "scale-proof"))
+    assert {"copy", "upper", "lookup"} <= set(scale)
+    assert "coder-tiny" in rf.FIGURES and " on " in rf.block(text, "coder-tiny").split("\n")[0]

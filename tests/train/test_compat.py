@@ -11,8 +11,12 @@ from pathlib import Path
 import pytest
 from safetensors.numpy import load_file
 
-from sparkhelp import ROOT, assert_one_line_error, run_spark
+from sparkhelp import HANG_GUARD_S, ROOT, assert_one_line_error, run_spark
 from sparktrain.repro.workspace import copy_project, tool_env
+
+sys.path.insert(0, str(ROOT))
+from tools import readme_figures as rf  # noqa: E402
+from tools.proof import TABLE_BEGIN, TABLE_END  # noqa: E402
 
 PROGRAM = "data/programs/train-step.sparkbc"   # theirs: docs/examples/spark-train-step.sparkbc
 DATASET = "data/train/dataset.jsonl"           # theirs: examples/fixtures/train/dataset.jsonl
@@ -202,7 +206,7 @@ def test_the_original_command_lines_in_a_fresh_copy(tmp_path):
     env = tool_env(repo)
     bin_dir = VENV / "bin" if VENV.is_dir() else Path(sys.executable).parent
 
-    def sh(*cmd: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    def sh(*cmd: str, timeout: float = HANG_GUARD_S) -> subprocess.CompletedProcess:
         done = subprocess.run(list(cmd), cwd=repo, env=env, capture_output=True, text=True,
                               timeout=timeout)
         assert done.returncode == 0, f"{cmd} exited {done.returncode}:\n{done.stderr[-2000:]}"
@@ -214,6 +218,10 @@ def test_the_original_command_lines_in_a_fresh_copy(tmp_path):
     coded = sh(str(bin_dir / "spark-code"), "train", "--scale", "tiny", "--device", "auto")
     assert json.loads(coded.stdout.splitlines()[0])["trained"] is True
     assert "held-out bits per byte, the whole held-out stream" in coded.stdout
+    # README's copy of this run (tools/readme_figures.py --only coder-tiny): the same
+    # losses and bits per byte, to the digit
+    shown = rf.coder_figures(rf.block((ROOT / "README.md").read_text(), "coder-tiny"))
+    assert rf.coder_figures(coded.stdout) == shown and shown["bpb"], shown
     # -o: never remake the install stamp: a pip install -e from this temporary copy
     # would point the checkout's virtualenv at files deleted after the test
     make = ["make", f"VENV={VENV}", "-o", f"{VENV}/.installed-stamp"] if VENV.is_dir() else None
@@ -233,3 +241,8 @@ def test_the_scale_proof_target(tmp_path):
                            "spark-sgd-proof-scale"], cwd=repo,
                           env=tool_env(repo), capture_output=True, text=True, timeout=1200)
     assert done.returncode == 0 and "spark-sgd-proof-scale: ok" in done.stdout, done.stderr
+    # README's table (tools/readme_figures.py --only scale-proof): the same figures
+    lines = done.stdout.splitlines()
+    table = "\n".join(lines[lines.index(TABLE_BEGIN) + 1:lines.index(TABLE_END)])
+    shown = rf.scale_figures(rf.block((ROOT / "README.md").read_text(), "scale-proof"))
+    assert rf.scale_figures(table) == shown, (table, shown)

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import yaml
 
-from sparkhelp import ROOT, assert_one_line_error, run_spark
+from sparkhelp import HANG_GUARD_S, ROOT, assert_one_line_error, run_spark
 from sparktrain.data.prepare import read_prepared
 from sparktrain.data.tokenizer import load_tokenizer
 from sparktrain.core.jobfiles import EVAL_DETAIL
@@ -46,7 +46,7 @@ def coder_project(tmp_path: Path, **changes) -> Path:
 
 def stage(root, name, check=True):
     done = subprocess.run([sys.executable, "-m", f"stages.{name}"], cwd=root,
-                          capture_output=True, text=True, timeout=600)
+                          capture_output=True, text=True, timeout=HANG_GUARD_S)
     if check:
         assert done.returncode == 0, done.stderr
     return done
@@ -123,6 +123,20 @@ def test_a_run_no_better_than_uniform_fails_loudly(tmp_path):
     assert done.returncode == 1, done.stderr
     assert "training failed" in done.stderr and "Traceback" not in done.stderr
     assert not (root / "out/train/job-coder-tiny/weights.safetensors").exists()
+
+
+def test_the_pairs_jobs_knobs_on_a_corpus_are_refused_in_one_line(tmp_path):
+    """`dvc exp run -S job=job-coder-tiny -S program=...` alone: params.yaml's byte /
+    SGD 4 x 8 knobs, which lose to zlib; the tokenizer stage points at the recipe."""
+    root = coder_project(tmp_path)
+    p = yaml.safe_load((root / "params.yaml").read_text())
+    p["step"] = yaml.safe_load((ROOT / "params.yaml").read_text())["step"]
+    (root / "params.yaml").write_text(yaml.safe_dump(p))
+    stage(root, "decode_bc")
+    done = stage(root, "tokenizer", check=False)
+    assert_one_line_error(done.returncode, done.stderr, "job-coder-tiny trains a corpus",
+                          "make spark-coder-proof-dvc", "spark code train")
+    assert not (root / "out/train/job-coder-tiny/tokenizer.json").exists()
 
 
 @pytest.mark.parametrize("params,needle", [

@@ -97,7 +97,9 @@ def test_spark_run_executes_the_default_program(project):
     assert step["trained"] is True and step["loss_after"] < step["loss_before"]
     assert status["state"] == "trained" and status["weights_verified"] is True
     assert status["weights_sha256"] == step["weights_sha256"]
-    assert lines[3]["op"] == "TRAIN"  # `print job` prints the TRAIN's bound result
+    # `print job` prints the TRAIN's binding, which follows the job: trained now
+    assert lines[3]["op"] == "TRAIN" and lines[3]["job"] == "job-dry-001"
+    assert (lines[3]["state"], lines[3]["trained"], lines[3]["not_sgd"]) == ("trained", True, False)
     assert "outer 4/4" in err  # progress on stderr
     rc2, out2, _ = run_spark(["--run-bc", "data/programs/train-step.sparkbc"], cwd=project)
     assert rc2 == 0 and json.loads(out2.splitlines()[1])["weights_sha256"] == step["weights_sha256"]
