@@ -234,7 +234,7 @@ def fig_coder_tiny(work: Path, quick: bool) -> dict:
     lines = []
     for ln in out.rstrip("\n").splitlines():
         if ln.startswith("{"):
-            doc = json.loads(ln)
+            doc = load_json(ln, "the run's summary line")
             ln = (f'{{"job": "{doc["job"]}", "loss_after": {doc["loss_after"]!r}, '
                   f'"loss_before": {doc["loss_before"]!r}, ... "trained": '
                   f'{json.dumps(doc["trained"])}, ...}}')
