@@ -224,20 +224,31 @@ def cmd_status(args) -> int:
 
 
 def _summary_text(state: dict, folder: Path) -> str:
+    from sparktrain.train.outputs import number
+
+    def num(v, fmt: str) -> str:  # job_state checked the numbers; None is unreadable
+        return "unreadable" if number(v) is None else format(v, fmt)
+
     lines = [f"job {state['job']}: {state['state']}"]
     if "loss_before" in state:
-        lines.append(f"  train loss  {state['loss_before']:.4f} -> {state['loss_after']:.4f} "
-                     f"(step_n {state['step_n']}, weights sha256 {state['weights_sha256'][:12]}, "
+        sha = state.get("weights_sha256")
+        lines.append(f"  train loss  {num(state['loss_before'], '.4f')} -> "
+                     f"{num(state['loss_after'], '.4f')} "
+                     f"(step_n {num(state['step_n'], 'd')}, weights sha256 "
+                     f"{sha[:12] if isinstance(sha, str) else 'unreadable'}, "
                      f"verified {str(state['weights_verified']).lower()})")
     ev = state.get("eval")
     if ev:
-        parts = [f"{k} {v:.4f}" for k, v in ev.items() if isinstance(v, (int, float))]
+        parts = [f"{k} {v:.4f}" for k, v in ev.items() if number(v) is not None]
         lines.append("  held-out    " + "  ".join(parts))
     perf = state.get("perf")
     if perf:
-        mfu = f", {perf['mfu'] * 100:.1f}% of matmul peak" if perf.get("mfu") else ""
+        mfu = number(perf.get("mfu"))
+        mfu = f", {mfu * 100:.1f}% of matmul peak" if mfu else ""
         lines.append(f"  speed       {perf['tokens_per_s']:,.0f} tokens/s{mfu}, "
                      f"{perf['total_seconds']:.1f}s in the step")
+    elif "perf_unreadable" in state:
+        lines.append("  speed       unreadable (perf.json)")
     if "failure" in state:
         from sparktrain.cli.report import failure_line
 

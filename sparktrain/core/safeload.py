@@ -85,14 +85,17 @@ def _bounded_int(loader, node):
 def _unique_mapping(loader, node, deep=False):
     first: dict = {}
     for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":
+            raise _Refused("YAML merge key << is not supported (write the keys out)",
+                           key_node.start_mark)
         key = loader.construct_object(key_node, deep=True)
         try:
-            line = first.setdefault(key, key_node.start_mark.line + 1)
+            seen = first.setdefault(key, key_node)  # the node, not its line: flow style too
         except TypeError:  # an unhashable key: the constructor below says so
             continue
-        if line != key_node.start_mark.line + 1:
-            raise _Refused(f"key {_shown(key)} is given twice (lines {line} and "
-                           f"{key_node.start_mark.line + 1}); keep one", key_node.start_mark)
+        if seen is not key_node:
+            raise _Refused(f"key {_shown(key)} is given twice (lines {seen.start_mark.line + 1} "
+                           f"and {key_node.start_mark.line + 1}); keep one", key_node.start_mark)
     return yaml.SafeLoader.construct_mapping(loader, node, deep)
 
 
@@ -103,6 +106,12 @@ def _shown(key) -> str:
 
 _BoundedLoader.add_constructor("tag:yaml.org,2002:int", _bounded_int)
 _BoundedLoader.construct_mapping = _unique_mapping
+
+
+def _capped(what, limit: int = 200) -> str:
+    """At most `limit` characters of a message that may quote a value, on one line."""
+    text = " ".join(str(what).split())
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def _where(name: str, mark) -> str:
@@ -129,11 +138,11 @@ def load_yaml(text: str | bytes, name: str, max_items: int = MAX_YAML_ITEMS,
     try:
         return yaml.load(text, Loader=loader)  # noqa: S506 (a SafeLoader subclass)
     except _Refused as err:
-        raise SparkError(f"{_where(name, err.mark)}: {err}") from None
+        raise SparkError(f"{_where(name, err.mark)}: {_capped(err)}") from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         raise SparkError(f"{_where(name, mark)}: not valid YAML "
-                         f"({getattr(err, 'problem', None) or err})") from None
+                         f"({_capped(getattr(err, 'problem', None) or err)})") from None
     except (RecursionError, ValueError, OverflowError) as err:  # a pathological scalar
         raise SparkError(f"{name}: not readable YAML ({type(err).__name__})") from None
 

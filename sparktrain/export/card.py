@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 from pathlib import Path
 
@@ -45,8 +46,25 @@ def job_records(weights: str | os.PathLike) -> dict:
     return {"checkpoint": ckpt, "state": state}
 
 
+def _ok(v) -> bool:
+    """A number the card may write: a finite int or float, not a bool."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
 def _num(v) -> str:
+    if not _ok(v):
+        return "unknown"
     return f"{v:.4f}" if isinstance(v, float) else str(v)
+
+
+def _text(v) -> str:
+    """A string the card quotes: one line, no table cell break, no raw HTML, no
+    code-span break."""
+    s = str(v)
+    for a, b in (("\r", " "), ("\n", " "), ("|", "\\|"), ("<", "&lt;"), (">", "&gt;"),
+                 ("`", "'")):
+        s = s.replace(a, b)
+    return s[:200]
 
 
 def _front_matter(job: str, tags: list[str], metrics: dict) -> list[str]:
@@ -66,11 +84,12 @@ def model_card(meta: dict, cfg: ModelConfig, tok_kind: str, records: dict) -> st
     ckpt = records.get("checkpoint", {})
     state = records.get("state", {})
     job = str(meta.get("job") or ckpt.get("job") or "spark-model")
-    metrics = {k: state["eval"][k] for k in METRICS if k in state.get("eval", {})}
+    metrics = {k: state["eval"][k] for k in METRICS
+               if k in state.get("eval", {}) and _ok(state["eval"][k])}
     corpus = "corpus" if ckpt.get("dataset_kind") or "bpb" in metrics else "pairs"
     tags = ["spark-train", "llama", "causal-lm", "numpy-trained", corpus]
     out = _front_matter(job, tags, metrics)
-    out += ["", f"# {job}", "",
+    out += ["", f"# {_text(job)}", "",
             f"A small Llama-architecture causal language model ({n_params(cfg):,} "
             f"parameters) trained from scratch with Spark Train, a numpy training pipeline "
             f"driven by SPARK_BC programs, then exported with `spark export --to hf`.", "",
@@ -84,17 +103,22 @@ def model_card(meta: dict, cfg: ModelConfig, tok_kind: str, records: dict) -> st
     out += ["## Training", ""]
     if ckpt:
         knobs = {k: ckpt[k] for k in KNOBS if k in ckpt}
-        out += [f"Job `{job}`, step {ckpt.get('step_n')}, "
-                f"{ckpt.get('micro_steps')} micro-steps on "
-                f"{ckpt.get('tokens_seen'):,} training tokens "
-                f"(dataset `{ckpt.get('dataset')}`, sha256 `{ckpt.get('dataset_sha256')}`); "
-                f"device `{ckpt.get('device')}`.", "",
+        seen = ckpt.get("tokens_seen")
+        seen = f"{seen:,}" if _ok(seen) else "an unknown number of"
+        out += [f"Job `{_text(job)}`, step {_num(ckpt.get('step_n'))}, "
+                f"{_num(ckpt.get('micro_steps'))} micro-steps on "
+                f"{seen} training tokens "
+                f"(dataset `{_text(ckpt.get('dataset'))}`, "
+                f"sha256 `{_text(ckpt.get('dataset_sha256'))}`); "
+                f"device `{_text(ckpt.get('device'))}`.", "",
                 f"Training loss {_num(ckpt.get('loss_before'))} -> "
                 f"{_num(ckpt.get('loss_after'))} (whole training set, nats per token).", "",
                 "| knob | value |", "|---|---|"]
-        out += [f"| {k} | {json.dumps(v)} |" for k, v in knobs.items()]
+        out += [f"| {k} | {_text(json.dumps(v))} |" for k, v in knobs.items()
+                if not isinstance(v, float) or math.isfinite(v)]
         if ckpt.get("sparkbc_sha256"):
-            out += ["", f"Program `{ckpt.get('program')}` (sha256 `{ckpt['sparkbc_sha256']}`)."]
+            out += ["", f"Program `{_text(ckpt.get('program'))}` "
+                    f"(sha256 `{_text(ckpt['sparkbc_sha256'])}`)."]
     else:
         out += [f"Step {meta.get('step_n')}. The weights were not exported from their job "
                 "folder, so the training record (knobs, data, held-out metrics) is not "
@@ -106,7 +130,7 @@ def model_card(meta: dict, cfg: ModelConfig, tok_kind: str, records: dict) -> st
                 "On rows (or files) never trained on, from the job's eval.json:", "",
                 "| metric | value |", "|---|---|"]
         out += [f"| {k} | {_num(v)} |" for k, v in metrics.items()]
-        out += [f"| {k} | {_num(detail[k])} |" for k in BASELINES if k in detail]
+        out += [f"| {k} | {_num(detail[k])} |" for k in BASELINES if _ok(detail.get(k))]
         out += [""]
     out += ["## Tokenizer", "", tok_kind, "",
             "## Use it", "", "```python",
@@ -118,7 +142,7 @@ def model_card(meta: dict, cfg: ModelConfig, tok_kind: str, records: dict) -> st
             "print(tok.decode(out[0, ids.input_ids.shape[1]:], skip_special_tokens=True))",
             "```", ""]
     if ckpt.get("weights_sha256"):
-        out += [f"Spark weights sha256 `{ckpt['weights_sha256']}`; "
+        out += [f"Spark weights sha256 `{_text(ckpt['weights_sha256'])}`; "
                 "`spark import --from hf` gives back the same bytes.", ""]
     return "\n".join(out)
 

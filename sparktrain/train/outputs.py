@@ -20,6 +20,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import json
+import math
 import os
 import re
 from datetime import datetime, timezone
@@ -236,6 +237,33 @@ def read_json(path: Path):
         return None
 
 
+def _scrub(obj, depth: int = 0):
+    """A record as job_state repeats it: a number that is not finite (`1e400` reads
+    as inf) becomes None, so what status prints is always valid JSON."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if depth > 64:
+        return None
+    if isinstance(obj, dict):
+        return {k: _scrub(v, depth + 1) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_scrub(v, depth + 1) for v in obj]
+    return obj
+
+
+def number(value):
+    """`value` when it is a finite int or float (not a bool), else None: the one
+    check every reader of job_state's numbers relies on."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return value if math.isfinite(value) else None
+
+
+def _record(path: Path):
+    rec = read_json(path)
+    return _scrub(rec) if isinstance(rec, dict) else None
+
+
 def _verified_sha(path: Path, want) -> bool:
     try:
         return path.is_file() and sha256_file(path, "weights file") == want  # size cap first
@@ -262,7 +290,7 @@ def job_state(folder: str | os.PathLike, job_id: str | None = None,
     journal = journal_names(folder) if folder.is_dir() else []
     job_id = job_id or folder.name
     state: dict = {"job": job_id, "out": folder.as_posix(), "state": "absent"}
-    status = read_json(folder / STATUS)
+    status = _record(folder / STATUS)
     if isinstance(status, dict):
         state["state"] = "declared"
         for key in ("dataset", "base", "method", "arch", "n_params"):
@@ -277,31 +305,41 @@ def job_state(folder: str | os.PathLike, job_id: str | None = None,
         state["artifact"] = parse_artifact(text)
         if state["state"] == "absent":
             state["state"] = "declared"
-    ckpt = read_json(current_file(folder, CHECKPOINT, journal))
+    ckpt = _record(current_file(folder, CHECKPOINT, journal))
     weights = current_file(folder, WEIGHTS, journal)
     verified = False
     if isinstance(ckpt, dict) and ckpt.get("trained") is True:
         verified = _verified_sha(weights, ckpt.get("weights_sha256"))
-        state.update(state="trained" if verified else "failed", step_n=ckpt.get("step_n"),
-                     loss_before=ckpt.get("loss_before"), loss_after=ckpt.get("loss_after"),
-                     weights=ckpt.get("weights"), weights_sha256=ckpt.get("weights_sha256"),
+        step_n = ckpt.get("step_n")
+        sha = ckpt.get("weights_sha256")
+        state.update(state="trained" if verified else "failed",
+                     step_n=step_n if number(step_n) is not None and isinstance(step_n, int)
+                     else None,
+                     loss_before=number(ckpt.get("loss_before")),
+                     loss_after=number(ckpt.get("loss_after")),
+                     weights=ckpt.get("weights") if isinstance(ckpt.get("weights"), str) else None,
+                     weights_sha256=sha if isinstance(sha, str) else None,
                      weights_verified=verified)
         if not verified:
             state["reason"] = ("weights file missing, above the weights size cap, or its sha256 "
                                "differs from checkpoint.json")
-    failed = read_json(folder / FAILED)
+    failed = _record(folder / FAILED)
     if isinstance(failed, dict):
         current = failure_is_current(failed, current_step)
         if current or not verified:
             state["state"] = "failed"
         state["failure"] = failed
         state["failure_current"] = current
-    perf = read_json(folder / PERF)
+    perf = _record(folder / PERF)
     if isinstance(perf, dict):
-        state["perf"] = perf
+        if number(perf.get("tokens_per_s")) is None or number(perf.get("total_seconds")) is None:
+            state["perf_unreadable"] = ("perf.json lacks a finite tokens_per_s or total_seconds; "
+                                        "its numbers are not shown")
+        else:
+            state["perf"] = perf
     # eval.json: the headline numbers; eval_detail.json: the rest (counts, families,
     # samples, the weights' sha256). An eval.json from before the split holds both.
-    ev, detail = read_json(folder / EVAL), read_json(folder / EVAL_DETAIL)
+    ev, detail = _record(folder / EVAL), _record(folder / EVAL_DETAIL)
     if isinstance(ev, dict):
         ev = compat.whole_eval(ev, detail)
         if verified and ev.get("weights_sha256", ckpt.get("weights_sha256")) == \
