@@ -121,10 +121,7 @@ def stage_blocks(text: str) -> dict[str, tuple[int, int, str, list[str]]]:
             current = m.group(1)
         if current and re.match(r"^    deps:", line):
             end = i + 1
-            while end < len(lines) and (lines[end].startswith("      ")
-                                        or not lines[end].strip()
-                                        or lines[end].lstrip().startswith("#")
-                                        and not lines[end].startswith("    ")):
+            while end < len(lines) and lines[end].startswith("      "):  # the list's lines
                 end += 1
             stage = stages[current]
             module = stage["cmd"].split()[-1]

@@ -147,11 +147,16 @@ class ExpRecord:
         return (job_dir(str(self.params.get("job"))) / name).as_posix()
 
 
+def read_params(source: Experiments, rev: str) -> dict:
+    """params.yaml at a rev ({} when absent or not a mapping)."""
+    params = read_yaml(source, PARAMS_FILE, rev)
+    return params if isinstance(params, dict) else {}
+
+
 def read_record(source: Experiments, row: ExpRow) -> ExpRecord:
     """An experiment's params.yaml and its job's eval.json, both bounded; an eval.json
     that is missing or unreadable is recorded as why, not raised."""
-    params = read_yaml(source, PARAMS_FILE, row.rev)
-    params = params if isinstance(params, dict) else {}
+    params = read_params(source, row.rev)
     path = (job_dir(str(params.get("job"))) / EVAL).as_posix()
     try:
         metrics = read_json(source, path, row.rev)

@@ -34,7 +34,8 @@ from sparktrain.core.safeload import load_yaml
 from sparktrain.eval.headline import HEADLINE_KEYS
 from sparktrain.params import MAX_OUTER, Defaults
 from sparktrain.repro import experiments
-from sparktrain.repro.experiments import DvcExperiments, Experiments, ExpRecord, ExpRow, read_record
+from sparktrain.repro.experiments import (DvcExperiments, Experiments, ExpRecord, ExpRow,
+                                         read_params, read_record)
 
 # values in one experiment's checkpoint.json: 3 a curve point, outer + 1 points at most
 CHECKPOINT_ITEMS = 4 * (MAX_OUTER + 1) + 10_000
@@ -244,7 +245,7 @@ def compare(wanted: Sequence[str] = (), source: Experiments | None = None, *,
 
 def _baseline(row: ExpRow, source: Experiments) -> Experiment:
     """A baseline as a reference for which params changed (its metric may be absent)."""
-    return Experiment(row.name, row.rev, row.name, resolved_params(read_record(source, row).params),
+    return Experiment(row.name, row.rev, row.name, resolved_params(read_params(source, row.rev)),
                       {}, False)
 
 
