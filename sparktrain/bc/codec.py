@@ -1,9 +1,6 @@
-"""One codec per SPARK_BC field: its encoder sits beside its decoder.
-
-Decoders read through a Cursor and raise BytecodeError at the offset of the
-field that is wrong; encoders return the field's bytes. reader.py and
-writer.py only put these in file order, so `encode(decode(b)) == b`.
-"""
+"""The SPARK_BC fields: each decoder reads through a Cursor and raises BytecodeError at
+the offset of the field that is wrong; beside it, its encoder. reader.py and writer.py
+put them in file order, so `encode(decode(b)) == b`."""
 from __future__ import annotations
 
 import struct
@@ -53,24 +50,12 @@ class UInt:
 U8, U16, U32 = UInt("<B"), UInt("<H"), UInt("<I")
 
 
-# --- magic --------------------------------------------------------------
-
-def encode_magic() -> bytes:
-    return MAGIC
-
-
 def decode_magic(cur: Cursor) -> None:
     head = cur.data[:len(MAGIC)]
     if head != MAGIC[:len(head)]:
         raise BytecodeError(f"not a SPARK_BC file (magic {head!r} at offset 0); "
                             "compile a .spark source with `spark compile`", 0)
     cur.take(len(MAGIC), "magic")
-
-
-# --- version ------------------------------------------------------------
-
-def encode_version(version: int) -> bytes:
-    return U8.encode(version)
 
 
 def decode_version(cur: Cursor) -> int:
@@ -81,8 +66,6 @@ def decode_version(cur: Cursor) -> int:
                             f"version {VERSION}); {RECOMPILE}", at)
     return version
 
-
-# --- strings: u16 nbytes + UTF-8 -----------------------------------------
 
 def encode_string(text: str) -> bytes:
     raw = text.encode("utf-8")
@@ -99,8 +82,6 @@ def decode_string(cur: Cursor, index: int) -> str:
         raise BytecodeError(f"string {index} is not valid UTF-8 ({err.reason}); "
                             f"{RECOMPILE}", at + err.start) from None
 
-
-# --- consts: u8 kind + u16 payload ----------------------------------------
 
 def encode_const(const: tuple[int, int]) -> bytes:
     kind, payload = const
@@ -121,18 +102,10 @@ def decode_const(cur: Cursor, index: int, nstrings: int) -> tuple[int, int]:
     return kind, payload
 
 
-# --- code section: u32 ncode + code bytes --------------------------------
-
-def encode_code_section(code: bytes) -> bytes:
-    return U32.encode(len(code)) + code
-
-
 def decode_code_section(cur: Cursor) -> bytes:
     ncode = U32.decode(cur, "code length")
     return cur.take(ncode, f"code section of {ncode} byte(s)")
 
-
-# --- one instruction: u8 opcode + n x u16 const index ---------------------
 
 def encode_instruction(ins: Instruction) -> bytes:
     return U8.encode(ins.opcode) + b"".join(U16.encode(i) for i in ins.operands)

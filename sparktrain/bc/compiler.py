@@ -1,9 +1,7 @@
 """compile_source(.spark text) -> SPARK_BC bytes, byte-exact with the original toolchain.
 
-Each line is tokenized, then parsed by the statement parser its first word
-picks (STATEMENTS); a parser returns (opcode name, operand strings). Strings
-are interned into one pool on first use, const i == STR string i.
-"""
+A line's first word picks its parser (STATEMENTS), which returns (opcode name, operand
+strings); strings are interned into one pool on first use, const i == STR string i."""
 from __future__ import annotations
 
 import re
@@ -184,11 +182,7 @@ def _parse_model(t: Tokens) -> Parsed:
 
 
 STATEMENTS: dict[str, Callable[[Tokens], Parsed]] = {
-    "model": _parse_model,
-    "ask": _parse_ask,
-    "let": _parse_let,
-    "print": _parse_print,
-}
+    "model": _parse_model, "ask": _parse_ask, "let": _parse_let, "print": _parse_print}
 
 
 def parse_line(line: str, where: Where) -> Parsed | None:

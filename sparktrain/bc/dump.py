@@ -1,8 +1,5 @@
-"""Disassembly: analysis (xrefs) and the two formats, kept as separate functions.
-
-dump_json is written by the decode-bc stage and hashed, so it holds only
-facts of the bytes (no paths, no times) and is meant for canonical_json.
-"""
+"""Disassembly: xrefs and the two formats. dump_json is written by the decode-bc stage and
+hashed, so it holds only facts of the bytes (no paths, no times), for canonical_json."""
 from __future__ import annotations
 
 import json
@@ -19,8 +16,8 @@ PER_INSTRUCTION = 256  # bytes a listed instruction costs besides its operand va
 
 
 def check_dump_size(program: Program) -> None:
-    """Refuse, before building anything, a listing far larger than the file:
-    every use of a const repeats its string, so a small file can ask for gigabytes."""
+    """Refuse a listing far larger than the file before building it: every use of a
+    const repeats its string, so a small file can ask for gigabytes."""
     value_bytes = [len(s.encode("utf-8")) for s in program.strings]
     size = sum(value_bytes) * 2
     for ins in program.code:

@@ -1,9 +1,6 @@
-"""The SPARK_BC v1 opcode table, as data; every lookup map is derived from it.
-
-Operand names are the ones docs/sparkbc.md gives; elsewhere they are
-positional (`arg0`, `arg1`, ...), since this project only decodes and dumps
-those opcodes. 0x08, 0x0B and 0x0C are unassigned, hence unknown.
-"""
+"""The SPARK_BC v1 opcode table, as data, and the maps derived from it. Operand names are
+docs/sparkbc.md's; opcodes this project only decodes and dumps have positional ones
+(`arg0`, ...). 0x08, 0x0B and 0x0C are unassigned, hence unknown."""
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -20,7 +17,6 @@ def _args(n: int) -> tuple[str, ...]:
     return tuple(f"arg{i}" for i in range(n))
 
 
-# (code, name, n_operands, operand_names), in code order.
 TABLE: list[Opcode] = [Opcode(*row) for row in (
     (0x00, "HALT", 0, ()),
     (0x01, "MODEL", 1, ("alias",)),

@@ -1,8 +1,5 @@
-"""Immutable records of a decoded program, and the pure facts derived from them.
-
-A Program holds content only; since SPARK_BC is packed with no padding, the
-section offsets and sizes follow from that content (`sections`, `size`).
-"""
+"""Immutable records of a decoded program and the facts derived from them; SPARK_BC has
+no padding, so section offsets and sizes follow from the content (`sections`, `size`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -15,13 +12,11 @@ VERSION = 1
 CONST_STR = 0
 CONST_KINDS = {CONST_STR: "STR"}   # v1 has no other kind
 
-# Fixed field widths of the layout (bytes), used to derive section sizes.
 HEADER_SIZE = len(MAGIC) + 1       # magic + u8 version
 COUNT_SIZE = 2                     # u16 nstrings / nconsts / string nbytes
 CONST_SIZE = 3                     # u8 kind + u16 payload
 CODE_LEN_SIZE = 4                  # u32 ncode
-# Bounds on what one program may ask of us, so memory and output stay
-# proportional to the file: instructions decoded, and bytes a dump or a run prints.
+# bounds that keep memory and output proportional to the file
 MAX_INSTRUCTIONS = 1 << 16
 MAX_OUTPUT_BYTES = 64 << 20
 
@@ -108,11 +103,8 @@ def operand_values(program: Program, ins: Instruction) -> tuple[str, ...]:
 
 
 def job_of(out: str) -> str:
-    """A job's id is the last path component of its `out` (no validation here).
-
-    Plain string work on purpose: a path library would fold `out/train/.`
-    into `train`, hiding a bad id from the validator downstream.
-    """
+    """A job's id: the last path component of `out`, unvalidated. Plain string work: a path
+    library would fold `out/train/.` into `train`, hiding a bad id from the validator."""
     return out.rstrip("/").rsplit("/", 1)[-1]
 
 

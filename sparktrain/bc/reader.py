@@ -1,8 +1,5 @@
-"""decode(bytes) -> Program: every malformed input is a BytecodeError naming its offset.
-
-Order of checks follows the file: magic and version first, then each section;
-the code is walked by a generator of Instruction records.
-"""
+"""decode(bytes) -> Program: every malformed input is a BytecodeError naming its offset,
+checked in file order (magic, version, then each section)."""
 from __future__ import annotations
 
 import os
@@ -17,11 +14,8 @@ from sparktrain.core.fsutil import read_input
 
 
 def iter_instructions(code: bytes, base: int = 0) -> Iterator[Instruction]:
-    """Yield the instructions of `code` in order; `base` = file offset of code byte 0.
-
-    Structural only (opcode known, operands present); ranges and HALT are the
-    caller's to check, so a disassembler can reuse it.
-    """
+    """The instructions of `code` in order (`base`: file offset of code byte 0); structural
+    only (opcode known, operands present): ranges and HALT are the caller's to check."""
     offset = 0
     while offset < len(code):
         ins = codec.decode_instruction(code, offset, base)
@@ -48,8 +42,7 @@ def _decode_code(code: bytes, base: int, nconsts: int) -> tuple[Instruction, ...
                                 f"decode programs that long", base + ins.offset)
         _check_operands(ins, nconsts, base)
         out.append(ins)
-        # Checked before the generator decodes further, so junk after HALT is
-        # reported as such and not as whatever it happens to look like.
+        # checked before decoding further: junk after HALT is reported as such
         if ins.opcode == HALT and ins.offset + ins.size != len(code):
             raise BytecodeError(f"{len(code) - ins.offset - 1} code byte(s) after HALT at "
                                 f"code+{ins.offset}; HALT must be last; {RECOMPILE}",
@@ -64,16 +57,12 @@ def decode(data: bytes) -> Program:
     cur = Cursor(bytes(data))
     codec.decode_magic(cur)
     version = codec.decode_version(cur)
-
     nstrings = U16.decode(cur, "string count")
     strings = tuple(codec.decode_string(cur, i) for i in range(nstrings))
-
     nconsts = U16.decode(cur, "const count")
     consts = tuple(codec.decode_const(cur, i, nstrings) for i in range(nconsts))
-
     code_bytes = codec.decode_code_section(cur)
     code = _decode_code(code_bytes, cur.pos - len(code_bytes), nconsts)
-
     if cur.left:
         raise BytecodeError(f"{cur.left} byte(s) after the code section; the file must end "
                             f"there; {RECOMPILE}", cur.pos)

@@ -1,12 +1,7 @@
-"""A small interpreter for the executable subset of SPARK_BC.
-
-MODEL, LET, PRINT and HALT are run here; TRAIN, STEP and TRAIN_STATUS are
-handed to `handlers[name](ins, operand_values)` (the train area supplies
-them), whose dict result is bound to the instruction's `bind` operand and
-printed as one JSON line. The whole program is checked first, so a program
-that would fail (an opcode we do not execute, a PRINT of a name never bound)
-fails before any handler touches a file.
-"""
+"""The interpreter of SPARK_BC's executable subset (docs/sparkbc.md): HALT, MODEL, LET and
+PRINT run here; TRAIN, STEP and TRAIN_STATUS go to `handlers[name](ins, values)`, whose
+dict result is bound to `bind` and printed as one JSON line. The whole program is
+checked first, so one that would fail does so before a handler touches a file."""
 from __future__ import annotations
 
 import json
@@ -20,7 +15,7 @@ from sparktrain.core.errors import SparkError, printable
 Handler = Callable[[Instruction, tuple[str, ...]], dict]
 
 HANDLED = ("TRAIN", "STEP", "TRAIN_STATUS")          # dispatched to handlers
-BUILTIN = ("HALT", "MODEL", "LET", "PRINT")          # run by the Machine itself
+BUILTIN = ("HALT", "MODEL", "LET", "PRINT")          # run by execute() itself
 EXECUTABLE = BUILTIN + HANDLED
 RESULT_BYTES = 4096  # a bound on one printed handler result (a JSON line of a job's state)
 
@@ -60,54 +55,31 @@ def check_executable(program: Program) -> None:
             bound[name] = len(values[1].encode("utf-8")) + 1 if ins.name == "LET" else RESULT_BYTES
 
 
-class Machine:
-    def __init__(self, program: Program, handlers: dict[str, Handler], out: TextIO):
-        self.program, self.handlers, self.out = program, handlers, out
-        self.bindings: dict[str, object] = {}
-        self.model: str | None = None          # the alias of the last MODEL
-        self.halted = False
-        self.ops: dict[str, Callable[[Instruction, tuple[str, ...]], None]] = {
-            "HALT": self.op_halt, "MODEL": self.op_model, "LET": self.op_let,
-            "PRINT": self.op_print,
-            **{name: self.op_handled for name in HANDLED},
-        }
-
-    def op_halt(self, ins, values) -> None:
-        self.halted = True
-
-    def op_model(self, ins, values) -> None:
-        (self.model,) = values
-
-    def op_let(self, ins, values) -> None:
-        name, value = values
-        self.bindings[name] = value
-
-    def op_print(self, ins, values) -> None:
-        value = self.bindings[values[0]]
-        text = value if isinstance(value, str) else compact_json(value)
-        isatty = getattr(self.out, "isatty", None)
-        print(printable(text, keep="\n\t") if isatty and isatty() else text, file=self.out)
-
-    def op_handled(self, ins, values) -> None:
-        handler = self.handlers.get(ins.name)
-        if handler is None:
-            raise SparkError(f"{ins.name} at code+{ins.offset} has no handler in this spark")
-        result = handler(ins, values)
-        if not isinstance(result, dict):
-            raise TypeError(f"{ins.name} handler returned {type(result).__name__}, not dict")
-        self.bindings[_binds(ins, values)] = result
-        print(compact_json(result), file=self.out)
-
-    def run(self) -> dict[str, object]:
-        check_executable(self.program)
-        for ins in self.program.code:
-            self.ops[ins.name](ins, operand_values(self.program, ins))
-            if self.halted:
-                break
-        return self.bindings
-
-
 def execute(program: Program, handlers: dict[str, Handler],
             out: TextIO | None = None) -> dict[str, object]:
     """Run `program`; returns the bindings. `out` defaults to sys.stdout at call time."""
-    return Machine(program, handlers, out if out is not None else sys.stdout).run()
+    out = out if out is not None else sys.stdout
+    check_executable(program)
+    bindings: dict[str, object] = {}
+    for ins in program.code:
+        values = operand_values(program, ins)
+        if ins.name == "HALT":
+            break
+        if ins.name == "LET":
+            bindings[values[0]] = values[1]
+        elif ins.name == "PRINT":
+            value = bindings[values[0]]
+            text = value if isinstance(value, str) else compact_json(value)
+            isatty = getattr(out, "isatty", None)
+            print(printable(text, keep="\n\t") if isatty and isatty() else text, file=out)
+        elif ins.name in HANDLED:
+            handler = handlers.get(ins.name)
+            if handler is None:
+                raise SparkError(f"{ins.name} at code+{ins.offset} has no handler in this spark")
+            result = handler(ins, values)
+            if not isinstance(result, dict):
+                raise TypeError(f"{ins.name} handler returned {type(result).__name__}, not dict")
+            bindings[_binds(ins, values)] = result
+            print(compact_json(result), file=out)
+        # MODEL names the model alias; nothing here reads it
+    return bindings

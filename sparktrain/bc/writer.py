@@ -2,15 +2,14 @@
 from __future__ import annotations
 
 from sparktrain.bc import codec
-from sparktrain.bc.program import Program
+from sparktrain.bc.program import MAGIC, Program
 
 
 def encode(program: Program) -> bytes:
-    parts = [codec.encode_magic(), codec.encode_version(program.version)]
-    parts.append(codec.U16.encode(len(program.strings)))
+    parts = [MAGIC, codec.U8.encode(program.version), codec.U16.encode(len(program.strings))]
     parts.extend(codec.encode_string(s) for s in program.strings)
     parts.append(codec.U16.encode(len(program.consts)))
     parts.extend(codec.encode_const(c) for c in program.consts)
     code = b"".join(codec.encode_instruction(ins) for ins in program.code)
-    parts.append(codec.encode_code_section(code))
+    parts.append(codec.U32.encode(len(code)) + code)
     return b"".join(parts)
