@@ -1,23 +1,8 @@
-"""The array backend: the few operations the array API standard lacks, twice.
+"""The array backend: the few operations the array API standard lacks, twice (docs/gpu.md).
 
-The layers, the loss, the optimizers and clipping are written once, against an
-array namespace `xp` (docs/gpu.md). They take it from their inputs,
-`be = backend.of(x)`, the array API's own pattern, so the namespace is chosen
-once per run: by where the params were put (model/device.py).
-
-  NumpyOps     numpy arrays: the fast CPU path, byte-identical to the code
-               before this module existed (einsum, `out=`, fancy indexing).
-  ArrayApiOps  any array-API namespace (PyTorch through array-api-compat on
-               CUDA/MPS/CPU, CuPy, array-api-strict in the tests): only
-               standard calls, no scatter: the embedding gradient is a one-hot
-               matmul, row scatters are gathers through an index made on the
-               host, so every result is deterministic on a GPU.
-
-Each method of NumpyOps has a twin of the same name and meaning in
-ArrayApiOps; tests/model/test_model_backend.py checks every pair agrees.
-Index arithmetic (which rows count, where they go) stays on the host in
-numpy; only gathers run on the device.
-"""
+NumpyOps is the fast CPU path (einsum, `out=`, fancy indexing: the reference bytes);
+ArrayApiOps uses standard calls only, no scatter, so a GPU result is deterministic. Each
+NumpyOps method has a twin of the same name in ArrayApiOps (test_model_backend.py)."""
 from __future__ import annotations
 
 import numpy as np
@@ -33,11 +18,10 @@ def _host_index(index) -> np.ndarray:
 
 
 class NumpyOps:
-    """numpy arrays: the CPU path of today, every line as it was."""
+    """numpy arrays: the CPU path."""
     xp = np
     name = "numpy"
 
-    # ---------------------------------------------- place and move arrays
     def asarray(self, host, like=None, dtype=None):
         """A host array in this backend (on the device of `like`), of `dtype` if given."""
         return np.asarray(host, dtype=dtype)
@@ -79,7 +63,6 @@ class NumpyOps:
         dst[...] = src
         return dst
 
-    # ------------------------------------------ names numpy 1.26 spells otherwise
     def astype(self, x, dtype):
         return x.astype(dtype)
 
@@ -95,7 +78,6 @@ class NumpyOps:
     def concat(self, arrays, axis=0):
         return np.concatenate(arrays, axis=axis)
 
-    # ----------------------------------------------------------- reductions
     def rowdot(self, a, b):
         """sum(a * b, -1): (..., C) x (..., C) -> (...)."""
         return np.einsum("...c,...c->...", a, b)
@@ -116,10 +98,9 @@ class NumpyOps:
         return float(np.dot(w.astype(np.float64), x.astype(np.float64)))
 
     def global_norm(self, tensors) -> float:
-        """sqrt(sum over tensors of sum(g * g)), each tensor's sum in its dtype, the total in float64."""
+        """sqrt(sum of sum(g * g)): each tensor's sum in its dtype, the total in float64."""
         return float(np.sqrt(sum(float(np.dot(g.ravel(), g.ravel())) for g in tensors)))
 
-    # ------------------------------------------------- element-wise in place
     def exp_(self, x):
         """exp(x), overwriting x where the backend can."""
         return np.exp(x, out=x)
@@ -142,20 +123,15 @@ class NumpyOps:
 
     def rotate_pairs(self, u, cos, sin, inverse=False):
         """u (2, ...) two planes: (u1 cos - u2 sin, u2 cos + u1 sin); inverse: sin -> -sin."""
+        first, second = (np.add, np.subtract) if inverse else (np.subtract, np.add)
         u1, u2 = u[0], u[1]
         out = np.empty_like(u)
         tmp = u2 * sin
         np.multiply(u1, cos, out=out[0])
-        if inverse:
-            out[0] += tmp
-        else:
-            out[0] -= tmp
+        first(out[0], tmp, out=out[0])
         np.multiply(u1, sin, out=tmp)
         np.multiply(u2, cos, out=out[1])
-        if inverse:
-            out[1] -= tmp
-        else:
-            out[1] += tmp
+        second(out[1], tmp, out=out[1])
         return out
 
     def append_column(self, a, col):
@@ -178,7 +154,6 @@ class NumpyOps:
         dg *= da
         return dgu
 
-    # ------------------------------------------------------ gathers, scatters
     def gather_rows(self, weight, ids):
         """weight[ids]: (V, C) and (...) int -> (..., C)."""
         return weight[ids]
@@ -217,7 +192,6 @@ class ArrayApiOps:
         self.name = getattr(xp, "__name__", str(xp))
         self._constants: dict[int, tuple] = {}
 
-    # ---------------------------------------------- place and move arrays
     def asarray(self, host, like=None, dtype=None):
         device = None if like is None else like.device
         # a read-only host array (a memory-mapped batch) is copied, never shared writable
@@ -233,8 +207,7 @@ class ArrayApiOps:
         return hit[1]
 
     def f32(self, value: float):
-        """A Python float holding the float32 value: the standard casts a Python scalar
-        to the array's dtype, so the product is numpy's."""
+        """A Python float of the float32 value: the standard casts it to the array's dtype."""
         return float(np.float32(value))
 
     def last_rows(self, logits, lens):
@@ -270,7 +243,6 @@ class ArrayApiOps:
     def load(self, dst, src):
         return self.asarray(src, dst, dst.dtype)
 
-    # ------------------------------------------------------- standard names
     def astype(self, x, dtype):
         return self.xp.astype(x, dtype)
 
@@ -286,7 +258,6 @@ class ArrayApiOps:
     def concat(self, arrays, axis=0):
         return self.xp.concat(arrays, axis=axis)
 
-    # ----------------------------------------------------------- reductions
     def rowdot(self, a, b):
         return self.xp.sum(a * b, axis=-1)
 
@@ -300,7 +271,6 @@ class ArrayApiOps:
         return self.xp.maximum(x, self.xp.full_like(x, low))
 
     def weighted_sum(self, w, x) -> float:
-        # one transfer of two (N,) vectors; the sum in float64 on the host, as numpy's
         return float(np.dot(self.to_host(w).astype(np.float64), self.to_host(x).astype(np.float64)))
 
     def global_norm(self, tensors) -> float:
@@ -308,7 +278,6 @@ class ArrayApiOps:
         squares = xp.stack([xp.sum(g * g) for g in tensors])  # one transfer, not one per tensor
         return float(np.sqrt(sum(float(s) for s in self.to_host(squares))))
 
-    # ------------------------------------------------- element-wise, fresh arrays
     def exp_(self, x):
         return self.xp.exp(x)
 
@@ -342,7 +311,6 @@ class ArrayApiOps:
         dg *= da
         return self.xp.stack([dg, du])
 
-    # ------------------------------------------------------ gathers, scatters
     def gather_rows(self, weight, ids):
         xp = self.xp
         flat = xp.take(weight, xp.reshape(ids, (-1,)), axis=0)         # (N, C)

@@ -1,24 +1,8 @@
 """The model interface: what training, eval and generation ask of a model kind.
 
-Two kinds implement it: transformer.Transformer (the attention model) and
-meanpool.MeanPool (the fallback); build.build_model makes the one a config
-names. Each extends its architecture (config.py: rules, shape table, size,
-FLOPs) with the maths; the initial weights come from the shape table too.
-
-The params dict is keyed by the safetensors names in param_shapes order; the
-grads dict and the optimizer state use the same keys, shapes and dtype.
-
-Init (deterministic from seed and salt, salt = the program's sha256):
-  rng = PCG64(SeedSequence([seed, w0, w1, w2, w3])), w = the first four
-  little-endian uint32 words of sha256(salt). Tensors are drawn in
-  param_shapes order, in float64, then cast to the working dtype:
-  - norm weights: 1 (nothing drawn);
-  - every matrix: normal(0, 0.02) as in GPT-2 / nanoGPT, except the two
-    projections that write into the residual stream (`o`, `mlp_down`), whose
-    std is 0.02 / sqrt(2 * n_layer) so the residual's variance does not grow
-    with depth (nanoGPT's `c_proj` scaling). With residual_out="zero" (params'
-    step.init_out) those two are zeros instead, drawn all the same so every other
-    tensor keeps its values: each block starts as the identity (modded-nanogpt).
+transformer.Transformer and meanpool.MeanPool implement it over their architecture
+(config.py); build.build_model makes the one a config names. The params, grads and
+optimizer state share the safetensors names of param_shapes. Init: docs/training.md.
 """
 from __future__ import annotations
 
@@ -43,19 +27,15 @@ def init_rng(seed: int, salt: bytes = b"") -> np.random.Generator:
 
 
 class Model(Arch):
-    """One model kind over one config: its architecture (name, param_shapes,
-    n_params, flops_per_token) and the maths below.
-
-    A kind also sets `batch_type` (what `make_batch` builds) and
-    `max_new_tokens` (the most tokens it can generate, None for no limit), and
-    implements the methods that raise NotImplementedError.
-    """
+    """One model kind over one config: its architecture and the maths below. A kind sets
+    `batch_type` (what `make_batch` builds) and `max_new_tokens` (None: no limit), and
+    implements the methods that raise NotImplementedError."""
     batch_type: type
     max_new_tokens: int | None = None
 
     def init_params(self, seed: int, salt: bytes = b"", dtype=np.float32,
                     residual_out: str = "scaled") -> dict[str, np.ndarray]:
-        """Fresh weights, keys and order of param_shapes(); see the module docstring."""
+        """Fresh weights, keys and order of param_shapes() (docs/training.md, "Init")."""
         rng = init_rng(seed, salt)
         resid_std = INIT_STD / np.sqrt(2 * self.cfg.n_layer)
         params = {}
@@ -69,8 +49,6 @@ class Model(Arch):
                 params[name] = np.zeros(shape, dtype=dtype)
         return params
 
-    # ------------------------------------------------------- batches, maths
-
     def make_batch(self, rows: Sequence):
         """Padded arrays of tokenised rows (train.data.Encoded), in this kind's layout."""
         return self.batch_type.from_rows(rows)
@@ -82,10 +60,8 @@ class Model(Arch):
 
     def loss_and_grads(self, params, batch,
                        denom: float | None = None) -> tuple[float, dict[str, np.ndarray]]:
-        """Mean CE over the batch's counted targets and its gradient for every tensor
-        (keys and order of params). A batch with no counted target: loss 0, zero grads.
-        `denom` replaces the mean's denominator: a shard of a bigger batch divides by
-        the whole batch's count (parallel.GradientEngine)."""
+        """Mean CE over the batch's counted targets (none: 0) and every tensor's gradient, in
+        params' order; `denom` replaces the mean's denominator (a shard: the whole batch's)."""
         self.check_batch(batch)
         loss, cache = self._loss_forward(params, batch,
                                          mean_denom if denom is None else lambda w: denom)
@@ -99,8 +75,7 @@ class Model(Arch):
         return loss, batch.n_counted
 
     def _loss_forward(self, params, batch, denom_of):
-        """Forward to the loss: (CE summed over the counted targets and divided by
-        denom_of(their weights), the cache _loss_backward reads)."""
+        """(CE summed over the counted targets / denom_of(their weights), the cache)."""
         raise NotImplementedError
 
     def _loss_backward(self, cache) -> dict[str, np.ndarray]:
@@ -108,13 +83,12 @@ class Model(Arch):
         raise NotImplementedError
 
     def scored_logits(self, params, batch) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Forward only: (logits (B, T, V), targets (B, T), mask (B, T)) at every
-        position the loss can score, mask 1.0 where it does (T = 1 for one target a row)."""
+        """Forward only: (logits (B, T, V), targets (B, T), mask (B, T)) where the loss can
+        score, mask 1.0 where it does (T = 1 for one target a row)."""
         raise NotImplementedError
 
     def next_logits(self, params, windows: np.ndarray, lens: np.ndarray) -> np.ndarray:
-        """Logits of the token after each window: windows (A, T) right-padded,
-        lens (A,) their real lengths -> (A, V)."""
+        """Logits after each window: windows (A, T) right-padded, lens (A,) -> (A, V)."""
         raise NotImplementedError
 
 

@@ -1,8 +1,5 @@
-"""What the model eats: padded integer batches, built from tokenised rows.
-
-A row is anything with the fields of sparktrain.data.pairs.Encoded (tokens,
-mask, context, first_target); this module only lays rows out in arrays.
-"""
+"""What the model eats: padded integer batches of tokenised rows (anything with the
+fields of sparktrain.data.pairs.Encoded: tokens, mask, context, first_target)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -10,20 +7,15 @@ from typing import Sequence
 
 import numpy as np
 
-# Right padding. Its value never matters (mask 0, causal attention); 0xFF is the
-# EOS byte, a byte that UTF-8 text never contains.
+# right padding: its value never matters (mask 0, causal attention); 0xFF is EOS
 PAD = 0xFF
 
 
 @dataclass(frozen=True)
 class TokenBatch:
-    """Attention model: teacher-forced next-byte prediction.
-
-    inputs, targets: (B, T) int64; mask: (B, T) float, 1.0 where the target is
-    a completion byte or EOS (counted in the loss), 0.0 on prompt targets and
-    on right padding. Padding sits at the end of a row, so causal attention
-    never lets it change a counted position.
-    """
+    """Attention model: teacher-forced next-byte prediction. inputs, targets (B, T) int64;
+    mask (B, T) float: 1.0 where the target counts (completion or EOS), 0.0 on prompt
+    targets and right padding."""
     inputs: np.ndarray
     targets: np.ndarray
     mask: np.ndarray
@@ -64,12 +56,8 @@ class TokenBatch:
 
 @dataclass(frozen=True)
 class PoolBatch:
-    """Mean-pool fallback: one target per pair.
-
-    context: (B, T) int64 = [BOS] + prompt + [SEP] (after truncation), right
-    padded; context_mask: (B, T) float, 1.0 on real tokens; target: (B,) int64,
-    the first completion byte.
-    """
+    """Mean-pool fallback: one target per pair. context (B, T) int64 = [BOS] + prompt + [SEP],
+    right padded; context_mask (B, T) float, 1.0 on real tokens; target (B,) the first byte."""
     context: np.ndarray
     context_mask: np.ndarray
     target: np.ndarray

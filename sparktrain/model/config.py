@@ -1,12 +1,7 @@
-"""Model architecture: one typed config, the scale table, and the two model
-kinds as the config sees them: their rules and their one shape table.
-
-`ModelConfig.kind` is the one place the config's `train_attn` picks a kind.
-Sizes, FLOPs and tensor names all come from that kind's `param_shapes`. The
-maths of each kind extend these classes (transformer.Transformer,
-meanpool.MeanPool; build.build_model makes one). This module needs nothing but
-the config, so checking params never loads the model code.
-"""
+"""Model architecture: the typed config, the scale table, and the two model kinds as the
+config sees them (their rules and their one shape table, from which sizes, FLOPs and
+tensor names come). It needs nothing but the config: checking params never loads the
+model code, whose kinds extend these classes."""
 from __future__ import annotations
 
 import math
@@ -76,8 +71,7 @@ class ModelConfig:
         return cls(**d)
 
 
-# The keys of a scale: the shape of the network; vocab comes from the tokenizer and
-# train_attn from the step knobs.
+# a scale's keys: vocab comes from the tokenizer, train_attn from the step knobs
 ARCH_KEYS = tuple(f.name for f in fields(ModelConfig) if f.name not in ("vocab", "train_attn"))
 
 SCALES: dict[str, ModelConfig] = {
@@ -91,11 +85,8 @@ SCALES: dict[str, ModelConfig] = {
 }
 
 
-# ------------------------------------------------------------- model kinds
-
 class Arch:
-    """A model kind over one config: its rules (checked on construction) and its
-    shape table, from which its size and FLOPs are computed."""
+    """A model kind over one config: its rules (checked on construction), its shape table."""
     name: str  # eval.json's mode
 
     def __init__(self, cfg: ModelConfig):
@@ -106,8 +97,8 @@ class Arch:
         """Raise SparkError for a config this kind cannot build."""
 
     def param_shapes(self) -> dict[str, tuple[int, ...]]:
-        """The tensor table of docs/training.md, in a fixed order: the names are the keys
-        of the params dict, the grads dict, the optimizer state and the file."""
+        """The tensor table of docs/training.md, in a fixed order (the keys of params, grads,
+        optimizer state and file)."""
         raise NotImplementedError
 
     @property
@@ -116,9 +107,8 @@ class Arch:
         return sum(math.prod(shape) for shape in self.param_shapes().values())
 
     def flops_per_token(self, seq_len: int | None = None) -> int:
-        """Training FLOPs per token: 6 x params (forward 2, backward 4: nanoGPT's
-        estimate_mfu) plus what the kind spends mixing positions, with T the
-        sequence length actually processed (default seq_len)."""
+        """Training FLOPs per token: 6 x params (nanoGPT's estimate_mfu) plus the kind's
+        mixing of positions at the length processed (default seq_len)."""
         t = self.cfg.seq_len if seq_len is None else seq_len
         return 6 * self.n_params + self.mixing_flops_per_token(t)
 
@@ -174,8 +164,7 @@ class AttentionArch(Arch):
 
     @property
     def n_params(self) -> int:
-        """The shape table's sum, from one block's shapes x n_layer: arithmetic only, so
-        a config claiming a billion layers is sized without building its table."""
+        """One block's shapes x n_layer: a billion-layer config is sized without its table."""
         per_layer = sum(math.prod(s) for s in self.layer_shapes().values())
         return sum(math.prod(s) for s in self.outer_shapes().values()) + self.cfg.n_layer * per_layer
 

@@ -1,16 +1,8 @@
 """Where a run's arrays live: `cpu | cuda | mps | auto` -> a Device (docs/gpu.md).
 
-`cpu` is numpy, the default and the reference bytes. `cuda` and `mps` are
-PyTorch tensors through array-api-compat (the optional `gpu` extra), run with
-PyTorch's deterministic mode on (`torch.use_deterministic_algorithms(True)`,
-CUBLAS_WORKSPACE_CONFIG, no TF32), so two runs on one device give the same
-bytes. `auto` takes a GPU when PyTorch sees one, else the CPU, and says which.
-
-A run puts its params and optimizer state on the device once (`to_device`),
-hands the model host batches (the model moves them, once per micro-step), and
-brings back only logged numbers (Python floats already) and, at the end, the
-weights (`to_host`). Files on disk are host float32 whatever the device.
-"""
+`cpu` is numpy, the reference bytes; `cuda` and `mps` are PyTorch tensors through
+array-api-compat (the `gpu` extra) in PyTorch's deterministic mode. Files on disk are
+host float32 whatever the device."""
 from __future__ import annotations
 
 import os
@@ -60,13 +52,12 @@ class Device:
         return self.kind == "cpu"
 
     def record(self) -> dict:
-        """What a run's fingerprint and weights metadata say about the device: nothing on
-        the CPU (the default job's bytes are those of before devices), else its name."""
+        """The fingerprint's and weights metadata's device: nothing on the CPU (the default
+        job's bytes predate devices), else its name."""
         return {} if self.host else {"device": self.name}
 
     def made_with(self) -> dict:
-        """What else made a CPU run's bytes (checkpoint.json): the BLAS kernel family and
-        the numpy / BLAS versions (docs/portability.md); nothing on a GPU."""
+        """checkpoint.json's BLAS kernel family and numpy / BLAS versions; nothing on a GPU."""
         return {"made_with": runtime.made_with()} if self.host else {}
 
     def kernel_record(self) -> dict:
@@ -77,15 +68,15 @@ class Device:
                 "blas_kernel_source": runtime.kernel_choice().source}
 
     def kernel_note(self) -> str | None:
-        """One line when a CPU run's bytes belong to a kernel family other than the
-        portable one (said at import instead when numpy was loaded first)."""
+        """One line when a CPU run uses a kernel family other than the portable one (said
+        at import instead when numpy was loaded first)."""
         if not self.host or runtime.kernel_choice().source == "preloaded":
             return None
         return runtime.note(runtime.kernel_choice())
 
     def workers(self, requested: int | None) -> int | None:
-        """Gradient processes a run here starts: the CPU's `requested` (None: the usable
-        cores); a GPU runs its shards one after another in this process."""
+        """Gradient processes: the CPU's `requested` (None: the usable cores); a GPU runs
+        its shards one after another in this process."""
         return requested if self.host else 1
 
     def check_workers(self, workers: int | None) -> None:
@@ -95,18 +86,15 @@ class Device:
                              "process (drop --workers or use --device cpu)")
 
     def matmul_peak(self, fresh: bool = False) -> float:
-        """Best float32 matmul FLOP/s here: the denominator of utilisation and MFU.
-        Measured once a process (`fresh`: measure again, as spark bench does right
-        before its timed steps)."""
+        """Best float32 matmul FLOP/s here, MFU's denominator; measured once a process
+        (`fresh`: again, as spark bench does before its timed steps)."""
         if fresh or self.name not in _PEAKS:
-            _PEAKS[self.name] = (host_matmul_peak() if self.host
-                                 else device_matmul_peak(self))
+            _PEAKS[self.name] = host_matmul_peak() if self.host else device_matmul_peak(self)
         return _PEAKS[self.name]
 
     def is_out_of_memory(self, err: BaseException) -> bool:
-        """Whether `err` is this device running out of memory: PyTorch's OutOfMemoryError
-        (CUDA) or its RuntimeError of MPS / older releases. Never on the CPU, where numpy's
-        MemoryError stays what it is (model/memory.py refuses a too-large run first)."""
+        """Whether `err` is a GPU out of memory (PyTorch's OutOfMemoryError, or the
+        RuntimeError of MPS / older releases); never on the CPU (memory.py refuses first)."""
         if self.host:
             return False
         return (type(err).__name__ == "OutOfMemoryError"
@@ -116,38 +104,37 @@ class Device:
 _PEAKS: dict[str, float] = {}
 
 
+def _best_rate(matmul, n: int, repeats: int, sync=lambda: None) -> float:
+    """Best FLOP/s of `repeats` timed n x n matmuls, after one that warms kernels and pages."""
+    matmul()
+    sync()
+    best = 0.0
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        matmul()
+        sync()
+        best = max(best, 2.0 * n ** 3 / (time.perf_counter() - t0))
+    return best
+
+
 def host_matmul_peak(sizes=(768, 1024, 1280), repeats=3) -> float:
     """Best float32 FLOP/s of square numpy matmuls around n = 1024, at this process's
     BLAS thread count."""
     rng = np.random.default_rng(0)
     best = 0.0
     for n in sizes:
-        a = rng.standard_normal((n, n), dtype=np.float32)
-        b = rng.standard_normal((n, n), dtype=np.float32)
+        a, b = (rng.standard_normal((n, n), dtype=np.float32) for _ in range(2))
         c = np.empty((n, n), dtype=np.float32)
-        np.matmul(a, b, out=c)  # warm the BLAS kernels and pages
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            np.matmul(a, b, out=c)
-            best = max(best, 2.0 * n ** 3 / (time.perf_counter() - t0))
+        best = max(best, _best_rate(lambda: np.matmul(a, b, out=c), n, repeats))
     return best
 
 
 def device_matmul_peak(dev: Device, n=4096, repeats=5) -> float:
     """Best float32 FLOP/s of an n x n matmul on a GPU device (waits for each to finish)."""
-    xp = dev.xp
     rng = np.random.default_rng(0)
-    a, b = (xp.asarray(rng.standard_normal((n, n), dtype=np.float32), device=dev.torch_device)
-            for _ in range(2))
-    a @ b
-    dev.sync()
-    best = 0.0
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        a @ b
-        dev.sync()
-        best = max(best, 2.0 * n ** 3 / (time.perf_counter() - t0))
-    return best
+    a, b = (dev.xp.asarray(rng.standard_normal((n, n), dtype=np.float32),
+                           device=dev.torch_device) for _ in range(2))
+    return _best_rate(lambda: a @ b, n, repeats, dev.sync)
 
 
 CPU = Device("cpu", "cpu", np)
@@ -189,9 +176,8 @@ _RESOLVED: dict[str, Device] = {}
 
 
 def resolve(requested) -> Device:
-    """The Device for `requested`; SparkError (one line, exit 2) when it cannot be had.
-    Resolved once a process: the command line asks first (a GPU that cannot be had is
-    one line before anything is written), the training set-up gets the same Device."""
+    """The Device for `requested`, resolved once a process (the command line asks first);
+    SparkError (one line, exit 2) when it cannot be had."""
     if not isinstance(requested, str) or requested not in DEVICES:
         raise SparkError(f"device must be one of {', '.join(DEVICES)}, got {requested!r}")
     if requested not in _RESOLVED:

@@ -1,6 +1,5 @@
-"""The mean-pool fallback (docs/training.md "Mean-pool fallback"): embed the prompt
-context, average it over its real tokens, project with lm_head. It predicts one
-byte per pair, the first of the completion, and has two tensors."""
+"""The mean-pool fallback (docs/training.md "Mean-pool fallback"): the prompt's mean
+embedding through lm_head predicts a pair's first completion byte; two tensors."""
 from __future__ import annotations
 
 from typing import NamedTuple

@@ -1,23 +1,6 @@
-"""How much memory a run will need, from the shapes alone, before anything is allocated.
-
-`estimate(cfg, rows)` adds up, in bytes (float32 everywhere in training):
-
-- params: the shape table's count (arithmetic, never the table itself) x 4;
-- optimizer state: gradients (1 x params), the start copy the loop keeps to
-  report how far it moved (1 x), and the optimizer's moments (SGD with momentum:
-  1 x, AdamW: 2 x, none for a forward-only command);
-- activations of ONE micro-step of `rows` sequences of seq_len tokens: per
-  layer the cached inputs of every layer pair (about ACT_PER_LAYER x dim floats
-  a token, the SwiGLU's 4 x dim tensors included) plus the attention scores and
-  probabilities (2 x heads x T x T a row), plus the logits, their softmax and
-  gradient (3 x vocab a token) and a layer's worth of backward temporaries;
-- the interpreter with numpy and the package loaded (BASE_BYTES).
-
-`check_fits` refuses (one line, the numbers in it) an estimate above the cap:
-the machine's memory, a lower address-space limit (`ulimit -v`), or
-SPARK_MAX_MEMORY_MB. tests/reliability/test_rel_memory.py holds the estimate
-against the measured peak RSS at three scales (within 2x). See docs/training.md
-("Memory").
+"""How much memory a run will need, from the shapes alone, before anything is allocated:
+`estimate` (params, optimizer state, one micro-step's activations, the interpreter) and
+`check_fits`, which refuses in one line a run above the cap (docs/training.md, "Memory").
 """
 from __future__ import annotations
 
@@ -57,8 +40,7 @@ def gib(n: int) -> str:
 
 def estimate(cfg: ModelConfig, rows: int, optimizer: str | None = "sgd",
              train: bool = True, seq_len: int | None = None) -> Estimate:
-    """Bytes a step over `rows` sequences of `seq_len` (default cfg.seq_len) tokens needs.
-
+    """Bytes a step over `rows` sequences of `seq_len` (default cfg.seq_len) tokens needs;
     optimizer: "sgd", "adamw", "muon", or None (no moments: forward-only or plain SGD)."""
     T = cfg.seq_len if seq_len is None else seq_len
     P = cfg.kind(cfg).n_params            # arithmetic: see AttentionArch.n_params
@@ -104,35 +86,34 @@ def _physical() -> int:
 def check_fits(what: str, cfg: ModelConfig, rows: int, optimizer: str | None = "sgd",
                train: bool = True) -> Estimate:
     """The estimate, or one line saying it is above the cap (with both numbers)."""
-    est = estimate(cfg, rows, optimizer, train)
-    cap, source = memory_cap()
-    if est.total > cap:
-        shape = (f"dim {cfg.dim}, {cfg.n_layer} layers, vocab {cfg.vocab}, "
-                 f"{rows:,} x {cfg.seq_len} tokens a {'micro-step' if train else 'batch'}")
-        raise SparkError(f"{what} would need an estimated {est.describe()} for {shape}, "
-                         f"above the {gib(cap)} of {source}; use a smaller scale or batch "
-                         f"(or set {ENV})")
-    return est
+    shape = (f"dim {cfg.dim}, {cfg.n_layer} layers, vocab {cfg.vocab}, "
+             f"{rows:,} x {cfg.seq_len} tokens a {'micro-step' if train else 'batch'}")
+    return _within_cap(what, estimate(cfg, rows, optimizer, train), shape,
+                       f"; use a smaller scale or batch (or set {ENV})")
 
 
 def weights_fits(what: str, cfg: ModelConfig, copies: int) -> Estimate:
     """A command that holds `copies` of the weights at once (import: the file's
     tensors, the converted ones and the bytes written) and no activations."""
-    est = estimate(cfg, 0, None, train=False)
-    est = Estimate(params=est.params, optimizer=(copies - 1) * est.params, activations=0)
+    params = estimate(cfg, 0, None, train=False).params
+    est = Estimate(params=params, optimizer=(copies - 1) * params, activations=0)
+    return _within_cap(what, est, f"dim {cfg.dim}, {cfg.n_layer} layers, vocab {cfg.vocab}",
+                       f" (set {ENV} to change the cap)")
+
+
+def _within_cap(what: str, est: Estimate, shape: str, advice: str) -> Estimate:
+    """est, or one line saying it is above the cap (with both numbers)."""
     cap, source = memory_cap()
     if est.total > cap:
-        raise SparkError(f"{what} would need an estimated {est.describe()} for dim {cfg.dim}, "
-                         f"{cfg.n_layer} layers, vocab {cfg.vocab}, above the {gib(cap)} of "
-                         f"{source} (set {ENV} to change the cap)")
+        raise SparkError(f"{what} would need an estimated {est.describe()} for {shape}, "
+                         f"above the {gib(cap)} of {source}{advice}")
     return est
 
 
 def step_fits(what: str, cfg: ModelConfig, step, rows_bound: int | None = None,
               loss_rows: int = 0) -> Estimate:
-    """check_fits for a training step: the larger of batch_size rows and the loop's
-    loss batches (`loss_rows`, a forward that keeps its caches), each at most
-    rows_bound (the dataset's own row count when known), with the step's optimizer."""
+    """check_fits for a training step: the larger of batch_size and the loop's loss batches
+    (`loss_rows`), at most rows_bound (the dataset's rows when known)."""
     rows = max(step.batch_size, loss_rows)
     rows = rows if rows_bound is None else max(1, min(rows, rows_bound))
     optimizer = step.optimizer if (step.optimizer != "sgd" or step.momentum) else None
@@ -140,8 +121,8 @@ def step_fits(what: str, cfg: ModelConfig, step, rows_bound: int | None = None,
 
 
 def line_count(path, limit: int = 1 << 31) -> int | None:
-    """Newlines (+1) of a regular file, read in chunks: a dataset's row bound; None when
-    the path is not a readable regular file."""
+    """Newlines (+1) of a readable regular file, read in chunks (a dataset's row bound);
+    else None."""
     if not os.path.isfile(path):  # a FIFO would block the open
         return None
     try:

@@ -1,22 +1,7 @@
-"""Deterministic data parallelism: a micro-batch's gradient over fixed shards.
-
-`GradientEngine.loss_and_grads(params, batch)` is the model's
-`loss_and_grads` with the batch cut into `shards` fixed row ranges. Each shard's
-loss and gradients use the whole batch's denominator (its count of scored
-targets), so they add up to the whole batch's mean; they are added in shard
-order, always in the parent, whichever worker computed them. The bytes of the
-result therefore depend on the shard count only, never on the number of
-workers or of cores: 1 shard is exactly the model's own `loss_and_grads`.
-
-Workers are persistent processes, spawned once (a spawned process has a heap of
-its own; threads contend in numpy's allocator and page faults, and a forked
-child copies every page the parent writes). The parent is worker 0. Params and
-the per-shard gradients live in one shared-memory block, so a micro-step hands
-each worker only its shards' rows and a float; each worker's BLAS stays at 1
-thread (importing sparktrain pins it, in the parent whether or not numpy was
-loaded first, and in the workers through the environment they inherit:
-sparktrain/runtime.py), so every process sums a shard the same way.
-"""
+"""Deterministic data parallelism: a micro-batch's gradient over fixed row shards, added
+in shard order in the parent, each with the whole batch's denominator, so the bytes depend
+on the shard count only (docs/training.md, "Data parallelism"). Workers are persistent
+spawned processes sharing one memory block of params and per-shard gradients."""
 from __future__ import annotations
 
 import dataclasses
@@ -110,9 +95,8 @@ class _Block:
 
 
 def quiet_nonfinite():
-    """numpy's overflow / invalid-value warnings off, for training: the loop checks
-    every loss for finiteness and stops with one line ("training diverged ...");
-    numpy's RuntimeWarnings would only come first, several lines of them."""
+    """numpy's overflow / invalid-value warnings off: the loop checks every loss and stops
+    with one line ("training diverged ..."), which the warnings would only precede."""
     return np.errstate(over="ignore", invalid="ignore", divide="ignore")
 
 
@@ -168,8 +152,8 @@ def _shutdown(procs, conns, shm) -> None:
 
 
 class GradientEngine:
-    """`loss_and_grads` over `shards` fixed row shards, computed by `workers` processes
-    (at most one per shard), and the forward-only `batch_losses` of whole batches."""
+    """`loss_and_grads` over `shards` row shards by `workers` processes (at most one per
+    shard), and the forward-only `batch_losses` of whole batches."""
 
     def __init__(self, model: Model, shards: int = 1, workers: int | None = None):
         runtime.start()  # BLAS threads pinned here too, for a script that loaded numpy first
@@ -181,8 +165,6 @@ class GradientEngine:
         self.workers = max(1, min(workers or default_workers(), shards))
         self._procs, self._conns, self._block = [], [], None
         self._finalizer = None
-
-    # ------------------------------------------------------------ the step
 
     def loss_and_grads(self, params, batch) -> tuple[float, dict[str, np.ndarray]]:
         if self.shards == 1:
@@ -197,13 +179,12 @@ class GradientEngine:
             results = self._parallel(params, parts, denom)
         loss = 0.0
         for part_loss, _ in results:
-            loss += part_loss
+            loss += part_loss  # in shard order, as the gradients
         return loss, add_in_order([grads for _, grads in results])
 
     def batch_losses(self, params, batches) -> list[tuple[float, int]]:
-        """The model's batch_loss of each batch (any iterable), in order, spread over the
-        workers a few batches at a time: each batch is computed whole by one process, so
-        the list is the same with any worker count."""
+        """The model's batch_loss of each batch (any iterable), in order: each batch whole
+        in one process, a few at a time per worker, so any worker count gives the same list."""
         if self.workers == 1:
             return [self.model.batch_loss(params, batch) for batch in batches]
         results, pending = [], iter(batches)
@@ -239,8 +220,6 @@ class GradientEngine:
             for s, value in payload:
                 results[s] = value if kind == "loss" else (value, self._block.region(1 + s))
         return results
-
-    # ------------------------------------------------------- the processes
 
     def _start(self, params) -> None:
         if self._block is not None:

@@ -1,13 +1,7 @@
-"""The sampling core: next tokens from a model's logits, greedy or temperature/top-k,
-for a batch of contexts at once (eval/generate.py turns prompts into contexts and
-tokens back into text; the pairs scoring reads exact match from it greedily).
-
-All contexts of a batch advance together: one forward of the whole window per
-new token, each row reading the logits at its own last position (rows are
-right-padded, so padding never reaches a real position through the causal
-mask). No KV cache: the training forward is the one we trust, and the model is
-tiny. The caller passes the end token (`eos`): this floor knows no tokenizer.
-"""
+"""The sampling core: next tokens from a model's logits, greedy or temperature/top-k, for
+a batch of contexts at once (eval/generate.py makes the contexts and the text). All rows
+advance together, one forward of the whole right-padded window per new token, no KV
+cache; the caller passes the end token (`eos`): this floor knows no tokenizer."""
 from __future__ import annotations
 
 from typing import Sequence
@@ -51,11 +45,8 @@ def pick_next(logits: np.ndarray, temperature: float, top_k: int,
 def generate_tokens(params, cfg: ModelConfig, contexts: Sequence[np.ndarray],
                     caps: Sequence[int], *, temperature: float = 0.0, top_k: int = 0,
                     rng: np.random.Generator | None = None, eos: int) -> list[list[int]]:
-    """New tokens for each context (`eos` not included), at most caps[i] of them.
-
-    The window slides once a row is longer than seq_len. A model kind with a
-    max_new_tokens (the mean-pool model: 1) stops there.
-    """
+    """New tokens for each context (`eos` not included), at most caps[i] (and the kind's
+    max_new_tokens); the window slides once a row is longer than seq_len."""
     model = build_model(cfg)
     seqs = [list(int(t) for t in c) for c in contexts]
     out: list[list[int]] = [[] for _ in seqs]

@@ -1,13 +1,6 @@
-"""The Spark decoder: forward, loss and hand-written backward, in numpy or in the
-array namespace the params live in (model/backend.py, docs/gpu.md).
-
-Math and tensor names: docs/training.md "The model", "Tensors". The params dict is
-keyed by the safetensors names (param_shapes order); the grads dict uses the
-same keys, shapes and dtype. All work happens in the dtype of the params
-(float32 in training, float64 in the gradient tests). Init: base.py.
-Batches arrive as host numpy arrays; which positions count is worked out on
-the host and only the arrays the maths reads are moved to the params' device.
-"""
+"""The Spark decoder: forward, loss and hand-written backward, in the array namespace the
+params live in (docs/training.md "The model", docs/gpu.md). All work is in the params'
+dtype; batches arrive on the host, which works out the counted positions."""
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -165,8 +158,7 @@ class Transformer(AttentionArch, Model):
     # ---------------------------------------------------------------- loss
 
     def _loss_forward(self, params, batch: TokenBatch, denom_of):
-        """Forward to the loss. Only counted rows go through lm_head: the others
-        carry weight 0, so skipping them changes neither loss nor gradients."""
+        """Only counted rows go through lm_head: the others carry weight 0."""
         embed = params["spark.embed.weight"]
         be = backend.of(embed)
         xp = be.xp
