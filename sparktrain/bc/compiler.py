@@ -121,20 +121,6 @@ class Tokens:
 Parsed = tuple[str, tuple[str, ...]]        # (opcode name, operand strings in operand order)
 
 
-def _parse_ask(t: Tokens) -> Parsed:
-    prompt = t.next("string", 'a "PROMPT" string').text
-    return "ASK", (prompt, t.bind("ask"))
-
-
-def _parse_let(t: Tokens) -> Parsed:
-    name = t.next("word", "a NAME").text
-    return "LET", (name, t.next("string", 'a "VALUE" string').text)
-
-
-def _parse_print(t: Tokens) -> Parsed:
-    return "PRINT", (t.next("word", "a NAME to print").text,)
-
-
 # model train/build: keyword -> string pairs, in any order; backend is dropped.
 TRAIN_KEYWORDS = ("dataset", "base", "out", "method")
 DROPPED_KEYWORDS = ("backend",)
@@ -181,8 +167,14 @@ def _parse_model(t: Tokens) -> Parsed:
     return verb(t) if verb else ("MODEL", (word.text,))
 
 
+# a statement's first word -> its parser; operands are read left to right
 STATEMENTS: dict[str, Callable[[Tokens], Parsed]] = {
-    "model": _parse_model, "ask": _parse_ask, "let": _parse_let, "print": _parse_print}
+    "model": _parse_model,
+    "ask": lambda t: ("ASK", (t.next("string", 'a "PROMPT" string').text, t.bind("ask"))),
+    "let": lambda t: ("LET", (t.next("word", "a NAME").text,
+                              t.next("string", 'a "VALUE" string').text)),
+    "print": lambda t: ("PRINT", (t.next("word", "a NAME to print").text,)),
+}
 
 
 def parse_line(line: str, where: Where) -> Parsed | None:

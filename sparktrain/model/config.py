@@ -166,7 +166,8 @@ class AttentionArch(Arch):
     def n_params(self) -> int:
         """One block's shapes x n_layer: a billion-layer config is sized without its table."""
         per_layer = sum(math.prod(s) for s in self.layer_shapes().values())
-        return sum(math.prod(s) for s in self.outer_shapes().values()) + self.cfg.n_layer * per_layer
+        outer = sum(math.prod(s) for s in self.outer_shapes().values())
+        return outer + self.cfg.n_layer * per_layer
 
     def mixing_flops_per_token(self, seq_len: int) -> int:
         """QK^T and att@V: 2 matmuls x 2 FLOPs x 3 (forward + backward) x dim x T a layer."""

@@ -156,19 +156,14 @@ def _deterministic(torch) -> None:
     torch.backends.cudnn.benchmark = False
 
 
-def _mps_available(torch) -> bool:
-    mps = getattr(torch.backends, "mps", None)
-    return bool(mps is not None and mps.is_available())
-
-
-def _gpu(torch, xp, kind: str, note: str = "") -> Device:
+def _gpu(torch, xp, kind: str, auto: bool = False) -> Device:
     _deterministic(torch)
     if kind == "cuda":
         name = f"cuda:{torch.cuda.get_device_name(0)}"
         sync = torch.cuda.synchronize
     else:
         name, sync = "mps", torch.mps.synchronize
-    return Device(kind, name, xp, note=note or f"device: {name}",
+    return Device(kind, name, xp, note=f"device: {name}" + (" (auto)" if auto else ""),
                   torch_device=torch.device(kind), sync=sync)
 
 
@@ -195,12 +190,12 @@ def _resolve(requested: str) -> Device:
             return Device("cpu", "cpu", np, note="device: cpu (auto: the gpu extra is not "
                                                  "installed, so no GPU library to ask)")
         raise SparkError(f"--device {requested}: {INSTALL}") from None
-    cuda, mps = bool(torch.cuda.is_available()), _mps_available(torch)
+    mps_backend = getattr(torch.backends, "mps", None)
+    cuda = bool(torch.cuda.is_available())
+    mps = bool(mps_backend is not None and mps_backend.is_available())
     if requested == "auto":
-        if cuda:
-            return _gpu(torch, xp, "cuda", f"device: cuda:{torch.cuda.get_device_name(0)} (auto)")
-        if mps:
-            return _gpu(torch, xp, "mps", "device: mps (auto)")
+        if cuda or mps:
+            return _gpu(torch, xp, "cuda" if cuda else "mps", auto=True)
         return Device("cpu", "cpu", np, note=f"device: cpu (auto: PyTorch {torch.__version__} "
                                              "sees no CUDA or MPS device)")
     if requested == "cuda" and not cuda:

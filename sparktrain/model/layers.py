@@ -1,19 +1,14 @@
 """Forward/backward layer pairs of the Spark decoder (docs/training.md, "The model").
 
-Each `xxx_forward(...)` returns `(out, cache)`; the matching
-`xxx_backward(dout, cache)` returns the gradients of its inputs and weights.
-Backward comments quote the forward line they differentiate. Everything runs
-in the dtype of its inputs: float32 in training, float64 in the gradient tests,
-and in the array namespace of its inputs (numpy, or a GPU library's arrays):
-`be = backend.of(x)` gives the few operations the array API standard lacks
-(model/backend.py, docs/gpu.md); the rest is standard calls and operators.
-Shapes: B batch, T time, C = dim, H query heads, KV kv heads, G = H // KV,
+`xxx_forward(...)` returns `(out, cache)`, `xxx_backward(dout, cache)` the gradients of
+its inputs and weights; backward comments quote the forward line they differentiate.
+Everything runs in the dtype and the array namespace of its inputs (`be = backend.of(x)`,
+docs/gpu.md). Shapes: B batch, T time, C = dim, H query heads, KV kv heads, G = H // KV,
 hd head dim, V vocab, N = B * T rows.
 """
 from __future__ import annotations
 
 import functools
-
 import math
 from typing import NamedTuple
 
@@ -82,13 +77,8 @@ def embedding_forward(ids, weight):
 
 
 def embedding_backward(dout, cache):
-    """Returns dweight (V, C).
-
-    Differentiates `out = weight[ids]`: every row of dout is added to the
-    weight row it came from. A one-hot matmul does that scatter-add in one BLAS
-    call in the working dtype (np.add.at is slow, np.bincount works in float64),
-    and, with no unordered scatter, gives the same bytes every run on a GPU.
-    """
+    """Returns dweight (V, C): each row of dout added to the weight row it came from, as
+    a one-hot matmul (docs/training.md: one BLAS call, no unordered scatter)."""
     ids, vocab = cache
     be = backend.of(dout)
     xp = be.xp
@@ -132,10 +122,7 @@ def rmsnorm_backward(dout, cache):
 # -------------------------------------------------------------------- linear
 
 def linear_forward(x, weight):
-    """x (..., in) @ weight.T, weight (out, in) -> (..., out). No bias.
-
-    Leading axes are flattened first: one (N, in) x (in, out) gemm, not one per batch row.
-    """
+    """x (..., in) @ weight.T, weight (out, in) -> (..., out), no bias, as one (N, in) gemm."""
     xp = backend.of(x).xp
     x2 = xp.reshape(x, (-1, x.shape[-1]))                    # (N, in)
     out = x2 @ weight.T                                      # (N, out)
@@ -160,12 +147,9 @@ SHAPE_CACHE = 8
 
 
 def rope_tables(T, heads, hd, dtype):
-    """cos and sin, (T, heads * hd/2), for positions 0..T-1; cached.
-
-    Column h * hd/2 + i holds angle p * f_i of pair i of head h, matching the
-    planes layout of rope_forward. Angles are computed in float64 once, then cast.
-    """
-    return _rope_tables(T, heads, hd, np.dtype(dtype).str)  # host tables; backend.constant() places them
+    """Host cos and sin, (T, heads * hd/2): column h * hd/2 + i holds angle p * f_i of
+    head h's pair i (rope_forward's planes), computed in float64, cast, cached."""
+    return _rope_tables(T, heads, hd, np.dtype(dtype).str)
 
 
 @functools.lru_cache(maxsize=SHAPE_CACHE)
@@ -179,13 +163,9 @@ def _rope_tables(T, heads, hd, dtype):
 
 
 def rope_forward(u, hd):
-    """Rotate pairs (u_i, u_{i+hd/2}) of every head by angle p * f_i.
-
-    u (2, B, T, heads * hd/2) holds the two halves of every head as two planes
-    (plane p, column h * hd/2 + i = element p * hd/2 + i of head h), so each
-    product runs over whole contiguous rows:
-      out1 = u1 cos a - u2 sin a,   out2 = u2 cos a + u1 sin a.
-    """
+    """Rotate pairs (u_i, u_{i+hd/2}) of every head by angle p * f_i: u (2, B, T, heads *
+    hd/2) holds each head's two halves as two planes; out1 = u1 cos - u2 sin,
+    out2 = u2 cos + u1 sin."""
     be = backend.of(u)
     _, B, T, X = u.shape
     cos, sin = rope_tables(T, X * 2 // hd, hd, be.host_dtype(u))  # (T, X)
@@ -216,16 +196,13 @@ def _causal_mask(T, dtype):
     return m
 
 
-# exp() of a score in [-EXP_SAFE, EXP_SAFE] neither overflows (even summed over
-# 4096 keys) nor underflows to a subnormal in float32, so no max is needed.
+# |score| <= EXP_SAFE: exp neither overflows nor goes subnormal in float32, so no max
 EXP_SAFE = 60.0
 
 
 def _scores_are_small(qs, k) -> bool:
-    """|q.k| <= |q| |k| (Cauchy-Schwarz): a cheap bound on every score.
-
-    Only asked on the host: on a device, reading the bound back would stall the
-    queue once a layer, so there the max is always subtracted (same softmax)."""
+    """|q.k| <= |q| |k| (Cauchy-Schwarz), a cheap bound on every score; False on a device,
+    where reading it back would stall the queue."""
     maxes = backend.of(qs).max_rowdots(qs, k)
     if maxes is None:
         return False
@@ -234,15 +211,9 @@ def _scores_are_small(qs, k) -> bool:
 
 
 def attention_forward(q, k, v):
-    """Causal grouped-query attention.
-
-    q (B, H, T, hd), k and v (B, KV, T, hd) -> y (B, H, T, hd). Query head j
-    reads kv head j // G: q is viewed as (B, KV, G*T, hd) so the G heads of a
-    group share one batched matmul with their kv head (no copies of k, v).
-    The softmax is left unnormalised (e = exp(s)) and y is divided by the row
-    sums afterwards, on the 16x smaller (.., hd) side; the row max is only
-    subtracted when the scores could be large enough for exp to overflow.
-    """
+    """Causal grouped-query attention: q (B, H, T, hd), k and v (B, KV, T, hd) -> y (B, H,
+    T, hd); query head j reads kv head j // G. Unnormalised softmax, divided afterwards
+    (docs/training.md)."""
     be = backend.of(q)
     xp = be.xp
     B, H, T, hd = q.shape
@@ -291,12 +262,8 @@ def attention_backward(dy, cache):
 # ---------------------------------------------------------------- swiglu mlp
 
 def swiglu_forward(h, w_gate, w_up, w_down):
-    """(silu(h @ Wgate.T) * (h @ Wup.T)) @ Wdown.T; h (N, C), hidden F = 4C.
-
-    Gate and up come out of one batched matmul against the stacked (2, F, C)
-    weight, as two contiguous (N, F) planes: element-wise work on contiguous
-    rows runs about twice as fast as on the column halves of an (N, 2F) array.
-    """
+    """(silu(h @ Wgate.T) * (h @ Wup.T)) @ Wdown.T; h (N, C), hidden F = 4C; gate and up
+    from one matmul against the stacked (2, F, C) weight."""
     be = backend.of(h)
     w_gu = be.xp.stack([w_gate, w_up])                       # (2, F, C)
     gu = h @ be.mT(w_gu)                                     # (2, N, F)
@@ -329,12 +296,8 @@ def swiglu_backward(dout, cache):
 # ------------------------------------------------------------- cross-entropy
 
 def cross_entropy_forward(logits, targets, weights, denom):
-    """sum(weights * CE(logits, targets)) / denom.
-
-    logits (N, V), targets (N,) int, weights (N,) (1.0 counted, 0.0 ignored).
-    Returns (loss as a Python float, cache). The per-row log-sum-exp stays in
-    the working dtype; only the final weighted sum is accumulated in float64.
-    """
+    """(sum(weights * CE(logits, targets)) / denom as a Python float, cache); logits (N, V),
+    targets (N,) int, weights (N,); only the final weighted sum is in float64."""
     be = backend.of(logits)
     xp = be.xp
     shifted = logits - xp.max(logits, axis=-1, keepdims=True)  # (N, V)
@@ -348,10 +311,7 @@ def cross_entropy_forward(logits, targets, weights, denom):
 
 
 def cross_entropy_backward(cache):
-    """Returns dlogits (N, V) of the loss (the loss is the graph's output: dloss = 1).
-
-    Reuses the cached probs in place: call once per forward.
-    """
+    """Returns dlogits (N, V) (dloss = 1), reusing the cached probs in place: once a forward."""
     probs, targets, weights, denom = cache
     be = backend.of(probs)
     # loss = sum_n w_n * (logsumexp(logits_n) - logits_n[t_n]) / denom

@@ -38,16 +38,6 @@ class MeanPool(MeanPoolArch, Model):
         logits, c_head = layers.linear_forward(h, params["spark.lm_head.weight"])  # (B, V)
         return logits, PoolCache(c_emb, c_pool, c_head)
 
-    def _backward(self, dlogits, cache: PoolCache) -> dict[str, np.ndarray]:
-        grads: dict[str, np.ndarray] = {}
-        # logits = h @ lm_head.T
-        dh, grads["spark.lm_head.weight"] = layers.linear_backward(dlogits, cache.lm_head)
-        # h = mean_pool(e, mask)
-        de = layers.mean_pool_backward(dh, cache.pool)                 # (B, T, C)
-        # e = embed[context]
-        grads["spark.embed.weight"] = layers.embedding_backward(de, cache.embed)
-        return grads
-
     def _loss_forward(self, params, batch: PoolBatch, denom_of):
         embed = params["spark.embed.weight"]
         be = backend.of(embed)
@@ -59,9 +49,17 @@ class MeanPool(MeanPoolArch, Model):
         return loss, PoolLossCache(c_fwd, c_ce)
 
     def _loss_backward(self, cache: PoolLossCache) -> dict[str, np.ndarray]:
+        grads: dict[str, np.ndarray] = {}
+        fwd = cache.forward
         # loss = cross_entropy(logits, target)
         dlogits = layers.cross_entropy_backward(cache.ce)              # (B, V)
-        return self._backward(dlogits, cache.forward)
+        # logits = h @ lm_head.T
+        dh, grads["spark.lm_head.weight"] = layers.linear_backward(dlogits, fwd.lm_head)
+        # h = mean_pool(e, mask)
+        de = layers.mean_pool_backward(dh, fwd.pool)                   # (B, T, C)
+        # e = embed[context]
+        grads["spark.embed.weight"] = layers.embedding_backward(de, fwd.embed)
+        return grads
 
     def pool_logits(self, params, context, context_mask) -> np.ndarray:
         """context (B, T) int, context_mask (B, T) -> logits (B, 256), on the host."""

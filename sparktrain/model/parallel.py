@@ -55,11 +55,6 @@ def batch_rows(batch) -> int:
     return int(getattr(batch, dataclasses.fields(batch)[0].name).shape[0])
 
 
-def loss_denominator(batch) -> float:
-    """The whole batch's mean denominator: its scored targets, at least 1."""
-    return max(float(batch.n_counted), 1.0)
-
-
 def add_in_order(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
     """sum(parts) with the additions in list order: the reduction that fixes the bytes."""
     be = backend.of_params(parts[0])
@@ -91,7 +86,8 @@ class _Block:
                 for n, shape in self.shapes.items()}
 
     def layout(self) -> tuple:
-        return (self.shm.name, self.shapes, self.dtype.str, self.slots)
+        """_Block(*layout) opens this block in another process."""
+        return (self.shapes, self.dtype.str, self.slots, self.shm.name)
 
 
 def quiet_nonfinite():
@@ -103,8 +99,7 @@ def quiet_nonfinite():
 def _worker_main(conn, cfg: dict, layout: tuple) -> None:
     """A worker process: compute the shards it is sent, write their gradients in place."""
     np.seterr(over="ignore", invalid="ignore", divide="ignore")   # see quiet_nonfinite
-    name, shapes, dtype, slots = layout
-    block = _Block(shapes, dtype, slots, name=name)
+    block = _Block(*layout)
     model = build_model(ModelConfig.from_dict(cfg))
     params = block.region(0)
     try:
@@ -170,7 +165,7 @@ class GradientEngine:
         if self.shards == 1:
             return self.model.loss_and_grads(params, batch)
         ranges = shard_ranges(batch_rows(batch), self.shards)
-        denom = loss_denominator(batch)
+        denom = max(float(batch.n_counted), 1.0)  # the whole batch's mean denominator
         parts = [slice_rows(batch, a, b) for a, b in ranges]
         if self.workers == 1 or len(parts) == 1:
             # one process (a GPU device always: Device.workers): shards one after another

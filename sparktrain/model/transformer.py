@@ -40,12 +40,8 @@ class LossCache(NamedTuple):
 
 
 def _qk_planes(w_q, w_k, half):
-    """Stacked q and k weights, rows regrouped as rope's two planes: (2, X, C).
-
-    Plane p, row h * half + i is row h * hd + p * half + i of [Wq; Wk], so one
-    batched matmul gives the first and the second halves of every head as two
-    contiguous (N, X) planes, X = (n_head + n_kv_head) * hd/2.
-    """
+    """[Wq; Wk] with rows regrouped as rope's two planes: (2, X, C), X = (H + KV) * hd/2
+    (plane p, row h * half + i is row h * hd + p * half + i; docs/training.md)."""
     be = backend.of(w_q)
     xp = be.xp
     w_qk = be.concat([w_q, w_k])                                   # ((H + KV) hd, C)
@@ -58,14 +54,9 @@ class Transformer(AttentionArch, Model):
     """The attention decoder's maths, trained on every counted next byte."""
     batch_type = TokenBatch
 
-    # --------------------------------------------------------------- block
-
     def _block_forward(self, x, params, L):
-        """One pre-norm block: x (B, T, C) -> (B, T, C), BlockCache.
-
-        q and k come out of one batched matmul as rope's two planes (_qk_planes);
-        after rope they are regrouped per head, (B, heads, T, hd), for attention.
-        """
+        """One pre-norm block: x (B, T, C) -> (B, T, C), BlockCache; q and k come out as
+        rope's two planes (_qk_planes), regrouped per head after rope."""
         w = {k: params[n] for k, n in layer_names(L).items()}
         be = backend.of(x)
         xp = be.xp
@@ -82,7 +73,7 @@ class Transformer(AttentionArch, Model):
         heads = xp.reshape(heads, (B, H + KV, T, hd))                  # (B, H + KV, T, hd)
         v = h2 @ w["v"].T                                              # (N, KV hd)
         v = be.contiguous(be.permute(xp.reshape(v, (B, T, KV, hd)), (0, 2, 1, 3)))  # (B, KV, T, hd)
-        y, c_att = layers.attention_forward(heads[:, :H, ...], heads[:, H:, ...], v)  # (B, H, T, hd)
+        y, c_att = layers.attention_forward(heads[:, :H, ...], heads[:, H:, ...], v)  # (B,H,T,hd)
         y = xp.reshape(be.permute(y, (0, 2, 1, 3)), (B, T, C))        # (B, T, C) heads side by side
         att_out, c_o = layers.linear_forward(y, w["o"])                # (B, T, C)
         x = x + att_out                                                # (B, T, C)
@@ -134,8 +125,6 @@ class Transformer(AttentionArch, Model):
                                                                  cache.attn_norm)
         return dx + dxn
 
-    # --------------------------------------------------------------- trunk
-
     def _trunk_forward(self, params, inputs):
         """embed -> blocks -> final norm: inputs (B, T) -> hidden (B, T, C), TrunkCache."""
         x, c_emb = layers.embedding_forward(inputs, params["spark.embed.weight"])  # (B, T, C)
@@ -154,8 +143,6 @@ class Transformer(AttentionArch, Model):
             dx = self._block_backward(dx, cache.blocks[L], L, grads)  # (B, T, C)
         # x = embed[inputs]
         grads["spark.embed.weight"] = layers.embedding_backward(dx, cache.embed)
-
-    # ---------------------------------------------------------------- loss
 
     def _loss_forward(self, params, batch: TokenBatch, denom_of):
         """Only counted rows go through lm_head: the others carry weight 0."""
@@ -188,8 +175,6 @@ class Transformer(AttentionArch, Model):
         dhf = be.scatter_rows(dh_sel, cache.rows, B * T)               # (N, C)
         self._trunk_backward(be.xp.reshape(dhf, (B, T, C)), cache.trunk, grads)
         return grads
-
-    # -------------------------------------------------------------- logits
 
     def forward_logits(self, params, inputs):
         """inputs (B, T) int -> logits (B, T, 256) at every position, where params live."""

@@ -25,7 +25,8 @@ META_KEY = "spark"
 
 def weights_bytes(params: dict[str, np.ndarray], meta: dict) -> bytes:
     tensors = {name: np.ascontiguousarray(a, dtype=np.float32) for name, a in params.items()}
-    return save(tensors, metadata={META_KEY: json.dumps(meta, sort_keys=True, separators=(",", ":"))})
+    text = json.dumps(meta, sort_keys=True, separators=(",", ":"))
+    return save(tensors, metadata={META_KEY: text})
 
 
 def save_weights(path: str | os.PathLike, params: dict[str, np.ndarray], meta: dict) -> bytes:
