@@ -1,8 +1,6 @@
-"""weights.safetensors: F32 tensors under their names (docs/training.md) plus ONE metadata key.
-
-The `spark` key holds canonical JSON (sorted keys). One key only, because the
-safetensors writer orders several metadata keys differently from run to run.
-"""
+"""weights.safetensors: F32 tensors under their names (docs/training.md) plus ONE metadata
+key, `spark`, of canonical JSON: the safetensors writer orders several keys differently
+from run to run."""
 from __future__ import annotations
 
 import json
