@@ -102,11 +102,6 @@ def decode_const(cur: Cursor, index: int, nstrings: int) -> tuple[int, int]:
     return kind, payload
 
 
-def decode_code_section(cur: Cursor) -> bytes:
-    ncode = U32.decode(cur, "code length")
-    return cur.take(ncode, f"code section of {ncode} byte(s)")
-
-
 def encode_instruction(ins: Instruction) -> bytes:
     return U8.encode(ins.opcode) + b"".join(U16.encode(i) for i in ins.operands)
 

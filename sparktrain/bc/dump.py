@@ -70,11 +70,6 @@ def dump_json(program: Program) -> dict:
     }
 
 
-def _instruction_line(program: Program, ins: Instruction) -> str:
-    args = "".join(f" const{i} {_quote(const_value(program, i))}" for i in ins.operands)
-    return f"code+{ins.offset}  {_hex(ins)}  {ins.name} (0x{ins.opcode:02X}){args}"
-
-
 def dump_text(program: Program) -> str:
     check_dump_size(program)
     data = encode(program)
@@ -93,7 +88,9 @@ def dump_text(program: Program) -> str:
         users = ", ".join(f"code+{o} {by_offset[o].name}" for o in offsets) or "(unused)"
         lines.append(f"  const{i} {_quote(const_value(program, i))} <- {users}")
     lines += ["", f"code ({program.code_size} bytes, {len(program.code)} instructions):"]
-    lines += [_instruction_line(program, ins) for ins in program.code]
+    for ins in program.code:
+        args = "".join(f" const{i} {_quote(const_value(program, i))}" for i in ins.operands)
+        lines.append(f"code+{ins.offset}  {_hex(ins)}  {ins.name} (0x{ins.opcode:02X}){args}")
     decls = train_decls(program)
     if decls:
         lines += ["", "train:"]

@@ -6,7 +6,7 @@ import os
 from typing import Iterator
 
 from sparktrain.bc import codec
-from sparktrain.bc.codec import RECOMPILE, U16, Cursor
+from sparktrain.bc.codec import RECOMPILE, U16, U32, Cursor
 from sparktrain.bc.opcodes import HALT
 from sparktrain.bc.program import MAX_INSTRUCTIONS, Instruction, Program
 from sparktrain.core.errors import BytecodeError
@@ -61,7 +61,8 @@ def decode(data: bytes) -> Program:
     strings = tuple(codec.decode_string(cur, i) for i in range(nstrings))
     nconsts = U16.decode(cur, "const count")
     consts = tuple(codec.decode_const(cur, i, nstrings) for i in range(nconsts))
-    code_bytes = codec.decode_code_section(cur)
+    ncode = U32.decode(cur, "code length")
+    code_bytes = cur.take(ncode, f"code section of {ncode} byte(s)")
     code = _decode_code(code_bytes, cur.pos - len(code_bytes), nconsts)
     if cur.left:
         raise BytecodeError(f"{cur.left} byte(s) after the code section; the file must end "

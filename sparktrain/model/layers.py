@@ -146,14 +146,10 @@ def linear_backward(dout, cache):
 SHAPE_CACHE = 8
 
 
+@functools.lru_cache(maxsize=SHAPE_CACHE)
 def rope_tables(T, heads, hd, dtype):
     """Host cos and sin, (T, heads * hd/2): column h * hd/2 + i holds angle p * f_i of
     head h's pair i (rope_forward's planes), computed in float64, cast, cached."""
-    return _rope_tables(T, heads, hd, np.dtype(dtype).str)
-
-
-@functools.lru_cache(maxsize=SHAPE_CACHE)
-def _rope_tables(T, heads, hd, dtype):
     freqs = ROPE_BASE ** (-2.0 * np.arange(hd // 2) / hd)  # (hd/2,) f_i = 10000^(-2i/hd)
     angle = np.arange(T)[:, None] * freqs[None, :]       # (T, hd/2) a = p * f_i
     cos = np.ascontiguousarray(np.tile(np.cos(angle), heads), dtype=dtype)  # (T, heads*hd/2)
@@ -184,13 +180,9 @@ def rope_backward(dout, cache):
 
 # ----------------------------------------------------------------- attention
 
+@functools.lru_cache(maxsize=SHAPE_CACHE)
 def causal_mask(T, dtype):
     """(T, T) additive mask: 0 where key <= query, -inf above the diagonal; cached."""
-    return _causal_mask(T, np.dtype(dtype).str)
-
-
-@functools.lru_cache(maxsize=SHAPE_CACHE)
-def _causal_mask(T, dtype):
     m = np.triu(np.full((T, T), -np.inf, dtype=dtype), k=1)
     m.flags.writeable = False
     return m
