@@ -148,16 +148,13 @@ def _import_gpu():
     return torch, xp
 
 
-def _deterministic(torch) -> None:
+def _gpu(torch, xp, kind: str, auto: bool = False) -> Device:
+    """A GPU Device, with PyTorch's deterministic mode on."""
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE)
     torch.use_deterministic_algorithms(True)
     torch.backends.cuda.matmul.allow_tf32 = False    # full float32 matmuls: CPU-close losses
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cudnn.benchmark = False
-
-
-def _gpu(torch, xp, kind: str, auto: bool = False) -> Device:
-    _deterministic(torch)
     if kind == "cuda":
         name = f"cuda:{torch.cuda.get_device_name(0)}"
         sync = torch.cuda.synchronize

@@ -69,18 +69,15 @@ def memory_cap() -> tuple[int, str]:
         if not 0 < mb < 1 << 40:
             raise SparkError(f"{ENV}={text!r} is not a positive number of MiB")
         return int(mb * (1 << 20)), ENV
-    cap, source = _physical(), "the machine's memory"
+    source = "the machine's memory"
+    try:
+        cap = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        cap = 1 << 40
     soft, _ = resource.getrlimit(resource.RLIMIT_AS)
     if soft != resource.RLIM_INFINITY and soft < cap:
         cap, source = soft, "the address-space limit (ulimit -v)"
     return cap, source
-
-
-def _physical() -> int:
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return 1 << 40
 
 
 def check_fits(what: str, cfg: ModelConfig, rows: int, optimizer: str | None = "sgd",

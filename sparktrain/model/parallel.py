@@ -51,10 +51,6 @@ def slice_rows(batch, start: int, stop: int):
         f.name: getattr(batch, f.name)[start:stop] for f in dataclasses.fields(batch)})
 
 
-def batch_rows(batch) -> int:
-    return int(getattr(batch, dataclasses.fields(batch)[0].name).shape[0])
-
-
 def add_in_order(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
     """sum(parts) with the additions in list order: the reduction that fixes the bytes."""
     be = backend.of_params(parts[0])
@@ -164,7 +160,8 @@ class GradientEngine:
     def loss_and_grads(self, params, batch) -> tuple[float, dict[str, np.ndarray]]:
         if self.shards == 1:
             return self.model.loss_and_grads(params, batch)
-        ranges = shard_ranges(batch_rows(batch), self.shards)
+        rows = int(getattr(batch, dataclasses.fields(batch)[0].name).shape[0])
+        ranges = shard_ranges(rows, self.shards)
         denom = max(float(batch.n_counted), 1.0)  # the whole batch's mean denominator
         parts = [slice_rows(batch, a, b) for a, b in ranges]
         if self.workers == 1 or len(parts) == 1:
