@@ -33,18 +33,11 @@ class Cursor:
         return chunk
 
 
-class UInt:
-    """A little-endian unsigned integer field."""
-
-    def __init__(self, fmt: str):
-        self.struct = struct.Struct(fmt)
-        self.size = self.struct.size
-
-    def encode(self, value: int) -> bytes:
-        return self.struct.pack(value)
+class UInt(struct.Struct):
+    """A little-endian unsigned integer field: pack(value) -> bytes, decode(cursor, what)."""
 
     def decode(self, cur: Cursor, what: str) -> int:
-        return self.struct.unpack(cur.take(self.size, what))[0]
+        return self.unpack(cur.take(self.size, what))[0]
 
 
 U8, U16, U32 = UInt("<B"), UInt("<H"), UInt("<I")
@@ -69,7 +62,7 @@ def decode_version(cur: Cursor) -> int:
 
 def encode_string(text: str) -> bytes:
     raw = text.encode("utf-8")
-    return U16.encode(len(raw)) + raw
+    return U16.pack(len(raw)) + raw
 
 
 def decode_string(cur: Cursor, index: int) -> str:
@@ -85,7 +78,7 @@ def decode_string(cur: Cursor, index: int) -> str:
 
 def encode_const(const: tuple[int, int]) -> bytes:
     kind, payload = const
-    return U8.encode(kind) + U16.encode(payload)
+    return U8.pack(kind) + U16.pack(payload)
 
 
 def decode_const(cur: Cursor, index: int, nstrings: int) -> tuple[int, int]:
@@ -103,7 +96,7 @@ def decode_const(cur: Cursor, index: int, nstrings: int) -> tuple[int, int]:
 
 
 def encode_instruction(ins: Instruction) -> bytes:
-    return U8.encode(ins.opcode) + b"".join(U16.encode(i) for i in ins.operands)
+    return U8.pack(ins.opcode) + b"".join(U16.pack(i) for i in ins.operands)
 
 
 def decode_instruction(code: bytes, offset: int, base: int) -> Instruction:
