@@ -1,11 +1,6 @@
-"""The model card (README.md) of a Hugging Face export folder, made from the job's records.
-
-Hugging Face shows README.md's YAML front matter as the model's metadata and
-its body as the model page. Everything here comes from records: the weights'
-`spark` metadata, and, when the weights sit in their job folder and are the
-ones its checkpoint.json names (same sha256), that checkpoint's knobs and
-counts and eval.json's held-out metrics. No dates, no absolute paths: the same
-weights give the same bytes. See docs/export.md ("The model card").
+"""The model card (README.md) of a Hugging Face export folder, made only from the job's
+records (no dates, no absolute paths: the same weights give the same bytes).
+See docs/export.md ("The model card").
 """
 from __future__ import annotations
 
@@ -99,18 +94,16 @@ def model_card(meta: dict, cfg: ModelConfig, tok_kind: str, records: dict) -> st
             f"| {cfg.dim} | {cfg.n_layer} | {cfg.n_head} | {cfg.n_kv_head} | {cfg.head_dim} "
             f"| {cfg.seq_len} | {cfg.vocab} |", "",
             "RMSNorm, RoPE, grouped-query causal attention, SwiGLU; float32 weights, "
-            "untied embeddings.", ""]
-    out += ["## Training", ""]
+            "untied embeddings.", "", "## Training", ""]
     if ckpt:
         knobs = {k: ckpt[k] for k in KNOBS if k in ckpt}
         seen = ckpt.get("tokens_seen")
         seen = f"{seen:,}" if _ok(seen) else "an unknown number of"
         out += [f"Job `{_text(job)}`, step {_num(ckpt.get('step_n'))}, "
-                f"{_num(ckpt.get('micro_steps'))} micro-steps on "
-                f"{seen} training tokens "
-                f"(dataset `{_text(ckpt.get('dataset'))}`, "
-                f"sha256 `{_text(ckpt.get('dataset_sha256'))}`); "
-                f"device `{_text(ckpt.get('device'))}`.", "",
+                f"{_num(ckpt.get('micro_steps'))} micro-steps on {seen} training tokens "
+                f"(dataset `{_text(ckpt.get('dataset'))}`, sha256 "
+                f"`{_text(ckpt.get('dataset_sha256'))}`); device `{_text(ckpt.get('device'))}`.",
+                "",
                 f"Training loss {_num(ckpt.get('loss_before'))} -> "
                 f"{_num(ckpt.get('loss_after'))} (whole training set, nats per token).", "",
                 "| knob | value |", "|---|---|"]
@@ -123,15 +116,14 @@ def model_card(meta: dict, cfg: ModelConfig, tok_kind: str, records: dict) -> st
         out += [f"Step {meta.get('step_n')}. The weights were not exported from their job "
                 "folder, so the training record (knobs, data, held-out metrics) is not "
                 "included; `spark status` on the job folder shows it."]
-    out += [""]
+    out.append("")
     if metrics:
         detail = state.get("eval_detail", {})
         out += ["## Held-out evaluation", "",
                 "On rows (or files) never trained on, from the job's eval.json:", "",
                 "| metric | value |", "|---|---|"]
         out += [f"| {k} | {_num(v)} |" for k, v in metrics.items()]
-        out += [f"| {k} | {_num(detail[k])} |" for k in BASELINES if _ok(detail.get(k))]
-        out += [""]
+        out += [f"| {k} | {_num(detail[k])} |" for k in BASELINES if _ok(detail.get(k))] + [""]
     out += ["## Tokenizer", "", tok_kind, "",
             "## Use it", "", "```python",
             "from transformers import AutoModelForCausalLM, AutoTokenizer",

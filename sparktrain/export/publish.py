@@ -33,30 +33,7 @@ def check_target(path: str | os.PathLike, force: bool, kind: str, inputs: tuple 
 def publish_dir(files: dict[str, bytes], out: Path) -> None:
     """Write files into a fresh folder beside `out`, then swap it in; a write error (disk
     full, a name too long, a parent that is a file) is one line, the temp folder gone."""
-    with _one_line(out):
-        _publish_dir(files, out)
-
-
-def publish_file(write, out: Path) -> None:
-    """`write(tmp_path)` writes the file aside; then it replaces `out`. Errors as publish_dir."""
-    with _one_line(out):
-        _publish_file(write, out)
-
-
-@contextlib.contextmanager
-def _one_line(out: Path):
-    try:
-        yield
-    except OSError as err:
-        if err.errno:
-            why = f"{err.strerror or err} ({errno.errorcode.get(err.errno, err.errno)})"
-        else:  # a writer that reports a short write without an errno
-            why = f"{err}: a short write (the disk is full or the file-size limit is reached)"
-        raise SparkError(f"cannot write {os.fspath(out)}: {why}; nothing was replaced") from None
-
-
-def _publish_dir(files: dict[str, bytes], out: Path) -> None:
-    with folder_fd(out.parent, create=True) as fd:
+    with _one_line(out), folder_fd(out.parent, create=True) as fd:
         remove_stale(out, fd)
         tmp = _temp_name(out, fd, ".tmp", folder=True)
         try:
@@ -72,10 +49,44 @@ def _publish_dir(files: dict[str, bytes], out: Path) -> None:
             raise
 
 
+def publish_file(write, out: Path) -> None:
+    """`write(tmp_path)` writes the file aside; then it replaces `out`. Errors as publish_dir.
+    `write` gets the temp file's name through the folder's descriptor (/proc/self/fd/N/NAME),
+    so it writes into the folder opened without following a link, whatever the path becomes."""
+    with _one_line(out), folder_fd(out.parent, create=True) as fd:
+        remove_stale(out, fd)
+        tmp = _temp_name(out, fd, ".tmp", folder=False)
+        try:
+            write(_through(fd, tmp))
+            _fsync_at(fd, tmp)
+            st = os.stat(tmp, dir_fd=fd, follow_symlinks=False)
+            if not stat.S_ISREG(st.st_mode):
+                raise SparkError(f"cannot write {os.fspath(out)}: its temp file was replaced "
+                                 "while it was written")
+            _swap_in(fd, tmp, out)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp, dir_fd=fd)
+            raise
+
+
+@contextlib.contextmanager
+def _one_line(out: Path):
+    try:
+        yield
+    except OSError as err:
+        if err.errno:
+            why = f"{err.strerror or err} ({errno.errorcode.get(err.errno, err.errno)})"
+        else:  # a writer that reports a short write without an errno
+            why = f"{err}: a short write (the disk is full or the file-size limit is reached)"
+        raise SparkError(f"cannot write {os.fspath(out)}: {why}; nothing was replaced") from None
+
+
 def _temp_name(out: Path, fd: int, suffix: str, folder: bool) -> str:
-    """A new temp folder or empty file ".OUT.PID.xxxxxxxx<suffix>" in the folder `fd`."""
+    """A new temp folder or empty file ".OUT.PID.xxxxxxxx<suffix>" in the folder `fd` (the
+    PID tells a later run a dead writer's)."""
     for _ in range(100):
-        name = f"{_prefix(out)}{secrets.token_hex(4)}{suffix}"
+        name = f".{out.name}.{os.getpid()}.{secrets.token_hex(4)}{suffix}"
         try:
             if folder:
                 os.mkdir(name, 0o777, dir_fd=fd)  # the umask applies
@@ -86,11 +97,6 @@ def _temp_name(out: Path, fd: int, suffix: str, folder: bool) -> str:
         except FileExistsError:
             continue
     raise FileExistsError(errno.EEXIST, "no free temp name", os.fspath(out))
-
-
-def _prefix(out: Path) -> str:
-    """Temp names beside OUT: ".OUT.PID.", so a later run can tell a dead writer's."""
-    return f".{out.name}.{os.getpid()}."
 
 
 def remove_stale(out: Path, fd: int | None = None) -> list[str]:
@@ -120,29 +126,8 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     except (PermissionError, OverflowError):
-        return True
+        pass
     return True
-
-
-def _publish_file(write, out: Path) -> None:
-    """`write` gets the temp file's name through the folder's descriptor
-    (/proc/self/fd/N/NAME), so it writes into the folder that was opened without
-    following a link, whatever happens to the path meanwhile."""
-    with folder_fd(out.parent, create=True) as fd:
-        remove_stale(out, fd)
-        tmp = _temp_name(out, fd, ".tmp", folder=False)
-        try:
-            write(_through(fd, tmp))
-            _fsync_at(fd, tmp)
-            st = os.stat(tmp, dir_fd=fd, follow_symlinks=False)
-            if not stat.S_ISREG(st.st_mode):
-                raise SparkError(f"cannot write {os.fspath(out)}: its temp file was replaced "
-                                 "while it was written")
-            _swap_in(fd, tmp, out)
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp, dir_fd=fd)
-            raise
 
 
 def _fsync_at(fd: int, name: str) -> None:

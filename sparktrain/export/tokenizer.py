@@ -1,18 +1,6 @@
-"""The tokenizer that travels with an exported model, built with the `tokenizers` library.
-
-The byte tokenizer: id = byte value for every byte that UTF-8 text can hold,
-so the model's embedding rows line up. A ByteLevel *normalizer* turns the text's
-UTF-8 bytes into GPT-2's printable byte alphabet, and a BPE model with no merges
-looks up each of those characters: one token per byte. The three bytes UTF-8
-never uses are the specials, named so Hugging Face and llama.cpp can show them:
-0xFD `<|bos|>`, 0xFE `<|sep|>`, 0xFF `<|eos|>`. The post-processor writes
-Spark's prompt format, [BOS] + prompt + [SEP], when special tokens are asked for.
-
-A tokenizer.json given on the command line (e.g. a byte-level BPE) is taken as
-is, provided its vocabulary is the model's. Weights that record the sha256 of
-their tokenizer (BPE and corpus jobs) take the job's tokenizer.json beside them
-and must match it byte for byte (`model_tokenizer_json`); a BPE one travels
-with Spark's prompt format added as its post-processor (`with_spark_template`).
+"""The tokenizer that travels with an exported model, built with the `tokenizers` library:
+the byte tokenizer (id = byte value), or the job's own tokenizer.json checked by its
+sha256. See docs/export.md ("The byte tokenizer", "A BPE tokenizer").
 """
 from __future__ import annotations
 
@@ -42,14 +30,8 @@ def bytes_to_unicode() -> dict[int, str]:
     """GPT-2's byte -> printable character table (the ByteLevel alphabet)."""
     printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1),
                  *range(ord("®"), ord("ÿ") + 1)]
-    table, extra = {}, 0
-    for b in range(256):
-        if b in printable:
-            table[b] = chr(b)
-        else:
-            table[b] = chr(256 + extra)
-            extra += 1
-    return table
+    extra = iter(range(256, 512))  # the others, in byte order, after the Latin-1 block
+    return {b: chr(b) if b in printable else chr(next(extra)) for b in range(256)}
 
 
 def byte_tokenizer() -> Tokenizer:
@@ -67,14 +49,9 @@ def byte_tokenizer() -> Tokenizer:
 
 def model_tokenizer_json(weights: str | os.PathLike, meta: dict, cfg: ModelConfig,
                          given: str | os.PathLike | None) -> str:
-    """The tokenizer.json text an exported model travels with, never a guess.
-
-    Weights that record `tokenizer_sha256` (a corpus job or a BPE pairs job) take
-    the tokenizer.json `given`, else the one beside the weights (the job folder),
-    and its bytes must have that sha256. Weights that record none are a byte-token
-    model: the byte tokenizer, or the `given` one when its vocabulary is the
-    model's. Anything else is one line saying what to give. See docs/export.md.
-    """
+    """The tokenizer.json text an exported model travels with, never a guess: weights that
+    record `tokenizer_sha256` take `given` or the one beside them, with that sha256; others
+    are a byte-token model: the byte tokenizer, or `given` when its vocabulary fits."""
     recorded = meta.get("tokenizer_sha256")
     if recorded is None:
         if given is None and cfg.vocab != 256:
@@ -94,10 +71,8 @@ def model_tokenizer_json(weights: str | os.PathLike, meta: dict, cfg: ModelConfi
 
 
 def with_spark_template(tok_text: str, *, pairs: bool) -> str:
-    """A job's BPE tokenizer.json with the ids `spark generate` puts around a prompt as
-    its post-processor: [BOS] + prompt + [SEP] for a pairs model, [BOS] + prompt for a
-    corpus model (which continues text), so transformers' tokenizer (special tokens on,
-    its default) gives the model the same ids. The vocabulary and merges are unchanged."""
+    """A job's BPE tokenizer.json with the ids `spark generate` puts around a prompt as its
+    post-processor ([BOS] prompt [SEP] for a pairs model, [BOS] prompt for a corpus model)."""
     tok = Tokenizer.from_str(tok_text)
     bos, sep = SPECIALS[BOS], SPECIALS[SEP]
     tok.post_processor = processors.TemplateProcessing(
