@@ -38,14 +38,12 @@ STEP_STRICT = ConfigDict(extra="forbid", populate_by_name=True)
 def _as_float(value):
     """A YAML number, or a string that spells one: PyYAML reads `1e-3` as a string,
     and `dvc exp run -S step.lr=1e-3` writes it that way."""
-    if isinstance(value, bool):
-        raise ValueError(f"must be float, got bool {value!r}")
     if isinstance(value, str):
         try:
             value = float(value)
         except ValueError:
-            raise ValueError(f"must be float, got str {value!r}") from None
-    if not isinstance(value, (int, float)):
+            pass
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ValueError(f"must be float, got {type(value).__name__} {value!r}")
     if not math.isfinite(value):
         raise ValueError(f"must be a finite number, got {value!r}")

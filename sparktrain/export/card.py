@@ -25,6 +25,8 @@ KNOBS = tuple(f.name for f in dataclasses.fields(StepConfig)
               if f.name not in ("step_n", "workers", "device"))
 METRICS = ("loss", "perplexity", "bpb", "next_token_accuracy", "exact_match", "copy_recall")
 BASELINES = ("zlib9_bpb", "lzma9e_bpb")
+# What a quoted string may not hold: a line break, a table cell break, raw HTML, a code-span break
+CARD_SAFE = str.maketrans({"\r": " ", "\n": " ", "|": "\\|", "<": "&lt;", ">": "&gt;", "`": "'"})
 
 
 def job_records(weights: str | os.PathLike) -> dict:
@@ -47,19 +49,12 @@ def _ok(v) -> bool:
 
 
 def _num(v) -> str:
-    if not _ok(v):
-        return "unknown"
-    return f"{v:.4f}" if isinstance(v, float) else str(v)
+    return "unknown" if not _ok(v) else f"{v:.4f}" if isinstance(v, float) else str(v)
 
 
 def _text(v) -> str:
-    """A string the card quotes: one line, no table cell break, no raw HTML, no
-    code-span break."""
-    s = str(v)
-    for a, b in (("\r", " "), ("\n", " "), ("|", "\\|"), ("<", "&lt;"), (">", "&gt;"),
-                 ("`", "'")):
-        s = s.replace(a, b)
-    return s[:200]
+    """A string the card quotes, made safe (CARD_SAFE) and cut to 200 characters."""
+    return str(v).translate(CARD_SAFE)[:200]
 
 
 def _front_matter(job: str, tags: list[str], metrics: dict) -> list[str]:
@@ -76,8 +71,7 @@ def _front_matter(job: str, tags: list[str], metrics: dict) -> list[str]:
 
 def model_card(meta: dict, cfg: ModelConfig, tok_kind: str, records: dict) -> str:
     """README.md's text for an export of weights with metadata `meta` and arch `cfg`."""
-    ckpt = records.get("checkpoint", {})
-    state = records.get("state", {})
+    ckpt, state = records.get("checkpoint", {}), records.get("state", {})
     job = str(meta.get("job") or ckpt.get("job") or "spark-model")
     metrics = {k: state["eval"][k] for k in METRICS
                if k in state.get("eval", {}) and _ok(state["eval"][k])}

@@ -21,10 +21,9 @@ def check_target(path: str | os.PathLike, force: bool, kind: str, inputs: tuple 
     that holds data is replaced only with --force."""
     path = Path(path)
     if not force and not path.is_symlink():  # what holds data needs --force, then the gate
-        if path.is_dir() and kind in ("hf", "job"):
-            if any(path.iterdir()):
-                raise SparkError(f"{os.fspath(path)} exists and is not empty; "
-                                 "pass --force to replace it")
+        if path.is_dir() and kind in ("hf", "job") and any(path.iterdir()):
+            raise SparkError(f"{os.fspath(path)} exists and is not empty; "
+                             "pass --force to replace it")
         elif path.is_file():
             raise SparkError(f"{os.fspath(path)} exists; pass --force to replace it")
     return check_output(path, kind, inputs)
