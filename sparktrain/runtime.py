@@ -41,14 +41,6 @@ class Choice:
     coretype: str | None
 
 
-def requested_mode(environ=os.environ) -> str:
-    value = environ.get(KERNEL_ENV, "").strip().lower() or "portable"
-    if value not in MODES:
-        raise SparkError(f"{KERNEL_ENV}={environ.get(KERNEL_ENV)!r}: expected one of "
-                         f"{', '.join(MODES)}")
-    return value
-
-
 def cpu_has_avx2_fma(cpuinfo: str | None = None) -> bool | None:
     """True/False from /proc/cpuinfo's flags; None where they cannot be read."""
     if cpuinfo is None:
@@ -66,7 +58,10 @@ def cpu_has_avx2_fma(cpuinfo: str | None = None) -> bool | None:
 def choose(environ=os.environ, numpy_loaded: bool | None = None,
            machine: str | None = None, cpuinfo: str | None = None) -> Choice:
     """Decide the kernel before numpy loads; sets environ[CORETYPE] in portable mode."""
-    mode = requested_mode(environ)
+    mode = environ.get(KERNEL_ENV, "").strip().lower() or "portable"
+    if mode not in MODES:
+        raise SparkError(f"{KERNEL_ENV}={environ.get(KERNEL_ENV)!r}: expected one of "
+                         f"{', '.join(MODES)}")
     given = environ.get(CORETYPE) or None
     if given is not None:
         return Choice(mode, "portable" if environ.get(CHOSEN) == given else "environment", given)
@@ -85,19 +80,14 @@ def choose(environ=os.environ, numpy_loaded: bool | None = None,
     return Choice(mode, "portable", PORTABLE)
 
 
-def _numpy_blas(info: list[dict]) -> dict | None:
-    """numpy's own BLAS among the loaded libraries (another package may bring its own)."""
-    blas = [p for p in info if p.get("user_api") == "blas"]
-    ours = [p for p in blas if "numpy" in (p.get("filepath") or "").lower()]
-    return (ours or blas or [None])[0]
-
-
 def made_with() -> dict:
     """What made the bytes: the running BLAS kernel family, numpy and BLAS versions (no
     CPU model, no path: the same wherever the same kernel runs, so it can be hashed)."""
     import numpy
 
-    lib = _numpy_blas(threadpool_info())
+    blas = [p for p in threadpool_info() if p.get("user_api") == "blas"]
+    ours = [p for p in blas if "numpy" in (p.get("filepath") or "").lower()]
+    lib = (ours or blas or [None])[0]  # numpy's own BLAS (another package may bring its own)
     if lib is None:
         return {"kernel": "none", "numpy": numpy.__version__, "blas": "none"}
     kernel = lib.get("architecture") or lib.get("threading_layer") or "unknown"

@@ -54,8 +54,7 @@ def register(sub) -> None:
                        help="train this params file instead (the schema of params.yaml)")
     t.add_argument("--device", default="auto", choices=DEVICES,
                    help="auto (default): the GPU PyTorch sees (the gpu extra), else the CPU, "
-                        "saying which; cpu: numpy, the reference bytes; cuda or mps "
-                        "(docs/gpu.md)")
+                        "saying which; cpu: numpy, the reference bytes; cuda or mps (docs/gpu.md)")
     t.add_argument("--shards", type=int, default=None,
                    help="fixed gradient shards per micro-step, computed by one worker "
                         "process per core; the bytes depend on it, not on the cores "
