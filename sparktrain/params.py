@@ -241,14 +241,6 @@ def model_config(scale: str, scales: dict | None = None, *, train_attn: bool = T
     return ModelConfig(**arch, train_attn=train_attn).validate()
 
 
-def scale_config(scale: str, params_path: str | None = None, *, train_attn: bool = True,
-                 **overrides) -> ModelConfig:
-    """`--scale NAME` of a CLI command: the built-in table, extended by the scales of
-    `params_path` (default: ./params.yaml when it exists)."""
-    params = load_params_or_defaults(params_path)
-    return model_config(scale, params.scales, train_attn=train_attn, **overrides)
-
-
 @dataclass(frozen=True, config=STRICT)
 class Defaults(Params):
     """What a command uses when it reads no params file: every knob's default."""

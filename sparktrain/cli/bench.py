@@ -54,7 +54,7 @@ def _bench(args) -> int:
 
     from sparktrain.core.fsutil import canonical_json
     from sparktrain.model.device import resolve
-    from sparktrain.params import load_params, override, scale_config
+    from sparktrain.params import load_params, load_params_or_defaults, model_config, override
     from sparktrain.train.bench import (BENCH_LR, DEFAULT_BATCH, WARMUP_STEPS, format_report,
                                         grind_note, plain_sgd, run_bench, run_scaling,
                                         stderr_line, stderr_progress)
@@ -62,7 +62,8 @@ def _bench(args) -> int:
 
     job = load_params(args.params) if args.params else None
     scale = args.scale or (job.scale if job else "tiny")
-    cfg = scale_config(scale, args.params)
+    # the built-in scales and those of --params (default: ./params.yaml when it exists)
+    cfg = model_config(scale, (job or load_params_or_defaults()).scales)
     vocab = args.vocab or (job.vocab_size if job and job.tokenizer == "bpe" else None)
     if vocab:
         cfg = dataclasses.replace(cfg, vocab=vocab).validate()

@@ -24,9 +24,8 @@ def learned(folder, source, eval_cfg) -> dict:
     sampled = continue_text(params, cfg, tok, PROMPTS, max_new=MAX_NEW,
                             temperature=TEMPERATURE, top_k=TOP_K, seed=SEED)
     greedy = continue_text(params, cfg, tok, PROMPTS, max_new=MAX_NEW)
-    return {"bpb": score["bpb"], "bpb_sliding": score["bpb_sliding"],
-            "sliding_stride": score["sliding_stride"], "zlib9_bpb": score["zlib9_bpb"],
-            "lzma9e_bpb": score["lzma9e_bpb"], "heldout_bytes": score["heldout_bytes"],
+    return {**{k: score[k] for k in ("bpb", "bpb_sliding", "sliding_stride", "zlib9_bpb",
+                                     "lzma9e_bpb", "heldout_bytes")},
             "sampling": {"temperature": TEMPERATURE, "top_k": TOP_K, "seed": SEED,
                          "max_new_tokens": MAX_NEW},
             "samples": [{"prompt": p, "sampled": s, "greedy": g}
