@@ -113,13 +113,14 @@ class StepConfig:
 
     @model_validator(mode="after")
     def _coherent(self):
+        n = self.outer * self.inner  # micro-steps
         if self.optimizer == "sgd" and self.weight_decay:
             raise ValueError("weight_decay applies to optimizer adamw, not sgd")
         if self.outer > MAX_OUTER:
             raise ValueError(f"outer {self.outer:,} is above the limit of {MAX_OUTER:,} passes")
-        if self.outer * self.inner > MAX_MICRO_STEPS:
-            raise ValueError(f"outer x inner = {self.outer * self.inner:,} micro-steps is above "
-                             f"the limit of {MAX_MICRO_STEPS:,}")
+        if n > MAX_MICRO_STEPS:
+            raise ValueError(f"outer x inner = {n:,} micro-steps is above the limit of "
+                             f"{MAX_MICRO_STEPS:,}")
         if self.min_lr > self.lr:
             raise ValueError(f"min_lr {self.min_lr} is above lr {self.lr}")
         if self.schedule == "constant" and (self.warmup or self.min_lr):
@@ -127,9 +128,9 @@ class StepConfig:
         if self.schedule != "wsd" and self.cooldown:
             raise ValueError("cooldown needs schedule: wsd")
         if self.schedule == "wsd" and self.warmup + round(self.cooldown * self.outer
-                                                          * self.inner) > self.outer * self.inner:
+                                                          * self.inner) > n:
             raise ValueError(f"warmup {self.warmup} and cooldown {self.cooldown} overlap "
-                             f"within {self.outer * self.inner} micro-steps")
+                             f"within {n} micro-steps")
         if self.optimizer != "muon" and self.adam_lr is not None:
             raise ValueError("adam_lr applies to optimizer muon")
         return self

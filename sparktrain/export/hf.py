@@ -175,8 +175,7 @@ def import_hf(folder: str | os.PathLike, out: str | os.PathLike, force: bool = F
     cfg = spark_config(conf, os.fspath(folder / "config.json"))
     weights_fits("spark import", cfg, copies=3)  # the file's tensors, Spark's, the bytes
     meta = _import_meta(conf, cfg, folder)
-    hf_tensors = _read_tensors(folder)
-    params = _spark_params(hf_tensors, cfg, folder)
+    params = _spark_params(_read_tensors(folder), cfg, folder)
     check_params(params, cfg, folder)
     check_tensors(params, folder)
     data = weights_bytes(params, meta)
@@ -210,23 +209,21 @@ def _read_json(path: Path, what: str) -> dict:
 
 def _shard_files(folder: Path) -> list[Path]:
     """The shard files an index names, each a plain file directly in `folder`."""
-    index_path = folder / INDEX_FILE
-    weight_map = _read_json(index_path, "index").get("weight_map")
+    index = os.fspath(folder / INDEX_FILE)
+    weight_map = _read_json(folder / INDEX_FILE, "index").get("weight_map")
     if not isinstance(weight_map, dict) or not weight_map:
-        raise SparkError(f"{os.fspath(index_path)}: weight_map must be an object of tensor "
-                         "name -> shard file name")
+        raise SparkError(f"{index}: weight_map must be an object of tensor name -> shard file "
+                         "name")
     if not all(isinstance(v, str) for v in weight_map.values()):
-        raise SparkError(f"{os.fspath(index_path)}: weight_map values must be shard file names")
+        raise SparkError(f"{index}: weight_map values must be shard file names")
     names = set(weight_map.values())
     if len(names) > MAX_SHARDS:
-        raise SparkError(f"{os.fspath(index_path)}: {len(names):,} shard files, above the "
-                         f"limit of {MAX_SHARDS}")
+        raise SparkError(f"{index}: {len(names):,} shard files, above the limit of {MAX_SHARDS}")
     files = []
-    for name in sorted(names, key=str):
-        if (not isinstance(name, str) or not name or name in (".", "..")
-                or "/" in name or "\\" in name or "\0" in name):
-            raise SparkError(f"{os.fspath(index_path)}: shard {printable(repr(name))[:80]} is "
-                             "not a file name in the model folder")
+    for name in sorted(names):
+        if not name or name in (".", "..") or "/" in name or "\\" in name or "\0" in name:
+            raise SparkError(f"{index}: shard {printable(repr(name))[:80]} is not a file name "
+                             "in the model folder")
         path = folder / name
         if path.is_symlink() and path.resolve().parent != folder.resolve():
             raise SparkError(f"{os.fspath(path)} is a link out of the model folder; "

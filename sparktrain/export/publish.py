@@ -98,12 +98,9 @@ def _temp_name(out: Path, fd: int, suffix: str, folder: bool) -> str:
     raise FileExistsError(errno.EEXIST, "no free temp name", os.fspath(out))
 
 
-def remove_stale(out: Path, fd: int | None = None) -> list[str]:
+def remove_stale(out: Path, fd: int) -> list[str]:
     """Temp files and folders of earlier runs writing this OUT that were killed (their
     process is gone): only our own name pattern, only beside OUT (the folder `fd`)."""
-    if fd is None:
-        with folder_fd(out.parent) as own:
-            return remove_stale(out, own)
     pattern = re.compile(re.escape(f".{out.name}.") + r"(\d+)\.[A-Za-z0-9_]+\.(tmp|old)$")
     removed = []
     for entry in os.scandir(fd):

@@ -113,14 +113,12 @@ def special_ids(tok_text: str) -> dict[str, int]:
 def tokenizer_config(tok_text: str, cfg: ModelConfig) -> dict:
     """tokenizer_config.json for transformers' AutoTokenizer (the fast tokenizer)."""
     tok = Tokenizer.from_str(tok_text)
-    ids = special_ids(tok_text)
     # model_input_names: a Llama takes no token_type_ids, which a template post-processor
     # would otherwise hand to `model.generate(**tok(prompt))`
     conf = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": cfg.seq_len,
             "clean_up_tokenization_spaces": False, "padding_side": "left",
             "model_input_names": ["input_ids", "attention_mask"]}
-    for name, i in ids.items():
-        conf[f"{name}_token"] = tok.id_to_token(i)
+    conf.update({f"{name}_token": tok.id_to_token(i) for name, i in special_ids(tok_text).items()})
     conf["pad_token"] = conf["eos_token"]   # Spark pads with EOS too
     return conf
 
