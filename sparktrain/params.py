@@ -217,19 +217,14 @@ class Params:
         return self.eval.data
 
 
-def scale_table(scales: dict | None = None) -> dict[str, dict]:
-    """The one scale table: the built-in rows, with params.yaml's rows over them."""
+def model_config(scale: str, scales: dict | None = None, *, train_attn: bool = True,
+                 **overrides) -> ModelConfig:
+    """The arch of a named scale of the one scale table (the built-in rows, params.yaml's
+    `scales` over them), with per-knob overrides (None = keep)."""
     table = {name: {k: getattr(cfg, k) for k in ARCH_KEYS} for name, cfg in SCALES.items()}
     for name, row in (scales or {}).items():
         given = row.given() if isinstance(row, ScaleRow) else dict(row)
         table[name] = {**table.get(name, {}), **given}
-    return table
-
-
-def model_config(scale: str, scales: dict | None = None, *, train_attn: bool = True,
-                 **overrides) -> ModelConfig:
-    """The arch of a named scale, with per-knob overrides (None = keep)."""
-    table = scale_table(scales)
     if scale not in table:
         raise SparkError(f"unknown scale {scale!r}; known: {', '.join(sorted(table))}"
                          f"{did_you_mean(scale, table)}")

@@ -55,9 +55,14 @@ def publish_file(write, out: Path) -> None:
     with _one_line(out), folder_fd(out.parent, create=True) as fd:
         remove_stale(out, fd)
         tmp = _temp_name(out, fd, ".tmp", folder=False)
+        proc = f"/proc/self/fd/{fd}"  # a path to tmp in the folder fd that no link can redirect
         try:
-            write(_through(fd, tmp))
-            _fsync_at(fd, tmp)
+            write(f"{proc}/{tmp}" if os.path.isdir(proc) else tmp)
+            own = os.open(tmp, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=fd)
+            try:  # the written temp file reaches the disk before it replaces anything
+                os.fsync(own)
+            finally:
+                os.close(own)
             st = os.stat(tmp, dir_fd=fd, follow_symlinks=False)
             if not stat.S_ISREG(st.st_mode):
                 raise SparkError(f"cannot write {os.fspath(out)}: its temp file was replaced "
@@ -124,21 +129,6 @@ def _alive(pid: int) -> bool:
     except (PermissionError, OverflowError):
         pass
     return True
-
-
-def _fsync_at(fd: int, name: str) -> None:
-    """The written temp file reaches the disk before it replaces anything."""
-    own = os.open(name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=fd)
-    try:
-        os.fsync(own)
-    finally:
-        os.close(own)
-
-
-def _through(fd: int, name: str) -> str:
-    """A path to `name` in the folder `fd` that no link swap can redirect."""
-    proc = f"/proc/self/fd/{fd}"
-    return f"{proc}/{name}" if os.path.isdir(proc) else name
 
 
 def _swap_in(fd: int, new: str, out: Path) -> None:
