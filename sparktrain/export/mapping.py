@@ -1,10 +1,6 @@
-"""The one table of tensor names: Spark <-> Hugging Face Llama <-> GGUF (llama.cpp).
-
-Both directions (export and import) and both formats read this table; nothing
-else spells a foreign tensor name. `{L}` is the layer index. The math lines up
-one to one (docs/export.md): RMSNorm eps 1e-5, RoPE theta 10000 on rotate-half
-pairs (u_i, u_{i+hd/2}), grouped-query attention, SwiGLU with 4 x dim, untied
-head, no biases.
+"""The one table of tensor names: Spark <-> Hugging Face Llama <-> GGUF (llama.cpp), read by
+export and import alike (nothing else spells a foreign tensor name; `{L}` is the layer).
+The math lines up one to one: docs/export.md ("The math, side by side").
 """
 from __future__ import annotations
 
