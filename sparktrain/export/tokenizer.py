@@ -19,9 +19,8 @@ from sparktrain.model.config import ModelConfig
 from sparktrain.core.safeload import load_json
 
 SPECIALS = {BOS: "<|bos|>", SEP: "<|sep|>", EOS: "<|eos|>"}
-# One merge that never fires: 0xFD twice. The gguf writer refuses an empty
-# array and llama.cpp refuses a BPE vocab without the merges key; UTF-8 text
-# never holds 0xFD, so this rule changes no tokenization.
+# One merge that never fires (0xFD twice; UTF-8 text never holds 0xFD): the gguf writer
+# refuses an empty array and llama.cpp a BPE vocab without merges (docs/export.md).
 GGUF_NULL_MERGE = "ý ý"
 GGUF_NORMAL, GGUF_CONTROL = 1, 3     # llama.cpp token types
 
