@@ -1,11 +1,8 @@
 """params.yaml: the one typed schema of the whole file, validated by pydantic.
 
-`StepConfig` is the single definition of a training knob: its fields (type,
-default, bounds, help text) drive params.yaml validation, the `spark train` /
-`spark run` flags (`add_step_flags`) and the checkpoint's record of the run
-(`step_record`). Unknown keys and wrong types raise one line naming the key
-(`params: unknown key step.oter`) before anything runs (nanoGPT's configurator
-guard rails). See docs/pipeline.md for the file as a whole.
+`StepConfig`'s fields (type, default, bounds, help) are the training knobs: params.yaml's
+step section, the `spark train` / `spark run` flags and the checkpoint's record. A bad key
+or value is one line naming it, before anything runs. See docs/pipeline.md.
 """
 from __future__ import annotations
 
@@ -41,14 +38,12 @@ STEP_STRICT = ConfigDict(extra="forbid", populate_by_name=True)
 def _as_float(value):
     """A YAML number, or a string that spells one: PyYAML reads `1e-3` as a string,
     and `dvc exp run -S step.lr=1e-3` writes it that way."""
-    if isinstance(value, bool):
-        raise ValueError(f"must be float, got bool {value!r}")
     if isinstance(value, str):
         try:
             value = float(value)
         except ValueError:
-            raise ValueError(f"must be float, got str {value!r}") from None
-    if not isinstance(value, (int, float)):
+            pass
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ValueError(f"must be float, got {type(value).__name__} {value!r}")
     if not math.isfinite(value):
         raise ValueError(f"must be a finite number, got {value!r}")
@@ -68,37 +63,34 @@ MUON_ADAM_LR = 0.005
 class StepConfig:
     outer: Count = Field(4, description="outer passes; the whole-dataset loss is logged after each")
     inner: Count = Field(8, description="SGD micro-steps per outer pass")
-    step_n: Optional[Count] = Field(None, alias="step",
-                                    description="step_n stamped into the weights "
-                                                "(default 1, or the base's step_n + 1)")
+    step_n: Optional[Count] = Field(None, alias="step", description="step_n stamped into "
+                                    "the weights (default 1, or the base's step_n + 1)")
     lr: Float = Field(0.1, gt=0, description="learning rate")
-    batch_size: Count = Field(8, description="pairs per micro-step (>= rows: the whole "
-                                             "dataset in file order)")
+    batch_size: Count = Field(8, description="pairs per micro-step (>= rows: the whole dataset "
+                              "in file order)")
     seed: StrictInt = Field(0, ge=0, description="init and minibatch seed")
     clip: Float = Field(1.0, ge=0, description="global gradient-norm clip, 0 = off")
     momentum: Float = Field(0.9, ge=0, lt=1, description="SGD momentum, 0 = plain SGD")
     train_attn: StrictBool = Field(True, description="false: the mean-pool fallback model "
-                                                     "(embed + lm_head only)")
-    train_embed: StrictBool = Field(True, description="false: spark.embed.weight stays "
-                                                      "frozen")
+                                   "(embed + lm_head only)")
+    train_embed: StrictBool = Field(True, description="false: spark.embed.weight stays frozen")
     shards: Count = Field(1, description="fixed row shards per micro-step, their gradients "
-                                         "summed in shard order: the bytes depend on it, "
-                                         "1 = the whole batch at once")
-    workers: Optional[Count] = Field(None, description="processes computing the shards "
-                                                       "(default SPARK_WORKERS, else the "
-                                                       "usable cores); never changes bytes")
+                          "summed in shard order: the bytes depend on it, 1 = the whole batch "
+                          "at once")
+    workers: Optional[Count] = Field(None, description="processes computing the shards (default "
+                                     "SPARK_WORKERS, else the usable cores); never changes bytes")
     # Optimisation for real runs. At their defaults the loop is heavy-ball SGD, and
     # the checkpoint records these only when they differ from it (step_record).
     optimizer: Literal["sgd", "adamw", "muon"] = Field(
         "sgd", description="sgd (heavy-ball, momentum), adamw, or muon (Muon on the "
                            "layers' matrices, AdamW at adam_lr on embedding, head, norms)")
-    weight_decay: Float = Field(0.0, ge=0, description="AdamW / Muon decoupled weight decay "
-                                                       "on matrices")
+    weight_decay: Float = Field(0.0, ge=0, description="AdamW / Muon decoupled weight decay on "
+                                "matrices")
     adam_lr: Optional[Float] = Field(None, gt=0, description="optimizer muon: the AdamW "
                                      f"group's learning rate (default {MUON_ADAM_LR}), "
                                      "scheduled like lr")
-    muon_momentum: Float = Field(0.95, ge=0, lt=1, description="optimizer muon: Nesterov "
-                                                              "momentum of the matrices")
+    muon_momentum: Float = Field(0.95, ge=0, lt=1,
+                                 description="optimizer muon: Nesterov momentum of the matrices")
     beta1: Float = Field(0.9, ge=0, lt=1, description="AdamW first-moment decay")
     beta2: Float = Field(0.95, ge=0, lt=1, description="AdamW second-moment decay")
     schedule: Literal["constant", "cosine", "wsd"] = Field(
@@ -106,28 +98,29 @@ class StepConfig:
                                 "decay to min_lr; or wsd: warm-up, constant, then a linear "
                                 "cool-down to min_lr over the last `cooldown` fraction")
     warmup: StrictInt = Field(0, ge=0, description="warm-up micro-steps (cosine, wsd)")
-    min_lr: Float = Field(0.0, ge=0, description="floor of the cosine decay / end of the "
-                                                 "wsd cool-down")
-    cooldown: Float = Field(0.0, ge=0, le=1, description="wsd: fraction of the micro-steps "
-                                                         "spent cooling down to min_lr")
+    min_lr: Float = Field(0.0, ge=0, description="floor of the cosine decay / end of the wsd "
+                          "cool-down")
+    cooldown: Float = Field(0.0, ge=0, le=1, description="wsd: fraction of the micro-steps spent "
+                            "cooling down to min_lr")
     init_out: Literal["scaled", "zero"] = Field(
         "scaled", description="init of the residual-out projections (o, mlp_down): "
                               "normal(0, 0.02/sqrt(2 n_layer)), or zero")
-    checkpoint_every: StrictInt = Field(0, ge=0, description="save a resumable state every "
-                                                             "N outer passes (0 = off)")
+    checkpoint_every: StrictInt = Field(0, ge=0, description="save a resumable state every N "
+                                        "outer passes (0 = off)")
     device: Literal[DEVICES] = Field(
         "cpu", description="where the arrays live: cpu (numpy, the reference bytes), cuda or "
                            "mps (the gpu extra), auto = a GPU when one is seen (docs/gpu.md)")
 
     @model_validator(mode="after")
     def _coherent(self):
+        n = self.outer * self.inner  # micro-steps
         if self.optimizer == "sgd" and self.weight_decay:
             raise ValueError("weight_decay applies to optimizer adamw, not sgd")
         if self.outer > MAX_OUTER:
             raise ValueError(f"outer {self.outer:,} is above the limit of {MAX_OUTER:,} passes")
-        if self.outer * self.inner > MAX_MICRO_STEPS:
-            raise ValueError(f"outer x inner = {self.outer * self.inner:,} micro-steps is above "
-                             f"the limit of {MAX_MICRO_STEPS:,}")
+        if n > MAX_MICRO_STEPS:
+            raise ValueError(f"outer x inner = {n:,} micro-steps is above the limit of "
+                             f"{MAX_MICRO_STEPS:,}")
         if self.min_lr > self.lr:
             raise ValueError(f"min_lr {self.min_lr} is above lr {self.lr}")
         if self.schedule == "constant" and (self.warmup or self.min_lr):
@@ -135,9 +128,9 @@ class StepConfig:
         if self.schedule != "wsd" and self.cooldown:
             raise ValueError("cooldown needs schedule: wsd")
         if self.schedule == "wsd" and self.warmup + round(self.cooldown * self.outer
-                                                          * self.inner) > self.outer * self.inner:
+                                                          * self.inner) > n:
             raise ValueError(f"warmup {self.warmup} and cooldown {self.cooldown} overlap "
-                             f"within {self.outer * self.inner} micro-steps")
+                             f"within {n} micro-steps")
         if self.optimizer != "muon" and self.adam_lr is not None:
             raise ValueError("adam_lr applies to optimizer muon")
         return self
@@ -149,18 +142,17 @@ class StepConfig:
 
 @dataclass(frozen=True, config=STRICT)
 class EvalConfig:
-    data: StrictStr = Field("data/eval/tiny_heldout.jsonl",
-                            description="held-out JSONL (never training rows)")
+    data: StrictStr = Field("data/eval/tiny_heldout.jsonl", description="held-out JSONL (never "
+                            "training rows)")
     batch_size: Count = Field(64, description="pairs per forward")
     max_new: Annotated[StrictInt, Field(ge=1, le=4096)] = Field(
         48, description="generation cap for exact_match")
     n_samples: Annotated[StrictInt, Field(ge=0, le=1000)] = Field(
         3, description="generated samples kept in the eval output")
     stride: Optional[Count] = Field(None, description="corpus jobs' sliding-window held-out "
-                                    "score: windows every `stride` tokens, each target "
-                                    "scored once with >= seq_len - stride tokens of context "
-                                    "(default seq_len / 4; seq_len = the non-overlapping "
-                                    "score)")
+                                    "score: windows every `stride` tokens, each target scored "
+                                    "once with >= seq_len - stride tokens of context (default "
+                                    "seq_len / 4; seq_len = the non-overlapping score)")
 
 
 def _patterns(value):
@@ -178,8 +170,8 @@ class CorpusConfig:
     """How a job whose dataset is a folder (or @stdlib) reads it (sparktrain/data/corpus.py)."""
     glob: Annotated[tuple[str, ...], BeforeValidator(_patterns)] = Field(
         ("**/*.py",), description="files of the corpus, relative to its root")
-    heldout: Float = Field(0.1, gt=0, lt=1, description="fraction of files held out, "
-                                                         "chosen by a hash of the path")
+    heldout: Float = Field(0.1, gt=0, lt=1, description="fraction of files held out, chosen "
+                           "by a hash of the path")
 
 
 @dataclass(frozen=True, config=STRICT)
@@ -211,8 +203,8 @@ class Params:
     scales: dict[StrictStr, ScaleRow] = Field(default_factory=dict)
     step: StepConfig = Field(default_factory=StepConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
-    tokenizer: Literal[TOKENIZERS] = Field("byte", description="byte tokens or a "
-                                              "byte-level BPE trained on the train split")
+    tokenizer: Literal[TOKENIZERS] = Field("byte", description="byte tokens or a byte-level "
+                                           "BPE trained on the train split")
     vocab_size: Annotated[StrictInt, Field(ge=MIN_BPE_VOCAB, le=MAX_VOCAB)] = Field(
         1024, description="BPE vocab, BOS/SEP/EOS included (byte: ignored)")
     corpus: CorpusConfig = Field(default_factory=CorpusConfig)
@@ -225,19 +217,14 @@ class Params:
         return self.eval.data
 
 
-def scale_table(scales: dict | None = None) -> dict[str, dict]:
-    """The one scale table: the built-in rows, with params.yaml's rows over them."""
+def model_config(scale: str, scales: dict | None = None, *, train_attn: bool = True,
+                 **overrides) -> ModelConfig:
+    """The arch of a named scale of the one scale table (the built-in rows, params.yaml's
+    `scales` over them), with per-knob overrides (None = keep)."""
     table = {name: {k: getattr(cfg, k) for k in ARCH_KEYS} for name, cfg in SCALES.items()}
     for name, row in (scales or {}).items():
         given = row.given() if isinstance(row, ScaleRow) else dict(row)
         table[name] = {**table.get(name, {}), **given}
-    return table
-
-
-def model_config(scale: str, scales: dict | None = None, *, train_attn: bool = True,
-                 **overrides) -> ModelConfig:
-    """The arch of a named scale, with per-knob overrides (None = keep)."""
-    table = scale_table(scales)
     if scale not in table:
         raise SparkError(f"unknown scale {scale!r}; known: {', '.join(sorted(table))}"
                          f"{did_you_mean(scale, table)}")
@@ -248,14 +235,6 @@ def model_config(scale: str, scales: dict | None = None, *, train_attn: bool = T
     arch = {k: table[scale][k] for k in ARCH_KEYS}
     arch.update({k: v for k, v in overrides.items() if v is not None})
     return ModelConfig(**arch, train_attn=train_attn).validate()
-
-
-def scale_config(scale: str, params_path: str | None = None, *, train_attn: bool = True,
-                 **overrides) -> ModelConfig:
-    """`--scale NAME` of a CLI command: the built-in table, extended by the scales of
-    `params_path` (default: ./params.yaml when it exists)."""
-    params = load_params_or_defaults(params_path)
-    return model_config(scale, params.scales, train_attn=train_attn, **overrides)
 
 
 @dataclass(frozen=True, config=STRICT)
@@ -291,6 +270,13 @@ def _known_keys(parts: tuple) -> list[str]:
     return [getattr(f.default, "alias", None) or f.name for f in dataclasses.fields(owner)]
 
 
+TYPE_ERRORS = {"int_type": "int", "int_parsing": "int", "int_from_float": "int",
+               "bool_type": "bool", "string_type": "str", "dict_type": "a mapping",
+               "dataclass_type": "a mapping", "dataclass_args_type": "a mapping"}
+BOUNDS = {"greater_than": ">", "greater_than_equal": ">=", "less_than": "<",
+          "less_than_equal": "<="}
+
+
 def _one_line(err: ValidationError, section: str = "") -> str:
     """pydantic's first error as `params: <dotted key> <what is wrong>`."""
     e = err.errors()[0]
@@ -299,24 +285,13 @@ def _one_line(err: ValidationError, section: str = "") -> str:
     kind, got = e["type"], e.get("input")
     if kind in ("unexpected_keyword_argument", "extra_forbidden"):
         return f"params: unknown key {key}{did_you_mean(parts[-1], _known_keys(parts))}"
-    if kind == "missing_argument" or kind == "missing":
+    if kind in ("missing_argument", "missing"):
         return f"params: missing key {key}"
-    shown = f"{type(got).__name__} {got!r}"
-    if kind in ("int_type", "int_parsing", "int_from_float"):
-        return f"params: {key} must be int, got {shown}"
-    if kind == "bool_type":
-        return f"params: {key} must be bool, got {shown}"
-    if kind == "string_type":
-        return f"params: {key} must be str, got {shown}"
-    if kind == "literal_error":
-        return f"params: {key} must be one of {e['ctx']['expected']}, got {shown}"
-    if kind in ("dict_type", "dataclass_type", "dataclass_args_type"):
-        return f"params: {key} must be a mapping, got {shown}"
-    bounds = {"greater_than": ">", "greater_than_equal": ">=", "less_than": "<",
-              "less_than_equal": "<="}
-    if kind in bounds:
-        limit = next(iter(e["ctx"].values()))
-        return f"params: {key} must be {bounds[kind]} {limit}, got {got!r}"
+    if kind == "literal_error" or kind in TYPE_ERRORS:
+        want = f"one of {e['ctx']['expected']}" if kind == "literal_error" else TYPE_ERRORS[kind]
+        return f"params: {key} must be {want}, got {type(got).__name__} {got!r}"
+    if kind in BOUNDS:
+        return f"params: {key} must be {BOUNDS[kind]} {next(iter(e['ctx'].values()))}, got {got!r}"
     msg = str(e["msg"]).removeprefix("Value error, ")
     return f"params: {key} {msg}" if msg.startswith("must") else f"params: {key}: {msg}"
 
@@ -325,7 +300,8 @@ def parse_params(raw) -> Params:
     if not isinstance(raw, dict):
         raise SparkError("params: expected a mapping of params")
     # an empty section (`eval:` with nothing under it) means its defaults
-    raw = {k: v for k, v in raw.items() if not (v is None and k in ("scales", "step", "eval", "corpus"))}
+    raw = {k: v for k, v in raw.items()
+           if not (v is None and k in ("scales", "step", "eval", "corpus"))}
     try:
         params = Params(**raw)
     except ValidationError as err:
@@ -337,10 +313,8 @@ def parse_params(raw) -> Params:
 
 
 def load_params(path: str | Path = PARAMS_FILE) -> Params:
-    path = Path(path)
-    text = read_input(path, "params file")
-    raw = load_yaml(text, str(path))  # no aliases, bounded depth (sparktrain/core/safeload.py)
-    return parse_params(raw)
+    # no aliases, bounded depth (sparktrain/core/safeload.py)
+    return parse_params(load_yaml(read_input(Path(path), "params file"), str(path)))
 
 
 def load_recipe(scale: str, path: str | Path = RECIPES_FILE) -> Params:
@@ -406,15 +380,11 @@ def step_record(step: StepConfig) -> dict:
     return record
 
 
-def step_fields():
-    return StepConfig.__pydantic_fields__.items()
-
-
 def add_step_flags(parser: argparse.ArgumentParser) -> None:
     """One flag per StepConfig field: `--batch-size`, `--no-train-attn`, ...; the
     default None means "keep params.yaml's value"."""
     group = parser.add_argument_group("training knobs (override params.yaml's step section)")
-    for name, info in step_fields():
+    for name, info in StepConfig.__pydantic_fields__.items():
         flag = "--" + (info.alias or name).replace("_", "-")
         if info.default is True:
             group.add_argument(f"--no-{name.replace('_', '-')}", dest=name,
@@ -437,20 +407,19 @@ def _flag_type(name: str, kind):
         try:
             value = kind(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"--{name.replace('_', '-')} must be "
-                                             f"{kind.__name__}, got {text!r}") from None
-        if kind is float and not math.isfinite(value):
-            raise argparse.ArgumentTypeError(f"--{name.replace('_', '-')} must be a finite "
-                                             f"number, got {text!r}")
+            value = None
+        if value is None or (kind is float and not math.isfinite(value)):
+            want = kind.__name__ if value is None else "a finite number"
+            raise argparse.ArgumentTypeError(f"--{name.replace('_', '-')} must be {want}, "
+                                             f"got {text!r}")
         return value
     return convert
 
 
 def step_from_flags(base: StepConfig, args: argparse.Namespace) -> StepConfig:
     """`base` with the flags the user gave (not None) replacing its fields."""
-    changes = {name: getattr(args, name) for name, _ in step_fields()
-               if getattr(args, name, None) is not None}
-    return override(base, **changes)
+    return override(base, **{name: getattr(args, name, None)
+                             for name in StepConfig.__pydantic_fields__})
 
 
 def override(cfg, **changes):

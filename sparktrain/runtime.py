@@ -1,26 +1,8 @@
 """The process set-up that must come before numpy loads: one `start()`.
 
-Every entry point (the `spark` and `spark-code` commands, the DVC stage
-package, the tools, the test suite) calls `start()` first; importing the
-package changes nothing. It does three things, once per process:
-
-- **The BLAS kernel family.** OpenBLAS picks its matrix kernels by CPU when it
-  is loaded, and kernels of different families sum floats in different orders,
-  so they give other bytes. When OPENBLAS_CORETYPE is unset and the CPU has
-  AVX2 + FMA, `choose` sets it to Haswell, which every such CPU runs; the
-  environment's own value is kept, `SPARK_BLAS_KERNEL=native` opts out. Child
-  processes (gradient workers, DVC stages, sweep points) inherit the variable.
-  `made_with` reads back the kernel that really runs (docs/portability.md).
-- **The BLAS thread pool.** The thread count decides how a matmul's sums are
-  split, so `pin` sets it in the environment (read when BLAS loads, and by
-  every child) and through threadpoolctl (pools already loaded);
-  `live_threads` reads it back for the records (docs/training.md, "Threads
-  and shards").
-- **The allocator.** glibc keeps freed blocks instead of unmapping them, so a
-  training step reuses its pages (`_keep_freed_memory`).
-
-`start` raises SparkError for a bad SPARK_BLAS_KERNEL / SPARK_BLAS_THREADS;
-the entry point turns it into one line and exit 2.
+Every entry point calls `start()` first (importing the package changes nothing): it
+picks the BLAS kernel family, pins the BLAS threads and keeps freed memory, once per
+process. See docs/portability.md (the kernel) and docs/training.md ("Threads and shards").
 """
 from __future__ import annotations
 
@@ -42,24 +24,21 @@ PORTABLE = "Haswell"               # AVX2 + FMA: every x86-64 CPU since 2013
 # choice (inherited) from a value the environment set.
 CHOSEN = "SPARK_BLAS_KERNEL_CHOSEN"
 X86 = ("x86_64", "amd64", "x86-64")
+THREADS_ENV = "SPARK_BLAS_THREADS"
+DEFAULT_THREADS = 1
+MAX_THREADS = 1024  # like SPARK_WORKERS: no machine we run on has more cores
+# What the BLAS and OpenMP builds numpy may load read at start-up.
+LIBRARY_ENV = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
+               "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")
 
 
 @dataclass(frozen=True)
 class Choice:
-    """How this process's kernel was decided. `source` is one of: portable (we
-    set Haswell), environment (OPENBLAS_CORETYPE came set), native (opted out),
-    preloaded (numpy was loaded before sparktrain), no-avx2, not-x86 (OpenBLAS
-    picks the CPU's own family), unknown-cpu (features not readable here)."""
+    """How this process's kernel was decided; `source` is one of portable, environment,
+    native, preloaded, no-avx2, not-x86, unknown-cpu (docs/portability.md's table)."""
     mode: str
     source: str
     coretype: str | None
-
-
-def requested_mode(environ=os.environ) -> str:
-    value = environ.get(KERNEL_ENV, "").strip().lower() or "portable"
-    if value not in MODES:
-        raise SparkError(f"{KERNEL_ENV}={environ.get(KERNEL_ENV)!r}: expected one of {', '.join(MODES)}")
-    return value
 
 
 def cpu_has_avx2_fma(cpuinfo: str | None = None) -> bool | None:
@@ -72,51 +51,43 @@ def cpu_has_avx2_fma(cpuinfo: str | None = None) -> bool | None:
             return None
     for line in cpuinfo.splitlines():
         if line.startswith("flags"):
-            flags = set(line.partition(":")[2].split())
-            return {"avx2", "fma"} <= flags
+            return {"avx2", "fma"} <= set(line.partition(":")[2].split())
     return None
 
 
 def choose(environ=os.environ, numpy_loaded: bool | None = None,
            machine: str | None = None, cpuinfo: str | None = None) -> Choice:
     """Decide the kernel before numpy loads; sets environ[CORETYPE] in portable mode."""
-    mode = requested_mode(environ)
-    if numpy_loaded is None:
-        numpy_loaded = "numpy" in sys.modules
+    mode = environ.get(KERNEL_ENV, "").strip().lower() or "portable"
+    if mode not in MODES:
+        raise SparkError(f"{KERNEL_ENV}={environ.get(KERNEL_ENV)!r}: expected one of "
+                         f"{', '.join(MODES)}")
     given = environ.get(CORETYPE) or None
     if given is not None:
-        ours = environ.get(CHOSEN) == given
-        return Choice(mode, "portable" if ours else "environment", given)
+        return Choice(mode, "portable" if environ.get(CHOSEN) == given else "environment", given)
     if mode == "native":
         return Choice(mode, "native", None)
+    if numpy_loaded is None:
+        numpy_loaded = "numpy" in sys.modules
     if numpy_loaded:
         return Choice(mode, "preloaded", None)
     if (machine or platform.machine()).lower() not in X86:
         return Choice(mode, "not-x86", None)
     has = cpu_has_avx2_fma(cpuinfo)
-    if has is None:
-        return Choice(mode, "unknown-cpu", None)
     if not has:
-        return Choice(mode, "no-avx2", None)
-    environ[CORETYPE] = PORTABLE
-    environ[CHOSEN] = PORTABLE
+        return Choice(mode, "unknown-cpu" if has is None else "no-avx2", None)
+    environ[CORETYPE] = environ[CHOSEN] = PORTABLE
     return Choice(mode, "portable", PORTABLE)
 
 
-def _numpy_blas(info: list[dict]) -> dict | None:
-    """numpy's own BLAS among the loaded libraries (another package may bring its own)."""
-    blas = [p for p in info if p.get("user_api") == "blas"]
-    ours = [p for p in blas if "numpy" in (p.get("filepath") or "").lower()]
-    return (ours or blas or [None])[0]
-
-
 def made_with() -> dict:
-    """What made the bytes: the running BLAS kernel family, numpy and BLAS versions.
-    The same on every machine that runs the same kernel and packages (no CPU model,
-    no path), so it can sit in a hashed output."""
+    """What made the bytes: the running BLAS kernel family, numpy and BLAS versions (no
+    CPU model, no path: the same wherever the same kernel runs, so it can be hashed)."""
     import numpy
 
-    lib = _numpy_blas(threadpool_info())
+    blas = [p for p in threadpool_info() if p.get("user_api") == "blas"]
+    ours = [p for p in blas if "numpy" in (p.get("filepath") or "").lower()]
+    lib = (ours or blas or [None])[0]  # numpy's own BLAS (another package may bring its own)
     if lib is None:
         return {"kernel": "none", "numpy": numpy.__version__, "blas": "none"}
     kernel = lib.get("architecture") or lib.get("threading_layer") or "unknown"
@@ -142,13 +113,6 @@ def note(choice: Choice, record: dict | None = None) -> str | None:
     return (f"{why}, so the portable {PORTABLE} kernel is not used; the "
             f"bytes belong to the {kernel} kernel family")
 
-THREADS_ENV = "SPARK_BLAS_THREADS"
-DEFAULT_THREADS = 1
-MAX_THREADS = 1024  # like SPARK_WORKERS: no machine we run on has more cores
-# What the BLAS and OpenMP builds numpy may load read at start-up.
-LIBRARY_ENV = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
-               "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")
-
 
 def requested_threads(environ=os.environ) -> int:
     """SPARK_BLAS_THREADS, else 1."""
@@ -171,14 +135,8 @@ def live_threads() -> int:
 
 
 def _keep_freed_memory() -> None:
-    """Let glibc keep freed blocks instead of unmapping them.
-
-    A training step allocates and frees tens of MB of activations. By default
-    glibc serves each large array with a fresh mmap and unmaps it when freed,
-    so every step pays page faults on first touch (about a quarter of the
-    large-scale step time here). Raising the mmap and trim thresholds makes
-    later steps reuse the same pages. No effect on results; no-op off glibc.
-    """
+    """glibc keeps freed blocks (mmap and trim thresholds raised), so a training step
+    reuses its pages instead of faulting fresh ones; no effect on results, no-op off glibc."""
     try:
         import ctypes
         libc = ctypes.CDLL("libc.so.6")
@@ -200,18 +158,16 @@ _STARTED: Started | None = None
 
 
 def start() -> Started:
-    """Choose the kernel, pin the threads, keep freed memory; once per process.
-
-    Call it before anything imports numpy. A later call returns the first one's
-    answer. A script that loaded numpy first still gets its threads pinned and a
-    note on stderr when the kernel is not the portable one."""
+    """Choose the kernel, pin the threads, keep freed memory; once per process (a later
+    call returns the first answer). Call it before anything imports numpy; a script
+    that loaded numpy first still gets its threads pinned, and a note when the kernel
+    is not the portable one. A bad SPARK_BLAS_KERNEL / SPARK_BLAS_THREADS: SparkError."""
     global _STARTED
     if _STARTED is None:
         kernel = choose()
-        if kernel.source == "preloaded":
-            line = note(kernel)
-            if line:
-                sys.stderr.write(f"spark: note: {line}\n")
+        line = note(kernel) if kernel.source == "preloaded" else None
+        if line:
+            sys.stderr.write(f"spark: note: {line}\n")
         threads = pin(requested_threads())
         _keep_freed_memory()
         _STARTED = Started(kernel, threads)

@@ -1,9 +1,6 @@
-"""The `spark` command.
-
-Each module of this folder registers one area's subcommands (a `register(sub)`
-function: cli/bc.py, cli/train.py, ...); this module only builds the parser, runs
-the chosen handler and turns the project's errors into one line + exit 2.
-Handlers import numpy and friends lazily so `spark --help` stays fast.
+"""The `spark` command: each module of this folder registers one area's subcommands
+(`register(sub)`); this one builds the parser, runs the chosen handler and turns the
+project's errors into one line + exit 2. Handlers import numpy lazily: `--help` stays fast.
 """
 from __future__ import annotations
 
@@ -17,18 +14,11 @@ from sparktrain import __version__
 from sparktrain.core.errors import SparkError, printable
 from sparktrain.core.textout import did_you_mean
 
-COMMAND_MODULES = (
-    "sparktrain.cli.bc",      # compile, dump
-    "sparktrain.cli.train",   # train, run, status
-    "sparktrain.cli.original",  # apply-step, code train (the original's commands)
-    "sparktrain.cli.bench",   # bench
-    "sparktrain.cli.eval",    # eval, generate, make-data, plot, compare
-    "sparktrain.cli.repro",   # repro-check
-    "sparktrain.cli.export",  # export, import
-    "sparktrain.cli.sweep",   # sweep
-)
-
-
+# bc: compile, dump; train: train, run, status; original: apply-step, code train (the
+# original's commands); bench; eval: eval, generate, make-data, plot, compare, repro-check;
+# export: export, import; sweep
+COMMAND_MODULES = tuple(f"sparktrain.cli.{name}" for name in (
+    "bc", "train", "original", "bench", "eval", "export", "sweep"))
 # One example per subcommand, shown as its --help's last line.
 EXAMPLES = {
     "compile": "spark compile data/programs/train-step.spark -o /tmp/step.sparkbc",
@@ -38,16 +28,14 @@ EXAMPLES = {
     "status": "spark status job-dry-001 --summary",
     "apply-step": "spark apply-step --sparkbc data/programs/train-step.sparkbc "
                   "--weights out/a/weights.safetensors --dataset data/train/dataset.jsonl",
-    "code": "spark code train --scale tiny",
-    "code train": "spark code train --scale tiny",
+    "code": "spark code train --scale tiny", "code train": "spark code train --scale tiny",
     "bench": "spark bench --scale tiny",
     "eval": "spark eval --weights out/train/job-dry-001/weights.safetensors "
             "--data data/eval/tiny_heldout.jsonl",
     "generate": "spark generate --weights out/train/job-dry-001/weights.safetensors 'hi'",
     "make-data": "spark make-data --out-dir /tmp/scale-data",
     "plot": "spark plot --checkpoint out/train/job-dry-001/checkpoint.json -o /tmp/loss.png",
-    "compare": "spark compare --last 4",
-    "repro-check": "spark repro-check",
+    "compare": "spark compare --last 4", "repro-check": "spark repro-check",
     "export": "spark export --to gguf /tmp/model.gguf "
               "--weights out/train/job-dry-001/weights.safetensors",
     "import": "spark import --from hf --out out/imported /path/to/hf-folder",
@@ -85,12 +73,10 @@ def _add_examples(parser, prefix: str = "") -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
-        prog="spark",
-        description="Compile, inspect and run SPARK_BC training programs; train, "
-                    "evaluate and sample tiny transformer LMs with numpy.",
-        epilog="`spark --run-bc PROGRAM.sparkbc` is an alias of `spark run PROGRAM.sparkbc`.",
-    )
+    parser = _Parser(prog="spark", description="Compile, inspect and run SPARK_BC training "
+                     "programs; train, evaluate and sample tiny transformer LMs with numpy.",
+                     epilog="`spark --run-bc PROGRAM.sparkbc` is an alias of `spark run "
+                     "PROGRAM.sparkbc`.")
     parser.add_argument("--version", action="version", version=f"spark {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name in COMMAND_MODULES:
@@ -103,10 +89,9 @@ def _as_spark_code(parser: argparse.ArgumentParser) -> None:
     """`spark-code ...` runs `spark code ...`: its help and errors name `spark-code`."""
     code = subcommands(parser)["code"]
     code.prog = "spark-code"
-    for name, child in subcommands(code).items():
-        child.prog = f"spark-code {name}"
+    for name, child in [("", code), *subcommands(code).items()]:
+        child.prog = f"spark-code {name}".rstrip()
         child.epilog = child.epilog and child.epilog.replace("spark code ", "spark-code ")
-    code.epilog = code.epilog and code.epilog.replace("spark code ", "spark-code ")
 
 
 def main(argv: list[str] | None = None, *, spark_code: bool = False) -> int:

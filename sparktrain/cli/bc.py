@@ -10,17 +10,16 @@ from sparktrain.core.textout import printable_lines
 
 
 def register(sub) -> None:
-    p = sub.add_parser("compile", help="compile a .spark source to SPARK_BC bytes",
-                       description="Compile a .spark source to a .sparkbc program "
-                                   "(byte-exact; see docs/sparkbc.md).")
+    p = sub.add_parser("compile", help="compile a .spark source to SPARK_BC bytes", description=(
+        "Compile a .spark source to a .sparkbc program (byte-exact; see docs/sparkbc.md)."))
     p.add_argument("source", metavar="SRC", help=".spark source file")
     p.add_argument("-o", "--output", metavar="OUT",
                    help="output .sparkbc file (default: SRC with the .sparkbc suffix)")
     p.set_defaults(func=cmd_compile)
 
-    p = sub.add_parser("dump", help="disassemble a .sparkbc program",
-                       description="List a .sparkbc program: header, sections, string and "
-                                   "const pools, xrefs, code, train jobs.")
+    p = sub.add_parser("dump", help="disassemble a .sparkbc program", description="List a "
+                       ".sparkbc program: header, sections, string and const pools, xrefs, code, "
+                       "train jobs.")
     p.add_argument("file", metavar="FILE", help=".sparkbc file")
     p.add_argument("--json", action="store_true", help="print the same facts as canonical JSON")
     p.set_defaults(func=cmd_dump)
@@ -35,18 +34,15 @@ def read_source(path: str | os.PathLike) -> str:
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as err:
-        before = raw[:err.start]
-        line = before.count(b"\n") + 1
-        col = len(before) - (before.rfind(b"\n") + 1) + 1
-        raise SourceError(f"not UTF-8 text (byte offset {err.start})",
-                          os.fspath(path), line, col) from None
+        before = raw[:err.start]  # the column: bytes since the last newline, from 1
+        raise SourceError(f"not UTF-8 text (byte offset {err.start})", os.fspath(path),
+                          before.count(b"\n") + 1, len(before) - before.rfind(b"\n")) from None
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
     from sparktrain.bc.compiler import compile_source
     from sparktrain.core.errors import SparkError
     from sparktrain.core.fsutil import atomic_write_bytes, sha256_bytes
-
     from sparktrain.core.gate import check_output
 
     out = Path(args.output) if args.output else Path(args.source).with_suffix(".sparkbc")

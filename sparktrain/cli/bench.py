@@ -11,12 +11,12 @@ OPTIMIZERS = tuple(StepConfig.__pydantic_fields__["optimizer"].annotation.__args
 
 
 def register(sub) -> None:
-    p = sub.add_parser(
-        "bench", help="time training micro-steps and report model FLOP/s utilisation",
-        description="Time loss_and_grads + the update on synthetic full-length batches and "
-                    "report tokens/s and model FLOP/s over the float32 matmul peak of this "
-                    "process. With --params FILE, the job of that params file: its scale, "
-                    "vocabulary, batch, optimizer, clip, schedule and shards (flags override).")
+    p = sub.add_parser("bench", help="time training micro-steps and report model FLOP/s "
+                       "utilisation", description=(
+        "Time loss_and_grads + the update on synthetic full-length batches and report tokens/s "
+        "and model FLOP/s over the float32 matmul peak of this process. With --params FILE, the "
+        "job of that params file: its scale, vocabulary, batch, optimizer, clip, schedule and "
+        "shards (flags override)."))
     p.add_argument("--scale", default=None,
                    help=f"a built-in scale ({', '.join(SCALES)}) or a row of --params' "
                         f"scales (default: --params' scale, else tiny)")
@@ -53,16 +53,17 @@ def _bench(args) -> int:
     import dataclasses
 
     from sparktrain.core.fsutil import canonical_json
+    from sparktrain.model.device import resolve
+    from sparktrain.params import load_params, load_params_or_defaults, model_config, override
     from sparktrain.train.bench import (BENCH_LR, DEFAULT_BATCH, WARMUP_STEPS, format_report,
                                         grind_note, plain_sgd, run_bench, run_scaling,
                                         stderr_line, stderr_progress)
-    from sparktrain.model.device import resolve
-    from sparktrain.params import StepConfig, load_params, override, scale_config
     from sparktrain.train.optim import JobUpdates
 
     job = load_params(args.params) if args.params else None
     scale = args.scale or (job.scale if job else "tiny")
-    cfg = scale_config(scale, args.params)
+    # the built-in scales and those of --params (default: ./params.yaml when it exists)
+    cfg = model_config(scale, (job or load_params_or_defaults()).scales)
     vocab = args.vocab or (job.vocab_size if job and job.tokenizer == "bpe" else None)
     if vocab:
         cfg = dataclasses.replace(cfg, vocab=vocab).validate()

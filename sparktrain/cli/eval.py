@@ -1,7 +1,5 @@
-"""`spark eval`, `spark generate`, `spark make-data`, `spark plot`, `spark compare`.
-
-Handlers import numpy and the model lazily so `spark --help` stays fast.
-"""
+"""`spark eval`, `spark generate`, `spark make-data`, `spark plot`; `spark compare` and
+`spark repro-check`, which read the DVC pipeline's records."""
 from __future__ import annotations
 
 import json
@@ -9,6 +7,7 @@ import math
 import os
 import sys
 
+from sparktrain.core.errors import SparkError, printable
 from sparktrain.eval.headline import HEADLINE_KEYS
 from sparktrain.model.device import DEVICES
 from sparktrain.core.textout import printable_lines
@@ -21,8 +20,8 @@ DEVICE_HELP = ("where the forward passes run: cpu (default, numpy), cuda or mps 
 
 def register(sub) -> None:
     p = sub.add_parser("eval", help="held-out metrics of a weights file on a JSONL dataset",
-                       description="Loss, perplexity, next-token accuracy, copy recall and "
-                                   "exact match (greedy generation) on a held-out JSONL file.")
+                       description="Loss, perplexity, next-token accuracy, copy recall and exact "
+                       "match (greedy generation) on a held-out JSONL file.")
     p.add_argument("--weights", required=True, help="weights.safetensors written by training")
     p.add_argument("--data", required=True, help="held-out JSONL (chat or prompt/completion rows)")
     p.add_argument("--json", action="store_true", help="print canonical JSON instead of a table")
@@ -37,7 +36,7 @@ def register(sub) -> None:
 
     p = sub.add_parser("generate", help="continue a prompt with a trained model",
                        description="Greedy (temperature 0) or sampled continuation, stopping at "
-                                   "EOS or after --max-new bytes.")
+                       "EOS or after --max-new bytes.")
     p.add_argument("--weights", required=True, help="weights.safetensors written by training")
     p.add_argument("--max-new", type=int, default=64,
                    help="most tokens (bytes for a byte model) to generate (default 64, "
@@ -53,32 +52,28 @@ def register(sub) -> None:
     p.add_argument("prompt", help="the user text (a corpus model: the text to continue)")
     p.set_defaults(func=cmd_generate)
 
-    p = sub.add_parser("make-data", help="write the generated task-family datasets",
-                       description="Write data/train/dataset_scale.jsonl and "
-                                   "data/eval/scale_heldout.jsonl (copy, reverse, upper, next, "
-                                   "lookup); the same seed gives byte-identical files.")
+    p = sub.add_parser("make-data", help="write the generated task-family datasets", description=(
+        "Write data/train/dataset_scale.jsonl and data/eval/scale_heldout.jsonl (copy, reverse, "
+        "upper, next, lookup); the same seed gives byte-identical files."))
     p.add_argument("--out-dir", default=".", help="project root to write under (default .)")
     p.add_argument("--seed", type=int, default=None, help="generator seed (default 0)")
     p.set_defaults(func=cmd_make_data)
 
-    p = sub.add_parser("plot", help="draw a checkpoint's loss curve as a PNG",
-                       description="Training loss per outer pass (blue) and, with --eval, "
-                                   "the held-out loss (red), titled with the checkpoint's job "
-                                   "and scale.")
+    p = sub.add_parser("plot", help="draw a checkpoint's loss curve as a PNG", description=(
+        "Training loss per outer pass (blue) and, with --eval, the held-out loss (red), titled "
+        "with the checkpoint's job and scale."))
     p.add_argument("--checkpoint", required=True, help="out/train/JOB/checkpoint.json")
     p.add_argument("--eval", default=None,
                    help="eval JSON whose loss is drawn at the last outer pass")
     p.add_argument("-o", "--out", required=True, help="PNG file to write")
     p.set_defaults(func=cmd_plot)
 
-    p = sub.add_parser("compare", help="the loss curves of DVC experiments on one figure",
-                       description="Training and held-out loss of the chosen experiments "
-                                   "(default: every experiment of the workspace, as `dvc exp "
-                                   "show` lists them, or a subset: --where, --last) on one "
-                                   "PNG, the runs numbered, each legend entry naming the params "
-                                   "that differ, and the same as a table that fits 80 "
-                                   "columns. Reads the experiments' committed outputs from "
-                                   "the DVC cache; works offline.")
+    p = sub.add_parser("compare", description=(
+        "Training and held-out loss of the chosen experiments (default: every experiment of the "
+        "workspace, as `dvc exp show` lists them, or a subset: --where, --last) on one PNG, the "
+        "runs numbered, each legend entry naming the params that differ, and the same as a table "
+        "that fits 80 columns. Reads the experiments' committed outputs from the DVC cache; works "
+        "offline."), help="the loss curves of DVC experiments on one figure")
     p.add_argument("experiments", nargs="*", metavar="EXP",
                    help="experiment names or revs (a baseline by its branch name)")
     p.add_argument("--where", action="append", default=[], metavar="KEY=VALUE",
@@ -92,25 +87,28 @@ def register(sub) -> None:
                         "from any subfolder)")
     p.set_defaults(func=cmd_compare)
 
+    p = sub.add_parser(
+        "repro-check", help="dvc repro --force, then compare dvc.lock with the committed one",
+        description="The reproducibility check to copy into CI. Exit 0 when every output "
+                    "hash in dvc.lock is reproduced (or only float outputs moved, within "
+                    "the tolerance: BLAS kernels differ between CPU families) and `dvc "
+                    "status` is clean; 1 when something moved; 2 for a usage mistake.")
+    p.add_argument("--tolerance", type=float, default=1e-4,
+                   help="relative tolerance for numbers in drifted float outputs (default 1e-4)")
+    p.set_defaults(func=cmd_repro_check)
 
-# ------------------------------------------------------------------ helpers
 
 def _read_json(path, what: str):
     from sparktrain.core.fsutil import read_input
-
     from sparktrain.core.safeload import load_json
 
     return load_json(read_input(path, what), f"{what} {path}")
 
 
 def _positive(value: int, flag: str) -> None:
-    from sparktrain.core.errors import SparkError
-
     if value < 1:
         raise SparkError(f"{flag} must be at least 1, got {value}")
 
-
-# ------------------------------------------------------------------ handlers
 
 def _on_device(args, params):
     """The weights on --device (host float32 on disk whatever device wrote them);
@@ -124,14 +122,13 @@ def _on_device(args, params):
 
 
 def cmd_eval(args) -> int:
+    from sparktrain.core.fsutil import canonical_json, write_json
+    from sparktrain.core.gate import check_output
+    from sparktrain.data.pairs import read_pairs
+    from sparktrain.data.pairs_score import evaluate
     from sparktrain.data.source import trained_on
     from sparktrain.data.tokenizer import tokenizer_for
-    from sparktrain.core.errors import SparkError
-    from sparktrain.data.pairs_score import evaluate
     from sparktrain.model.weights import load_model
-    from sparktrain.core.fsutil import canonical_json, write_json
-    from sparktrain.data.pairs import read_pairs
-    from sparktrain.core.gate import check_output
 
     _positive(args.batch_size, "--batch-size")
     if args.max_new is not None:
@@ -155,10 +152,7 @@ def cmd_eval(args) -> int:
     result.update(data=str(args.data), data_sha256=data_sha256, weights=str(args.weights))
     if out is not None:
         write_json(out, result)
-    if args.json:
-        sys.stdout.write(canonical_json(result))
-    else:
-        sys.stdout.write(printable_lines(format_table(result)))
+    sys.stdout.write(canonical_json(result) if args.json else printable_lines(format_table(result)))
     return 0
 
 
@@ -171,14 +165,12 @@ def format_table(m: dict) -> str:
     for key in (k for k in HEADLINE_KEYS if k in m):
         extra = f"  ({m['n_copy_probes']} copy probes)" if key == "copy_recall" else ""
         lines.append(f"  {key:<20} {num(m[key])}{extra}")
-    lines.append("")
-    lines.append(f"  {'family':<10} {'n':>5} {'loss':>8} {'acc':>7} {'exact':>7}")
+    lines += ["", f"  {'family':<10} {'n':>5} {'loss':>8} {'acc':>7} {'exact':>7}"]
     for name, f in m["families"].items():
         lines.append(f"  {name:<10} {f['n']:>5} {f['loss']:>8.4f} "
                      f"{f['next_token_accuracy']:>7.3f} {f['exact_match']:>7.3f}")
     if m["samples"]:
-        lines.append("")
-        lines.append("  samples (prompt -> expected | generated):")
+        lines += ["", "  samples (prompt -> expected | generated):"]
         for s in m["samples"]:
             lines.append(f"    {json.dumps(s['prompt'])} -> {json.dumps(s['expected'])} | "
                          f"{json.dumps(s['generated'])}")
@@ -197,7 +189,6 @@ def _cap_max_new(value: int) -> int:
 def cmd_generate(args) -> int:
     from sparktrain.data.source import trained_on
     from sparktrain.data.tokenizer import tokenizer_for
-    from sparktrain.core.errors import SparkError, printable
     from sparktrain.eval.generate import continue_text, corpus_context, generate, prompt_context
     from sparktrain.model.build import build_model
     from sparktrain.model.weights import load_model
@@ -233,7 +224,6 @@ def cmd_generate(args) -> int:
 
 
 def cmd_make_data(args) -> int:
-    from sparktrain.core.errors import SparkError
     from sparktrain.data.tasks import DEFAULT_SEED, write_scale_data
 
     seed = DEFAULT_SEED if args.seed is None else args.seed
@@ -247,9 +237,8 @@ def cmd_make_data(args) -> int:
 
 
 def cmd_plot(args) -> int:
-    from sparktrain.core.errors import SparkError
-    from sparktrain.eval.plot import heldout_points, scale_label, write_loss_png
     from sparktrain.core.gate import check_output
+    from sparktrain.eval.plot import heldout_points, scale_label, write_loss_png
 
     out = check_output(args.out, "png", (args.checkpoint, args.eval))
     ckpt = _read_json(args.checkpoint, "checkpoint")
@@ -261,9 +250,8 @@ def cmd_plot(args) -> int:
         if isinstance(loss, bool) or not isinstance(loss, (int, float)) or not math.isfinite(loss):
             raise SparkError(f"checkpoint {args.checkpoint}: loss_curve[{i}] has no finite "
                              "'loss' number")
-    heldout = None
-    if args.eval:
-        heldout = heldout_points(_read_json(args.eval, "eval file"), curve, args.eval)
+    heldout = heldout_points(_read_json(args.eval, "eval file"), curve, args.eval) \
+        if args.eval else None
     job = ckpt.get("job") if isinstance(ckpt.get("job"), str) else None
     write_loss_png(out, curve, heldout, job=job, scale=scale_label(ckpt.get("arch")))
     print(f"wrote {args.out}")
@@ -271,12 +259,12 @@ def cmd_plot(args) -> int:
 
 
 def cmd_compare(args) -> int:
-    from sparktrain.eval.compare.plot import write_png
-    from sparktrain.eval.compare.runs import as_json, compare
-    from sparktrain.eval.compare.table import format_table
     from sparktrain.core.fsutil import canonical_json
     from sparktrain.core.gate import check_output
     from sparktrain.core.project import out_path
+    from sparktrain.eval.compare.plot import write_png
+    from sparktrain.eval.compare.runs import as_json, compare
+    from sparktrain.eval.compare.table import format_table
 
     args.out = args.out or os.path.relpath(out_path("compare.png"))
     out = check_output(args.out, "png")
@@ -292,3 +280,11 @@ def cmd_compare(args) -> int:
         sys.stdout.write(printable_lines(format_table(sweep)))
         print(f"\nwrote {args.out}")
     return 0
+
+
+def cmd_repro_check(args) -> int:
+    from sparktrain.repro.check import check
+
+    if not args.tolerance >= 0:
+        raise SparkError(f"--tolerance must be >= 0, got {args.tolerance}")
+    return check(args.tolerance)

@@ -3,13 +3,10 @@ from __future__ import annotations
 
 import importlib
 
-# The format -> its writer (module, function), imported when used so `--help` stays
-# fast; a writer returns the names of the files it wrote into a folder, or None
-# for a single file. A new format is one row here and its module under export/.
+# The format -> its writer (module, function), imported when used; a writer returns the
+# names of the files it wrote into a folder, or None for a single file.
 WRITERS = {"hf": ("sparktrain.export.hf", "export_hf"),
            "gguf": ("sparktrain.export.gguf", "export_gguf")}
-FORMATS_OUT = tuple(WRITERS)
-FORMATS_IN = ("hf",)
 
 
 def register(sub) -> None:
@@ -19,7 +16,7 @@ def register(sub) -> None:
                     "that transformers loads as LlamaForCausalLM (config, model.safetensors, "
                     "tokenizer); --to gguf writes one file llama.cpp runs.")
     p.add_argument("out", metavar="OUT", help="output folder (hf) or .gguf file (gguf)")
-    p.add_argument("--to", required=True, choices=FORMATS_OUT, help="the format to write")
+    p.add_argument("--to", required=True, choices=tuple(WRITERS), help="the format to write")
     p.add_argument("--weights", required=True, help="Spark weights.safetensors to export")
     p.add_argument("--tokenizer", default=None,
                    help="tokenizer.json the model was trained with (default: the job's "
@@ -34,7 +31,7 @@ def register(sub) -> None:
         description="Read a Llama-compatible Hugging Face folder (config.json + "
                     "model.safetensors) and write Spark weights, a base for further training.")
     p.add_argument("folder", metavar="DIR", help="the Hugging Face model folder")
-    p.add_argument("--from", dest="source", required=True, choices=FORMATS_IN,
+    p.add_argument("--from", dest="source", required=True, choices=("hf",),
                    help="the format to read")
     p.add_argument("--out", required=True, help="Spark weights file to write")
     p.add_argument("--force", action="store_true", help="replace --out when it exists")
@@ -56,8 +53,7 @@ def _export(args) -> int:
 def _import(args) -> int:
     from sparktrain.export.hf import import_hf
 
-    meta = import_hf(args.folder, args.out, args.force)
-    arch = meta["arch"]
+    arch = import_hf(args.folder, args.out, args.force)["arch"]
     print(f"wrote {args.out}: dim {arch['dim']}, {arch['n_layer']} layers, "
           f"{arch['n_head']} heads, {arch['n_kv_head']} kv heads, seq_len {arch['seq_len']}")
     return 0

@@ -1,13 +1,6 @@
-"""The original project's command lines, working here as written (docs/compat.md).
-
-- `spark apply-step --sparkbc P --weights W --dataset D ...`: one STEP on a
-  weights file, created or updated in place (the original `apply_step.py`);
-- `spark code train --scale S [--device auto|cpu|cuda|mps]` (also `spark-code train`):
-  train the Spark-coder recipe of a scale (data/programs/coder-recipes.yaml) and say
-  what it learned (sparktrain/eval/learned.py).
-
-Both are thin fronts over the calls `spark train` makes, so the same inputs give
-the same bytes.
+"""The original project's command lines, working here as written (docs/compat.md):
+`spark apply-step` (the original `apply_step.py`) and `spark code train` (`spark-code`),
+thin fronts over the calls `spark train` makes, so the same inputs give the same bytes.
 """
 from __future__ import annotations
 
@@ -23,18 +16,18 @@ from sparktrain.cli.train import ARCH, add_train_flags
 def register(sub) -> None:
     # here, not at the top: they load numpy, and `spark-code` imports this module
     # before runtime.start() chooses the BLAS kernel
+    from sparktrain.core.argtypes import name_arg
     from sparktrain.model.config import scale_names
     from sparktrain.model.device import DEVICES
 
     p = sub.add_parser(
         "apply-step", help="one STEP on a weights file, created or updated in place "
-                           "(the original apply_step.py)",
-        description="Train --weights (created, or used as the base and replaced when it "
-                    "exists) on --dataset, salted by --sparkbc. Prints one JSON line; exit 0 "
-                    "only when the run really trained (loss fell, trained=true, "
-                    "not_sgd=false), else 2.")
-    p.add_argument("--sparkbc", required=True, help="the program whose sha256 salts init and "
-                                                    "is recorded")
+                           "(the original apply_step.py)", description=(
+        "Train --weights (created, or used as the base and replaced when it exists) on --dataset, "
+        "salted by --sparkbc. Prints one JSON line; exit 0 only when the run really trained (loss "
+        "fell, trained=true, not_sgd=false), else 2."))
+    p.add_argument("--sparkbc", required=True,
+                   help="the program whose sha256 salts init and is recorded")
     p.add_argument("--weights", required=True,
                    help="DIR/weights.safetensors to create, or to update in place")
     p.add_argument("--checkpoint", default=None,
@@ -50,35 +43,24 @@ def register(sub) -> None:
                           description="The Spark-coder commands (also `spark-code ...`).")
     code_sub = code.add_subparsers(dest="code_command", metavar="COMMAND",
                                    parser_class=sub._parser_class)
-    t = code_sub.add_parser("train", help="train the Spark-coder job at a scale",
-                            description="Train a Spark-coder recipe (data/programs/"
-                                        "coder-recipes.yaml: tokenizer, vocabulary, optimizer, "
-                                        "schedule, batch and passes made for code), then print "
-                                        "the held-out bits per byte beside zlib-9 and lzma-9e "
-                                        "and completions of fixed prompts.")
+    t = code_sub.add_parser("train", help="train the Spark-coder job at a scale", description=(
+        "Train a Spark-coder recipe (data/programs/coder-recipes.yaml: tokenizer, vocabulary, "
+        "optimizer, schedule, batch and passes made for code), then print the held-out bits per "
+        "byte beside zlib-9 and lzma-9e and completions of fixed prompts."))
     which = t.add_mutually_exclusive_group()
-    from sparktrain.core.argtypes import name_arg
-
     which.add_argument("--scale", default=None, type=name_arg,
                        help=f"the recipe of a scale ({scale_names()}; default tiny)")
     which.add_argument("--params", default=None, metavar="FILE",
                        help="train this params file instead (the schema of params.yaml)")
     t.add_argument("--device", default="auto", choices=DEVICES,
                    help="auto (default): the GPU PyTorch sees (the gpu extra), else the CPU, "
-                        "saying which; cpu: numpy, the reference bytes; cuda or mps "
-                        "(docs/gpu.md)")
+                        "saying which; cpu: numpy, the reference bytes; cuda or mps (docs/gpu.md)")
     t.add_argument("--shards", type=int, default=None,
                    help="fixed gradient shards per micro-step, computed by one worker "
                         "process per core; the bytes depend on it, not on the cores "
                         "(default: the recipe's step.shards)")
     t.set_defaults(func=cmd_code_train)
-    code.set_defaults(func=lambda args: _usage(code))
-
-
-def _usage(parser) -> int:
-    """`spark code` with no subcommand: its help, exit 2 (a usage mistake)."""
-    parser.print_help()
-    return 2
+    code.set_defaults(func=lambda args: code.print_help() or 2)  # no subcommand: a usage mistake
 
 
 def _job_folder(args) -> Path:
@@ -116,9 +98,9 @@ def _arch_from_base(args, weights: Path) -> None:
 def cmd_apply_step(args) -> int:
     from dataclasses import replace
 
+    from sparktrain.cli.train import resolve_configs, run_and_record
     from sparktrain.core.fsutil import sha256_file
     from sparktrain.train import outputs
-    from sparktrain.cli.train import resolve_configs, run_and_record
     from sparktrain.train.job import adhoc_job, read_program
 
     folder = _job_folder(args)
@@ -128,9 +110,9 @@ def cmd_apply_step(args) -> int:
         outputs.lock_job(folder)
     if weights.exists():
         _arch_from_base(args, weights)
-    job = adhoc_job(args.dataset, folder.as_posix(), weights.as_posix() if weights.exists()
-                    else None)
-    job = replace(job, program=args.sparkbc, sparkbc_sha256=sha256_file(args.sparkbc))
+    job = replace(adhoc_job(args.dataset, folder.as_posix(),
+                            weights.as_posix() if weights.exists() else None),
+                  program=args.sparkbc, sparkbc_sha256=sha256_file(args.sparkbc))
     knobs, step, cfg, heldout = resolve_configs(args, None, default_params=False)
     labels = {k: v for k, v in (("source", args.source), ("command", args.command_label))
               if v is not None}
@@ -146,16 +128,16 @@ def cmd_apply_step(args) -> int:
 
 
 def cmd_code_train(args) -> int:
+    from sparktrain.cli.train import run_and_record
     from sparktrain.data.source import prepare_job, source_for
     from sparktrain.eval.learned import learned, learned_text
-    from sparktrain.train.bench import grind_note
     from sparktrain.model.device import resolve as resolve_device
-    from sparktrain.params import load_params, load_recipe, override
-    from sparktrain.cli.train import run_and_record
-    from sparktrain.train.job import job_from_program
-    from sparktrain.train.plan import preflight
     from sparktrain.model.parallel import default_workers
+    from sparktrain.params import load_params, load_recipe, override
+    from sparktrain.train.bench import grind_note
+    from sparktrain.train.job import job_from_program
     from sparktrain.train.outputs import lock_job
+    from sparktrain.train.plan import preflight
 
     knobs = load_params(args.params) if args.params else load_recipe(args.scale or "tiny")
     step = override(knobs.step, shards=args.shards, device=args.device)

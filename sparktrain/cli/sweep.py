@@ -51,18 +51,17 @@ def cmd_sweep(args) -> int:
         raise SparkError(f"spark sweep needs Dask distributed ({err.name} is missing): "
                          f"pip install 'sparktrain[sweep]'") from None
     from sparktrain.core.fsutil import canonical_json, write_json
+    from sparktrain.core.gate import check_output
+    from sparktrain.core.progress import Progress
+    from sparktrain.core.project import find_root
     from sparktrain.sweep.compare import format_table
 
     if args.scheduler and args.workers:
         raise SparkError("--workers sizes the LocalCluster; with --scheduler the cluster "
                          "has its own workers")
-    from sparktrain.core.progress import Progress
-    from sparktrain.core.project import find_root
 
     def say(line: str) -> None:
         print(f"sweep: {printable(line)}", file=sys.stderr, flush=True)
-
-    from sparktrain.core.gate import check_output
 
     root = find_root()
     out = args.out or os.path.relpath(root / "out" / "sweep.json")

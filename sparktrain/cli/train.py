@@ -1,4 +1,5 @@
-"""`spark train`, `spark run` (alias `spark --run-bc`) and `spark status`."""
+"""`spark train`, `spark run` (alias `spark --run-bc`) and `spark status`, and what they tell
+a person beyond their JSON (see docs/outputs.md, "failed.json")."""
 from __future__ import annotations
 
 import argparse
@@ -11,8 +12,6 @@ from sparktrain.core.errors import SparkError
 
 ARCH = (("--dim", "dim"), ("--n-layer", "n_layer"), ("--n-head", "n_head"),
         ("--n-kv-head", "n_kv_head"), ("--seq-len", "seq_len"))
-
-
 # What --params defaults to, per command (resolve_configs' default_params).
 PARAMS_DEFAULT = {"train": "none: every knob's default, then the flags",
                   "run": "./params.yaml when it exists",
@@ -20,13 +19,12 @@ PARAMS_DEFAULT = {"train": "none: every knob's default, then the flags",
 
 
 def add_train_flags(p: argparse.ArgumentParser, command: str) -> None:
+    from sparktrain.core.argtypes import name_arg
     from sparktrain.model.config import scale_names
     from sparktrain.params import add_step_flags
 
     add_step_flags(p)
     a = p.add_argument_group("architecture")
-    from sparktrain.core.argtypes import name_arg
-
     a.add_argument("--scale", default=None, type=name_arg,
                    help=f"a built-in scale ({scale_names()}) or a row of params.yaml's "
                         "scales (default: params.yaml's scale, else tiny)")
@@ -41,15 +39,12 @@ def add_train_flags(p: argparse.ArgumentParser, command: str) -> None:
 
 def register(sub) -> None:
     p = sub.add_parser("train", help="train a job with numpy SGD (the STEP of a program)",
-                       description="Train a job: either the TRAIN of a program "
-                                   "(--program P.sparkbc --job ID) or a dataset directly "
-                                   "(--dataset D --out DIR [--base W.safetensors]). "
-                                   "The initial weights are drawn from --seed salted with the "
-                                   "program's sha256 (docs/training.md, \"Init\"): --dataset "
-                                   "alone has no program, so it starts from other weights than "
-                                   "the pipeline (or --program) with the same knobs, and ends "
-                                   "with other losses and bytes; --program P --job ID gives "
-                                   "the pipeline's.")
+        description="Train a job: either the TRAIN of a program (--program P.sparkbc --job ID) "
+        "or a dataset directly (--dataset D --out DIR [--base W.safetensors]). The initial "
+        "weights are drawn from --seed salted with the program's sha256 (docs/training.md, "
+        "\"Init\"): --dataset alone has no program, so it starts from other weights than the "
+        "pipeline (or --program) with the same knobs, and ends with other losses and bytes; "
+        "--program P --job ID gives the pipeline's.")
     p.add_argument("--program", help="compiled .sparkbc program")
     p.add_argument("--job", help="job id of a TRAIN in the program")
     p.add_argument("--dataset", help="JSONL dataset (without --program)")
@@ -59,17 +54,16 @@ def register(sub) -> None:
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("run", help="execute a .sparkbc program (TRAIN, STEP, TRAIN_STATUS, ...)",
-                       description="Execute a SPARK_BC program directly: MODEL, LET, PRINT, HALT, "
-                                   "TRAIN (dry accept), STEP (SGD) and TRAIN_STATUS. One JSON "
-                                   "line per train op on stdout. Knobs come from params.yaml "
-                                   "when present; flags override.")
+        description="Execute a SPARK_BC program directly: MODEL, LET, PRINT, HALT, TRAIN (dry "
+        "accept), STEP (SGD) and TRAIN_STATUS. One JSON line per train op on stdout. Knobs come "
+        "from params.yaml when present; flags override.")
     p.add_argument("program", help="compiled .sparkbc program")
     add_train_flags(p, "run")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("status", help="print a job's real state as JSON",
-                       description="Print the state of out/train/JOB (declared, trained, failed) "
-                                   "with its losses, eval metrics and timings.")
+        description="Print the state of out/train/JOB (declared, trained, failed) with its "
+        "losses, eval metrics and timings.")
     p.add_argument("job", nargs="?", default=None,
                    help="job id, or a job folder (default: params.yaml's job)")
     p.add_argument("--summary", action="store_true",
@@ -80,9 +74,8 @@ def register(sub) -> None:
 def resolve_configs(args, params_path: str | None, default_params: bool):
     """(params or defaults, StepConfig, ModelConfig, held-out file or None) from
     defaults < params.yaml < flags."""
-    from sparktrain.params import load_params_or_defaults, model_config, step_from_flags
-
     from sparktrain.model.device import resolve as resolve_device
+    from sparktrain.params import load_params_or_defaults, model_config, step_from_flags
 
     knobs = load_params_or_defaults(params_path, default_file=default_params)
     step = step_from_flags(knobs.step, args)
@@ -107,8 +100,6 @@ def cmd_train(args) -> int:
             raise SparkError("give --program P.sparkbc --job ID, or --dataset D --out DIR")
         job = adhoc_job(args.dataset, args.out, args.base)
     knobs, step, cfg, heldout = resolve_configs(args, args.params, default_params=False)
-    from sparktrain.cli.report import knobs_line
-
     first = knobs_line(args.params, step, cfg, heldout)
     prepare_streamed(job, knobs, step, cfg, heldout)
     print(json.dumps(run_and_record(job, knobs, step, cfg, heldout=heldout, first_line=first),
@@ -132,13 +123,15 @@ def run_and_record(job, knobs, step, cfg, labels: dict | None = None,
                    heldout: str | None = None, first_line: str | None = None) -> dict:
     """STEP `job` on its data source (`knobs`: the params or defaults it reads; a
     failure is recorded beside the previous outputs, then raised); the one-line
-    JSON summary every train command prints."""
-    from sparktrain.cli.report import lines_after
+    JSON summary every train command prints. The loop's lines go to stderr, `first_line`
+    before them (a bad input, refused before training, stays the only line); on a
+    terminal, the loop's bar (train/live.py)."""
     from sparktrain.data.source import source_for
     from sparktrain.train.attempt import step_job
+    from sparktrain.train.live import StderrLines
 
     result = step_job(job, step, cfg, source_for(job.dataset, knobs, heldout),
-                      labels=labels, progress=lines_after(first_line))
+                      labels=labels, progress=StderrLines(first_line))
     c = result.checkpoint
     return {"op": "STEP", "job": c["job"], "state": "trained", "trained": True,
             "not_sgd": c["not_sgd"], "step_n": c["step_n"], "loss_before": c["loss_before"],
@@ -149,10 +142,10 @@ def run_and_record(job, knobs, step, cfg, labels: dict | None = None,
 
 def cmd_run(args) -> int:
     from sparktrain.bc.vm import execute
-    from sparktrain.data.source import source_for
     from sparktrain.core.jobfiles import check_job_id
-    from sparktrain.train.job import job_from_train, read_program
+    from sparktrain.data.source import source_for
     from sparktrain.train import outputs
+    from sparktrain.train.job import job_from_train, read_program
     from sparktrain.train.plan import dry_accept
 
     program = read_program(args.program)
@@ -169,15 +162,14 @@ def cmd_run(args) -> int:
 
     def on_train(ins, ops):
         job = job_from_train(args.program, *ops)
-        job_id = job.id
-        declared[job_id] = job
+        declared[job.id] = job
         plan = dry_accept(job, cfg, step.batch_size, source_for(job.dataset, knobs, heldout))
-        line = {"op": "TRAIN", "job": job_id, "state": "declared", "trained": False,
-                "not_sgd": True, "dataset": job.dataset, "base": job.base, "out": job.out,
-                "method": job.method, "n_params": plan["n_params"]}
+        line = bound[job.id] = {"op": "TRAIN", "job": job.id, "state": "declared",
+                                "trained": False, "not_sgd": True, "dataset": job.dataset,
+                                "base": job.base, "out": job.out, "method": job.method,
+                                "n_params": plan["n_params"]}
         if "dataset_rows" in plan:  # a pairs job counts rows; a corpus, tokens (prepare)
             line["dataset_rows"] = plan["dataset_rows"]
-        bound[job_id] = line
         return line
 
     def on_step(ins, ops):
@@ -202,22 +194,28 @@ def cmd_run(args) -> int:
 def cmd_status(args) -> int:
     from sparktrain.core.fsutil import canonical_json
     from sparktrain.core.jobfiles import check_job_id, job_dir
-    from sparktrain.params import PARAMS_FILE, load_params
+    from sparktrain.core.project import find_root
     from sparktrain.core.textout import printable_lines
+    from sparktrain.params import PARAMS_FILE, load_params, step_record
     from sparktrain.train import outputs
-    from sparktrain.cli.report import current_step, project_root
 
-    root = project_root()
-    job = args.job
-    if job is None:
-        job = load_params(root / PARAMS_FILE).job
+    try:  # the project root (a subfolder works too); outside a project, the current folder
+        root = find_root()
+    except SparkError:
+        root = Path.cwd()
+    params_file = root / PARAMS_FILE
+    job = load_params(params_file).job if args.job is None else args.job
     folder = Path(job)
     if not folder.is_dir():
         check_job_id(job)
         folder = Path(os.path.relpath(job_dir(job, root)))
     if not folder.is_dir():
         raise SparkError(f"no job folder {folder} (run the pipeline or `spark run` first)")
-    state = outputs.job_state(folder, current_step=current_step(root / PARAMS_FILE))
+    try:  # the step knobs params.yaml holds now, as a failure records them
+        now = step_record(load_params(params_file).step) if params_file.is_file() else None
+    except SparkError:
+        now = None
+    state = outputs.job_state(folder, current_step=now)
     sys.stdout.write(printable_lines(_summary_text(state, folder)) if args.summary  # textout.py
                      else canonical_json(state))
     return 0
@@ -249,10 +247,23 @@ def _summary_text(state: dict, folder: Path) -> str:
                      f"{perf['total_seconds']:.1f}s in the step")
     elif "perf_unreadable" in state:
         lines.append("  speed       unreadable (perf.json)")
-    if "failure" in state:
-        from sparktrain.cli.report import failure_line
-
-        lines.append(failure_line(state))
+    if "failure" in state:  # when, its knobs, why, and whether params.yaml still holds them
+        failure = state["failure"]
+        when = f" at {failure['when']}" if failure.get("when") else ""
+        knobs = ", ".join(f"{k} {failure[k]}" for k in ("lr", "outer", "inner") if k in failure)
+        now = "" if state.get("failure_current", True) else \
+            "; params.yaml differs now, the verified model above is the job's"
+        lines.append(f"  last run failed{when} ({knobs}): {failure.get('reason')}{now}")
     files = sorted(p.name for p in folder.iterdir() if p.is_file() and not p.name.startswith("."))
     lines.append(f"  files       {folder.as_posix()}/{{{','.join(files)}}}")
     return "\n".join(lines) + "\n"
+
+
+def knobs_line(params_path: str | None, step, cfg, heldout: str | None) -> str:
+    """The first line of `spark train`: where its knobs came from and the main ones."""
+    source = (f"knobs from {params_path} and flags" if params_path else
+              "knobs from the defaults and flags (no --params: params.yaml is not read)")
+    held = f"held-out {heldout}" if heldout else "no held-out file (--heldout)"
+    return (f"spark train: {source}: lr {step.lr:g}, outer {step.outer}, inner {step.inner}, "
+            f"batch_size {step.batch_size}, optimizer {step.optimizer}, seed {step.seed}, "
+            f"dim {cfg.dim}, {cfg.n_layer} layers; {held}")

@@ -1,9 +1,5 @@
-"""Sampling from a trained model: prompts in, text out, greedy or temperature/top-k.
-
-Prompts become [BOS] + prompt + [SEP], cut to the last seq_len tokens like
-training data (a corpus model: [BOS] + the prompt); the batched sampling core
-(model/sample.py) continues them up to the job's EOS.
-"""
+"""Sampling from a trained model: prompts in, text out, greedy or temperature/top-k; the
+batched core is model/sample.py."""
 from __future__ import annotations
 
 from typing import Sequence

@@ -1,14 +1,6 @@
-"""What a Spark-coder run learned, said at its end (docs/compat.md "What it prints").
-
-The held-out bits per byte of the WHOLE held-out stream (every target once, the
-figure eval.json records: in non-overlapping windows, and in sliding windows
-every eval.stride tokens, where each target has most of a window of context,
-as lzma has everything before it) beside zlib-9 and lzma-9e on exactly those
-bytes, and
-completions of fixed prompts: sampled at a stated temperature / top-k with a
-fixed seed (so the same weights print the same text), and greedy, labelled.
-The per-pass figure of the progress lines is another number: the bpb of 64
-fixed held-out windows, an estimate (data/corpus_source.py HELDOUT_WINDOWS).
+"""What a Spark-coder run learned, said at its end: the whole held-out stream's bits per
+byte (non-overlapping and sliding windows) beside zlib-9 and lzma-9e, and fixed prompts
+completed sampled (fixed seed) and greedy. See docs/compat.md (`spark code train`).
 """
 from __future__ import annotations
 
@@ -32,9 +24,8 @@ def learned(folder, source, eval_cfg) -> dict:
     sampled = continue_text(params, cfg, tok, PROMPTS, max_new=MAX_NEW,
                             temperature=TEMPERATURE, top_k=TOP_K, seed=SEED)
     greedy = continue_text(params, cfg, tok, PROMPTS, max_new=MAX_NEW)
-    return {"bpb": score["bpb"], "bpb_sliding": score["bpb_sliding"],
-            "sliding_stride": score["sliding_stride"], "zlib9_bpb": score["zlib9_bpb"],
-            "lzma9e_bpb": score["lzma9e_bpb"], "heldout_bytes": score["heldout_bytes"],
+    return {**{k: score[k] for k in ("bpb", "bpb_sliding", "sliding_stride", "zlib9_bpb",
+                                     "lzma9e_bpb", "heldout_bytes")},
             "sampling": {"temperature": TEMPERATURE, "top_k": TOP_K, "seed": SEED,
                          "max_new_tokens": MAX_NEW},
             "samples": [{"prompt": p, "sampled": s, "greedy": g}

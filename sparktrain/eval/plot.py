@@ -1,11 +1,5 @@
-"""The loss picture: training loss per outer pass and the held-out loss, drawn with matplotlib.
-
-Only this module loads matplotlib (slow to import), so `spark --help` and the
-training stage never pay for it. It draws on a bare Agg `Figure` (no pyplot,
-no global backend switch) under matplotlib's default style, so a user's
-matplotlibrc cannot change the picture, and writes the PNG without the
-"Software" text chunk, so the same curve gives the same bytes on one machine
-whatever the matplotlib version string. See docs/outputs.md (loss.png).
+"""The loss picture: training loss per outer pass and the held-out loss, drawn with matplotlib
+(only this module loads it: slow to import). See docs/outputs.md (loss.png).
 """
 from __future__ import annotations
 
@@ -64,11 +58,6 @@ def scale_label(arch) -> str | None:
     return f"dim {cfg.dim}, {cfg.n_layer} layers, seq {cfg.seq_len}"
 
 
-def _title(job: str | None, scale: str | None) -> str:
-    parts = [p for p in (job, f"scale {scale}" if scale else None) if p]
-    return " · ".join(parts + ["loss per outer pass"])
-
-
 def loss_axes(title: str, ys: Sequence[float]):
     """(Figure, Axes) of a loss-per-outer-pass picture: title, labelled axes, grid,
     log y when the losses span more than LOG_Y_RATIO. Call inside a style context."""
@@ -97,7 +86,8 @@ def render(loss_curve: Sequence, heldout: Sequence | None = None, *,
     ys = [y for _, y in train + held]
 
     with matplotlib.style.context("default"):
-        fig, ax = loss_axes(_title(job, scale), ys)
+        title = [p for p in (job, f"scale {scale}" if scale else None) if p]
+        fig, ax = loss_axes(" · ".join(title + ["loss per outer pass"]), ys)
         tx, ty = zip(*train)
         ax.plot(tx, ty, color=TRAIN_COLOR, linewidth=2, marker="o", markersize=6,
                 label=f"training loss, whole dataset (last {ty[-1]:.4g})")
@@ -129,25 +119,17 @@ def png_bytes(fig: Figure) -> bytes:
 def write_loss_png(path: str | os.PathLike, loss_curve: Sequence,
                    heldout: Sequence | None = None, *,
                    job: str | None = None, scale: str | None = None) -> bytes:
-    """Draw the training curve (blue) and optional held-out loss (red) to a PNG.
-
-    loss_curve / heldout: [{"outer": k, "loss": x}, ...] or [(k, x), ...].
-    job / scale go into the title. Written atomically; returns the bytes.
-    """
+    """The training curve (blue) and held-out loss (red; both [{"outer": k, "loss": x}, ...]
+    or [(k, x), ...]) as a PNG, titled with job and scale, written atomically; its bytes."""
     data = png_bytes(render(loss_curve, heldout, job=job, scale=scale))
     atomic_write_bytes(path, data)
     return data
 
 
 def heldout_points(ev, curve: Sequence, path) -> list:
-    """The held-out losses to draw: one per outer pass when the training curve
-    recorded them (`heldout_loss`, from a step run with a held-out file), else
-    from an eval JSON, placed at the last outer pass.
-
-    The eval JSON may be `spark eval --json` output (a top-level "loss"), an
-    object of such results (one point each), or an explicit "heldout" list of
-    {outer, loss}.
-    """
+    """The held-out losses to draw: the curve's per-pass `heldout_loss`, else the eval
+    JSON's at the last pass (a top-level "loss", an object of such results, or an
+    explicit "heldout" list of {outer, loss})."""
     per_pass = [{"outer": c["outer"], "loss": c["heldout_loss"]} for c in curve
                 if isinstance(c, dict) and "heldout_loss" in c and "outer" in c]
     if len(per_pass) > 1:

@@ -1,11 +1,6 @@
-"""The model card (README.md) of a Hugging Face export folder, made from the job's records.
-
-Hugging Face shows README.md's YAML front matter as the model's metadata and
-its body as the model page. Everything here comes from records: the weights'
-`spark` metadata, and, when the weights sit in their job folder and are the
-ones its checkpoint.json names (same sha256), that checkpoint's knobs and
-counts and eval.json's held-out metrics. No dates, no absolute paths: the same
-weights give the same bytes. See docs/export.md ("The model card").
+"""The model card (README.md) of a Hugging Face export folder, made only from the job's
+records (no dates, no absolute paths: the same weights give the same bytes).
+See docs/export.md ("The model card").
 """
 from __future__ import annotations
 
@@ -30,6 +25,8 @@ KNOBS = tuple(f.name for f in dataclasses.fields(StepConfig)
               if f.name not in ("step_n", "workers", "device"))
 METRICS = ("loss", "perplexity", "bpb", "next_token_accuracy", "exact_match", "copy_recall")
 BASELINES = ("zlib9_bpb", "lzma9e_bpb")
+# What a quoted string may not hold: a line break, a table cell break, raw HTML, a code-span break
+CARD_SAFE = str.maketrans({"\r": " ", "\n": " ", "|": "\\|", "<": "&lt;", ">": "&gt;", "`": "'"})
 
 
 def job_records(weights: str | os.PathLike) -> dict:
@@ -52,19 +49,12 @@ def _ok(v) -> bool:
 
 
 def _num(v) -> str:
-    if not _ok(v):
-        return "unknown"
-    return f"{v:.4f}" if isinstance(v, float) else str(v)
+    return "unknown" if not _ok(v) else f"{v:.4f}" if isinstance(v, float) else str(v)
 
 
 def _text(v) -> str:
-    """A string the card quotes: one line, no table cell break, no raw HTML, no
-    code-span break."""
-    s = str(v)
-    for a, b in (("\r", " "), ("\n", " "), ("|", "\\|"), ("<", "&lt;"), (">", "&gt;"),
-                 ("`", "'")):
-        s = s.replace(a, b)
-    return s[:200]
+    """A string the card quotes, made safe (CARD_SAFE) and cut to 200 characters."""
+    return str(v).translate(CARD_SAFE)[:200]
 
 
 def _front_matter(job: str, tags: list[str], metrics: dict) -> list[str]:
@@ -81,8 +71,7 @@ def _front_matter(job: str, tags: list[str], metrics: dict) -> list[str]:
 
 def model_card(meta: dict, cfg: ModelConfig, tok_kind: str, records: dict) -> str:
     """README.md's text for an export of weights with metadata `meta` and arch `cfg`."""
-    ckpt = records.get("checkpoint", {})
-    state = records.get("state", {})
+    ckpt, state = records.get("checkpoint", {}), records.get("state", {})
     job = str(meta.get("job") or ckpt.get("job") or "spark-model")
     metrics = {k: state["eval"][k] for k in METRICS
                if k in state.get("eval", {}) and _ok(state["eval"][k])}
@@ -99,18 +88,16 @@ def model_card(meta: dict, cfg: ModelConfig, tok_kind: str, records: dict) -> st
             f"| {cfg.dim} | {cfg.n_layer} | {cfg.n_head} | {cfg.n_kv_head} | {cfg.head_dim} "
             f"| {cfg.seq_len} | {cfg.vocab} |", "",
             "RMSNorm, RoPE, grouped-query causal attention, SwiGLU; float32 weights, "
-            "untied embeddings.", ""]
-    out += ["## Training", ""]
+            "untied embeddings.", "", "## Training", ""]
     if ckpt:
         knobs = {k: ckpt[k] for k in KNOBS if k in ckpt}
         seen = ckpt.get("tokens_seen")
         seen = f"{seen:,}" if _ok(seen) else "an unknown number of"
         out += [f"Job `{_text(job)}`, step {_num(ckpt.get('step_n'))}, "
-                f"{_num(ckpt.get('micro_steps'))} micro-steps on "
-                f"{seen} training tokens "
-                f"(dataset `{_text(ckpt.get('dataset'))}`, "
-                f"sha256 `{_text(ckpt.get('dataset_sha256'))}`); "
-                f"device `{_text(ckpt.get('device'))}`.", "",
+                f"{_num(ckpt.get('micro_steps'))} micro-steps on {seen} training tokens "
+                f"(dataset `{_text(ckpt.get('dataset'))}`, sha256 "
+                f"`{_text(ckpt.get('dataset_sha256'))}`); device `{_text(ckpt.get('device'))}`.",
+                "",
                 f"Training loss {_num(ckpt.get('loss_before'))} -> "
                 f"{_num(ckpt.get('loss_after'))} (whole training set, nats per token).", "",
                 "| knob | value |", "|---|---|"]
@@ -123,15 +110,14 @@ def model_card(meta: dict, cfg: ModelConfig, tok_kind: str, records: dict) -> st
         out += [f"Step {meta.get('step_n')}. The weights were not exported from their job "
                 "folder, so the training record (knobs, data, held-out metrics) is not "
                 "included; `spark status` on the job folder shows it."]
-    out += [""]
+    out.append("")
     if metrics:
         detail = state.get("eval_detail", {})
         out += ["## Held-out evaluation", "",
                 "On rows (or files) never trained on, from the job's eval.json:", "",
                 "| metric | value |", "|---|---|"]
         out += [f"| {k} | {_num(v)} |" for k, v in metrics.items()]
-        out += [f"| {k} | {_num(detail[k])} |" for k in BASELINES if _ok(detail.get(k))]
-        out += [""]
+        out += [f"| {k} | {_num(detail[k])} |" for k in BASELINES if _ok(detail.get(k))] + [""]
     out += ["## Tokenizer", "", tok_kind, "",
             "## Use it", "", "```python",
             "from transformers import AutoModelForCausalLM, AutoTokenizer",

@@ -1,10 +1,6 @@
-"""GGUF for llama.cpp, written by the `gguf` package (llama.cpp's own writer).
-
-Architecture `llama`, every tensor float32 (file type ALL_F32), names from
-mapping.TENSORS. llama.cpp's llama rotates interleaved pairs (u_2i, u_2i+1)
-where Spark and Hugging Face rotate halves, so q and k rows are permuted
-(mapping.rope_interleave), as llama.cpp's convert_hf_to_gguf.py does. The
-vocabulary is tokenizer.json's as a `gpt2` (byte-level BPE) vocabulary.
+"""GGUF for llama.cpp, written by the `gguf` package (llama.cpp's own writer): architecture
+`llama`, float32 tensors, q/k rows in llama.cpp's rope order, tokenizer.json as a `gpt2`
+vocabulary. See docs/export.md ("The GGUF file").
 """
 from __future__ import annotations
 
@@ -38,34 +34,24 @@ def gguf_tensors(params: dict[str, np.ndarray], cfg: ModelConfig) -> dict[str, n
     return out
 
 
-def write_gguf(path: str | os.PathLike, params, cfg: ModelConfig, meta: dict, tok_text: str) -> None:
+def write_gguf(path: str | os.PathLike, params, cfg: ModelConfig, meta: dict,
+               tok_text: str) -> None:
     tokens, types, merges = gguf_vocab(tok_text)
     ids = special_ids(tok_text)
     w = gguf.GGUFWriter(path, ARCH)
     w.add_name(str(meta.get("job") or "spark"))
     w.add_string(META_KEY, json.dumps(meta, sort_keys=True, separators=(",", ":")))
-    w.add_file_type(gguf.LlamaFileType.ALL_F32)
-    w.add_vocab_size(cfg.vocab)
-    w.add_context_length(cfg.seq_len)
-    w.add_embedding_length(cfg.dim)
-    w.add_block_count(cfg.n_layer)
-    w.add_feed_forward_length(4 * cfg.dim)
-    w.add_head_count(cfg.n_head)
-    w.add_head_count_kv(cfg.n_kv_head)
-    w.add_rope_dimension_count(cfg.head_dim)
-    w.add_rope_freq_base(ROPE_BASE)
-    w.add_layer_norm_rms_eps(RMS_EPS)
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("default")
-    w.add_token_list(tokens)
-    w.add_token_types(types)
-    w.add_token_merges(merges)
-    w.add_bos_token_id(ids["bos"])
-    w.add_sep_token_id(ids["sep"])
-    w.add_eos_token_id(ids["eos"])
-    w.add_pad_token_id(ids["eos"])
-    w.add_add_bos_token(True)
-    w.add_add_eos_token(False)
+    keys = {"file_type": gguf.LlamaFileType.ALL_F32, "vocab_size": cfg.vocab,
+            "context_length": cfg.seq_len, "embedding_length": cfg.dim,
+            "block_count": cfg.n_layer, "feed_forward_length": 4 * cfg.dim,
+            "head_count": cfg.n_head, "head_count_kv": cfg.n_kv_head,
+            "rope_dimension_count": cfg.head_dim, "rope_freq_base": ROPE_BASE,
+            "layer_norm_rms_eps": RMS_EPS, "tokenizer_model": "gpt2", "tokenizer_pre": "default",
+            "token_list": tokens, "token_types": types, "token_merges": merges,
+            "bos_token_id": ids["bos"], "sep_token_id": ids["sep"], "eos_token_id": ids["eos"],
+            "pad_token_id": ids["eos"], "add_bos_token": True, "add_eos_token": False}
+    for key, value in keys.items():  # in this order: the file's key-value section
+        getattr(w, f"add_{key}")(value)
     for name, tensor in gguf_tensors(params, cfg).items():
         w.add_tensor(name, tensor)
     w.write_header_to_file()

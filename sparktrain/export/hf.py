@@ -1,11 +1,6 @@
-"""Hugging Face Llama folders: export Spark weights to one, import one as Spark weights.
-
-The folder holds what `AutoModelForCausalLM.from_pretrained` and `AutoTokenizer`
-read with no network: config.json, generation_config.json, model.safetensors
-(tensor names from mapping.TENSORS), tokenizer.json and tokenizer_config.json,
-and README.md, the model card Hugging Face shows (export/card.py).
-config.json also carries the weights' `spark` metadata (`spark_metadata`), so
-export then import gives back the same bytes.
+"""Hugging Face Llama folders: export Spark weights to one (what transformers reads with no
+network, and the model card), import one as Spark weights; config.json carries the `spark`
+metadata, so export then import gives back the same bytes. See docs/export.md.
 """
 from __future__ import annotations
 
@@ -40,37 +35,20 @@ READABLE_DTYPES = ("float32", "float16")
 MAX_SHARDS = 1024
 
 
-# ------------------------------------------------------------------- config
-
 def hf_config(cfg: ModelConfig, meta: dict, ids: dict[str, int]) -> dict:
     """config.json of a LlamaForCausalLM that computes exactly the Spark forward."""
-    return {
-        "architectures": ["LlamaForCausalLM"],
-        "model_type": "llama",
-        "vocab_size": cfg.vocab,
-        "hidden_size": cfg.dim,
-        "intermediate_size": 4 * cfg.dim,
-        "num_hidden_layers": cfg.n_layer,
-        "num_attention_heads": cfg.n_head,
-        "num_key_value_heads": cfg.n_kv_head,
-        "head_dim": cfg.head_dim,
-        "hidden_act": "silu",
-        "max_position_embeddings": cfg.seq_len,
-        "rms_norm_eps": RMS_EPS,
-        "rope_theta": ROPE_BASE,                       # transformers 4.x
-        "rope_scaling": None,
-        "rope_parameters": {"rope_type": "default", "rope_theta": ROPE_BASE},  # 5.x
-        "attention_bias": False,
-        "mlp_bias": False,
-        "tie_word_embeddings": False,
-        "bos_token_id": ids["bos"],
-        "eos_token_id": ids["eos"],
-        "pad_token_id": ids["eos"],
-        "torch_dtype": "float32",
-        "initializer_range": 0.02,
-        "use_cache": True,
-        META_FIELD: meta,
-    }
+    return {"architectures": ["LlamaForCausalLM"], "model_type": "llama",
+            "vocab_size": cfg.vocab, "hidden_size": cfg.dim, "intermediate_size": 4 * cfg.dim,
+            "num_hidden_layers": cfg.n_layer, "num_attention_heads": cfg.n_head,
+            "num_key_value_heads": cfg.n_kv_head, "head_dim": cfg.head_dim,
+            "hidden_act": "silu", "max_position_embeddings": cfg.seq_len,
+            "rms_norm_eps": RMS_EPS, "rope_theta": ROPE_BASE,  # transformers 4.x
+            "rope_scaling": None,
+            "rope_parameters": {"rope_type": "default", "rope_theta": ROPE_BASE},  # 5.x
+            "attention_bias": False, "mlp_bias": False, "tie_word_embeddings": False,
+            "bos_token_id": ids["bos"], "eos_token_id": ids["eos"], "pad_token_id": ids["eos"],
+            "torch_dtype": "float32", "initializer_range": 0.02, "use_cache": True,
+            META_FIELD: meta}
 
 
 def generation_config(ids: dict[str, int]) -> dict:
@@ -81,9 +59,7 @@ def generation_config(ids: dict[str, int]) -> dict:
 
 def spark_config(conf: dict, where: str) -> ModelConfig:
     """The ModelConfig of a Llama config.json, or one line saying what does not fit."""
-    def get(key, default=None):
-        return conf.get(key, default)
-
+    get = conf.get
     architectures = get("architectures") or []
     if not isinstance(architectures, list):
         raise SparkError(f"{where}: architectures must be a list of class names, "
@@ -96,7 +72,8 @@ def spark_config(conf: dict, where: str) -> ModelConfig:
     if get("tie_word_embeddings", False):
         raise SparkError(f"{where}: tie_word_embeddings is true; Spark's lm_head is untied")
     if get("hidden_act", "silu") != "silu":
-        raise SparkError(f"{where}: hidden_act {get('hidden_act')!r}; Spark's MLP is SwiGLU (silu)")
+        raise SparkError(f"{where}: hidden_act {get('hidden_act')!r}; Spark's MLP is SwiGLU "
+                         "(silu)")
     _check_rope(conf, where)
     eps = get("rms_norm_eps", 1e-6)
     if not _close(eps, RMS_EPS):
@@ -163,8 +140,6 @@ def _check_rope(conf: dict, where: str) -> None:
         raise SparkError(f"{where}: rope_theta {theta!r}; Spark uses {ROPE_BASE:g}")
 
 
-# ------------------------------------------------------------------- export
-
 def export_hf(weights: str | os.PathLike, out: str | os.PathLike,
               tokenizer: str | os.PathLike | None = None, force: bool = False) -> list[str]:
     """Write the Hugging Face folder; returns the file names written."""
@@ -189,20 +164,18 @@ def export_hf(weights: str | os.PathLike, out: str | os.PathLike,
     return sorted(files)
 
 
-# ------------------------------------------------------------------- import
-
 def import_hf(folder: str | os.PathLike, out: str | os.PathLike, force: bool = False) -> dict:
     """Read a Llama folder and write Spark weights; returns the metadata written."""
     folder = Path(folder)
     if not folder.is_dir():
-        raise SparkError(f"{os.fspath(folder)} is not a folder; give the Hugging Face model folder")
+        raise SparkError(f"{os.fspath(folder)} is not a folder; give the Hugging Face model "
+                         "folder")
     out = check_target(out, force, "safetensors", inputs=(folder,))
     conf = _read_json(folder / "config.json", "config.json")
     cfg = spark_config(conf, os.fspath(folder / "config.json"))
     weights_fits("spark import", cfg, copies=3)  # the file's tensors, Spark's, the bytes
     meta = _import_meta(conf, cfg, folder)
-    hf_tensors = _read_tensors(folder)
-    params = _spark_params(hf_tensors, cfg, folder)
+    params = _spark_params(_read_tensors(folder), cfg, folder)
     check_params(params, cfg, folder)
     check_tensors(params, folder)
     data = weights_bytes(params, meta)
@@ -236,23 +209,21 @@ def _read_json(path: Path, what: str) -> dict:
 
 def _shard_files(folder: Path) -> list[Path]:
     """The shard files an index names, each a plain file directly in `folder`."""
-    index_path = folder / INDEX_FILE
-    weight_map = _read_json(index_path, "index").get("weight_map")
+    index = os.fspath(folder / INDEX_FILE)
+    weight_map = _read_json(folder / INDEX_FILE, "index").get("weight_map")
     if not isinstance(weight_map, dict) or not weight_map:
-        raise SparkError(f"{os.fspath(index_path)}: weight_map must be an object of tensor "
-                         "name -> shard file name")
+        raise SparkError(f"{index}: weight_map must be an object of tensor name -> shard file "
+                         "name")
     if not all(isinstance(v, str) for v in weight_map.values()):
-        raise SparkError(f"{os.fspath(index_path)}: weight_map values must be shard file names")
+        raise SparkError(f"{index}: weight_map values must be shard file names")
     names = set(weight_map.values())
     if len(names) > MAX_SHARDS:
-        raise SparkError(f"{os.fspath(index_path)}: {len(names):,} shard files, above the "
-                         f"limit of {MAX_SHARDS}")
+        raise SparkError(f"{index}: {len(names):,} shard files, above the limit of {MAX_SHARDS}")
     files = []
-    for name in sorted(names, key=str):
-        if (not isinstance(name, str) or not name or name in (".", "..")
-                or "/" in name or "\\" in name or "\0" in name):
-            raise SparkError(f"{os.fspath(index_path)}: shard {printable(repr(name))[:80]} is "
-                             "not a file name in the model folder")
+    for name in sorted(names):
+        if not name or name in (".", "..") or "/" in name or "\\" in name or "\0" in name:
+            raise SparkError(f"{index}: shard {printable(repr(name))[:80]} is not a file name "
+                             "in the model folder")
         path = folder / name
         if path.is_symlink() and path.resolve().parent != folder.resolve():
             raise SparkError(f"{os.fspath(path)} is a link out of the model folder; "
@@ -279,15 +250,14 @@ def _read_tensors(folder: Path) -> dict[str, np.ndarray]:
     return tensors
 
 
-
-
 def _spark_params(hf_tensors: dict[str, np.ndarray], cfg: ModelConfig,
                   folder: Path) -> dict[str, np.ndarray]:
     names, shapes = name_map(cfg, "hf"), param_shapes(cfg)
     spark_of = {hf: spark for spark, hf in names.items()}
     for hf in sorted(hf_tensors):
         if hf.endswith(".bias"):
-            raise SparkError(f"{os.fspath(folder)}: tensor {hf} is a bias; Spark layers have none")
+            raise SparkError(f"{os.fspath(folder)}: tensor {hf} is a bias; Spark layers have "
+                             "none")
         if hf not in spark_of and not hf.endswith(IGNORED_SUFFIX):
             raise SparkError(f"{os.fspath(folder)}: tensor {hf} has no Spark counterpart")
     params = {}

@@ -1,10 +1,6 @@
-"""The one table of tensor names: Spark <-> Hugging Face Llama <-> GGUF (llama.cpp).
-
-Both directions (export and import) and both formats read this table; nothing
-else spells a foreign tensor name. `{L}` is the layer index. The math lines up
-one to one (docs/export.md): RMSNorm eps 1e-5, RoPE theta 10000 on rotate-half
-pairs (u_i, u_{i+hd/2}), grouped-query attention, SwiGLU with 4 x dim, untied
-head, no biases.
+"""The one table of tensor names: Spark <-> Hugging Face Llama <-> GGUF (llama.cpp), read by
+export and import alike (nothing else spells a foreign tensor name; `{L}` is the layer).
+The math lines up one to one: docs/export.md ("The math, side by side").
 """
 from __future__ import annotations
 
@@ -16,24 +12,15 @@ from sparktrain.model.config import ModelConfig, param_shapes
 # (Spark name, Hugging Face LlamaForCausalLM name, GGUF `llama` name)
 TENSORS: tuple[tuple[str, str, str], ...] = (
     ("spark.embed.weight", "model.embed_tokens.weight", "token_embd.weight"),
-    ("spark.layers.{L}.attn_norm.weight", "model.layers.{L}.input_layernorm.weight",
-     "blk.{L}.attn_norm.weight"),
-    ("spark.layers.{L}.q.weight", "model.layers.{L}.self_attn.q_proj.weight",
-     "blk.{L}.attn_q.weight"),
-    ("spark.layers.{L}.k.weight", "model.layers.{L}.self_attn.k_proj.weight",
-     "blk.{L}.attn_k.weight"),
-    ("spark.layers.{L}.v.weight", "model.layers.{L}.self_attn.v_proj.weight",
-     "blk.{L}.attn_v.weight"),
-    ("spark.layers.{L}.o.weight", "model.layers.{L}.self_attn.o_proj.weight",
-     "blk.{L}.attn_output.weight"),
-    ("spark.layers.{L}.mlp_norm.weight", "model.layers.{L}.post_attention_layernorm.weight",
-     "blk.{L}.ffn_norm.weight"),
-    ("spark.layers.{L}.mlp_gate.weight", "model.layers.{L}.mlp.gate_proj.weight",
-     "blk.{L}.ffn_gate.weight"),
-    ("spark.layers.{L}.mlp_up.weight", "model.layers.{L}.mlp.up_proj.weight",
-     "blk.{L}.ffn_up.weight"),
-    ("spark.layers.{L}.mlp_down.weight", "model.layers.{L}.mlp.down_proj.weight",
-     "blk.{L}.ffn_down.weight"),
+    # a layer's rows: spark.layers.{L}.X.weight, model.layers.{L}.Y.weight, blk.{L}.Z.weight
+    *((f"spark.layers.{{L}}.{x}.weight", f"model.layers.{{L}}.{y}.weight",
+       f"blk.{{L}}.{z}.weight") for x, y, z in (
+        ("attn_norm", "input_layernorm", "attn_norm"), ("q", "self_attn.q_proj", "attn_q"),
+        ("k", "self_attn.k_proj", "attn_k"), ("v", "self_attn.v_proj", "attn_v"),
+        ("o", "self_attn.o_proj", "attn_output"),
+        ("mlp_norm", "post_attention_layernorm", "ffn_norm"),
+        ("mlp_gate", "mlp.gate_proj", "ffn_gate"), ("mlp_up", "mlp.up_proj", "ffn_up"),
+        ("mlp_down", "mlp.down_proj", "ffn_down"))),
     ("spark.final_norm.weight", "model.norm.weight", "output_norm.weight"),
     ("spark.lm_head.weight", "lm_head.weight", "output.weight"),
 )
@@ -43,33 +30,19 @@ FORMATS = ("spark", "hf", "gguf")   # the table's columns, in order
 def name_map(cfg: ModelConfig, to: str) -> dict[str, str]:
     """Spark name -> name in format `to`, for every tensor of cfg, in shape-table order."""
     col = FORMATS.index(to)
-    table: dict[str, str] = {}
-    for row in TENSORS:
-        layers = range(cfg.n_layer) if "{L}" in row[0] else (None,)
-        for L in layers:
-            table[row[0].format(L=L)] = row[col].format(L=L)
+    table = {row[0].format(L=L): row[col].format(L=L) for row in TENSORS
+             for L in (range(cfg.n_layer) if "{L}" in row[0] else (None,))}
     return {name: table[name] for name in param_shapes(cfg)}
 
 
 def rope_interleave(w: np.ndarray, n_heads: int) -> np.ndarray:
-    """q/k rows from rotate-half order to llama.cpp's interleaved pairs.
-
-    Spark and HF rotate (u_i, u_{i+hd/2}); GGUF's llama rotates (u_2i, u_2i+1).
-    Within each head, row p * hd/2 + i moves to row 2i + p: the permutation of
-    llama.cpp's convert_hf_to_gguf.py (`permute`), so scores are unchanged.
-    """
+    """q/k rows from rotate-half order (u_i, u_{i+hd/2}) to llama.cpp's interleaved pairs
+    (u_2i, u_2i+1): within each head, row p * hd/2 + i moves to row 2i + p, as llama.cpp's
+    convert_hf_to_gguf.py `permute` does, so scores are unchanged."""
     rows, C = w.shape
     hd = rows // n_heads
     return np.ascontiguousarray(
         w.reshape(n_heads, 2, hd // 2, C).swapaxes(1, 2)).reshape(rows, C)  # (heads hd, C)
-
-
-def rope_deinterleave(w: np.ndarray, n_heads: int) -> np.ndarray:
-    """Inverse of rope_interleave: interleaved pairs back to rotate-half order."""
-    rows, C = w.shape
-    hd = rows // n_heads
-    return np.ascontiguousarray(
-        w.reshape(n_heads, hd // 2, 2, C).swapaxes(1, 2)).reshape(rows, C)  # (heads hd, C)
 
 
 def require_attention(cfg: ModelConfig, path) -> None:

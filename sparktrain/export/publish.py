@@ -21,10 +21,9 @@ def check_target(path: str | os.PathLike, force: bool, kind: str, inputs: tuple 
     that holds data is replaced only with --force."""
     path = Path(path)
     if not force and not path.is_symlink():  # what holds data needs --force, then the gate
-        if path.is_dir() and kind in ("hf", "job"):
-            if any(path.iterdir()):
-                raise SparkError(f"{os.fspath(path)} exists and is not empty; "
-                                 "pass --force to replace it")
+        if path.is_dir() and kind in ("hf", "job") and any(path.iterdir()):
+            raise SparkError(f"{os.fspath(path)} exists and is not empty; "
+                             "pass --force to replace it")
         elif path.is_file():
             raise SparkError(f"{os.fspath(path)} exists; pass --force to replace it")
     return check_output(path, kind, inputs)
@@ -33,30 +32,7 @@ def check_target(path: str | os.PathLike, force: bool, kind: str, inputs: tuple 
 def publish_dir(files: dict[str, bytes], out: Path) -> None:
     """Write files into a fresh folder beside `out`, then swap it in; a write error (disk
     full, a name too long, a parent that is a file) is one line, the temp folder gone."""
-    with _one_line(out):
-        _publish_dir(files, out)
-
-
-def publish_file(write, out: Path) -> None:
-    """`write(tmp_path)` writes the file aside; then it replaces `out`. Errors as publish_dir."""
-    with _one_line(out):
-        _publish_file(write, out)
-
-
-@contextlib.contextmanager
-def _one_line(out: Path):
-    try:
-        yield
-    except OSError as err:
-        if err.errno:
-            why = f"{err.strerror or err} ({errno.errorcode.get(err.errno, err.errno)})"
-        else:  # a writer that reports a short write without an errno
-            why = f"{err}: a short write (the disk is full or the file-size limit is reached)"
-        raise SparkError(f"cannot write {os.fspath(out)}: {why}; nothing was replaced") from None
-
-
-def _publish_dir(files: dict[str, bytes], out: Path) -> None:
-    with folder_fd(out.parent, create=True) as fd:
+    with _one_line(out), folder_fd(out.parent, create=True) as fd:
         remove_stale(out, fd)
         tmp = _temp_name(out, fd, ".tmp", folder=True)
         try:
@@ -72,10 +48,49 @@ def _publish_dir(files: dict[str, bytes], out: Path) -> None:
             raise
 
 
+def publish_file(write, out: Path) -> None:
+    """`write(tmp_path)` writes the file aside; then it replaces `out`. Errors as publish_dir.
+    `write` gets the temp file's name through the folder's descriptor (/proc/self/fd/N/NAME),
+    so it writes into the folder opened without following a link, whatever the path becomes."""
+    with _one_line(out), folder_fd(out.parent, create=True) as fd:
+        remove_stale(out, fd)
+        tmp = _temp_name(out, fd, ".tmp", folder=False)
+        proc = f"/proc/self/fd/{fd}"  # a path to tmp in the folder fd that no link can redirect
+        try:
+            write(f"{proc}/{tmp}" if os.path.isdir(proc) else tmp)
+            own = os.open(tmp, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=fd)
+            try:  # the written temp file reaches the disk before it replaces anything
+                os.fsync(own)
+            finally:
+                os.close(own)
+            st = os.stat(tmp, dir_fd=fd, follow_symlinks=False)
+            if not stat.S_ISREG(st.st_mode):
+                raise SparkError(f"cannot write {os.fspath(out)}: its temp file was replaced "
+                                 "while it was written")
+            _swap_in(fd, tmp, out)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp, dir_fd=fd)
+            raise
+
+
+@contextlib.contextmanager
+def _one_line(out: Path):
+    try:
+        yield
+    except OSError as err:
+        if err.errno:
+            why = f"{err.strerror or err} ({errno.errorcode.get(err.errno, err.errno)})"
+        else:  # a writer that reports a short write without an errno
+            why = f"{err}: a short write (the disk is full or the file-size limit is reached)"
+        raise SparkError(f"cannot write {os.fspath(out)}: {why}; nothing was replaced") from None
+
+
 def _temp_name(out: Path, fd: int, suffix: str, folder: bool) -> str:
-    """A new temp folder or empty file ".OUT.PID.xxxxxxxx<suffix>" in the folder `fd`."""
+    """A new temp folder or empty file ".OUT.PID.xxxxxxxx<suffix>" in the folder `fd` (the
+    PID tells a later run a dead writer's)."""
     for _ in range(100):
-        name = f"{_prefix(out)}{secrets.token_hex(4)}{suffix}"
+        name = f".{out.name}.{os.getpid()}.{secrets.token_hex(4)}{suffix}"
         try:
             if folder:
                 os.mkdir(name, 0o777, dir_fd=fd)  # the umask applies
@@ -88,17 +103,9 @@ def _temp_name(out: Path, fd: int, suffix: str, folder: bool) -> str:
     raise FileExistsError(errno.EEXIST, "no free temp name", os.fspath(out))
 
 
-def _prefix(out: Path) -> str:
-    """Temp names beside OUT: ".OUT.PID.", so a later run can tell a dead writer's."""
-    return f".{out.name}.{os.getpid()}."
-
-
-def remove_stale(out: Path, fd: int | None = None) -> list[str]:
+def remove_stale(out: Path, fd: int) -> list[str]:
     """Temp files and folders of earlier runs writing this OUT that were killed (their
     process is gone): only our own name pattern, only beside OUT (the folder `fd`)."""
-    if fd is None:
-        with folder_fd(out.parent) as own:
-            return remove_stale(out, own)
     pattern = re.compile(re.escape(f".{out.name}.") + r"(\d+)\.[A-Za-z0-9_]+\.(tmp|old)$")
     removed = []
     for entry in os.scandir(fd):
@@ -120,44 +127,8 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     except (PermissionError, OverflowError):
-        return True
+        pass
     return True
-
-
-def _publish_file(write, out: Path) -> None:
-    """`write` gets the temp file's name through the folder's descriptor
-    (/proc/self/fd/N/NAME), so it writes into the folder that was opened without
-    following a link, whatever happens to the path meanwhile."""
-    with folder_fd(out.parent, create=True) as fd:
-        remove_stale(out, fd)
-        tmp = _temp_name(out, fd, ".tmp", folder=False)
-        try:
-            write(_through(fd, tmp))
-            _fsync_at(fd, tmp)
-            st = os.stat(tmp, dir_fd=fd, follow_symlinks=False)
-            if not stat.S_ISREG(st.st_mode):
-                raise SparkError(f"cannot write {os.fspath(out)}: its temp file was replaced "
-                                 "while it was written")
-            _swap_in(fd, tmp, out)
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp, dir_fd=fd)
-            raise
-
-
-def _fsync_at(fd: int, name: str) -> None:
-    """The written temp file reaches the disk before it replaces anything."""
-    own = os.open(name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=fd)
-    try:
-        os.fsync(own)
-    finally:
-        os.close(own)
-
-
-def _through(fd: int, name: str) -> str:
-    """A path to `name` in the folder `fd` that no link swap can redirect."""
-    proc = f"/proc/self/fd/{fd}"
-    return f"{proc}/{name}" if os.path.isdir(proc) else name
 
 
 def _swap_in(fd: int, new: str, out: Path) -> None:

@@ -1,18 +1,6 @@
-"""The tokenizer that travels with an exported model, built with the `tokenizers` library.
-
-The byte tokenizer: id = byte value for every byte that UTF-8 text can hold,
-so the model's embedding rows line up. A ByteLevel *normalizer* turns the text's
-UTF-8 bytes into GPT-2's printable byte alphabet, and a BPE model with no merges
-looks up each of those characters: one token per byte. The three bytes UTF-8
-never uses are the specials, named so Hugging Face and llama.cpp can show them:
-0xFD `<|bos|>`, 0xFE `<|sep|>`, 0xFF `<|eos|>`. The post-processor writes
-Spark's prompt format, [BOS] + prompt + [SEP], when special tokens are asked for.
-
-A tokenizer.json given on the command line (e.g. a byte-level BPE) is taken as
-is, provided its vocabulary is the model's. Weights that record the sha256 of
-their tokenizer (BPE and corpus jobs) take the job's tokenizer.json beside them
-and must match it byte for byte (`model_tokenizer_json`); a BPE one travels
-with Spark's prompt format added as its post-processor (`with_spark_template`).
+"""The tokenizer that travels with an exported model, built with the `tokenizers` library:
+the byte tokenizer (id = byte value), or the job's own tokenizer.json checked by its
+sha256. See docs/export.md ("The byte tokenizer", "A BPE tokenizer").
 """
 from __future__ import annotations
 
@@ -31,9 +19,8 @@ from sparktrain.model.config import ModelConfig
 from sparktrain.core.safeload import load_json
 
 SPECIALS = {BOS: "<|bos|>", SEP: "<|sep|>", EOS: "<|eos|>"}
-# One merge that never fires: 0xFD twice. The gguf writer refuses an empty
-# array and llama.cpp refuses a BPE vocab without the merges key; UTF-8 text
-# never holds 0xFD, so this rule changes no tokenization.
+# One merge that never fires (0xFD twice; UTF-8 text never holds 0xFD): the gguf writer
+# refuses an empty array and llama.cpp a BPE vocab without merges (docs/export.md).
 GGUF_NULL_MERGE = "ý ý"
 GGUF_NORMAL, GGUF_CONTROL = 1, 3     # llama.cpp token types
 
@@ -42,14 +29,8 @@ def bytes_to_unicode() -> dict[int, str]:
     """GPT-2's byte -> printable character table (the ByteLevel alphabet)."""
     printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1),
                  *range(ord("®"), ord("ÿ") + 1)]
-    table, extra = {}, 0
-    for b in range(256):
-        if b in printable:
-            table[b] = chr(b)
-        else:
-            table[b] = chr(256 + extra)
-            extra += 1
-    return table
+    extra = iter(range(256, 512))  # the others, in byte order, after the Latin-1 block
+    return {b: chr(b) if b in printable else chr(next(extra)) for b in range(256)}
 
 
 def byte_tokenizer() -> Tokenizer:
@@ -67,14 +48,9 @@ def byte_tokenizer() -> Tokenizer:
 
 def model_tokenizer_json(weights: str | os.PathLike, meta: dict, cfg: ModelConfig,
                          given: str | os.PathLike | None) -> str:
-    """The tokenizer.json text an exported model travels with, never a guess.
-
-    Weights that record `tokenizer_sha256` (a corpus job or a BPE pairs job) take
-    the tokenizer.json `given`, else the one beside the weights (the job folder),
-    and its bytes must have that sha256. Weights that record none are a byte-token
-    model: the byte tokenizer, or the `given` one when its vocabulary is the
-    model's. Anything else is one line saying what to give. See docs/export.md.
-    """
+    """The tokenizer.json text an exported model travels with, never a guess: weights that
+    record `tokenizer_sha256` take `given` or the one beside them, with that sha256; others
+    are a byte-token model: the byte tokenizer, or `given` when its vocabulary fits."""
     recorded = meta.get("tokenizer_sha256")
     if recorded is None:
         if given is None and cfg.vocab != 256:
@@ -94,10 +70,8 @@ def model_tokenizer_json(weights: str | os.PathLike, meta: dict, cfg: ModelConfi
 
 
 def with_spark_template(tok_text: str, *, pairs: bool) -> str:
-    """A job's BPE tokenizer.json with the ids `spark generate` puts around a prompt as
-    its post-processor: [BOS] + prompt + [SEP] for a pairs model, [BOS] + prompt for a
-    corpus model (which continues text), so transformers' tokenizer (special tokens on,
-    its default) gives the model the same ids. The vocabulary and merges are unchanged."""
+    """A job's BPE tokenizer.json with the ids `spark generate` puts around a prompt as its
+    post-processor ([BOS] prompt [SEP] for a pairs model, [BOS] prompt for a corpus model)."""
     tok = Tokenizer.from_str(tok_text)
     bos, sep = SPECIALS[BOS], SPECIALS[SEP]
     tok.post_processor = processors.TemplateProcessing(
@@ -138,14 +112,12 @@ def special_ids(tok_text: str) -> dict[str, int]:
 def tokenizer_config(tok_text: str, cfg: ModelConfig) -> dict:
     """tokenizer_config.json for transformers' AutoTokenizer (the fast tokenizer)."""
     tok = Tokenizer.from_str(tok_text)
-    ids = special_ids(tok_text)
     # model_input_names: a Llama takes no token_type_ids, which a template post-processor
     # would otherwise hand to `model.generate(**tok(prompt))`
     conf = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": cfg.seq_len,
             "clean_up_tokenization_spaces": False, "padding_side": "left",
             "model_input_names": ["input_ids", "attention_mask"]}
-    for name, i in ids.items():
-        conf[f"{name}_token"] = tok.id_to_token(i)
+    conf.update({f"{name}_token": tok.id_to_token(i) for name, i in special_ids(tok_text).items()})
     conf["pad_token"] = conf["eos_token"]   # Spark pads with EOS too
     return conf
 

@@ -16,6 +16,14 @@ TEXTS = ["hello world", "  two  spaces\n\ttab", "what is 2+2?", "é, ü, ß, 日
          "ý þ ÿ are not the specials", ""]
 
 
+def rope_deinterleave(w: np.ndarray, n_heads: int) -> np.ndarray:
+    """Inverse of mapping.rope_interleave: interleaved pairs back to rotate-half order."""
+    rows, C = w.shape
+    hd = rows // n_heads
+    return np.ascontiguousarray(
+        w.reshape(n_heads, hd // 2, 2, C).swapaxes(1, 2)).reshape(rows, C)  # (heads hd, C)
+
+
 def write_weights(path, cfg: ModelConfig = SMALL, seed: int = 3, **meta) -> dict:
     """A Spark weights file of cfg's arch; returns its params. Norm weights are
     perturbed so a swapped norm tensor would show."""

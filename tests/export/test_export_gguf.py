@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 
 from sparktrain.export.gguf import export_gguf
-from sparktrain.export.mapping import name_map, rope_deinterleave
+from sparktrain.export.mapping import name_map
 from sparktrain.export.tokenizer import GGUF_NULL_MERGE, bytes_to_unicode
 from sparkhelp import assert_one_line_error, run_spark
 
-from exportkit import SMALL, write_weights
+from exportkit import SMALL, rope_deinterleave, write_weights
 
 
 @pytest.fixture

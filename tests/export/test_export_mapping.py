@@ -2,11 +2,12 @@
 import numpy as np
 import pytest
 
-from sparktrain.export.mapping import TENSORS, name_map, rope_deinterleave, rope_interleave
+from sparktrain.export.mapping import TENSORS, name_map, rope_interleave
 from sparktrain.model import layers
 from sparktrain.model.config import SCALES, ModelConfig, param_shapes
 
 from model.reference import from_planes, to_planes  # tests/model, the planes layout helpers
+from exportkit import rope_deinterleave
 
 CONFIGS = [SCALES["tiny"], SCALES["large"], ModelConfig(dim=48, n_layer=3, n_head=6, n_kv_head=3),
            ModelConfig(dim=16, n_layer=1, n_head=2, n_kv_head=2)]

@@ -20,7 +20,7 @@ from sparktrain.model.config import SCALES
 from sparktrain.params import Defaults, StepConfig
 from sparktrain.core.progress import Progress
 from sparktrain.train.job import adhoc_job
-from sparktrain.cli.report import lines_after
+from sparktrain.train.live import StderrLines
 
 STEP = StepConfig(outer=2, inner=3, batch_size=4, lr=0.05)
 HELDOUT = str(ROOT / "data/eval/tiny_heldout.jsonl")
@@ -100,7 +100,7 @@ def _bar_of(tmp_path, progress):
 def test_the_bar_is_for_writers_to_a_terminal_stderr_only(tmp_path, monkeypatch):
     monkeypatch.setattr(sys, "stderr", FakeTerminal())
     assert _bar_of(tmp_path, None) is not None                       # the default: stderr
-    assert _bar_of(tmp_path, lines_after("spark train: ...")) is not None   # the CLI's writer
+    assert _bar_of(tmp_path, StderrLines("spark train: ...")) is not None   # the CLI's writer
     got = []
     assert _bar_of(tmp_path, got.append) is None and len(got) == 1   # a caller's own: lines
     assert _bar_of(tmp_path, lambda line: None) is None
@@ -170,7 +170,8 @@ def _on_a_pty(args, cwd) -> tuple[int, str]:
 
 
 def test_spark_train_on_a_real_terminal_draws_the_bar(tmp_path):
-    """The CLI's writer (report.lines_after): its first line, then the bar."""
+    """The CLI's writer (StderrLines, from cli/train.py run_and_record): its first line,
+    then the bar."""
     rc, text = _on_a_pty(SPARK + ["train", "--dataset", ROOT / "data/train/dataset.jsonl",
                                   "--out", tmp_path / "o", "--outer", "2", "--inner", "3",
                                   "--heldout", HELDOUT], tmp_path)
