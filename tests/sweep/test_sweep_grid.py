@@ -121,6 +121,15 @@ def test_comparison_reads_params_and_metrics_through_the_reader():
     assert error_line == f"{points[1].name} failed: params: step.lr must be > 0.0, got -1.0"
 
 
+def test_on_a_terminal_the_sweep_table_is_drawn_by_rich():
+    a = {"name": "a", "state": "done", "params": {"step.lr": 0.05}, "error": None,
+         "metrics": {"e.json": {"loss": 4.25}}, "outputs": {}}
+    doc = {"axes": [["step.lr", ["0.05"]]], "points": [a]}
+    plain, drawn = format_table(doc, tty=False).splitlines(), format_table(doc, tty=True).splitlines()
+    assert set(plain[1]) == {"-", " "} and set(drawn[1]) == {"\u2500"}
+    assert drawn[0] == plain[0] and drawn[2] == plain[2] == "a           done   0.05     4.25"
+
+
 def test_table_shows_the_weights_hash_when_it_differs():
     a = {"name": "a", "state": "done", "params": {}, "metrics": {}, "error": None,
          "outputs": {"out/eval.json": "1111111111", "out/w.safetensors": "2222222222"}}
