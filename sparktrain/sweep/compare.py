@@ -16,11 +16,9 @@ LOCK = "dvc.lock"
 
 def experiments_of(source: Experiments, baseline: str) -> dict[str, dict]:
     """name -> {rev, params, metrics, outputs} of the experiments run on `baseline`:
-    params.yaml and the job's eval.json as each experiment committed them, and
-    path -> md5 of every output its dvc.lock records."""
+    params.yaml, eval.json and path -> md5 of every output in dvc.lock, at each rev."""
     found = {}
-    experiments, _ = source.rows(baseline)
-    for row in experiments:
+    for row in source.rows(baseline)[0]:
         rec = read_record(source, row)
         entry = {"data": rec.metrics} if rec.metrics is not None \
             else {"error": {"msg": rec.metrics_error}}
@@ -73,12 +71,10 @@ def _as_written(text: str):
         value = load_yaml(text, "-S value")
     except SparkError:
         return text
-    if isinstance(value, str):
-        try:
-            return float(value)
-        except ValueError:
-            pass
-    return value
+    try:
+        return float(value) if isinstance(value, str) else value
+    except ValueError:
+        return value
 
 
 def headline(metrics: dict) -> dict[str, float]:

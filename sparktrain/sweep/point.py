@@ -1,12 +1,6 @@
-"""One point of a sweep, as a Dask worker runs it: plain git and dvc in a clone of its own.
-
-The worker clones the shared git remote, checks out the sweep's commit, runs
-`dvc exp run -n NAME -S ...` and pushes the experiment (`dvc exp push`: its git
-ref to the git remote, its outputs to the DVC remote). Nothing is returned but
-a small record; the driver pulls the results through DVC. A failure is a
-record with the error's one line, never an exception, so one bad point does
-not stop the others.
-"""
+"""One point of a sweep, as a Dask worker runs it: clone the shared git remote, check
+out the sweep's commit, `dvc exp run -n NAME -S ...`, `dvc exp push`. It returns a
+small record; a failure is its one line there, never an exception."""
 from __future__ import annotations
 
 import os
@@ -19,7 +13,6 @@ from pathlib import Path
 
 from sparktrain.repro.workspace import tool_env
 
-# Each experiment runs single-threaded: N workers use N cores.
 ONE_THREAD = {"SPARK_BLAS_THREADS": "1", "SPARK_WORKERS": "1"}
 
 
@@ -31,12 +24,11 @@ class PointJob:
     overrides: tuple[str, ...]    # `-S` arguments
     dvc_remote: str | None = None # DVC remote name (None: the repo's default)
     scratch: str | None = None    # where the clone goes (None: the worker's temp dir)
-    dvc_remote_url: str | None = None  # add `dvc_remote` at this URL in the clone's
-                                       # .dvc/config.local (a one-machine sweep's store)
+    dvc_remote_url: str | None = None  # `dvc_remote`'s URL for the clone's config.local
 
 
 class PointFailed(Exception):
-    """A step of the point failed; str() is its one-line reason."""
+    """str(): the one-line reason a step of the point failed."""
 
 
 def run_point(job: PointJob) -> dict:
@@ -65,16 +57,13 @@ def _in_clone(job: PointJob, clone: Path) -> None:
         _call(["dvc", "remote", "add", "--local", "-f", job.dvc_remote, job.dvc_remote_url],
               clone, "dvc remote add --local")
     remote = ["-r", job.dvc_remote] if job.dvc_remote else []
-    run = ["dvc", "exp", "run", "-n", job.name]
-    for override in job.overrides:
-        run += ["-S", override]
-    _call(run, clone, "dvc exp run")
+    sets = [arg for override in job.overrides for arg in ("-S", override)]
+    _call(["dvc", "exp", "run", "-n", job.name, *sets], clone, "dvc exp run")
     _call(["dvc", "exp", "push", *remote, "origin", job.name], clone, "dvc exp push")
 
 
 def _call(cmd: list[str], cwd: Path, what: str) -> None:
-    env = tool_env(cwd, ONE_THREAD)
-    done = subprocess.run(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE,
+    done = subprocess.run(cmd, cwd=cwd, env=tool_env(cwd, ONE_THREAD), stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True)
     if done.returncode != 0:
         raise PointFailed(f"{what} exited {done.returncode}: {reason(done.stdout)}")
