@@ -1,11 +1,6 @@
-"""A pairs model's held-out metrics (docs/outputs.md "eval.json"), all computed
-from the model itself: the pairs source's evaluate (data/pairs_source.py).
-
-Teacher-forced numbers come from one batched forward per batch (the model's
-scored_logits, the forward that training uses); exact match comes from greedy
-generation. Per-row sums are gathered first and added in file order in
-float64, so the same weights and rows always give the same dict.
-"""
+"""A pairs model's held-out metrics (docs/outputs.md "eval.json"): teacher-forced sums
+per row from the training forward, exact match from greedy generation, added in file
+order in float64, so the same weights and rows give the same dict."""
 from __future__ import annotations
 
 import math
@@ -41,10 +36,9 @@ class _RowStats:
 
 def evaluate(params, cfg: ModelConfig, pairs: Sequence[Pair], *, batch_size: int = 64,
              max_new: int | None = None, n_samples: int = 3, tokenizer=BYTES) -> dict:
-    """Metrics over `pairs`, in the ids of the model's `tokenizer` (bytes by default;
-    a pairs job's BPE adds `bpb`, bits per byte of the completion text). max_new=None caps each
-    generation at len(expected)+1 tokens (a token is at least one byte), the most
-    that can still be an exact match."""
+    """Metrics over `pairs` in `tokenizer`'s ids (a BPE adds `bpb` of the completion
+    text). max_new=None caps a generation at len(expected)+1 tokens, the most that can
+    still be an exact match."""
     if not pairs:
         raise SparkError("no rows to evaluate")
     if batch_size < 1:
@@ -66,14 +60,10 @@ def evaluate(params, cfg: ModelConfig, pairs: Sequence[Pair], *, batch_size: int
 
     result = _summary(stats, match, np.ones(len(pairs), dtype=bool))
     copy_total = stats.copy_total[copy_rows].sum()
-    result.update(
-        mode=model.name,
-        n_truncated=sum(e.truncated for e in encoded),
-        n_copy_probes=int(copy_rows.sum()),
-        copy_recall=_r(stats.copy_correct[copy_rows].sum() / copy_total) if copy_total else None,
-        families={},
-        samples=[],
-    )
+    result.update(mode=model.name, n_truncated=sum(e.truncated for e in encoded),
+                  n_copy_probes=int(copy_rows.sum()), families={}, samples=[],
+                  copy_recall=_r(stats.copy_correct[copy_rows].sum() / copy_total)
+                  if copy_total else None)
     if tokenizer.kind != "byte":  # a byte model's metrics are those of before tokenizers
         result.update(bpb=_r(bits_per_byte(float(stats.ce.sum()), int(stats.text_bytes.sum()))),
                       tokenizer=tokenizer.kind, vocab=tokenizer.vocab)
@@ -93,14 +83,10 @@ def _summary(stats: _RowStats, match: np.ndarray, rows: np.ndarray) -> dict:
     if not math.isfinite(loss):
         raise SparkError(f"the model gives a non-finite loss ({loss}) on these rows; "
                          "the weights are broken")
-    return {
-        "n": int(rows.sum()),
-        "n_counted": counted,
-        "loss": _r(loss),
-        "perplexity": _r(math.exp(min(loss, 700.0))),  # exp caps below float overflow
-        "next_token_accuracy": _r(stats.correct[rows].sum() / max(counted, 1)),
-        "exact_match": _r(match[rows].mean()),
-    }
+    return {"n": int(rows.sum()), "n_counted": counted, "loss": _r(loss),
+            "perplexity": _r(math.exp(min(loss, 700.0))),  # exp caps below float overflow
+            "next_token_accuracy": _r(stats.correct[rows].sum() / max(counted, 1)),
+            "exact_match": _r(match[rows].mean())}
 
 
 def _teacher_forced(params, model: Model, encoded: list[Encoded], batch_size: int,
@@ -120,8 +106,7 @@ def _log_softmax_at(logits: np.ndarray, targets: np.ndarray) -> np.ndarray:
 
 def _row_stats(params, model: Model, chunk: list[Encoded], eos: int,
                byte_lengths: np.ndarray):
-    """The _RowStats columns of one batch of rows; byte_lengths (V,): the bytes of
-    text each id stands for (the tokenizer's byte_lengths())."""
+    """The _RowStats columns of one batch of rows; byte_lengths (V,): the tokenizer's."""
     logits, targets, mask = model.scored_logits(params, model.make_batch(chunk))  # (B, T, V)
     mask = np.asarray(mask, dtype=np.float64)                      # (B, T)
     ce = -_log_softmax_at(logits, targets)                         # (B, T)

@@ -1,12 +1,6 @@
-"""Token streams on disk (nanoGPT's train.bin / val.bin): every file of a split
-as [BOS] + tokens + [EOS], concatenated in path order, flat little-endian
-uint8 or uint16, read back memory-mapped.
-
-Training samples seeded windows of seq_len + 1 tokens and counts every target;
-a whole-stream loss walks non-overlapping windows (or sliding ones,
-`sliding_batches`) so each target (every token
-but the first) is counted exactly once.
-"""
+"""Token streams on disk (nanoGPT's train.bin / val.bin): each file of a split as
+[BOS] + tokens + [EOS] in path order, flat little-endian uint8 or uint16, memory-mapped;
+seeded training windows, and whole-stream windows counting every target once."""
 from __future__ import annotations
 
 import os
@@ -47,10 +41,7 @@ def read_stream(path: str | os.PathLike, vocab: int) -> np.ndarray:
     if size % dtype.itemsize:
         raise SparkError(f"token stream {os.fspath(path)} has {size} bytes, not a whole "
                          f"number of {dtype.name} tokens; run the prepare stage again")
-    if size == 0:
-        return np.zeros(0, dtype=dtype)
-    stream = np.memmap(path, dtype=dtype, mode="r")
-    return stream
+    return np.memmap(path, dtype=dtype, mode="r") if size else np.zeros(0, dtype=dtype)
 
 
 def check_stream(stream: np.ndarray, seq_len: int, what: str) -> None:
@@ -106,10 +97,9 @@ def stream_batches(stream: np.ndarray, seq_len: int, batch_size: int,
 
 def sliding_batches(stream: np.ndarray, seq_len: int, stride: int, batch_size: int,
                     pad: int) -> Iterator[TokenBatch]:
-    """Windows every `stride` tokens, each target counted once: the first window
-    counts all its targets, every later one only its last `stride` (the targets the
-    previous windows did not reach), so each of those sees at least seq_len - stride
-    tokens of context. stride == seq_len is stream_batches, window for window."""
+    """Windows every `stride` tokens, each target counted once: the first window counts
+    all, every later one its last `stride` (seeing >= seq_len - stride tokens of context).
+    stride == seq_len is stream_batches, window for window."""
     flat, n = np.asarray(stream), len(stream)
     starts = np.arange(0, max(n - 1 - seq_len, 0) + stride, stride)
     starts = starts[(starts == 0) | (starts + seq_len - stride + 1 < n)]
@@ -120,7 +110,6 @@ def sliding_batches(stream: np.ndarray, seq_len: int, stride: int, batch_size: i
         real = idx[:, 1:] < n                                                  # (B, T)
         counted = real & (fresh | (s[:, None] == 0))                           # (B, T)
         rows = flat[np.minimum(idx, n - 1)].astype(np.int64)                   # (B, T+1)
-        # the context before a window's counted targets keeps its tokens: only
-        # the padding past the stream's end is replaced
+        # the context before a window's counted targets is kept: only padding replaced
         yield TokenBatch(np.where(real, rows[:, :-1], pad),
                          np.where(counted, rows[:, 1:], pad), counted.astype(np.float32))
