@@ -305,25 +305,19 @@ class MinibatchSampler:
         self.pos = state["pos"]
 
 
-class RowBatches:
+class RowBatches(MinibatchSampler):
     """Micro-batches of rows for the loop: the whole set (laid out once) when one
     batch holds it, else the sampler's rows laid out in the model's batch kind."""
 
     def __init__(self, rows: PackedRows, batch_size: int, seed: int, make_batch):
+        super().__init__(len(rows), batch_size, seed)
         self.rows, self.make_batch = rows, make_batch
-        self.sampler = MinibatchSampler(len(rows), batch_size, seed)
         self.whole = make_batch(rows) if batch_size >= len(rows) else None
 
     def next(self):
         if self.whole is not None:
             return self.whole
-        return self.make_batch([self.rows[j] for j in self.sampler.next()])
-
-    def state(self) -> dict:
-        return self.sampler.state()
-
-    def set_state(self, state: dict) -> None:
-        self.sampler.set_state(state)
+        return self.make_batch([self.rows[j] for j in super().next()])
 
 
 class _Relaid:

@@ -44,12 +44,6 @@ def read_stream(path: str | os.PathLike, vocab: int) -> np.ndarray:
     return np.memmap(path, dtype=dtype, mode="r") if size else np.zeros(0, dtype=dtype)
 
 
-def check_stream(stream: np.ndarray, seq_len: int, what: str) -> None:
-    if len(stream) < seq_len + 1:
-        raise SparkError(f"the {what} stream has {len(stream)} tokens, fewer than "
-                         f"seq_len + 1 = {seq_len + 1}; use a larger corpus or a smaller seq_len")
-
-
 def window_index(starts, seq_len: int) -> np.ndarray:
     """Positions s .. s + seq_len of each start s: one gather reads every window."""
     return np.asarray(starts, dtype=np.int64)[:, None] + np.arange(seq_len + 1)  # (B, T+1)
@@ -65,7 +59,9 @@ class WindowSampler:
     """Seeded windows of seq_len + 1 tokens anywhere in the stream, every target counted."""
 
     def __init__(self, stream: np.ndarray, seq_len: int, batch_size: int, seed: int):
-        check_stream(stream, seq_len, "train")
+        if len(stream) < seq_len + 1:
+            raise SparkError(f"the train stream has {len(stream)} tokens, fewer than seq_len + 1 "
+                             f"= {seq_len + 1}; use a larger corpus or a smaller seq_len")
         self.stream, self.seq_len, self.batch_size = stream, seq_len, batch_size
         self.rng = np.random.default_rng([seed, 0x57E4])
 

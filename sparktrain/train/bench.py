@@ -68,15 +68,12 @@ def sgd_step(params, grads, lr):
         p -= grads[name]
 
 
-class PlainSGD:
+def plain_sgd(params):
     """The default update: SGD at BENCH_LR, no momentum, no clip."""
-    label = "plain SGD"
-
-    def __call__(self, params):
-        return lambda params, grads, t: sgd_step(params, grads, BENCH_LR)
+    return lambda params, grads, t: sgd_step(params, grads, BENCH_LR)
 
 
-plain_sgd = PlainSGD()
+plain_sgd.label = "plain SGD"
 
 
 def run_bench(scale: str, batch_size: int | None = None, steps: int = 10,

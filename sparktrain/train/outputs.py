@@ -219,13 +219,6 @@ def _record(path: Path):
     return _scrub(rec) if isinstance(rec, dict) else None
 
 
-def _verified_sha(path: Path, want) -> bool:
-    try:
-        return path.is_file() and sha256_file(path, "weights file") == want  # size cap first
-    except SparkError:
-        return False
-
-
 def job_state(folder: str | os.PathLike, job_id: str | None = None,
               current_step: dict | None = None) -> dict:
     """The real state of a job folder, read only: declared, trained (checkpoint.json
@@ -252,8 +245,9 @@ def job_state(folder: str | os.PathLike, job_id: str | None = None,
     weights = current_file(folder, WEIGHTS, journal)
     verified = False
     if isinstance(ckpt, dict) and ckpt.get("trained") is True:
-        verified = _verified_sha(weights, ckpt.get("weights_sha256"))
         sha = ckpt.get("weights_sha256")
+        with contextlib.suppress(SparkError):  # above the size cap: not verified
+            verified = weights.is_file() and sha256_file(weights, "weights file") == sha
         state.update(state="trained" if verified else "failed",
                      step_n=ckpt["step_n"] if isinstance(number(ckpt.get("step_n")), int) else None,
                      loss_before=number(ckpt.get("loss_before")),
