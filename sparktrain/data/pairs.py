@@ -173,18 +173,13 @@ def _pair_of(row: dict, where: str, lineno: int) -> Pair:
     family = row.get("family")
     if family is not None and not isinstance(family, str):
         raise SparkError(f"{where}: 'family' must be a string, got {type(family).__name__}")
-    for key, value in (("prompt", prompt), ("completion", completion), ("family", family or "")):
-        _encodable(value, key, where)
+    for key, text in (("prompt", prompt), ("completion", completion), ("family", family or "")):
+        try:  # JSON may spell a lone surrogate (\ud800): no UTF-8 bytes to train on
+            text.encode("utf-8")
+        except UnicodeEncodeError as err:
+            raise SparkError(f"{where}: the {key} holds a lone surrogate at character "
+                             f"{err.start}, which is not text") from None
     return Pair(prompt, completion, lineno, family)
-
-
-def _encodable(text: str, key: str, where: str) -> None:
-    """JSON may spell a lone surrogate (\\ud800); it has no UTF-8 bytes to train on."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as err:
-        raise SparkError(f"{where}: the {key} holds a lone surrogate at character "
-                         f"{err.start}, which is not text") from None
 
 
 def _text_field(row: dict, key: str, where: str) -> str:

@@ -106,32 +106,23 @@ def make_rows(seed: int, heldout: bool) -> list[dict]:
     rows, seen = [], set()
     for family, count in counts.items():
         draw = _Draw(seed, f"{side}/{family}")
-        made = 0
-        while made < count:
+        end = len(rows) + count
+        while len(rows) < end:
             prompt, completion = FAMILIES[family](draw, heldout)
-            if prompt in seen:
-                continue
-            seen.add(prompt)
-            rows.append({"prompt": prompt, "completion": completion, "family": family})
-            made += 1
-    return _shuffled(rows, _Draw(seed, f"{side}/order"))
-
-
-def _shuffled(rows: list, draw: _Draw) -> list:
-    rows = list(rows)
+            if prompt not in seen:
+                seen.add(prompt)
+                rows.append({"prompt": prompt, "completion": completion, "family": family})
+    draw = _Draw(seed, f"{side}/order")
     for i in range(len(rows) - 1, 0, -1):  # Fisher-Yates
         j = draw.below(i + 1)
         rows[i], rows[j] = rows[j], rows[i]
     return rows
 
 
-def rows_jsonl(rows: list[dict]) -> str:
-    return "".join(json.dumps(r, sort_keys=True, ensure_ascii=True) + "\n" for r in rows)
-
-
 def write_scale_data(out_dir: str | os.PathLike = ".", seed: int = DEFAULT_SEED) -> list[Path]:
     """Write the training and held-out files under out_dir; returns their paths."""
     written = [Path(out_dir) / TRAIN_FILE, Path(out_dir) / EVAL_FILE]
     for path, heldout in zip(written, (False, True)):
-        atomic_write_text(path, rows_jsonl(make_rows(seed, heldout)))
+        atomic_write_text(path, "".join(json.dumps(r, sort_keys=True, ensure_ascii=True) + "\n"
+                                        for r in make_rows(seed, heldout)))
     return written

@@ -103,12 +103,6 @@ def check_vocab_size(vocab_size: int) -> int:
     return vocab_size
 
 
-def check_kind(kind: str) -> str:
-    if kind not in TOKENIZERS:
-        raise SparkError(f"unknown tokenizer {kind!r}; known: {', '.join(TOKENIZERS)}")
-    return kind
-
-
 def train_bpe(texts: Sequence[str], vocab_size: int) -> BpeTokenizer:
     """Byte-level BPE on `texts` (the train split only): deterministic for the same texts."""
     check_vocab_size(vocab_size)
@@ -127,7 +121,9 @@ def train_bpe(texts: Sequence[str], vocab_size: int) -> BpeTokenizer:
 
 def make_tokenizer(kind: str, vocab_size: int, texts: Callable[[], Sequence[str]]):
     """The tokenizer a job asks for; BPE is trained on `texts()` (only then read)."""
-    if check_kind(kind) == "byte":
+    if kind not in TOKENIZERS:
+        raise SparkError(f"unknown tokenizer {kind!r}; known: {', '.join(TOKENIZERS)}")
+    if kind == "byte":
         return ByteTokenizer()
     return train_bpe(texts(), vocab_size)
 

@@ -203,13 +203,10 @@ def compare(plan: SweepPlan, failures: dict[str, str]) -> dict:
     """The sweep's comparison document (see compare.py), in grid order."""
     with DvcExperiments(str(plan.repo)) as source:
         found = experiments_of(source, plan.commit)
-    points = []
-    for point in plan.points:
-        exp = None if point.name in failures else found.get(point.name)
-        points.append(point_record(point, exp, exp["outputs"] if exp else {},
-                                   failures.get(point.name)))
-    return {"baseline": plan.commit,
-            "axes": [[a.key, list(a.values)] for a in plan.axes],
+    exps = {p.name: None if p.name in failures else found.get(p.name) for p in plan.points}
+    points = [point_record(p, exps[p.name], (exps[p.name] or {}).get("outputs", {}),
+                           failures.get(p.name)) for p in plan.points]
+    return {"baseline": plan.commit, "axes": [[a.key, list(a.values)] for a in plan.axes],
             "points": points}
 
 

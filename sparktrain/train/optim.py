@@ -183,7 +183,7 @@ def clipped_update(optimizer, step, params: dict, grads: dict, names, t: int, to
 
 
 class JobUpdates:
-    """Makes a job's JobUpdate for given params (`spark bench` makes one per run)."""
+    """Makes a job's update for given params (`spark bench` makes one per run)."""
 
     def __init__(self, step, total: int):
         self.step, self.total = step, total
@@ -196,17 +196,9 @@ class JobUpdates:
             knobs += f", wsd: {step.warmup} warm-up, cool-down {step.cooldown:g}"
         self.label = f"{step.optimizer} ({knobs})"
 
-    def __call__(self, params: dict) -> "JobUpdate":
-        return JobUpdate(self.step, params, params, self.total)
-
-
-class JobUpdate:
-    """`update(params, grads, t)`: micro-step t (0-based) of `total` of a job's step knobs."""
-
-    def __init__(self, step, params: dict, names, total: int):
-        self.step, self.names, self.total = step, list(names), total
-        self.optimizer = make_optimizer(step, params, self.names)
-
-    def __call__(self, params: dict, grads: dict, t: int) -> float:  # the norm before clipping
-        return clipped_update(self.optimizer, self.step, params, grads, self.names, t,
-                              self.total)[0]
+    def __call__(self, params: dict):
+        """The micro-step's `update(params, grads, t)`, which returns the norm before clipping."""
+        names = list(params)
+        optimizer = make_optimizer(self.step, params, names)
+        return lambda params, grads, t: clipped_update(optimizer, self.step, params, grads, names,
+                                                       t, self.total)[0]

@@ -42,12 +42,6 @@ def render(head: list[str], rows: list[list[str]], rule: bool = False,
     return [ln.rstrip() for ln in console.file.getvalue().splitlines()]
 
 
-def _numbered(exps: list[Experiment]) -> list[str]:
-    """`1 swept-hulk`, ... the run's number (its legend key) and name."""
-    w = len(str(len(exps)))
-    return [f"{e.number:>{w}} {e.name}" for e in exps]
-
-
 def format_table(sweep: dict, tty: bool | None = None) -> str:
     """The runs, numbered as in the picture's legend: one table when it fits in
     WIDTH columns; else a key (number, name, the params that differ, wrapped)
@@ -60,7 +54,7 @@ def format_table(sweep: dict, tty: bool | None = None) -> str:
     metric_cells = [[_num(e.loss_curve[-1]["loss"]), *(_metric(k, e.metrics.get(k))
                                                        for k in metric_keys)] for e in exps]
     short = [short_values([e.params.get(k) for e in exps]) for k in keys]
-    names = _numbered(exps)
+    names = [f"{e.number:>{len(str(len(exps)))}} {e.name}" for e in exps]  # "1 swept-hulk"
     lines = textwrap.wrap(f"{len(exps)} experiment{'s' * (len(exps) != 1)}; params that "
                           f"differ: {', '.join(keys) or 'none'}", WIDTH - 2)
     if shared:
