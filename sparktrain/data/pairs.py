@@ -310,9 +310,8 @@ class RowBatches(MinibatchSampler):
         self.whole = make_batch(rows) if batch_size >= len(rows) else None
 
     def next(self):
-        if self.whole is not None:
-            return self.whole
-        return self.make_batch([self.rows[j] for j in super().next()])
+        return self.whole if self.whole is not None \
+            else self.make_batch([self.rows[j] for j in super().next()])
 
 
 class _Relaid:

@@ -123,9 +123,7 @@ def make_tokenizer(kind: str, vocab_size: int, texts: Callable[[], Sequence[str]
     """The tokenizer a job asks for; BPE is trained on `texts()` (only then read)."""
     if kind not in TOKENIZERS:
         raise SparkError(f"unknown tokenizer {kind!r}; known: {', '.join(TOKENIZERS)}")
-    if kind == "byte":
-        return ByteTokenizer()
-    return train_bpe(texts(), vocab_size)
+    return ByteTokenizer() if kind == "byte" else train_bpe(texts(), vocab_size)
 
 
 def parse_tokenizer(data: bytes, path: str = "<tokenizer>"):

@@ -106,8 +106,4 @@ def format_table(doc: dict, tty: bool | None = None) -> str:
 
 
 def _cell(value) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:.5g}"
-    return str(value)
+    return "-" if value is None else f"{value:.5g}" if isinstance(value, float) else str(value)

@@ -300,9 +300,8 @@ def failure_is_current(failed: dict, current_step: dict | None) -> bool:
     if current_step is None:
         return True
     recorded = failed.get("step")
-    if isinstance(recorded, dict):
-        return recorded == current_step
-    return compat.pre_step_failure_matches(failed, current_step)
+    return recorded == current_step if isinstance(recorded, dict) \
+        else compat.pre_step_failure_matches(failed, current_step)
 
 
 def clear_failure(folder: Path) -> None:

@@ -14,7 +14,8 @@ from rich.table import Table
 from rich.text import Text
 
 from sparktrain.core.textout import columns
-from sparktrain.eval.compare.runs import Experiment, label_texts, short_key, short_value, short_values
+from sparktrain.eval.compare.runs import (Experiment, label_texts, short_key, short_value,
+                                          short_values)
 from sparktrain.eval.headline import HEADLINE_KEYS
 
 # Short headers keep the table inside 80 columns.
