@@ -122,11 +122,8 @@ def _num(v) -> str:
 
 def _metric(key: str, v) -> str:
     """Losses to 4 decimals, perplexity to 1, rates (accuracy, match, recall) to 3."""
-    if v is None:
-        return "-"
-    if key in ("loss", "bpb"):
-        return f"{v:.4f}"
-    return f"{v:.1f}" if key == "perplexity" else f"{v:.3f}"
+    digits = 4 if key in ("loss", "bpb") else 1 if key == "perplexity" else 3
+    return "-" if v is None else f"{v:.{digits}f}"
 
 
 def _value(v) -> str:
