@@ -31,8 +31,7 @@ class ByteTokenizer:
         return [self.encode(t) for t in texts]
 
     def decode(self, ids: Iterable[int]) -> str:
-        body = bytes(int(i) for i in ids if int(i) < self.bos)
-        return body.decode("utf-8", errors="replace")
+        return bytes(int(i) for i in ids if int(i) < self.bos).decode("utf-8", errors="replace")
 
     def byte_lengths(self) -> np.ndarray:
         """Bytes of text each id stands for: 1, and 0 for the specials."""
@@ -95,17 +94,12 @@ class BpeTokenizer:
         return self.tok.to_str(pretty=True) + "\n"
 
 
-def check_vocab_size(vocab_size: int) -> int:
+def train_bpe(texts: Sequence[str], vocab_size: int) -> BpeTokenizer:
+    """Byte-level BPE on `texts` (the train split only): deterministic for the same texts."""
     if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) \
             or not MIN_BPE_VOCAB <= vocab_size <= MAX_VOCAB:
         raise SparkError(f"vocab_size must be an integer in [{MIN_BPE_VOCAB}, {MAX_VOCAB}] for "
                          f"a BPE tokenizer (256 bytes + BOS/SEP/EOS), got {vocab_size!r}")
-    return vocab_size
-
-
-def train_bpe(texts: Sequence[str], vocab_size: int) -> BpeTokenizer:
-    """Byte-level BPE on `texts` (the train split only): deterministic for the same texts."""
-    check_vocab_size(vocab_size)
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     tok.decoder = decoders.ByteLevel()
