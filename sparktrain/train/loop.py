@@ -58,8 +58,7 @@ class _Run:
         return self.device.to_host(self.params)
 
 
-def _set_up(job: Job, step: StepConfig, cfg: ModelConfig, source: DataSource,
-            say) -> _Run:
+def _set_up(job: Job, step: StepConfig, cfg: ModelConfig, source: DataSource, say) -> _Run:
     if job.out_dir.is_dir():  # held from before the base is read: no lost update
         outputs.lock_job(job.out_dir)
     device = resolve_device(step.device)  # the CLI's Device (resolved once a process)
