@@ -80,22 +80,16 @@ class WindowSampler:
 def stream_batches(stream: np.ndarray, seq_len: int, batch_size: int,
                    pad: int) -> Iterator[TokenBatch]:
     """Non-overlapping windows in order: targets 1..N-1 each counted once, the last
-    window right-padded with mask 0."""
-    flat, n = np.asarray(stream), len(stream)
-    starts = np.arange(0, max(n - 1, 0), seq_len)
-    for b0 in range(0, len(starts), batch_size):
-        idx = window_index(starts[b0:b0 + batch_size], seq_len)   # (B, T+1)
-        counted = idx[:, 1:] < n                                  # (B, T) target in the stream
-        rows = flat[np.minimum(idx, n - 1)].astype(np.int64)      # (B, T+1)
-        yield TokenBatch(np.where(counted, rows[:, :-1], pad),
-                         np.where(counted, rows[:, 1:], pad), counted.astype(np.float32))
+    window right-padded with mask 0 (sliding_batches at stride seq_len)."""
+    if len(stream) < 2:  # no target: no window
+        return iter(())
+    return sliding_batches(stream, seq_len, seq_len, batch_size, pad)
 
 
 def sliding_batches(stream: np.ndarray, seq_len: int, stride: int, batch_size: int,
                     pad: int) -> Iterator[TokenBatch]:
     """Windows every `stride` tokens, each target counted once: the first window counts
-    all, every later one its last `stride` (seeing >= seq_len - stride tokens of context).
-    stride == seq_len is stream_batches, window for window."""
+    all, every later one its last `stride` (seeing >= seq_len - stride tokens of context)."""
     flat, n = np.asarray(stream), len(stream)
     starts = np.arange(0, max(n - 1 - seq_len, 0) + stride, stride)
     starts = starts[(starts == 0) | (starts + seq_len - stride + 1 < n)]
