@@ -1,7 +1,5 @@
-"""The data source interface (docs/training.md "Data sources"): what every kind
-of data gives the loop, the stages and eval. The kinds are listed in
-data/source.py; this module holds only the shapes they share.
-"""
+"""The data source interface: what every kind of data (listed in data/source.py)
+gives the loop, the stages and eval (docs/training.md "Data sources and the one loop")."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -15,8 +13,8 @@ from sparktrain.data.bpb import bits_per_byte
 
 @dataclass(frozen=True)
 class EvalSet:
-    """Fixed batches whose loss is measured (re-iterable, in a fixed order), and the
-    bytes of text each token id stands for when bits per byte are reported."""
+    """Fixed, re-iterable batches whose loss is measured, and the bytes of text each id
+    stands for when bits per byte are reported."""
     batches: Iterable
     byte_lengths: np.ndarray | None = None  # (V,)
 
@@ -60,8 +58,8 @@ class DataSource(Protocol):
 
 
 def measure(losses, batches, byte_lengths=None) -> tuple[float, int, int]:
-    """(summed nats, counted targets, bytes of text those targets stand for) from
-    the (sum, count) of each batch, added in batch order."""
+    """(summed nats, counted targets, their bytes of text) from each batch's (sum, count),
+    added in batch order."""
     total, count, nbytes = 0.0, 0, 0
     for s, c in losses:
         total += s

@@ -1,10 +1,5 @@
-"""Bits per byte: one scale for byte models, BPE models and compressors.
-
-A model's loss is nats per counted token; over a whole held-out stream the
-summed nats, in bits, divided by the bytes of the original text are bits per
-byte, whatever the tokenizer. The strongest trivial baselines are
-general-purpose compressors run on exactly the same bytes.
-"""
+"""Bits per byte, one scale for byte models, BPE models and compressors: summed nats
+in bits over the bytes of the original text, whatever the tokenizer."""
 from __future__ import annotations
 
 import lzma

@@ -1,12 +1,6 @@
-"""The corpus data source: a folder of text files (or the interpreter's standard
-library) read as one token stream per split (docs/training.md "Corpora").
-
-The prepare stage writes the streams (data/prepare.py); training samples
-seeded windows of seq_len + 1 tokens from the train stream; after every outer
-pass the loop measures fixed windows spread over each stream; eval scores the
-whole held-out stream, every target once, in bits per byte beside zlib-9 and
-lzma-9e on the same bytes.
-"""
+"""The corpus data source: a folder of text files (or the standard library) as one
+token stream per split: seeded train windows, fixed windows after each pass, the whole
+held-out stream scored in bits per byte (docs/training.md "Corpora")."""
 from __future__ import annotations
 
 import math
@@ -32,8 +26,7 @@ CORPUS_RECORD = ("patterns", "heldout_fraction", "train_files", "heldout_files",
 
 
 def spread_windows(stream, seq_len: int, n: int) -> list:
-    """n windows spread evenly over a stream: a fixed sample whose loss is
-    comparable pass to pass (the whole stream would cost an epoch)."""
+    """n windows spread evenly over a stream: a fixed sample, comparable pass to pass."""
     last = len(stream) - seq_len - 1
     starts = np.unique(np.linspace(0, max(last, 0), n).astype(np.int64))
     return [windows_batch(stream, starts[i:i + LOSS_BATCH], seq_len)
@@ -95,19 +88,16 @@ class CorpusSource:
             fingerprint={"tokenizer_sha256": tokenizer_sha256, "corpus_sha256": m["sha256"]})
 
     def evaluate(self, folder, params, cfg, tokenizer, tokenizer_sha256, eval_cfg) -> dict:
-        """The whole held-out stream, every target once: loss, and bits per byte of
-        the original text beside the compressors on the same bytes; in non-overlapping
-        windows (`bpb`: a target sees seq_len / 2 tokens of context on average) and in
-        windows every eval.stride tokens (`bpb_sliding`: at least seq_len - stride)."""
+        """The whole held-out stream, every target once: loss, and bits per byte beside the
+        compressors, in non-overlapping windows (`bpb`) and every eval.stride tokens
+        (`bpb_sliding`)."""
         data = read_prepared(Path(folder), tokenizer_sha256)
         model = build_model(cfg)
         stride = sliding_stride(eval_cfg, cfg.seq_len)
-        total, count = self._stream_score(model, params, data, tokenizer,
-                                          stream_batches(data.val, cfg.seq_len, LOSS_BATCH,
-                                                         tokenizer.eos))
-        sliding, _ = self._stream_score(model, params, data, tokenizer,
-                                        sliding_batches(data.val, cfg.seq_len, stride,
-                                                        LOSS_BATCH, tokenizer.eos))
+        total, count = self._stream_score(model, params, data, tokenizer, stream_batches(
+            data.val, cfg.seq_len, LOSS_BATCH, tokenizer.eos))
+        sliding, _ = self._stream_score(model, params, data, tokenizer, sliding_batches(
+            data.val, cfg.seq_len, stride, LOSS_BATCH, tokenizer.eos))
         loss, nbytes = total / count, data.heldout_bytes
         base = data.manifest["heldout_baselines"]
         return {"mode": self.kind, "loss": loss, "perplexity": math.exp(loss),
@@ -120,8 +110,8 @@ class CorpusSource:
     def _stream_score(model, params, data, tokenizer, batches) -> tuple[float, int]:
         """(summed nats, targets) of batches that count every held-out target once."""
         batches = list(batches)
-        losses = [model.batch_loss(params, b) for b in batches]
-        total, count, nbytes = measure(losses, batches, tokenizer.byte_lengths())
+        total, count, nbytes = measure([model.batch_loss(params, b) for b in batches], batches,
+                                       tokenizer.byte_lengths())
         if nbytes != data.heldout_bytes:
             raise SparkError(f"held-out tokens stand for {nbytes} bytes, the corpus has "
                              f"{data.heldout_bytes}; run the prepare stage again")

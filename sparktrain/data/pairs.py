@@ -1,19 +1,13 @@
-"""Pairs data: JSONL rows -> (prompt, completion) pairs -> tokens.
-
-docs/training.md "Dataset rows" and "Tokens" fix the format; this module is the
-only place that turns a pair into token ids, so training and eval agree on it.
-Tokens are UTF-8 bytes (the byte tokenizer) or the ids of a job's BPE, each
-with its own BOS/SEP/EOS ids; the layout and mask rule are the same. The model
-pads tokenised rows into its own batches (model/batch.py). PairsSource
-(data/pairs_source.py) is this kind behind the data source interface.
-"""
+"""Pairs data: JSONL rows -> (prompt, completion) pairs -> tokens, the only place a
+pair becomes token ids, so training and eval agree (docs/training.md "Dataset rows"
+and "Tokens"); and the rows' micro-batches and whole-set loss batches."""
 from __future__ import annotations
 
 import hashlib
 import io
 import os
 from dataclasses import dataclass
-from typing import BinaryIO, Callable, Iterator, Sequence, TypeVar
+from typing import BinaryIO, Iterator, Sequence
 
 import numpy as np
 
@@ -24,8 +18,6 @@ from sparktrain.core.safeload import load_json
 from sparktrain.vocab import BYTE_SPECIALS, token_dtype
 
 BOS, SEP, EOS = BYTE_SPECIALS
-
-Batch = TypeVar("Batch")
 
 
 @dataclass(frozen=True)
@@ -46,13 +38,9 @@ class Encoded:
 
 
 class PackedRows(Sequence[Encoded]):
-    """Encoded rows held in a few flat arrays, an Encoded rebuilt on each access.
-
-    One numpy object per field per row cost about 900 bytes a row (a 9 MB file of
-    200k short rows took 180 MB); flat, a row costs its tokens plus ~40 bytes.
-    The mask is kept as the index of its first counted target (it is 0 before,
-    1 from there on), so the rebuilt row is equal to the one encode_pair made.
-    """
+    """Encoded rows in a few flat arrays (a row costs its tokens plus ~40 bytes, not
+    ~900 as numpy objects), an equal Encoded rebuilt on each access; the mask is kept
+    as the index of its first counted target."""
 
     def __init__(self, rows: Iterator[Encoded], dtype=np.uint8):
         tokens, contexts, counted, truncated, first = bytearray(), bytearray(), [], [], []
@@ -109,8 +97,6 @@ class Dataset:
     n_truncated: int
 
 
-# ---------------------------------------------------------------- JSONL rows
-
 def load_pairs(path: str | os.PathLike) -> list[Pair]:
     """Every usable row of a JSONL file, in file order; SparkError on the first bad one."""
     return read_pairs(path)[0]
@@ -120,17 +106,16 @@ def read_pairs(path: str | os.PathLike) -> tuple[list[Pair], str]:
     """(pairs, sha256 of the file), streamed row by row: the file is never held whole."""
     digest = hashlib.sha256()
     with open_input(path, "dataset") as f:
-        pairs = _pairs_of(f, path, digest)
+        pairs = list(_iter_pairs(f, path, digest))
     return pairs, digest.hexdigest()
 
 
 def parse_pairs(data: bytes, path: str | os.PathLike = "<data>") -> list[Pair]:
-    return _pairs_of(io.BytesIO(data), path, hashlib.sha256())
+    return list(_iter_pairs(io.BytesIO(data), path, hashlib.sha256()))
 
 
 def _rows(f: BinaryIO, path, digest) -> Iterator[tuple[int, bytes]]:
-    """(line number, bytes) of each line, refusing one longer than the row cap
-    before reading the rest of it."""
+    """(line number, bytes) of each line, one above the row cap refused unread."""
     cap = size_cap("dataset row")
     lineno = 0
     while True:
@@ -149,13 +134,9 @@ def _rows(f: BinaryIO, path, digest) -> Iterator[tuple[int, bytes]]:
         yield lineno, body
 
 
-def _pairs_of(f: BinaryIO, path, digest) -> list[Pair]:
-    return list(_iter_pairs(f, path, digest))
-
-
 def json_objects(f: BinaryIO, path, digest) -> Iterator[tuple[int, dict]]:
-    """(line number, object) of each non-blank line of a JSONL file; one line
-    naming the row for anything that is not a JSON object of UTF-8 text."""
+    """(line number, object) of each non-blank line of a JSONL file; one line naming
+    the row for anything that is not a JSON object of UTF-8 text."""
     for lineno, raw in _rows(f, path, digest):
         try:
             text = raw.decode("utf-8")
@@ -192,18 +173,13 @@ def _pair_of(row: dict, where: str, lineno: int) -> Pair:
     family = row.get("family")
     if family is not None and not isinstance(family, str):
         raise SparkError(f"{where}: 'family' must be a string, got {type(family).__name__}")
-    for key, value in (("prompt", prompt), ("completion", completion), ("family", family or "")):
-        _encodable(value, key, where)
+    for key, text in (("prompt", prompt), ("completion", completion), ("family", family or "")):
+        try:  # JSON may spell a lone surrogate (\ud800): no UTF-8 bytes to train on
+            text.encode("utf-8")
+        except UnicodeEncodeError as err:
+            raise SparkError(f"{where}: the {key} holds a lone surrogate at character "
+                             f"{err.start}, which is not text") from None
     return Pair(prompt, completion, lineno, family)
-
-
-def _encodable(text: str, key: str, where: str) -> None:
-    """JSON may spell a lone surrogate (\\ud800); it has no UTF-8 bytes to train on."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as err:
-        raise SparkError(f"{where}: the {key} holds a lone surrogate at character "
-                         f"{err.start}, which is not text") from None
 
 
 def _text_field(row: dict, key: str, where: str) -> str:
@@ -239,16 +215,13 @@ def _chat_row(messages, where: str) -> tuple[str, str]:
     return last["user"], last["assistant"]
 
 
-# ---------------------------------------------------------------- tokens
-
 def decode(tokens: Sequence[int]) -> str:
     """Byte tokens back to text (a bad UTF-8 byte becomes U+FFFD)."""
     return bytes(tokens).decode("utf-8", errors="replace")
 
 
 def prompt_tokens(prompt: str, tok=BYTES) -> np.ndarray:
-    """[BOS] + prompt + [SEP]: what the model sees before the completion, in the ids
-    and specials of tokenizer `tok` (bytes: the prompt's UTF-8 bytes)."""
+    """[BOS] + prompt + [SEP], what the model sees before the completion, in `tok`'s ids."""
     tokens = np.concatenate([[tok.bos], tok.encode(prompt), [tok.sep]])
     return tokens.astype(token_dtype(tok.vocab))
 
@@ -274,40 +247,25 @@ def encode_pair(pair: Pair, seq_len: int, tok=BYTES) -> Encoded:
 
 
 def load_dataset(path: str | os.PathLike, seq_len: int, tok=BYTES) -> Dataset:
-    """The file's rows tokenised by `tok` (default: bytes), streamed: memory is a
-    small factor of the file."""
+    """The file's rows tokenised by `tok`, streamed: memory is a small factor of the file."""
     if seq_len < 1:
         raise SparkError(f"seq_len must be at least 1, got {seq_len}")
     digest = hashlib.sha256()
     with open_input(path, "dataset") as f:
         encoded = PackedRows((encode_pair(p, seq_len, tok) for p in _iter_pairs(f, path, digest)),
                              token_dtype(tok.vocab))
-    return Dataset(
-        path=str(path),
-        sha256=digest.hexdigest(),
-        encoded=encoded,
-        n=len(encoded),
-        n_tokens=encoded.n_tokens,
-        n_counted=encoded.n_counted,
-        n_truncated=int(encoded.truncated.sum()),
-    )
+    return Dataset(str(path), digest.hexdigest(), encoded, len(encoded), encoded.n_tokens,
+                   encoded.n_counted, int(encoded.truncated.sum()))
 
 
-# ---------------------------------------------------------------- batches
-
-def iter_batches(rows: Sequence[Encoded], batch_size: int,
-                 make_batch: Callable[[Sequence[Encoded]], Batch]) -> Iterator[Batch]:
-    """Consecutive batches in file order (the last may be smaller): whole-set losses.
-
-    make_batch is the model's (Model.make_batch), so the layout fits the model kind.
-    """
+def iter_batches(rows: Sequence[Encoded], batch_size: int, make_batch) -> Iterator:
+    """Consecutive batches in file order (the last may be smaller) in the model's
+    layout (Model.make_batch): whole-set losses."""
     if batch_size < 1:
         raise SparkError(f"batch_size must be at least 1, got {batch_size}")
     for start in range(0, len(rows), batch_size):
         yield make_batch(rows[start:start + batch_size])
 
-
-# ---------------------------------------------------------------- the source
 
 LOSS_BATCH = 64   # pairs per forward when measuring a whole-set loss
 KEEP_ROWS = 4096  # up to this many rows, the loss batches are padded once and kept
@@ -342,31 +300,23 @@ class MinibatchSampler:
         self.pos = state["pos"]
 
 
-class RowBatches:
+class RowBatches(MinibatchSampler):
     """Micro-batches of rows for the loop: the whole set (laid out once) when one
     batch holds it, else the sampler's rows laid out in the model's batch kind."""
 
     def __init__(self, rows: PackedRows, batch_size: int, seed: int, make_batch):
+        super().__init__(len(rows), batch_size, seed)
         self.rows, self.make_batch = rows, make_batch
-        self.sampler = MinibatchSampler(len(rows), batch_size, seed)
         self.whole = make_batch(rows) if batch_size >= len(rows) else None
 
     def next(self):
-        if self.whole is not None:
-            return self.whole
-        return self.make_batch([self.rows[j] for j in self.sampler.next()])
-
-    def state(self) -> dict:
-        return self.sampler.state()
-
-    def set_state(self, state: dict) -> None:
-        self.sampler.set_state(state)
+        return self.whole if self.whole is not None \
+            else self.make_batch([self.rows[j] for j in super().next()])
 
 
 class _Relaid:
-    """The loss batches of a large set, laid out again at each measurement: kept
-    padded, 200k short rows cost 30x their file (int64 grids); this keeps memory a
-    small factor of the dataset, for one more pass over the rows per measurement."""
+    """A large set's loss batches, laid out again at each measurement: kept padded, 200k
+    short rows cost 30x their file; this costs one more pass over the rows instead."""
 
     def __init__(self, rows, make_batch):
         self.rows, self.make_batch = rows, make_batch
@@ -376,8 +326,7 @@ class _Relaid:
 
 
 def loss_batches(rows: PackedRows, make_batch):
-    """A whole set in file order for every whole-set loss: small sets padded once
-    and reused, large ones laid out batch by batch each time."""
-    if len(rows) > KEEP_ROWS:
-        return _Relaid(rows, make_batch)
-    return list(iter_batches(rows, LOSS_BATCH, make_batch))
+    """A whole set in file order for every whole-set loss: small sets padded once and
+    reused, large ones laid out batch by batch each time."""
+    return _Relaid(rows, make_batch) if len(rows) > KEEP_ROWS \
+        else list(iter_batches(rows, LOSS_BATCH, make_batch))

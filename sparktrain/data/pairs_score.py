@@ -1,11 +1,6 @@
-"""A pairs model's held-out metrics (docs/outputs.md "eval.json"), all computed
-from the model itself: the pairs source's evaluate (data/pairs_source.py).
-
-Teacher-forced numbers come from one batched forward per batch (the model's
-scored_logits, the forward that training uses); exact match comes from greedy
-generation. Per-row sums are gathered first and added in file order in
-float64, so the same weights and rows always give the same dict.
-"""
+"""A pairs model's held-out metrics (docs/outputs.md "eval.json"): teacher-forced sums
+per row from the training forward, exact match from greedy generation, added in file
+order in float64, so the same weights and rows give the same dict."""
 from __future__ import annotations
 
 import math
@@ -41,10 +36,9 @@ class _RowStats:
 
 def evaluate(params, cfg: ModelConfig, pairs: Sequence[Pair], *, batch_size: int = 64,
              max_new: int | None = None, n_samples: int = 3, tokenizer=BYTES) -> dict:
-    """Metrics over `pairs`, in the ids of the model's `tokenizer` (bytes by default;
-    a pairs job's BPE adds `bpb`, bits per byte of the completion text). max_new=None caps each
-    generation at len(expected)+1 tokens (a token is at least one byte), the most
-    that can still be an exact match."""
+    """Metrics over `pairs` in `tokenizer`'s ids (a BPE adds `bpb` of the completion
+    text). max_new=None caps a generation at len(expected)+1 tokens, the most that can
+    still be an exact match."""
     if not pairs:
         raise SparkError("no rows to evaluate")
     if batch_size < 1:
@@ -55,10 +49,15 @@ def evaluate(params, cfg: ModelConfig, pairs: Sequence[Pair], *, batch_size: int
                train=False)
     model = build_model(cfg)
     encoded = [encode_pair(p, cfg.seq_len, tokenizer) for p in pairs]
-    eos = tokenizer.eos
-    stats = _teacher_forced(params, model, encoded, batch_size, eos, tokenizer.byte_lengths())
-    expected = [p.completion.encode("utf-8") for p in pairs]
-    generated = _greedy(params, cfg, encoded, expected, batch_size, max_new, eos)
+    eos, byte_lengths = tokenizer.eos, tokenizer.byte_lengths()
+    starts = range(0, len(pairs), batch_size)
+    stats = _RowStats(*(np.concatenate(col) for col in zip(*[
+        _row_stats(params, model, encoded[i:i + batch_size], eos, byte_lengths) for i in starts])))
+    generated = []  # greedy, each capped at max_new or len(expected) + 1
+    for i in starts:
+        caps = [max_new or len(p.completion.encode("utf-8")) + 1 for p in pairs[i:i + batch_size]]
+        generated += generate_tokens(params, cfg, [e.context for e in encoded[i:i + batch_size]],
+                                     caps, eos=eos)
     texts = [tokenizer.completion_text(g) for g in generated]
     match = np.array([tokenizer.is_exactly(g, p.completion) for g, p in zip(generated, pairs)],
                      dtype=np.float64)
@@ -66,14 +65,9 @@ def evaluate(params, cfg: ModelConfig, pairs: Sequence[Pair], *, batch_size: int
 
     result = _summary(stats, match, np.ones(len(pairs), dtype=bool))
     copy_total = stats.copy_total[copy_rows].sum()
-    result.update(
-        mode=model.name,
-        n_truncated=sum(e.truncated for e in encoded),
-        n_copy_probes=int(copy_rows.sum()),
-        copy_recall=_r(stats.copy_correct[copy_rows].sum() / copy_total) if copy_total else None,
-        families={},
-        samples=[],
-    )
+    recall = _r(stats.copy_correct[copy_rows].sum() / copy_total) if copy_total else None
+    result.update(mode=model.name, n_truncated=sum(e.truncated for e in encoded),
+                  n_copy_probes=int(copy_rows.sum()), copy_recall=recall, families={}, samples=[])
     if tokenizer.kind != "byte":  # a byte model's metrics are those of before tokenizers
         result.update(bpb=_r(bits_per_byte(float(stats.ce.sum()), int(stats.text_bytes.sum()))),
                       tokenizer=tokenizer.kind, vocab=tokenizer.vocab)
@@ -81,7 +75,7 @@ def evaluate(params, cfg: ModelConfig, pairs: Sequence[Pair], *, batch_size: int
     for name in sorted(set(families)):
         rows = np.array([f == name for f in families])
         result["families"][name] = _summary(stats, match, rows)
-    for i in _sample_rows(len(pairs), n_samples):
+    for i in sorted({i * len(pairs) // n_samples for i in range(min(n_samples, len(pairs)))}):
         result["samples"].append({"prompt": pairs[i].prompt, "expected": pairs[i].completion,
                                   "generated": texts[i], "family": families[i]})
     return result
@@ -93,21 +87,10 @@ def _summary(stats: _RowStats, match: np.ndarray, rows: np.ndarray) -> dict:
     if not math.isfinite(loss):
         raise SparkError(f"the model gives a non-finite loss ({loss}) on these rows; "
                          "the weights are broken")
-    return {
-        "n": int(rows.sum()),
-        "n_counted": counted,
-        "loss": _r(loss),
-        "perplexity": _r(math.exp(min(loss, 700.0))),  # exp caps below float overflow
-        "next_token_accuracy": _r(stats.correct[rows].sum() / max(counted, 1)),
-        "exact_match": _r(match[rows].mean()),
-    }
-
-
-def _teacher_forced(params, model: Model, encoded: list[Encoded], batch_size: int,
-                    eos: int, byte_lengths: np.ndarray) -> _RowStats:
-    parts = [_row_stats(params, model, encoded[start:start + batch_size], eos, byte_lengths)
-             for start in range(0, len(encoded), batch_size)]
-    return _RowStats(*(np.concatenate(col) for col in zip(*parts)))
+    return {"n": int(rows.sum()), "n_counted": counted, "loss": _r(loss),
+            "perplexity": _r(math.exp(min(loss, 700.0))),  # exp caps below float overflow
+            "next_token_accuracy": _r(stats.correct[rows].sum() / max(counted, 1)),
+            "exact_match": _r(match[rows].mean())}
 
 
 def _log_softmax_at(logits: np.ndarray, targets: np.ndarray) -> np.ndarray:
@@ -120,8 +103,7 @@ def _log_softmax_at(logits: np.ndarray, targets: np.ndarray) -> np.ndarray:
 
 def _row_stats(params, model: Model, chunk: list[Encoded], eos: int,
                byte_lengths: np.ndarray):
-    """The _RowStats columns of one batch of rows; byte_lengths (V,): the bytes of
-    text each id stands for (the tokenizer's byte_lengths())."""
+    """The _RowStats columns of one batch of rows; byte_lengths (V,): the tokenizer's."""
     logits, targets, mask = model.scored_logits(params, model.make_batch(chunk))  # (B, T, V)
     mask = np.asarray(mask, dtype=np.float64)                      # (B, T)
     ce = -_log_softmax_at(logits, targets)                         # (B, T)
@@ -131,21 +113,6 @@ def _row_stats(params, model: Model, chunk: list[Encoded], eos: int,
     text = mask * byte_lengths[targets]                            # (B, T)
     return ((ce * mask).sum(axis=1), mask.sum(axis=1), (right * mask).sum(axis=1),
             (right * byte_mask).sum(axis=1), byte_mask.sum(axis=1), text.sum(axis=1))
-
-
-def _greedy(params, cfg, encoded, expected, batch_size, max_new, eos) -> list[list[int]]:
-    out = []
-    for start in range(0, len(encoded), batch_size):
-        chunk = encoded[start:start + batch_size]
-        want = expected[start:start + batch_size]
-        caps = [len(w) + 1 if max_new is None else max_new for w in want]
-        out.extend(generate_tokens(params, cfg, [e.context for e in chunk], caps, eos=eos))
-    return out
-
-
-def _sample_rows(n: int, k: int) -> list[int]:
-    """k rows spread evenly over the file (first row included)."""
-    return sorted({i * n // k for i in range(min(k, n))}) if k > 0 else []
 
 
 def _r(x) -> float:

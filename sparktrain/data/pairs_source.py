@@ -1,6 +1,5 @@
-"""The pairs data source: a JSONL file of (prompt, completion) rows (data/pairs.py
-reads and encodes them), scored on eval.data's pairs (data/pairs_score.py).
-"""
+"""The pairs data source: a JSONL file of (prompt, completion) rows (data/pairs.py),
+scored on eval.data's pairs (data/pairs_score.py)."""
 from __future__ import annotations
 
 from sparktrain.data.base import EvalSet, TrainingData
@@ -13,9 +12,8 @@ from sparktrain.model.memory import line_count
 
 
 def tokenizer_record(tokenizer, tokenizer_sha256: str | None) -> dict:
-    """What a pairs model records of its tokenizer: nothing for bytes (the layout
-    every reader assumes), else the kind and the tokenizer.json's sha256, with
-    dataset_kind "pairs" (generate and eval read the prompt layout from it)."""
+    """What a pairs model records of its tokenizer: nothing for bytes (what every
+    reader assumes), else its kind and sha256, with dataset_kind "pairs"."""
     if tokenizer.kind == "byte":
         return {}
     return {"dataset_kind": "pairs", "tokenizer": tokenizer.kind,

@@ -1,7 +1,6 @@
-"""A prepared corpus on disk: the folder `corpus/` of a job holds files.json (what
-was read: every file's path, size, sha256 and split, the token counts, the
-tokenizer's sha256 and the compressor baselines on the held-out bytes) and the
-two token streams train.bin / val.bin (sparktrain/data/stream.py)."""
+"""A prepared corpus on disk: a job's `corpus/` holds files.json (what was read, the
+token counts, the tokenizer's sha256, the compressor baselines) and the token streams
+train.bin / val.bin (docs/outputs.md)."""
 from __future__ import annotations
 
 import os
@@ -11,17 +10,14 @@ from pathlib import Path
 import numpy as np
 
 from sparktrain.data.bpb import compressor_bpb
-from sparktrain.data.corpus import Corpus, read_corpus
+from sparktrain.data.corpus import Corpus
 from sparktrain.data.stream import read_stream, stream_of, write_stream
 from sparktrain.vocab import token_dtype
 from sparktrain.core.errors import SparkError
 from sparktrain.core.jobfiles import CORPUS_FILES, TRAIN_BIN, VAL_BIN
-from sparktrain.core.fsutil import (atomic_write_text, read_input, sha256_bytes, sha256_file,
-                               write_json)
+from sparktrain.core.fsutil import read_input, sha256_bytes, write_json
 from sparktrain.core.progress import Progress
 from sparktrain.core.safeload import load_json
-
-
 
 @dataclass(frozen=True)
 class Prepared:
@@ -35,8 +31,8 @@ class Prepared:
 
 
 def heldout_bytes(corpus: Corpus) -> bytes:
-    """The held-out text exactly as the files hold it, in path order: what bits per
-    byte are measured on, for the model and the compressors alike."""
+    """The held-out text as the files hold it, in path order: what bits per byte are
+    measured on, for the model and the compressors alike."""
     return b"".join(f.text.encode("utf-8") for f in corpus.heldout)
 
 
@@ -73,20 +69,22 @@ def write_pairs_note(folder: str | Path, dataset: str, dataset_bytes: bytes) -> 
 def read_prepared(folder: str | Path, tokenizer_sha256: str | None = None) -> Prepared:
     """The prepared corpus, checked against the tokenizer that will read it."""
     folder = Path(folder)
+    files = folder / CORPUS_FILES
     try:
-        manifest = load_json(read_input(folder / CORPUS_FILES, "prepared corpus list"), os.fspath(folder / CORPUS_FILES))
+        manifest = load_json(read_input(files, "prepared corpus list"), os.fspath(files))
     except SparkError:
-        raise SparkError(f"{folder / CORPUS_FILES} is not JSON; run the prepare stage again") from None
+        raise SparkError(f"{files} is not JSON; run the prepare stage again") from None
     if not isinstance(manifest, dict) or manifest.get("kind") != "corpus":
-        raise SparkError(f"{folder / CORPUS_FILES} is not a prepared corpus (the job's dataset is "
+        raise SparkError(f"{files} is not a prepared corpus (the job's dataset is "
                          f"not a corpus folder)")
     if tokenizer_sha256 is not None and manifest.get("tokenizer_sha256") != tokenizer_sha256:
-        raise SparkError(f"{folder / CORPUS_FILES} was tokenized with another tokenizer.json "
+        raise SparkError(f"{files} was tokenized with another tokenizer.json "
                          f"(sha256 {str(manifest.get('tokenizer_sha256'))[:12]}...); run the "
                          f"prepare stage again")
     vocab = manifest["vocab"]
     train, val = read_stream(folder / TRAIN_BIN, vocab), read_stream(folder / VAL_BIN, vocab)
-    for name, stream, key in (("train", train, "train_tokens"), ("held-out", val, "heldout_tokens")):
+    for name, stream, key in (("train", train, "train_tokens"),
+                              ("held-out", val, "heldout_tokens")):
         if len(stream) != manifest[key]:
             raise SparkError(f"the {name} stream of {folder} has {len(stream)} tokens, "
                              f"{CORPUS_FILES} says {manifest[key]}; run the prepare stage again")

@@ -1,21 +1,6 @@
-"""Data sources: what a job trains on, behind one interface (docs/training.md
-"Data sources").
-
-A job's `dataset` names its data; `source_for` picks the source kind from the
-one table SOURCES (the first kind that claims the dataset), and nothing else in
-the project asks which kind it has. Each kind answers the same questions:
-
-- `tokenizer_texts()`: the texts a BPE tokenizer is trained on (train split only);
-- `prepare(folder, tokenizer, sha256)`: the prepare stage's files under corpus/;
-- `plan(cfg, batch_size, tokenizer)`: the counts train-status writes;
-- `training_data(folder, model, tokenizer, sha256, step)`: a TrainingData, the
-  seeded sampler of micro-batches (resumable), the fixed sets measured after
-  every outer pass, and what the checkpoint and the weights record about the data;
-- `evaluate(folder, params, cfg, tokenizer, sha256, eval_cfg)`: the eval
-  stage's metrics on the held-out data.
-
-A new kind is one module with a class like these and one row in SOURCES.
-"""
+"""Data sources: the one table SOURCES of the kinds (data/base.py's interface) and
+`source_for`, the only place that asks which kind a dataset is (docs/training.md
+"Data sources and the one loop"); a new kind is one class and one row here."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -51,8 +36,7 @@ def trained_on(meta: dict) -> type:
 
 
 def prepare_job(folder: str | Path, source: DataSource, kind: str, vocab_size: int) -> Path:
-    """The tokenizer and prepare stages in one call (`spark code train`, the coder
-    proof): tokenizer.json trained on the source's train split, then corpus/."""
+    """The tokenizer and prepare stages in one call (`spark code train`, the coder proof)."""
     folder = Path(folder)
     tok = make_tokenizer(kind, vocab_size, source.tokenizer_texts if kind != "byte" else list)
     text = tok.to_json()

@@ -1,12 +1,6 @@
-"""Token streams on disk (nanoGPT's train.bin / val.bin): every file of a split
-as [BOS] + tokens + [EOS], concatenated in path order, flat little-endian
-uint8 or uint16, read back memory-mapped.
-
-Training samples seeded windows of seq_len + 1 tokens and counts every target;
-a whole-stream loss walks non-overlapping windows (or sliding ones,
-`sliding_batches`) so each target (every token
-but the first) is counted exactly once.
-"""
+"""Token streams on disk (nanoGPT's train.bin / val.bin): each file of a split as
+[BOS] + tokens + [EOS] in path order, flat little-endian uint8 or uint16, memory-mapped;
+seeded training windows, and whole-stream windows counting every target once."""
 from __future__ import annotations
 
 import os
@@ -47,16 +41,7 @@ def read_stream(path: str | os.PathLike, vocab: int) -> np.ndarray:
     if size % dtype.itemsize:
         raise SparkError(f"token stream {os.fspath(path)} has {size} bytes, not a whole "
                          f"number of {dtype.name} tokens; run the prepare stage again")
-    if size == 0:
-        return np.zeros(0, dtype=dtype)
-    stream = np.memmap(path, dtype=dtype, mode="r")
-    return stream
-
-
-def check_stream(stream: np.ndarray, seq_len: int, what: str) -> None:
-    if len(stream) < seq_len + 1:
-        raise SparkError(f"the {what} stream has {len(stream)} tokens, fewer than "
-                         f"seq_len + 1 = {seq_len + 1}; use a larger corpus or a smaller seq_len")
+    return np.memmap(path, dtype=dtype, mode="r") if size else np.zeros(0, dtype=dtype)
 
 
 def window_index(starts, seq_len: int) -> np.ndarray:
@@ -74,7 +59,9 @@ class WindowSampler:
     """Seeded windows of seq_len + 1 tokens anywhere in the stream, every target counted."""
 
     def __init__(self, stream: np.ndarray, seq_len: int, batch_size: int, seed: int):
-        check_stream(stream, seq_len, "train")
+        if len(stream) < seq_len + 1:
+            raise SparkError(f"the train stream has {len(stream)} tokens, fewer than seq_len + 1 "
+                             f"= {seq_len + 1}; use a larger corpus or a smaller seq_len")
         self.stream, self.seq_len, self.batch_size = stream, seq_len, batch_size
         self.rng = np.random.default_rng([seed, 0x57E4])
 
@@ -93,23 +80,16 @@ class WindowSampler:
 def stream_batches(stream: np.ndarray, seq_len: int, batch_size: int,
                    pad: int) -> Iterator[TokenBatch]:
     """Non-overlapping windows in order: targets 1..N-1 each counted once, the last
-    window right-padded with mask 0."""
-    flat, n = np.asarray(stream), len(stream)
-    starts = np.arange(0, max(n - 1, 0), seq_len)
-    for b0 in range(0, len(starts), batch_size):
-        idx = window_index(starts[b0:b0 + batch_size], seq_len)   # (B, T+1)
-        counted = idx[:, 1:] < n                                  # (B, T) target in the stream
-        rows = flat[np.minimum(idx, n - 1)].astype(np.int64)      # (B, T+1)
-        yield TokenBatch(np.where(counted, rows[:, :-1], pad),
-                         np.where(counted, rows[:, 1:], pad), counted.astype(np.float32))
+    window right-padded with mask 0 (sliding_batches at stride seq_len)."""
+    if len(stream) < 2:  # no target: no window
+        return iter(())
+    return sliding_batches(stream, seq_len, seq_len, batch_size, pad)
 
 
 def sliding_batches(stream: np.ndarray, seq_len: int, stride: int, batch_size: int,
                     pad: int) -> Iterator[TokenBatch]:
-    """Windows every `stride` tokens, each target counted once: the first window
-    counts all its targets, every later one only its last `stride` (the targets the
-    previous windows did not reach), so each of those sees at least seq_len - stride
-    tokens of context. stride == seq_len is stream_batches, window for window."""
+    """Windows every `stride` tokens, each target counted once: the first window counts
+    all, every later one its last `stride` (seeing >= seq_len - stride tokens of context)."""
     flat, n = np.asarray(stream), len(stream)
     starts = np.arange(0, max(n - 1 - seq_len, 0) + stride, stride)
     starts = starts[(starts == 0) | (starts + seq_len - stride + 1 < n)]
@@ -120,7 +100,6 @@ def sliding_batches(stream: np.ndarray, seq_len: int, stride: int, batch_size: i
         real = idx[:, 1:] < n                                                  # (B, T)
         counted = real & (fresh | (s[:, None] == 0))                           # (B, T)
         rows = flat[np.minimum(idx, n - 1)].astype(np.int64)                   # (B, T+1)
-        # the context before a window's counted targets keeps its tokens: only
-        # the padding past the stream's end is replaced
+        # the context before a window's counted targets is kept: only padding replaced
         yield TokenBatch(np.where(real, rows[:, :-1], pad),
                          np.where(counted, rows[:, 1:], pad), counted.astype(np.float32))

@@ -1,17 +1,6 @@
-"""Task families that can be learned and checked, and the generated scale datasets.
-
-Every family is a prompt template with a one-line rule for the answer, so the
-right completion is known exactly (exact match is meaningful) and a small byte
-model can learn it from a few thousand rows. Words are SHORT (3-8 lowercase
-letters) because the model sees about 10 minutes of numpy training.
-
-Held-out words are disjoint from training words: a word belongs to the eval
-side when a hash of it says so, whatever the seed. So no held-out prompt can
-appear in the training file, and a new seed draws new rows from the same split.
-
-Randomness comes from sha256 of (seed, counter), not from `random` or numpy,
-so the same seed gives byte-identical files on any Python or numpy version.
-"""
+"""Task families (a prompt template and a one-line rule for the answer, so exact match
+is meaningful) and the generated scale datasets (docs/outputs.md "Task families").
+Held-out words are a fixed hash split; draws are sha256 of (seed, counter)."""
 from __future__ import annotations
 
 import hashlib
@@ -26,15 +15,9 @@ TRAIN_FILE = "data/train/dataset_scale.jsonl"
 EVAL_FILE = "data/eval/scale_heldout.jsonl"
 DEFAULT_SEED = 0
 
-# family -> prompt prefix; also how eval names the family of a row without a
-# "family" key. "Say exactly: " marks a copy probe (docs/outputs.md, eval.json).
-PREFIXES = {
-    "copy": "Say exactly: ",
-    "reverse": "Reverse: ",
-    "upper": "Uppercase: ",
-    "next": "Next after: ",
-    "lookup": "Look up ",
-}
+# family -> prompt prefix, also how eval names a row's family; copy's marks a copy probe
+PREFIXES = {"copy": "Say exactly: ", "reverse": "Reverse: ", "upper": "Uppercase: ",
+            "next": "Next after: ", "lookup": "Look up "}
 COPY_PREFIX = PREFIXES["copy"]
 
 # Rows per family: copy weighted up, it is the family a tiny model learns first.
@@ -82,19 +65,12 @@ def _word(draw: _Draw, heldout: bool, lo: int = 3, hi: int = 8) -> str:
             return w
 
 
-def _copy(draw, heldout):
-    w = _word(draw, heldout)
-    return PREFIXES["copy"] + w, w
-
-
-def _reverse(draw, heldout):
-    w = _word(draw, heldout)
-    return PREFIXES["reverse"] + w, w[::-1]
-
-
-def _upper(draw, heldout):
-    w = _word(draw, heldout)
-    return PREFIXES["upper"] + w, w.upper()
+def _of_a_word(family: str, answer):
+    """A family whose prompt is its prefix and one word, the answer answer(word)."""
+    def make(draw, heldout):
+        w = _word(draw, heldout)
+        return PREFIXES[family] + w, answer(w)
+    return make
 
 
 def _next(draw, heldout):
@@ -119,8 +95,8 @@ def _lookup(draw, heldout):
     return f"{PREFIXES['lookup']}{keys[ask]} in: {listing}", values[ask]
 
 
-FAMILIES = {"copy": _copy, "reverse": _reverse, "upper": _upper, "next": _next,
-            "lookup": _lookup}
+FAMILIES = {"copy": _of_a_word("copy", str), "reverse": _of_a_word("reverse", lambda w: w[::-1]),
+            "upper": _of_a_word("upper", str.upper), "next": _next, "lookup": _lookup}
 
 
 def make_rows(seed: int, heldout: bool) -> list[dict]:
@@ -130,35 +106,23 @@ def make_rows(seed: int, heldout: bool) -> list[dict]:
     rows, seen = [], set()
     for family, count in counts.items():
         draw = _Draw(seed, f"{side}/{family}")
-        made = 0
-        while made < count:
+        end = len(rows) + count
+        while len(rows) < end:
             prompt, completion = FAMILIES[family](draw, heldout)
-            if prompt in seen:
-                continue
-            seen.add(prompt)
-            rows.append({"prompt": prompt, "completion": completion, "family": family})
-            made += 1
-    return _shuffled(rows, _Draw(seed, f"{side}/order"))
-
-
-def _shuffled(rows: list, draw: _Draw) -> list:
-    rows = list(rows)
+            if prompt not in seen:
+                seen.add(prompt)
+                rows.append({"prompt": prompt, "completion": completion, "family": family})
+    draw = _Draw(seed, f"{side}/order")
     for i in range(len(rows) - 1, 0, -1):  # Fisher-Yates
         j = draw.below(i + 1)
         rows[i], rows[j] = rows[j], rows[i]
     return rows
 
 
-def rows_jsonl(rows: list[dict]) -> str:
-    return "".join(json.dumps(r, sort_keys=True, ensure_ascii=True) + "\n" for r in rows)
-
-
 def write_scale_data(out_dir: str | os.PathLike = ".", seed: int = DEFAULT_SEED) -> list[Path]:
     """Write the training and held-out files under out_dir; returns their paths."""
-    out = Path(out_dir)
-    written = []
-    for rel, heldout in ((TRAIN_FILE, False), (EVAL_FILE, True)):
-        path = out / rel
-        atomic_write_text(path, rows_jsonl(make_rows(seed, heldout)))
-        written.append(path)
+    written = [Path(out_dir) / TRAIN_FILE, Path(out_dir) / EVAL_FILE]
+    for path, heldout in zip(written, (False, True)):
+        atomic_write_text(path, "".join(json.dumps(r, sort_keys=True, ensure_ascii=True) + "\n"
+                                        for r in make_rows(seed, heldout)))
     return written

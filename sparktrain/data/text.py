@@ -1,10 +1,5 @@
-"""The text data source: a JSONL file of `{"text": ...}` rows, each row one
-document, trained as a corpus (docs/training.md "Data sources").
-
-Rows are split into train and held-out by a hash of their text (a repeated
-document lands on one side only), framed and streamed exactly like the files
-of a corpus folder; everything after reading is the corpus source's.
-"""
+"""The text data source: a JSONL file of `{"text": ...}` rows, each a document split by
+a hash of its text, then trained exactly as a corpus (docs/training.md "Data sources")."""
 from __future__ import annotations
 
 import hashlib
@@ -25,20 +20,15 @@ class TextSource(CorpusSource):
 
     @classmethod
     def claims(cls, dataset: str) -> bool:
-        """A file whose first row is an object with a string "text" and no pair fields.
-
-        The first row is read by the very reader of the rows (pairs.json_objects: the
-        row cap, the bounded loader), so what decides the kind is what reading allows."""
+        """A file whose first row (read by the rows' own reader) is an object with a
+        string "text" and no pair fields."""
         try:
             with open_input(dataset, "dataset") as f:
                 first = next(json_objects(f, dataset, hashlib.sha256()), None)
         except SparkError:
             return False
-        if first is None:
-            return False
-        row = first[1]
-        return (isinstance(row.get("text"), str)
-                and not {"prompt", "completion", "messages"} & set(row))
+        return first is not None and isinstance(first[1].get("text"), str) \
+            and not {"prompt", "completion", "messages"} & set(first[1])
 
     @classmethod
     def from_knobs(cls, dataset: str, knobs, heldout: str | None):

@@ -1,12 +1,8 @@
-"""Tokenizers: bytes (vocab 256, the default) or byte-level BPE trained with the
-Hugging Face `tokenizers` library. Both have one interface: `vocab`, the ids of
-BOS / SEP / EOS, `encode(text)` and `decode(ids)`, and `to_json()`, the bytes of
-tokenizer.json. Byte-level BPE starts from the 256 byte values, so every text
-round-trips exactly and bits per byte stay comparable across tokenizers.
-"""
+"""Tokenizers: bytes (the default) or byte-level BPE (Hugging Face `tokenizers`), one
+interface: `vocab`, the BOS / SEP / EOS ids, `encode`, `decode`, `to_json()` (the
+bytes of tokenizer.json). BPE starts from the 256 bytes: every text round-trips."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
@@ -35,8 +31,7 @@ class ByteTokenizer:
         return [self.encode(t) for t in texts]
 
     def decode(self, ids: Iterable[int]) -> str:
-        body = bytes(int(i) for i in ids if int(i) < self.bos)
-        return body.decode("utf-8", errors="replace")
+        return bytes(int(i) for i in ids if int(i) < self.bos).decode("utf-8", errors="replace")
 
     def byte_lengths(self) -> np.ndarray:
         """Bytes of text each id stands for: 1, and 0 for the specials."""
@@ -44,13 +39,11 @@ class ByteTokenizer:
                          for i in range(self.vocab)], dtype=np.int64)  # (V,)
 
     def completion_text(self, ids: Iterable[int]) -> str:
-        """A generated completion as text: its bytes as they came (a special byte is
-        no UTF-8 and shows as U+FFFD, never dropped)."""
+        """A generated completion's bytes as text (a special byte shows as U+FFFD)."""
         return bytes(int(i) for i in ids).decode("utf-8", errors="replace")
 
     def is_exactly(self, ids: Iterable[int], text: str) -> bool:
-        """Whether a generated completion is `text`, byte for byte (a bad UTF-8 byte
-        is no match)."""
+        """Whether a generated completion is `text`, byte for byte."""
         return bytes(int(i) for i in ids) == text.encode("utf-8")
 
     def to_json(self) -> str:
@@ -91,7 +84,7 @@ class BpeTokenizer:
 
     def byte_lengths(self) -> np.ndarray:
         """Bytes of text each id stands for (0 for the specials): byte-level BPE spells
-        every byte as one character, so a token's length in characters is its bytes."""
+        a byte as one character."""
         specials = {self.bos, self.sep, self.eos}
         return np.array([0 if i in specials else len(self.tok.id_to_token(i))
                          for i in range(self.vocab)], dtype=np.int64)  # (V,)
@@ -101,23 +94,12 @@ class BpeTokenizer:
         return self.tok.to_str(pretty=True) + "\n"
 
 
-def check_vocab_size(vocab_size: int) -> int:
+def train_bpe(texts: Sequence[str], vocab_size: int) -> BpeTokenizer:
+    """Byte-level BPE on `texts` (the train split only): deterministic for the same texts."""
     if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) \
             or not MIN_BPE_VOCAB <= vocab_size <= MAX_VOCAB:
         raise SparkError(f"vocab_size must be an integer in [{MIN_BPE_VOCAB}, {MAX_VOCAB}] for "
                          f"a BPE tokenizer (256 bytes + BOS/SEP/EOS), got {vocab_size!r}")
-    return vocab_size
-
-
-def check_kind(kind: str) -> str:
-    if kind not in TOKENIZERS:
-        raise SparkError(f"unknown tokenizer {kind!r}; known: {', '.join(TOKENIZERS)}")
-    return kind
-
-
-def train_bpe(texts: Sequence[str], vocab_size: int) -> BpeTokenizer:
-    """Byte-level BPE on `texts` (the train split only): deterministic for the same texts."""
-    check_vocab_size(vocab_size)
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     tok.decoder = decoders.ByteLevel()
@@ -133,9 +115,9 @@ def train_bpe(texts: Sequence[str], vocab_size: int) -> BpeTokenizer:
 
 def make_tokenizer(kind: str, vocab_size: int, texts: Callable[[], Sequence[str]]):
     """The tokenizer a job asks for; BPE is trained on `texts()` (only then read)."""
-    if check_kind(kind) == "byte":
-        return ByteTokenizer()
-    return train_bpe(texts(), vocab_size)
+    if kind not in TOKENIZERS:
+        raise SparkError(f"unknown tokenizer {kind!r}; known: {', '.join(TOKENIZERS)}")
+    return ByteTokenizer() if kind == "byte" else train_bpe(texts(), vocab_size)
 
 
 def parse_tokenizer(data: bytes, path: str = "<tokenizer>"):
@@ -143,7 +125,8 @@ def parse_tokenizer(data: bytes, path: str = "<tokenizer>"):
     try:
         doc = load_json(data, path)
     except SparkError as err:  # nested too deep, too many values, duplicate keys, not JSON
-        raise SparkError(f"{path} is not a tokenizer.json ({str(err).removeprefix(path + ': ')})") from None
+        raise SparkError(f"{path} is not a tokenizer.json "
+                         f"({str(err).removeprefix(path + ': ')})") from None
     if isinstance(doc, dict) and doc.get("spark_tokenizer") == "byte":
         if doc != load_json(ByteTokenizer().to_json(), "the byte tokenizer"):
             raise SparkError(f"{path}: byte tokenizer with unexpected fields")
@@ -181,26 +164,19 @@ def job_tokenizer(folder) -> tuple[ByteTokenizer | BpeTokenizer, str | None]:
     """The tokenizer of a job folder: its tokenizer.json, or bytes (sha256 None)
     when the folder has none (`spark train --dataset` on a fresh folder)."""
     path = Path(folder) / TOKENIZER
-    if not path.exists():
-        return ByteTokenizer(), None
-    return read_tokenizer(path)
+    return read_tokenizer(path) if path.exists() else (ByteTokenizer(), None)
 
 
 def is_pairs_model(meta: dict) -> bool:
-    """Weights of a pairs job ([BOS] prompt [SEP] completion [EOS]): byte tokens
-    (no tokenizer recorded) or a BPE pairs job (dataset_kind "pairs"); else a
-    corpus model, which continues text."""
+    """Weights of a pairs job: byte tokens (no tokenizer recorded) or a BPE pairs job
+    (dataset_kind "pairs"); else a corpus model, which continues text."""
     return meta.get("tokenizer_sha256") is None or meta.get("dataset_kind") == "pairs"
 
 
 def tokenizer_for(weights, meta: dict, vocab: int, given=None):
-    """The tokenizer a weights file was trained with, checked, for generate / eval.
-
-    Weights of a corpus job or a BPE pairs job record `tokenizer_sha256`: the
-    tokenizer.json (`given`, else the one beside the weights) must have exactly
-    those bytes. Weights that record none are a byte-token pairs model: the byte
-    tokenizer, and a `given` tokenizer must be the byte one.
-    """
+    """The tokenizer a weights file was trained with, checked, for generate / eval: the
+    tokenizer.json (`given`, else the one beside the weights) with the bytes its
+    `tokenizer_sha256` names; none recorded: bytes (and `given` must be bytes)."""
     recorded = meta.get("tokenizer_sha256")
     if recorded is None:
         if given is not None:

@@ -1,18 +1,13 @@
 """The comparison a sweep prints and writes: each point's params, metrics and output
-hashes, read through DVC's API (the experiments reader, sparktrain/repro/experiments.py:
-`dvc.api.exp_show` for the names, each experiment's params.yaml, eval.json and
-dvc.lock at its rev).
-
-Only what the inputs decide goes into it (no timings, no hosts, no absolute
-paths), so the same sweep gives the same JSON bytes however it was scheduled
-and whether its points ran now or in an earlier run.
-"""
+hashes, read through the experiments reader (sparktrain/repro/experiments.py). Only
+what the inputs decide goes into it (no timings, hosts or absolute paths): the same
+sweep gives the same JSON bytes however it was scheduled."""
 from __future__ import annotations
 
 from sparktrain.core.errors import SparkError
-from sparktrain.core.textout import columns
-from sparktrain.repro.experiments import Experiments, read_record
 from sparktrain.core.safeload import load_yaml
+from sparktrain.eval.compare.table import render
+from sparktrain.repro.experiments import Experiments, read_record
 from sparktrain.sweep.grid import Point
 
 WEIGHTS_SUFFIX = ".safetensors"  # the output the table shows a hash of
@@ -21,11 +16,9 @@ LOCK = "dvc.lock"
 
 def experiments_of(source: Experiments, baseline: str) -> dict[str, dict]:
     """name -> {rev, params, metrics, outputs} of the experiments run on `baseline`:
-    params.yaml and the job's eval.json as each experiment committed them, and
-    path -> md5 of every output its dvc.lock records."""
+    params.yaml, eval.json and path -> md5 of every output in dvc.lock, at each rev."""
     found = {}
-    experiments, _ = source.rows(baseline)
-    for row in experiments:
+    for row in source.rows(baseline)[0]:
         rec = read_record(source, row)
         entry = {"data": rec.metrics} if rec.metrics is not None \
             else {"error": {"msg": rec.metrics_error}}
@@ -78,12 +71,10 @@ def _as_written(text: str):
         value = load_yaml(text, "-S value")
     except SparkError:
         return text
-    if isinstance(value, str):
-        try:
-            return float(value)
-        except ValueError:
-            pass
-    return value
+    try:
+        return float(value) if isinstance(value, str) else value
+    except ValueError:
+        return value
 
 
 def headline(metrics: dict) -> dict[str, float]:
@@ -96,38 +87,23 @@ def headline(metrics: dict) -> dict[str, float]:
     return flat
 
 
-def format_table(doc: dict) -> str:
-    """A `dvc exp show`-like table: the swept params, the headline metrics, and the
-    hash (first 8 hex digits) of the weights when they differ between points; every
-    output's hash is in the JSON."""
+def format_table(doc: dict, tty: bool | None = None) -> str:
+    """A `dvc exp show`-like table (table.render, `tty` as its): the swept params, the
+    headline metrics, the weights' hash (8 hex digits) when it differs between points."""
     points = doc["points"]
     keys = [k for k, _ in (doc["axes"] or [])]
-    metric_keys = []
-    for p in points:
-        for k in headline(p["metrics"]):
-            if k not in metric_keys:
-                metric_keys.append(k)
+    metric_keys = list(dict.fromkeys(k for p in points for k in headline(p["metrics"])))
     out_paths = sorted({path for p in points for path in p["outputs"]})
     changed = [path for path in out_paths if path.endswith(WEIGHTS_SUFFIX)
                and len({p["outputs"].get(path) for p in points if p["state"] == "done"}) > 1]
-    header = ["Experiment", "State"] + keys + metric_keys + [path.rsplit("/", 1)[-1]
-                                                            for path in changed]
-    rows = []
-    for p in points:
-        numbers = headline(p["metrics"])
-        rows.append([p["name"], p["state"]] + [_cell(p["params"].get(k)) for k in keys]
-                    + [_cell(numbers.get(k)) for k in metric_keys]
-                    + [(p["outputs"].get(path) or "-")[:8] for path in changed])
-    lines = columns(header, rows, rule=True)
-    for p in points:
-        if p["error"]:
-            lines.append(f"{p['name']} failed: {p['error']}")
+    header = ["Experiment", "State", *keys, *metric_keys, *(p.rsplit("/", 1)[-1] for p in changed)]
+    rows = [[p["name"], p["state"], *(_cell(p["params"].get(k)) for k in keys),
+             *(_cell(headline(p["metrics"]).get(k)) for k in metric_keys),
+             *((p["outputs"].get(path) or "-")[:8] for path in changed)] for p in points]
+    lines = render(header, rows, rule=True, tty=tty)
+    lines += [f"{p['name']} failed: {p['error']}" for p in points if p["error"]]
     return "\n".join(lines)
 
 
 def _cell(value) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:.5g}"
-    return str(value)
+    return "-" if value is None else f"{value:.5g}" if isinstance(value, float) else str(value)

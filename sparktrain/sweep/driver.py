@@ -1,18 +1,16 @@
-"""`spark sweep`'s driver: plan the grid at HEAD, run its points on a Dask cluster, pull
-them back through DVC and compare.
-
-The scheduling is Dask's (`distributed`): a LocalCluster on the loopback address
-by default, or any running scheduler (`--scheduler tcp://HOST:8786`, deployed by
-`dask ssh`, dask-jobqueue, dask-kubernetes, ...). Every point is one task:
-`sparktrain.sweep.point.run_point` in a clone of the shared git remote. The
-experiments travel the way DVC shares any experiment: `dvc exp push` from the
-worker, `dvc exp pull` here. Locally and on a cluster the code path is the same.
-"""
+"""`spark sweep`'s driver: plan the grid at HEAD, run each point as a Dask task (a
+LocalCluster or `--scheduler`): run_point clones the shared git remote at the sweep's
+commit, `dvc exp run -n NAME -S ...`, `dvc exp push`, and returns a small record (a
+failure is its one line, never an exception); then `dvc exp pull` them back and
+compare. See docs/pipeline.md and README "Sweeping on a cluster"."""
 from __future__ import annotations
 
 import logging
 import os
+import shutil
 import subprocess
+import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,8 +24,75 @@ from sparktrain.model.parallel import usable_cores  # noqa: F401  (commands: the
 from sparktrain.repro.experiments import DvcExperiments
 from sparktrain.repro.workspace import tool_env
 from sparktrain.sweep.compare import experiments_of, point_record
-from sparktrain.sweep.grid import Axis, Point, expand
-from sparktrain.sweep.point import PointJob, run_point
+from sparktrain.sweep.grid import Axis, Point, expand, parse_axis
+
+ONE_THREAD = {"SPARK_BLAS_THREADS": "1", "SPARK_WORKERS": "1"}  # N workers use N cores
+
+
+@dataclass(frozen=True)
+class PointJob:
+    git_url: str                  # the shared git remote, as the worker reaches it
+    commit: str                   # the sweep's baseline commit (full sha)
+    name: str                     # experiment name
+    overrides: tuple[str, ...]    # `-S` arguments
+    dvc_remote: str | None = None # DVC remote name (None: the repo's default)
+    scratch: str | None = None    # where the clone goes (None: the worker's temp dir)
+    dvc_remote_url: str | None = None  # `dvc_remote`'s URL for the clone's config.local
+
+
+class PointFailed(Exception):
+    """str(): the one-line reason a step of the point failed."""
+
+
+def run_point(job: PointJob) -> dict:
+    """Clone, `dvc exp run`, `dvc exp push`; {name, state, error, seconds, host}."""
+    t0 = time.perf_counter()
+    record = {"name": job.name, "state": "done", "error": None, "host": os.uname().nodename}
+    if job.scratch:
+        Path(job.scratch).mkdir(parents=True, exist_ok=True)
+    clone = Path(tempfile.mkdtemp(prefix=f"spark-{job.name}-", dir=job.scratch))
+    try:
+        _in_clone(job, clone)
+    except PointFailed as err:
+        record.update(state="failed", error=str(err))
+    finally:
+        shutil.rmtree(clone, ignore_errors=True)
+    record["seconds"] = round(time.perf_counter() - t0, 2)
+    return record
+
+
+def _in_clone(job: PointJob, clone: Path) -> None:
+    _call(["git", "clone", "-q", "--no-checkout", job.git_url, str(clone)], clone.parent,
+          f"git clone {job.git_url}")
+    _call(["git", "checkout", "-q", job.commit], clone,
+          f"commit {job.commit[:12]} is not on the git remote {job.git_url}; push it first")
+    if job.dvc_remote_url:
+        _call(["dvc", "remote", "add", "--local", "-f", job.dvc_remote, job.dvc_remote_url],
+              clone, "dvc remote add --local")
+    remote = ["-r", job.dvc_remote] if job.dvc_remote else []
+    sets = [arg for override in job.overrides for arg in ("-S", override)]
+    _call(["dvc", "exp", "run", "-n", job.name, *sets], clone, "dvc exp run")
+    _call(["dvc", "exp", "push", *remote, "origin", job.name], clone, "dvc exp push")
+
+
+def _call(cmd: list[str], cwd: Path, what: str) -> None:
+    done = subprocess.run(cmd, cwd=cwd, env=tool_env(cwd, ONE_THREAD), stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True)
+    if done.returncode != 0:
+        raise PointFailed(f"{what} exited {done.returncode}: {reason(done.stdout)}")
+
+
+def reason(output: str) -> str:
+    """The line that says why: a stage's own error line, else dvc's or git's last error."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    for line in reversed(lines):
+        if line.startswith("stage ") and (" error: " in line or " failed: " in line):
+            return line
+    for prefix in ("ERROR:", "fatal:", "error:"):
+        for line in reversed(lines):
+            if line.startswith(prefix):
+                return line
+    return lines[-1] if lines else "(no output)"
 
 
 @dataclass(frozen=True)
@@ -39,12 +104,11 @@ class SweepPlan:
     dvc_remote: str | None      # None: the committed default remote
     axes: tuple[Axis, ...]
     points: tuple[Point, ...] = field(default=())
-    dvc_remote_url: str | None = None   # a one-machine sweep's local DVC store (see below)
+    dvc_remote_url: str | None = None   # a one-machine sweep's local DVC store
 
 
 def _tool(repo: Path, *cmd: str, what: str | None = None) -> str:
-    done = subprocess.run(list(cmd), cwd=repo, env=tool_env(repo), capture_output=True,
-                          text=True)
+    done = subprocess.run(cmd, cwd=repo, env=tool_env(repo), capture_output=True, text=True)
     if done.returncode != 0:
         message = (done.stderr or done.stdout).strip().splitlines()
         raise SparkError(f"{what or ' '.join(cmd)} failed: "
@@ -60,27 +124,22 @@ BASE_REF = "refs/heads/spark-sweep-base"
 def plan_sweep(repo: Path, specs: list[str], git_remote: str | None = None,
                dvc_remote: str | None = None, one_machine: bool = False,
                say=lambda line: None) -> SweepPlan:
-    """Check the checkout can be swept from and expand the grid; every mistake is one line.
-
-    `one_machine` (a LocalCluster) with neither remote named and no shared pair
-    set up (a git `origin` and a committed default DVC remote): the sweep makes a
-    local bare git repository and a local DVC store under out/ and uses those."""
-    from sparktrain.sweep.grid import parse_axis
-
+    """Check the checkout can be swept from and expand the grid; every mistake is one
+    line. `one_machine` with no remote named nor shared ones set up: local_remotes."""
     axes = [parse_axis(s) for s in specs]
     if not (repo / ".dvc").is_dir() or not (repo / "dvc.yaml").is_file():
         raise SparkError(f"run spark sweep inside the project (no .dvc/ and "
                          f"dvc.yaml in {repo.name or repo})")
     commit = _tool(repo, "git", "rev-parse", "HEAD", what="git rev-parse HEAD").strip()
-    dirty = _tool(repo, "git", "status", "--porcelain", "--untracked-files=no").split("\n")
-    dirty = [line[3:] for line in dirty if line.strip()]
+    dirty = [line[3:] for line in _tool(repo, "git", "status", "--porcelain",
+                                        "--untracked-files=no").split("\n") if line.strip()]
     if dirty:
         raise SparkError(f"uncommitted changes ({', '.join(dirty[:3])}); the workers run "
                          f"commit {commit[:12]}: commit (and push) them first")
     params = load_yaml(read_input(repo / PARAMS_FILE, "params file"), PARAMS_FILE) or {}
     points = expand(axes, params)
     if one_machine and git_remote is None and dvc_remote is None \
-            and not _has_shared_remotes(repo):
+            and not (_remote_url(repo, "origin") is not None and _project_remote(repo)):
         git_url, store = local_remotes(repo, commit, say)
         return SweepPlan(repo, commit, git_url, git_url, LOCAL_DVC_REMOTE, tuple(axes),
                          tuple(points), dvc_remote_url=store)
@@ -95,19 +154,22 @@ def plan_sweep(repo: Path, specs: list[str], git_remote: str | None = None,
     return SweepPlan(repo, commit, git_remote, git_url, dvc_remote, tuple(axes), tuple(points))
 
 
-def _has_shared_remotes(repo: Path) -> bool:
-    """A git `origin` and a committed default DVC remote: what a cluster sweep uses."""
-    origin = subprocess.run(["git", "remote", "get-url", "origin"], cwd=repo,
-                            capture_output=True, text=True)
-    default = subprocess.run(["dvc", "config", "--project", "core.remote"], cwd=repo,
-                             env=tool_env(repo), capture_output=True, text=True)
-    return origin.returncode == 0 and bool(default.stdout.strip())
+def _remote_url(repo: Path, remote: str) -> str | None:
+    done = subprocess.run(["git", "remote", "get-url", remote], cwd=repo, capture_output=True,
+                          text=True)
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def _project_remote(repo: Path) -> str:
+    """The committed default DVC remote's name ("" when there is none)."""
+    done = subprocess.run(["dvc", "config", "--project", "core.remote"], cwd=repo,
+                          env=tool_env(repo), capture_output=True, text=True)
+    return done.stdout.strip() if done.returncode == 0 else ""
 
 
 def local_remotes(repo: Path, commit: str, say) -> tuple[str, str]:
-    """(git URL, DVC store) of a one-machine sweep: a bare repository and a folder
-    under out/sweep-remote/, the commit pushed there and the store added to
-    .dvc/config.local (never committed, so the experiments' commits stay clean)."""
+    """(git URL, DVC store) of a one-machine sweep: a bare repository and a folder under
+    out/sweep-remote/, the commit pushed there, the store in .dvc/config.local."""
     base = repo / "out" / LOCAL_REMOTES
     bare, store = base / "git", base / "dvc"
     if not (bare / "HEAD").is_file():
@@ -127,12 +189,10 @@ def local_remotes(repo: Path, commit: str, say) -> tuple[str, str]:
 
 
 def _git_url(repo: Path, remote: str) -> str:
-    done = subprocess.run(["git", "remote", "get-url", remote], cwd=repo, capture_output=True,
-                          text=True)
-    if done.returncode != 0:
+    url = _remote_url(repo, remote)
+    if url is None:
         raise SparkError(f"no git remote {remote!r}: the workers clone the shared repository "
                          f"from it (`git remote add {remote} URL` and push)")
-    url = done.stdout.strip()
     local = Path(url) if Path(url).is_absolute() else repo / url
     if "://" not in url and local.exists():
         return str(local.resolve())  # workers clone from elsewhere: no relative paths
@@ -144,9 +204,7 @@ def _check_dvc_remote(repo: Path, name: str | None) -> None:
     listed = _tool(repo, "dvc", "remote", "list", "--project", what="dvc remote list")
     names = [line.split()[0] for line in listed.splitlines() if line.strip()]
     if name is None:
-        done = subprocess.run(["dvc", "config", "--project", "core.remote"], cwd=repo,
-                              env=tool_env(repo), capture_output=True, text=True)
-        name = done.stdout.strip() if done.returncode == 0 else ""
+        name = _project_remote(repo)
         if not name:
             raise SparkError("no default DVC remote in .dvc/config: the workers push their "
                              "outputs there (`dvc remote add -d store s3://bucket/path`, "
@@ -171,10 +229,8 @@ def _client(scheduler: str | None, workers: int):
             return Client(scheduler, timeout="20s"), None
         except (OSError, TimeoutError, ValueError) as err:
             raise SparkError(f"cannot reach the Dask scheduler at {scheduler}: {err}") from None
-    # silence_logs: a worker's heartbeat cut off by the shutdown is logged by Dask
-    # with a traceback; the sweep reports every point's outcome itself
-    # dashboard_address ":0": None still binds the default port 8787 and warns when
-    # another cluster on the machine holds it
+    # silence_logs: Dask logs a heartbeat cut off by the shutdown with a traceback;
+    # dashboard ":0": None still binds port 8787 and warns when another cluster holds it
     cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
                            host="127.0.0.1", dashboard_address=":0",
                            silence_logs=logging.CRITICAL)
@@ -191,13 +247,10 @@ def run_points(plan: SweepPlan, todo: list[Point], scheduler: str | None, worker
     try:
         progress(f"running {len(todo)} point(s) on {len(client.scheduler_info()['workers'])} "
                  f"Dask worker(s) ({scheduler or 'LocalCluster on 127.0.0.1'})")
-        futures = {}
-        for point in todo:
-            job = PointJob(plan.git_url, plan.commit, point.name, point.overrides,
-                           plan.dvc_remote, scratch, plan.dvc_remote_url)
-            future = client.submit(run_point, job, key=f"{point.name}-{plan.commit[:12]}",
-                                   pure=False)
-            futures[future] = point
+        futures = {client.submit(run_point, PointJob(
+            plan.git_url, plan.commit, point.name, point.overrides, plan.dvc_remote, scratch,
+            plan.dvc_remote_url), key=f"{point.name}-{plan.commit[:12]}", pure=False): point
+            for point in todo}
         for future in as_completed(futures):
             point = futures[future]
             try:
@@ -218,25 +271,14 @@ def run_points(plan: SweepPlan, todo: list[Point], scheduler: str | None, worker
     return records
 
 
-def pull(plan: SweepPlan, names: list[str]) -> None:
-    if not names:
-        return
-    remote = ["-r", plan.dvc_remote] if plan.dvc_remote else []
-    _tool(plan.repo, "dvc", "exp", "pull", *remote, plan.git_remote, *names,
-          what="dvc exp pull")
-
-
 def compare(plan: SweepPlan, failures: dict[str, str]) -> dict:
     """The sweep's comparison document (see compare.py), in grid order."""
     with DvcExperiments(str(plan.repo)) as source:
         found = experiments_of(source, plan.commit)
-    points = []
-    for point in plan.points:
-        exp = None if point.name in failures else found.get(point.name)
-        outputs = exp["outputs"] if exp else {}
-        points.append(point_record(point, exp, outputs, failures.get(point.name)))
-    return {"baseline": plan.commit,
-            "axes": [[a.key, list(a.values)] for a in plan.axes],
+    exps = {p.name: None if p.name in failures else found.get(p.name) for p in plan.points}
+    points = [point_record(p, exps[p.name], (exps[p.name] or {}).get("outputs", {}),
+                           failures.get(p.name)) for p in plan.points]
+    return {"baseline": plan.commit, "axes": [[a.key, list(a.values)] for a in plan.axes],
             "points": points}
 
 
@@ -261,5 +303,8 @@ def sweep(plan: SweepPlan, scheduler: str | None, workers: int, scratch: str | N
     records = run_points(plan, todo, scheduler, workers, scratch, progress, tick)
     failures.update({n: r["error"] for n, r in records.items() if r["state"] != "done"})
     done = [p.name for p in plan.points if p.name not in failures and p.name not in local]
-    pull(plan, done)
+    if done:
+        remote = ["-r", plan.dvc_remote] if plan.dvc_remote else []
+        _tool(plan.repo, "dvc", "exp", "pull", *remote, plan.git_remote, *done,
+              what="dvc exp pull")
     return compare(plan, failures)

@@ -1,10 +1,6 @@
-"""A sweep's grid: `-S key=v1,v2` arguments expanded the way `dvc exp run --queue -S` does.
-
-Each `-S` names one params.yaml key and its comma-separated values; the grid is
-their cartesian product, the first `-S` varying slowest. A point's experiment
-name is derived from its overrides, so the same point always has the same name
-and a re-run sweep can find the experiments it already made.
-"""
+"""A sweep's grid: `-S key=v1,v2` arguments expanded as `dvc exp run --queue -S` does
+(the cartesian product, the first `-S` varying slowest). A point's name is a hash of
+its overrides, so a re-run sweep finds the experiments it already made."""
 from __future__ import annotations
 
 import copy
@@ -18,7 +14,7 @@ from sparktrain.core.errors import SparkError
 from sparktrain.params import parse_params
 from sparktrain.core.safeload import load_yaml
 
-MAX_POINTS = 10_000  # a grid larger than this is a typo, not a sweep (docs: README, spark sweep)
+MAX_POINTS = 10_000  # a grid larger than this is a typo, not a sweep
 KEY = re.compile(r"^(\+?)([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_]+)*)=(.+)$")
 
 
@@ -83,8 +79,7 @@ def expand(axes: list[Axis], params: dict) -> list[Point]:
 def _check_key(params: dict, axis: Axis) -> None:
     """An unknown key is a mistake of the whole sweep (exit 2), like `dvc exp run -S`."""
     node = params
-    parts = axis.key.split(".")
-    for part in parts:
+    for part in axis.key.split("."):
         if not isinstance(node, dict) or part not in node:
             if axis.add and isinstance(node, dict):
                 return

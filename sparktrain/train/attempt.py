@@ -1,8 +1,4 @@
-"""One attempt at a job's STEP, as the step stage and every train command make it:
-the loop (train/loop.py run_step) with numpy's non-finite warnings off (the loop
-says "training diverged" in one line), and a failure recorded beside the
-previous good outputs (run_failed), then raised.
-"""
+"""One attempt at a job's STEP, as the step stage and every train command make it."""
 from __future__ import annotations
 
 from sparktrain.core.errors import TrainingFailed
@@ -12,8 +8,8 @@ from sparktrain.train.record import run_failed
 
 
 def step_job(job, step, cfg, source, **run_kw):
-    """run_step(job, step, cfg, source, **run_kw)'s result; a TrainingFailed is
-    recorded in the job folder's failed.json first."""
+    """run_step's result, numpy's non-finite warnings off (the loop says "training
+    diverged" in one line); a TrainingFailed is recorded in failed.json, then raised."""
     with quiet_nonfinite():
         try:
             return run_step(job, step, cfg, source, **run_kw)

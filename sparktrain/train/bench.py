@@ -1,16 +1,6 @@
-"""`spark bench`: time the training loop core and report model FLOP/s utilisation.
-
-A micro-step is exactly what training does per minibatch: loss_and_grads on a
-full-length batch (random tokens of the vocabulary, every target counted,
-T = seq_len) and an update of every tensor: plain SGD, or a job's own update
-(`make_update`: clip, optimizer and schedule, sparktrain/train/optim.py) so
-the figure is the one of the job people run. Utilisation = model FLOP/s (tokens/s x
-flops_per_token) over the float32 matmul peak measured in this process, at
-the same BLAS thread count, right before the timed steps (`Device.matmul_peak`,
-model/device.py). With a GPU device (`--device`) the params live on it, each
-step ends with a sync, and the peak is the device's float32 matmul peak
-(docs/gpu.md).
-"""
+"""`spark bench`: time the training loop's micro-step (loss_and_grads on a full batch
+of random tokens, then plain SGD or a job's own update) and report model FLOP/s over
+the float32 matmul peak measured just before, on the CPU or a device (docs/gpu.md)."""
 from __future__ import annotations
 
 import sys
@@ -32,18 +22,14 @@ DEFAULT_BATCH = {"tiny": 8, "large": 16, "medium": 16, "gpu": 8}
 BENCH_SEED = 1234
 BENCH_LR = 1e-3
 WARMUP_STEPS = 2
-
-
-# What the loop reaches of the matmul peak on a CPU: about a fifth (the README's bench
-# table: 14-24 %), so a run's estimate divides by this share of the measured peak.
+# what the loop reaches of a CPU's matmul peak: about a fifth (README's bench table: 14-24 %)
 CPU_SHARE_OF_PEAK = 0.2
 GRIND_S = 180  # a CPU run estimated above this is said before it starts
 
 
 def cpu_estimate_s(cfg, tokens: int, peak: float | None = None) -> float:
-    """Seconds a CPU run of `tokens` training tokens should take: model FLOPs x tokens
-    over this CPU's measured matmul FLOP/s (a quick probe, once a process:
-    `Device.matmul_peak`) at CPU_SHARE_OF_PEAK."""
+    """Seconds a CPU run of `tokens` training tokens should take: model FLOPs over
+    CPU_SHARE_OF_PEAK of this CPU's measured matmul FLOP/s."""
     return flops_per_token(cfg) * tokens / ((peak or CPU.matmul_peak()) * CPU_SHARE_OF_PEAK)
 
 
@@ -56,13 +42,9 @@ def grind_note(device, requested: str, cfg, tokens: int, what: str) -> str | Non
     if seconds <= GRIND_S:
         return None
     return (f"{what} on the CPU (--device auto found no GPU): estimated ~{_duration(seconds)} "
-            f"({flops_per_token_text(cfg)} x {tokens:,} tokens at "
+            f"({flops_per_token(cfg) / 1e6:,.0f} MFLOP/token x {tokens:,} tokens at "
             f"{CPU_SHARE_OF_PEAK:.0%} of this CPU's measured matmul peak); --device cpu to "
             f"run it anyway without this note, or a machine with a GPU")
-
-
-def flops_per_token_text(cfg) -> str:
-    return f"{flops_per_token(cfg) / 1e6:,.0f} MFLOP/token"
 
 
 def _duration(seconds: float) -> str:
@@ -82,28 +64,23 @@ def synthetic_batch(batch_size: int, seq_len: int, seed: int = BENCH_SEED,
 
 def sgd_step(params, grads, lr):
     for name, p in params.items():
-        g = grads[name]
-        g *= lr
-        p -= g
+        grads[name] *= lr
+        p -= grads[name]
 
 
-class PlainSGD:
+def plain_sgd(params):
     """The default update: SGD at BENCH_LR, no momentum, no clip."""
-    label = "plain SGD"
-
-    def __call__(self, params):
-        return lambda params, grads, t: sgd_step(params, grads, BENCH_LR)
+    return lambda params, grads, t: sgd_step(params, grads, BENCH_LR)
 
 
-plain_sgd = PlainSGD()
+plain_sgd.label = "plain SGD"
 
 
 def run_bench(scale: str, batch_size: int | None = None, steps: int = 10,
               progress=None, cfg=None, shards: int = 1, workers: int | None = 1,
               peak: float | None = None, device=CPU, make_update=plain_sgd) -> dict:
-    """`workers` None: as many as a training run would start (GradientEngine's default).
-    `make_update(params)` returns the micro-step's `update(params, grads, t)`; its
-    `label` names it in the report. `device`: where the params live (model/device.py)."""
+    """`workers` None: as many as training would start. `make_update(params)` returns
+    the micro-step's `update(params, grads, t)`, its `label` names it in the report."""
     cfg = cfg or SCALES[scale]
     batch_size = batch_size or DEFAULT_BATCH.get(scale, 16)
     check_fits("spark bench", cfg, batch_size, optimizer=None)  # plain SGD, no moments
@@ -113,7 +90,7 @@ def run_bench(scale: str, batch_size: int | None = None, steps: int = 10,
     peak = peak or device.matmul_peak(fresh=True)
     update = make_update(params)
     times = []
-    with GradientEngine(model, shards, device.workers(workers)) as engine:  # warm-up starts its workers
+    with GradientEngine(model, shards, device.workers(workers)) as engine:  # warm-up starts them
         for i in range(WARMUP_STEPS + steps):
             t0 = time.perf_counter()
             loss, grads = engine.loss_and_grads(params, batch)
@@ -130,20 +107,18 @@ def run_bench(scale: str, batch_size: int | None = None, steps: int = 10,
     tok_s = tokens / step_s
     model_flops = tok_s * model.flops_per_token()
     processes = workers if device.host else 1  # each worker process has a pool of its own
+    host = device.to_host(params)
     return {
         "scale": scale, "device": device.name, "arch": cfg.to_dict(), "vocab": cfg.vocab,
-        "n_params": model.n_params,
-        "batch_size": batch_size, "seq_len": cfg.seq_len, "steps": steps,
-        "warmup_steps": WARMUP_STEPS, "blas_threads": live_threads(),
-        "blas_kernel": runtime.made_with()["kernel"],
-        "shards": shards, "workers": workers, "update": make_update.label,
-        "median_step_s": step_s, "min_step_s": float(min(times)),
+        "n_params": model.n_params, "batch_size": batch_size, "seq_len": cfg.seq_len,
+        "steps": steps, "warmup_steps": WARMUP_STEPS, "blas_threads": live_threads(),
+        "blas_kernel": runtime.made_with()["kernel"], "shards": shards, "workers": workers,
+        "update": make_update.label, "median_step_s": step_s, "min_step_s": float(min(times)),
         "tokens_per_s": tok_s, "flops_per_token": model.flops_per_token(),
         "model_flops_per_s": model_flops, "matmul_peak_flops_per_s": peak,
         "matmul_peak_processes": processes, "utilisation": model_flops / (peak * processes),
-        "final_loss": float(loss),
-        "params_sha256": sha256_bytes(b"".join(p.tobytes()
-                                               for p in device.to_host(params).values())),
+        "final_loss": float(loss), "params_sha256": sha256_bytes(b"".join(p.tobytes()
+                                                                          for p in host.values())),
     }
 
 
@@ -205,8 +180,7 @@ def _scaling_lines(r: dict) -> list[str]:
 
 
 def stderr_progress(i, n, loss):
-    """One line rewritten in place on a terminal; elsewhere (a log, a pipe) no `\\r`:
-    only the last step's line."""
+    """One line rewritten in place on a terminal; elsewhere only the last step's line."""
     err = sys.stderr
     if err.isatty():
         err.write(f"\rstep {i}/{n}  loss {loss:.4f}" + ("\n" if i == n else ""))

@@ -1,17 +1,6 @@
-"""STEP: the one training loop, over any data source (docs/training.md "The loop").
-
-Outer passes of inner micro-steps. The data source (data/source.py) gives the
-seeded micro-batches and the fixed sets measured after every pass; the loop
-never asks which kind of data it has, nor which device it runs on
-(model/device.py answers). It only claims what happened: outputs saying
-`trained=true` are committed only when gradients were applied, every loss and
-gradient stayed finite, some weight changed and the loss fell (train/record.py).
-Anything else raises TrainingFailed and leaves the previous outputs untouched.
-With step.checkpoint_every the whole state is saved between passes, and a run
-killed mid-way resumes to the same final bytes (train/resume.py). What a person
-and DVC see of the run, one curve point per pass, is the watcher's
-(train/live.py).
-"""
+"""STEP: the one training loop, outer passes of inner micro-steps over any data source
+and device (docs/training.md "Data sources and the one loop"). It commits
+`trained=true` only for what happened (train/record.py); else TrainingFailed."""
 from __future__ import annotations
 
 import contextlib
@@ -48,8 +37,6 @@ def _finite_or_fail(value: float, what: str, where: str) -> None:
                              "(lower step.lr or set step.clip); previous outputs kept")
 
 
-# ------------------------------------------------------------------ set-up
-
 @dataclass
 class _Run:
     """Everything the loop reads, and the state it updates."""
@@ -71,14 +58,13 @@ class _Run:
         return self.device.to_host(self.params)
 
 
-def _set_up(job: Job, step: StepConfig, cfg: ModelConfig, source: DataSource,
-            say) -> _Run:
+def _set_up(job: Job, step: StepConfig, cfg: ModelConfig, source: DataSource, say) -> _Run:
     if job.out_dir.is_dir():  # held from before the base is read: no lost update
         outputs.lock_job(job.out_dir)
     device = resolve_device(step.device)  # the CLI's Device (resolved once a process)
     tokenizer, tokenizer_sha256 = job_tokenizer(job.out_dir)
-    cfg = dataclasses.replace(cfg, vocab=tokenizer.vocab).validate()  # the tokenizer's vocab
-    # refused from the shapes before anything large is allocated (model/memory.py)
+    cfg = dataclasses.replace(cfg, vocab=tokenizer.vocab).validate()
+    # refused from the shapes before anything large is allocated
     step_fits("training", cfg, step, source.row_bound(), loss_rows=source.loss_rows)
     model = build_model(cfg)
     data = source.training_data(job.out_dir / CORPUS, model, tokenizer, tokenizer_sha256, step)
@@ -94,23 +80,18 @@ def _set_up(job: Job, step: StepConfig, cfg: ModelConfig, source: DataSource,
         say(f"[{job.id}] {line}")
     params = device.to_device(params)  # once: the optimizer's state is made beside them
     run = _Run(job=job, step=step, model=model, data=data, device=device, params=params,
-               base_step=base_step, step_n=resume.resolve_step_n(step.step_n, base_step,
-                                                                 job.base),
-               trainable=trainable, start=start,
-               optimizer=make_optimizer(step, params, trainable),
-               # made here, so its knobs (and SPARK_WORKERS) are refused before the job
-               # folder is locked; its worker processes start on first use
+               base_step=base_step, step_n=resume.resolve_step_n(step.step_n, base_step, job.base),
+               trainable=trainable, start=start, optimizer=make_optimizer(step, params, trainable),
+               # made before the folder is locked, so its knobs are refused first
                engine=GradientEngine(model, step.shards, device.workers(step.workers)),
                fingerprint=resume.fingerprint(job, cfg, data.fingerprint, step, device))
     outputs.lock_job(job.out_dir)  # the only writer of this job until the process exits
     return run
 
 
-# ---------------------------------------------------------------- the loop
-
 def _point(run: _Run, outer: int, phase: str) -> dict:
-    """A loss_curve entry: the training set's loss, and the held-out set's (with its
-    bits per byte when the source knows the bytes) at the same moment."""
+    """A loss_curve entry: the training set's loss, and the held-out set's (and its
+    bits per byte when the source knows the bytes)."""
     data, params = run.data, run.params
     where = f"after outer {outer}" if outer else "at start"
     train = score(run.engine.batch_losses(params, data.train_set.batches), data.train_set)
@@ -127,8 +108,7 @@ def _point(run: _Run, outer: int, phase: str) -> dict:
 
 
 def apply_update(run: _Run, log: Log, batch, where: str, t: int) -> None:
-    """Gradients of `batch`, global-norm clipping, the optimizer's update at
-    micro-step `t`, timed and counted in `log`."""
+    """Gradients of `batch`, the clipped update at micro-step `t`, counted in `log`."""
     step, params = run.step, run.params
     ts = time.perf_counter()
     loss, grads = run.engine.loss_and_grads(params, batch)
@@ -141,8 +121,7 @@ def apply_update(run: _Run, log: Log, batch, where: str, t: int) -> None:
 
 
 def _train(run: _Run, log: Log, watch: live.Watcher) -> None:
-    """Outer passes of inner micro-steps; the curve point after each goes to the
-    watcher (DVCLive, a progress line, the bar on a terminal)."""
+    """Outer passes of inner micro-steps; the curve point after each to the watcher."""
     step = run.step
     total = step.outer * step.inner
     if not log.curve:
@@ -164,8 +143,7 @@ def _train(run: _Run, log: Log, watch: live.Watcher) -> None:
 
 @contextlib.contextmanager
 def out_of_memory_is_one_line(run: _Run):
-    """A GPU that runs out of memory mid-run: TrainingFailed (exit 1) naming the
-    shape and batch that did not fit; the earlier outputs stay as they were."""
+    """A GPU out of memory mid-run: TrainingFailed naming the shape and batch."""
     try:
         yield
     except Exception as err:
@@ -179,14 +157,11 @@ def out_of_memory_is_one_line(run: _Run):
             "outputs kept") from None
 
 
-# ------------------------------------------------------------------- entry
-
 def run_step(job: Job, step: StepConfig, cfg: ModelConfig, source: DataSource, *,
              progress=None, labels: dict | None = None) -> StepResult:
-    """Train `job` on `source` (data/source.py) and commit weights.safetensors +
-    checkpoint.json + ARTIFACT. `progress(line)` gets the run's lines (default: stderr,
-    with a bar on a terminal; train/live.py). `labels` (keys of LABELS) are recorded
-    in the weights metadata and checkpoint. A saved state of this very run is resumed."""
+    """Train `job` on `source`, resuming a saved state of this very run, and commit
+    weights + checkpoint.json + ARTIFACT. `progress(line)`: the run's lines (default:
+    stderr, train/live.py); `labels` (LABELS' keys): recorded in weights and checkpoint."""
     labels = dict(labels or {})
     unknown = sorted(set(labels) - set(LABELS))
     if unknown:

@@ -1,25 +1,7 @@
-"""Optimizers and the learning-rate schedule, keyed by the safetensors names.
-
-`sgd` is heavy-ball SGD, the seed's contract (`v = momentum v + g`,
-`w -= lr v`); `adamw` is Adam with decoupled weight decay (Loshchilov &
-Hutter), bias-corrected moments, decay on matrices only (norm weights are
-scales, not features); `muon` orthogonalises the momentum of each hidden
-matrix (the layers' q, k, v, o and MLP weights) by a Newton-Schulz iteration
-(Keller Jordan's Muon, in torch.optim.Muon's conventions) and keeps AdamW, at
-its own rate `adam_lr`, for the embedding, the LM head and the norm weights.
-The schedule is constant, a linear warm-up then a cosine decay to `min_lr`
-(nanoGPT's get_lr), or warm-up / stable / decay (`wsd`: the rate held at `lr`,
-then a linear cool-down to `min_lr` over the last `cooldown` fraction of the
-micro-steps). Every optimizer's state is a dict of arrays under the parameter
-names plus a step count, so a resumed run continues bit for bit.
-
-The state lives where the params live (numpy, or a GPU library's arrays:
-model/backend.py, docs/gpu.md); `state()` hands back those arrays, so the
-caller brings them to the host to save them, and `load_state` takes host arrays.
-`grad_norm` and `clip_scale` are the global-norm clipping; `clipped_update` is a
-micro-step's whole update after its gradients (clip, optimizer, schedule), as
-the loop applies it and `spark bench --optimizer/--params` times it (JobUpdate).
-"""
+"""The optimizers (heavy-ball SGD, AdamW, Muon), the learning-rate schedules and the
+global-norm clip, keyed by the safetensors names (docs/training.md "Optimizers").
+State lives where the params live (model/backend.py); `state()` returns those
+arrays, `load_state` takes host ones, so a resumed run continues bit for bit."""
 from __future__ import annotations
 
 import math
@@ -29,17 +11,11 @@ import numpy as np
 from sparktrain.model import backend
 
 ADAM_EPS = 1e-8
-# Muon (torch.optim.Muon's defaults): the quintic Newton-Schulz coefficients, its
-# steps, and the floor of the Frobenius norm the update is divided by
+# Muon (torch.optim.Muon's defaults): Newton-Schulz's coefficients and steps, the norm floor
 NS_COEFFICIENTS = (3.4445, -4.7750, 2.0315)
 NS_STEPS = 5
 MUON_EPS = 1e-7
 HIDDEN = "spark.layers."  # the hidden matrices Muon trains are the layers' ones
-
-
-def cooldown_steps(step, total: int) -> int:
-    """Micro-steps of the wsd schedule's linear cool-down: the last `cooldown` of them."""
-    return int(round(step.cooldown * total))
 
 
 def lr_at(step, t: int, total: int) -> float:
@@ -49,7 +25,7 @@ def lr_at(step, t: int, total: int) -> float:
     if t < step.warmup:
         return step.lr * (t + 1) / step.warmup
     if step.schedule == "wsd":
-        decay = cooldown_steps(step, total)
+        decay = int(round(step.cooldown * total))  # the linear cool-down's micro-steps
         into = t - (total - decay)  # >= 0 inside the cool-down
         if into < 0:
             return step.lr
@@ -137,10 +113,8 @@ class AdamW:
 
 
 def orthogonalise(be, g):
-    """Newton-Schulz's quintic iteration towards the nearest semi-orthogonal matrix
-    of g (m, n), as torch.optim.Muon's _zeropower_via_newtonschulz, in float32
-    where torch works in bfloat16: g / max(|g|_F, eps), the wide way round (rows <=
-    columns), NS_STEPS times X <- a X + (b A + c A A) X with A = X X^T."""
+    """Newton-Schulz towards the nearest semi-orthogonal matrix of g (m, n), as
+    torch.optim.Muon's, in float32: X <- a X + (b A + c A A) X, A = X X^T, wide side."""
     a, b, c = (be.f32(k) for k in NS_COEFFICIENTS)
     tall = g.shape[0] > g.shape[1]
     x = be.mT(g) if tall else g                                    # (r, s), r <= s
@@ -152,15 +126,8 @@ def orthogonalise(be, g):
 
 
 class Muon:
-    """Muon on the hidden matrices, AdamW (its own rate) on everything else.
-
-    Per hidden matrix W (out, in), as torch.optim.Muon with nesterov=True:
-      B <- B + (1 - mu) (g - B)          the momentum, an average (torch's lerp)
-      U <- g + mu (B - g)                 Nesterov's look-ahead
-      W <- W (1 - lr wd) - lr sqrt(max(1, out/in)) orthogonalise(U)
-    The averaged momentum is (1 - mu) times the summed one of Keller Jordan's
-    post (B <- mu B + g); the Frobenius normalisation cancels that factor.
-    """
+    """Muon on the hidden matrices (torch.optim.Muon, nesterov=True; docs/training.md
+    has the update), AdamW at its own rate on everything else."""
     name = "muon"
 
     def __init__(self, params: dict, names, step):
@@ -205,9 +172,8 @@ def make_optimizer(step, params: dict, names):
 
 def clipped_update(optimizer, step, params: dict, grads: dict, names, t: int, total: int,
                    check=None) -> tuple[float, float]:
-    """Micro-step t (0-based) of `total` after its gradients: the global-norm clip,
-    then the optimizer at the schedule's rate; (gradient norm before clipping, the
-    clip's scale). `check(norm)` may refuse the norm before anything changes."""
+    """Micro-step t of `total` after its gradients: the clip, then the optimizer at the
+    schedule's rate; (norm before clipping, scale). `check(norm)` may refuse the norm."""
     norm = grad_norm(grads, names)
     if check is not None:
         check(norm)
@@ -217,7 +183,7 @@ def clipped_update(optimizer, step, params: dict, grads: dict, names, t: int, to
 
 
 class JobUpdates:
-    """Makes a job's JobUpdate for given params (`spark bench` makes one per run)."""
+    """Makes a job's update for given params (`spark bench` makes one per run)."""
 
     def __init__(self, step, total: int):
         self.step, self.total = step, total
@@ -230,18 +196,9 @@ class JobUpdates:
             knobs += f", wsd: {step.warmup} warm-up, cool-down {step.cooldown:g}"
         self.label = f"{step.optimizer} ({knobs})"
 
-    def __call__(self, params: dict) -> "JobUpdate":
-        return JobUpdate(self.step, params, params, self.total)
-
-
-class JobUpdate:
-    """`update(params, grads, t)`: micro-step t (0-based) of `total` of a job's step knobs."""
-
-    def __init__(self, step, params: dict, names, total: int):
-        self.step, self.names, self.total = step, list(names), total
-        self.optimizer = make_optimizer(step, params, self.names)
-
-    def __call__(self, params: dict, grads: dict, t: int) -> float:
-        """Apply it; the gradient norm before clipping."""
-        return clipped_update(self.optimizer, self.step, params, grads, self.names, t,
-                              self.total)[0]
+    def __call__(self, params: dict):
+        """The micro-step's `update(params, grads, t)`, which returns the norm before clipping."""
+        names = list(params)
+        optimizer = make_optimizer(self.step, params, names)
+        return lambda params, grads, t: clipped_update(optimizer, self.step, params, grads, names,
+                                                       t, self.total)[0]

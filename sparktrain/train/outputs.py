@@ -1,22 +1,9 @@
-"""The files of a job folder, written so a crash can never leave a mixed set.
-
-weights.safetensors, checkpoint.json and ARTIFACT must agree (the checkpoint
-names the weights' sha256; ARTIFACT says trained=true only for those bytes).
-Three renames cannot be atomic together, so `commit_files` journals them:
-
-1. every new file is written in full to `.NAME.pending` and fsynced;
-2. `.commit` (itself written atomically) lists the names: the point of no return;
-3. each pending file is renamed over its target; then `.commit` is removed.
-
-One writer at a time: a writer holds an exclusive, non-blocking `flock` on
-`.lock` inside the folder for as long as its process works on the job; a
-second writer gets one line and changes nothing. Only the lock holder
-repairs (`recover`): it rolls a journal forward, and only ever touches the
-job's own files by their fixed names. Readers (`job_state`) never modify a
-folder; they read a journalled set as it will be once rolled forward.
-"""
+"""The files of a job folder, written so a crash can never leave a mixed set: the
+commit journal, the one-writer lock and the reader of a folder's state
+(docs/outputs.md "The commit journal")."""
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import json
@@ -35,10 +22,8 @@ from sparktrain.core.jobfiles import (ARTIFACT, CHECKPOINT, EVAL, EVAL_DETAIL, F
 from sparktrain.eval.headline import split_headline
 from sparktrain.core.safeload import load_json
 
-JOB_FILES = (ARTIFACT, CHECKPOINT, WEIGHTS)  # what readers verify
-# a run's state between outer passes (train/loop.py): a pair that must agree
-RESUME_FILES = (RESUME_STATE, RESUME_TENSORS)
-JOURNALLED = JOB_FILES + RESUME_FILES  # the only names a journal may roll forward
+# the only names a journal may roll forward: the job's files and a run's resume pair
+JOURNALLED = (ARTIFACT, CHECKPOINT, WEIGHTS, RESUME_STATE, RESUME_TENSORS)
 CRASH_HOOK = "SPARK_TEST_CRASH_AT"  # tests only: simulate SIGKILL mid-commit at this point
 _held: dict[str, int] = {}  # resolved folder -> fd of its locked .lock, for this process
 
@@ -54,16 +39,13 @@ def _crash_point(where: str) -> None:
 
 
 def lock_job(folder: str | os.PathLike) -> None:
-    """Become the only writer of `folder` until this process exits (or unlock_job).
-
-    Re-entrant within a process. Creates the folder. The lock file stays: a
-    lock file that is removed can be locked twice.
-    """
+    """Become the only writer of `folder` (created) until this process exits (or
+    unlock_job); re-entrant within a process."""
     folder = Path(folder)
     key = _key(folder)
     if key in _held:
         return
-    try:  # the folder opened without following a link (fsutil.open_folder), then its lock
+    try:  # the folder opened without following a link, then its lock
         with folder_fd(folder, create=True) as dir_fd:
             fd = os.open(LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666,
                          dir_fd=dir_fd)
@@ -88,16 +70,14 @@ STALE_TEMP = re.compile(r"^\..+\.[A-Za-z0-9_]{8}\.tmp$")
 
 
 def remove_stale_temps(folder: Path) -> list[str]:
-    """Temp files a killed writer left in this job folder. Only the lock holder calls
-    this, so no live writer owns one; only names of our own temp pattern, only here."""
+    """Temp files of our own pattern a killed writer left here (only the lock holder
+    calls this, so no live writer owns one)."""
     removed = []
     for entry in os.scandir(folder):
         if STALE_TEMP.match(entry.name) and entry.is_file(follow_symlinks=False):
-            try:
+            with contextlib.suppress(FileNotFoundError):
                 os.unlink(entry.path)
                 removed.append(entry.name)
-            except FileNotFoundError:
-                pass
     return removed
 
 
@@ -138,16 +118,8 @@ def commit_files(folder: str | os.PathLike, files: dict[str, bytes]) -> None:
 def journal_names(folder: Path) -> list[str]:
     """The job files a `.commit` names; only our fixed names count, anything else
     (not JSON, not a list, other names, a FIFO) is no journal of ours."""
-    journal = folder / JOURNAL
-    if not journal.is_file():
-        return []
-    try:
-        names = load_json(read_input(journal, "job file"), os.fspath(journal))
-    except (SparkError, ValueError, RecursionError):
-        return []
-    if not isinstance(names, list):
-        return []
-    return [n for n in JOURNALLED if n in names]
+    names = read_json(folder / JOURNAL) if (folder / JOURNAL).is_file() else None
+    return [n for n in JOURNALLED if n in names] if isinstance(names, list) else []
 
 
 def recover(folder: str | os.PathLike) -> None:
@@ -181,53 +153,36 @@ def current_file(folder: Path, name: str, journal: list[str]) -> Path:
 
 
 def _fsync_dir(folder: Path) -> None:
-    try:
+    with contextlib.suppress(OSError):
         fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def artifact_text(fields: list[tuple[str, object]], header: str) -> str:
-    lines = [header] + [f"{k}={_fmt(v)}" for k, v in fields]
-    return "\n".join(lines) + "\n"
-
-
-def _fmt(v) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    return str(v)
+    lines = [f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in fields]
+    return "\n".join([header, *lines]) + "\n"
 
 
 def dry_artifact(job) -> str:
     return artifact_text([("mode", "dry-run"), ("not_sgd", True), ("trained", False),
-                          ("checkpoint", job.rel(CHECKPOINT))],
-                         f"spark-train-dry {job.id}")
+                          ("checkpoint", job.rel(CHECKPOINT))], f"spark-train-dry {job.id}")
 
 
 def sgd_artifact(job, step_n: int, device: str = "cpu", optimizer: str = "sgd") -> str:
     """The trained run's marker; `mode` names the device kind and the optimizer that
     ran (`cpu-sgd` for the original's default, `cpu-adamw`, `cuda-muon`, ...)."""
     return artifact_text([("mode", f"{device}-{optimizer}"), ("not_sgd", False), ("trained", True),
-                          ("step_n", step_n), ("op", "step"),
-                          ("weights", job.rel(WEIGHTS)),
-                          ("checkpoint", job.rel(CHECKPOINT))],
-                         f"spark-train-sgd {job.id}")
+                          ("step_n", step_n), ("op", "step"), ("weights", job.rel(WEIGHTS)),
+                          ("checkpoint", job.rel(CHECKPOINT))], f"spark-train-sgd {job.id}")
 
 
 def parse_artifact(text: str) -> dict:
     lines = text.splitlines()
-    out = {"header": lines[0] if lines else ""}
-    for line in lines[1:]:
-        if "=" in line:
-            k, v = line.split("=", 1)
-            out[k] = v
-    return out
+    return {"header": lines[0] if lines else "",
+            **dict(line.split("=", 1) for line in lines[1:] if "=" in line)}
 
 
 def read_json(path: Path):
@@ -264,38 +219,19 @@ def _record(path: Path):
     return _scrub(rec) if isinstance(rec, dict) else None
 
 
-def _verified_sha(path: Path, want) -> bool:
-    try:
-        return path.is_file() and sha256_file(path, "weights file") == want  # size cap first
-    except SparkError:
-        return False
-
-
 def job_state(folder: str | os.PathLike, job_id: str | None = None,
               current_step: dict | None = None) -> dict:
-    """The real state of a job folder: declared, trained, failed (or absent).
-
-    `trained` is reported only when checkpoint.json says so AND the weights
-    file on disk hashes to the checkpoint's weights_sha256; held-out metrics
-    only when eval.json was measured on those very weights. Reads only: an
-    interrupted commit is read as it will be once its writer rolls it forward.
-
-    A failed run (failed.json) makes the state "failed" while its knobs are the
-    ones in effect; given `current_step` (the knobs params.yaml holds now, as
-    `step_record` writes them) that differ from the failed run's, the verified
-    model is the state ("trained") and the failure stays beside it as `failure`
-    with `failure_current: false`. See docs/outputs.md ("failed.json").
-    """
+    """The real state of a job folder, read only: declared, trained (checkpoint.json
+    says so AND the weights hash to its weights_sha256), failed, or absent; eval.json's
+    metrics only when measured on those weights. A failed.json whose knobs differ from
+    `current_step` (step_record's) leaves a verified model "trained" (docs/outputs.md)."""
     folder = Path(folder)
     journal = journal_names(folder) if folder.is_dir() else []
-    job_id = job_id or folder.name
-    state: dict = {"job": job_id, "out": folder.as_posix(), "state": "absent"}
+    state: dict = {"job": job_id or folder.name, "out": folder.as_posix(), "state": "absent"}
     status = _record(folder / STATUS)
     if isinstance(status, dict):
-        state["state"] = "declared"
-        for key in ("dataset", "base", "method", "arch", "n_params"):
-            if key in status:
-                state[key] = status[key]
+        state.update({k: status[k] for k in ("dataset", "base", "method", "arch", "n_params")
+                      if k in status}, state="declared")
     artifact = current_file(folder, ARTIFACT, journal)
     if artifact.is_file():
         try:
@@ -309,12 +245,11 @@ def job_state(folder: str | os.PathLike, job_id: str | None = None,
     weights = current_file(folder, WEIGHTS, journal)
     verified = False
     if isinstance(ckpt, dict) and ckpt.get("trained") is True:
-        verified = _verified_sha(weights, ckpt.get("weights_sha256"))
-        step_n = ckpt.get("step_n")
         sha = ckpt.get("weights_sha256")
+        with contextlib.suppress(SparkError):  # above the size cap: not verified
+            verified = weights.is_file() and sha256_file(weights, "weights file") == sha
         state.update(state="trained" if verified else "failed",
-                     step_n=step_n if number(step_n) is not None and isinstance(step_n, int)
-                     else None,
+                     step_n=ckpt["step_n"] if isinstance(number(ckpt.get("step_n")), int) else None,
                      loss_before=number(ckpt.get("loss_before")),
                      loss_after=number(ckpt.get("loss_after")),
                      weights=ckpt.get("weights") if isinstance(ckpt.get("weights"), str) else None,
@@ -328,8 +263,7 @@ def job_state(folder: str | os.PathLike, job_id: str | None = None,
         current = failure_is_current(failed, current_step)
         if current or not verified:
             state["state"] = "failed"
-        state["failure"] = failed
-        state["failure_current"] = current
+        state.update(failure=failed, failure_current=current)
     perf = _record(folder / PERF)
     if isinstance(perf, dict):
         if number(perf.get("tokens_per_s")) is None or number(perf.get("total_seconds")) is None:
@@ -366,9 +300,8 @@ def failure_is_current(failed: dict, current_step: dict | None) -> bool:
     if current_step is None:
         return True
     recorded = failed.get("step")
-    if isinstance(recorded, dict):
-        return recorded == current_step
-    return compat.pre_step_failure_matches(failed, current_step)
+    return recorded == current_step if isinstance(recorded, dict) \
+        else compat.pre_step_failure_matches(failed, current_step)
 
 
 def clear_failure(folder: Path) -> None:

@@ -1,9 +1,5 @@
-"""TRAIN's dry accept: validate the job and describe the run it would make.
-
-Everything here is a pure function of the program, dataset, tokenizer and
-params (it is a DVC output, hashed into dvc.lock): no timings, no absolute
-paths. The counts of the data come from the job's data source.
-"""
+"""TRAIN's dry accept: validate the job and describe the run it would make; a pure
+function of program, dataset, tokenizer and params (a DVC output: no timings)."""
 from __future__ import annotations
 
 import dataclasses
@@ -19,8 +15,7 @@ from sparktrain.train.job import Job
 
 
 def job_plan(job: Job, cfg: ModelConfig, batch_size: int, source: DataSource) -> dict:
-    """The plan: the job, the arch in the vocab of the job folder's tokenizer
-    (bytes when it has none), and the data source's counts."""
+    """The job, the arch in the vocab of the folder's tokenizer, the source's counts."""
     tokenizer, tokenizer_sha256 = job_tokenizer(job.out_dir)
     cfg = dataclasses.replace(cfg, vocab=tokenizer.vocab)
     return {
@@ -43,8 +38,7 @@ def write_status(job: Job, plan: dict, path: str | Path | None = None) -> Path:
 
 
 def dry_accept(job: Job, cfg: ModelConfig, batch_size: int, source: DataSource) -> dict:
-    """`spark run`'s TRAIN: status.json, and an ARTIFACT stub unless the job is
-    already trained (a dry accept never downgrades a trained job's marker)."""
+    """`spark run`'s TRAIN: status.json, and an ARTIFACT stub unless the job is trained."""
     plan = job_plan(job, cfg, batch_size, source)
     outputs.lock_job(job.out_dir)
     write_status(job, plan)
@@ -55,9 +49,8 @@ def dry_accept(job: Job, cfg: ModelConfig, batch_size: int, source: DataSource) 
 
 
 def preflight(step, cfg: ModelConfig, source: DataSource, vocab: int | None = None) -> None:
-    """Every knob and the memory estimate, checked before a command's first write (the
-    tokenizer and prepare steps of `spark code train` / `spark train` write the job
-    folder): what the loop would refuse later is refused here, nothing changed."""
+    """What the loop would refuse (every knob, the memory estimate), refused before a
+    command's first write (its tokenizer and prepare steps write the job folder)."""
     from sparktrain.model.memory import step_fits
     from sparktrain.model.parallel import MAX_SHARDS, MAX_WORKERS
     from sparktrain.core.errors import SparkError

@@ -1,8 +1,5 @@
-"""What a training run records (docs/outputs.md): the claims it must show before
-`trained=true` is written, then weights.safetensors (with its metadata),
-checkpoint.json and ARTIFACT as one commit, perf.json beside them; or, when it
-failed, failed.json beside the previous good outputs.
-"""
+"""What a training run records (docs/outputs.md): the claims it must show, then
+weights, checkpoint.json and ARTIFACT as one commit and perf.json; or failed.json."""
 from __future__ import annotations
 
 import math
@@ -30,9 +27,8 @@ class StepResult:
 
 @dataclass
 class Log:
-    """What the loop did: the loss curve and the run's counters (a resumed state's
-    included). `seconds` and what was counted since `resumed` are this process's
-    only, so its speed is its own."""
+    """The loss curve and the run's counters (a resumed state's included); `seconds`
+    and what was counted since `resumed` are this process's, so its speed is its own."""
     t0: float
     curve: list[dict] = field(default_factory=list)
     done: int = 0              # outer passes finished
@@ -58,19 +54,13 @@ class Log:
         return (self.tokens_seen - self.before[0]) / max(self.seconds, 1e-9)
 
 
-# ---------------------------------------------------------------- the claims
-
 BLOWUP = 2.0          # an outer-pass loss above BLOWUP x the starting loss: the run blew up
 UNIFORM_MARGIN = 0.99  # the loss must end below 99% of ln(vocab), the uniform guess
 
 
 def check_learned(curve: list[dict], vocab: int) -> None:
-    """What a run must show before `trained=true` may be claimed, for every data source.
-
-    No outer pass blew up above BLOWUP x the starting loss; the training loss
-    fell; and it ends at least 1% below ln(vocab), the loss of the uniform
-    guess, which is where a fresh init sits and a diverged network collapses to.
-    """
+    """What a run must show before `trained=true` (docs/training.md "The learned-check"):
+    no pass above BLOWUP x the start, the loss fell, and ends below the uniform guess's."""
     loss_before, loss_after = curve[0]["loss"], curve[-1]["loss"]
     for point in curve[1:]:
         if point["loss"] > BLOWUP * loss_before:
@@ -96,8 +86,6 @@ def changed_tensors(run) -> list[str]:
     return changed
 
 
-# -------------------------------------------------------------- the record
-
 def weights_meta(run, log: Log, labels: dict) -> dict:
     job = run.job
     return {"job": job.id, "step_n": run.step_n, "trained": True, "not_sgd": False,
@@ -107,9 +95,8 @@ def weights_meta(run, log: Log, labels: dict) -> dict:
 
 
 def checkpoint(run, log: Log, changed: list[str], weights_sha256: str, labels: dict) -> dict:
-    """checkpoint.json: a contract (docs/outputs.md). Who ran, with which knobs,
-    on which data, what changed; trained/not_sgd/sgd/claim are the original's
-    fixed fields of a real SGD step."""
+    """checkpoint.json, a contract (docs/outputs.md); trained/not_sgd/sgd/claim are the
+    original's fixed fields of a real SGD step."""
     job, step, cfg = run.job, run.step, run.model.cfg
     return {
         "job": job.id, "step_n": run.step_n, "loss_before": log.curve[0]["loss"],
@@ -140,8 +127,7 @@ def perf(run, log: Log) -> dict:
               **run.device.kernel_record()}
     peak = run.device.matmul_peak()
     if peak:
-        # every worker process computed (one BLAS pool each, measured here at this
-        # process's thread count): utilisation is over the peak of all of them
+        # every worker process computed, one BLAS pool each: over the peak of all of them
         processes = run.engine.workers if run.device.host else 1
         record["matmul_peak_flops_per_s"] = round(peak, 1)
         record["matmul_peak_processes"] = processes
@@ -152,8 +138,7 @@ def perf(run, log: Log) -> dict:
 
 
 def commit(run, log: Log, changed: list[str], labels: dict) -> StepResult:
-    """weights + checkpoint + ARTIFACT as one commit (the checkpoint names the
-    weights' hash), then perf.json beside them, then the resume state goes."""
+    """weights + checkpoint + ARTIFACT as one commit, then perf.json; the resume state goes."""
     job = run.job
     wbytes = weights_bytes(run.host_params(), weights_meta(run, log, labels))
     wsha = sha256_bytes(wbytes)

@@ -185,6 +185,15 @@ def test_table_and_json_hold_the_same_numbers():
     assert set(doc["experiments"][0]["metrics"]) <= set(HEADLINE_KEYS)
 
 
+def test_on_a_terminal_rich_draws_the_same_cells_under_a_solid_rule():
+    sweep = cmp.compare([], shown(LR_02, LR_05))
+    plain, drawn = tbl.format_table(sweep, tty=False), tbl.format_table(sweep, tty=True)
+    assert "\u2500" not in plain and "\u2500" * 20 in drawn
+    assert [ln for ln in drawn.splitlines() if not (ln and set(ln) <= {"\u2500"})] == \
+        plain.splitlines()                  # the same lines, two spaces apart, rules added
+    assert tbl.render(["a", "b"], [["[job-1]", ":x:"]], tty=True)[2] == "[job-1]  :x:"
+
+
 def test_the_picture_is_800_by_500_and_the_same_bytes_twice(tmp_path):
     sweep = cmp.compare([], shown(LR_02, LR_05))
     first = plot.write_png(tmp_path / "sub" / "sweep.png", sweep)

@@ -11,7 +11,7 @@ from sparktrain.core.errors import SparkError
 from sparktrain.sweep.compare import experiments_of, format_table, lock_outputs, point_record
 from sparktrain.repro.experiments import ExpRow
 from sparktrain.sweep.grid import expand, parse_axis, point_name
-from sparktrain.sweep.point import reason
+from sparktrain.sweep.driver import reason
 
 PARAMS = yaml.safe_load((ROOT / "params.yaml").read_text())
 
@@ -119,6 +119,15 @@ def test_comparison_reads_params_and_metrics_through_the_reader():
     assert row_done.split() == [points[0].name, "done", "0.05", "4.25", "10"]
     assert row_failed.split() == [points[1].name, "failed", "-1", "-", "-"]
     assert error_line == f"{points[1].name} failed: params: step.lr must be > 0.0, got -1.0"
+
+
+def test_on_a_terminal_the_sweep_table_is_drawn_by_rich():
+    a = {"name": "a", "state": "done", "params": {"step.lr": 0.05}, "error": None,
+         "metrics": {"e.json": {"loss": 4.25}}, "outputs": {}}
+    doc = {"axes": [["step.lr", ["0.05"]]], "points": [a]}
+    plain, drawn = format_table(doc, tty=False).splitlines(), format_table(doc, tty=True).splitlines()
+    assert set(plain[1]) == {"-", " "} and set(drawn[1]) == {"\u2500"}
+    assert drawn[0] == plain[0] and drawn[2] == plain[2] == "a           done   0.05     4.25"
 
 
 def test_table_shows_the_weights_hash_when_it_differs():
