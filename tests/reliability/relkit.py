@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import shutil
+import subprocess
 
 import pytest
 
@@ -34,3 +35,21 @@ def trained(tmp_path_factory):
     rc, _, err = run_spark(TRAIN + ["--out", "out/j"] + FAST, cwd=project)
     assert rc == 0, err
     return project, project / "out/j/weights.safetensors"
+
+
+def git(project, *args):
+    subprocess.run(["git", "-C", str(project), *args], check=True, capture_output=True)
+
+
+def git_project(root):
+    """`root` as a git project (params.yaml, dvc.yaml, data tracked; out/ ignored) with
+    one quickly trained job at out/j."""
+    copy_project(root)
+    (root / "dvc.yaml").write_text("stages: {}\n")
+    (root / ".gitignore").write_text("out/\n")
+    git(root, "init", "-q")
+    git(root, "add", "params.yaml", "dvc.yaml", ".gitignore", "data")
+    git(root, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x")
+    rc, _, err = run_spark(TRAIN + ["--out", "out/j"] + FAST, cwd=root)
+    assert rc == 0, err
+    return root
