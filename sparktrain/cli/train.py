@@ -110,9 +110,12 @@ def cmd_train(args) -> int:
     from sparktrain.cli.report import knobs_line
 
     first = knobs_line(args.params, step, cfg, heldout)
-    prepare_streamed(job, knobs, step, cfg, heldout)
-    print(json.dumps(run_and_record(job, knobs, step, cfg, heldout=heldout, first_line=first),
-                     sort_keys=True))
+    from sparktrain.train.outputs import job_writes
+
+    with job_writes(job.out_dir):  # a write error is one line; a new folder goes on failure
+        prepare_streamed(job, knobs, step, cfg, heldout)
+        summary = run_and_record(job, knobs, step, cfg, heldout=heldout, first_line=first)
+    print(json.dumps(summary, sort_keys=True))
     return 0
 
 
@@ -120,11 +123,16 @@ def prepare_streamed(job, knobs, step, cfg, heldout) -> None:
     """A corpus or text-rows job trains from corpus/: outside the pipeline, the tokenizer
     and prepare stages run first (as `spark code train` does), after every check."""
     from sparktrain.data.source import prepare_job, source_for
+    from sparktrain.model.parallel import default_workers
+    from sparktrain.train.outputs import lock_job
     from sparktrain.train.plan import preflight
 
     source = source_for(job.dataset, knobs, heldout)
     if source.streamed:
         preflight(step, cfg, source, knobs.vocab_size if knobs.tokenizer != "byte" else None)
+        if step.workers is None:
+            default_workers()  # SPARK_WORKERS checked before the job folder is written
+        lock_job(job.out_dir)  # the only writer from prepare on
         prepare_job(job.out_dir, source, knobs.tokenizer, knobs.vocab_size)
 
 
@@ -136,9 +144,11 @@ def run_and_record(job, knobs, step, cfg, labels: dict | None = None,
     from sparktrain.cli.report import lines_after
     from sparktrain.data.source import source_for
     from sparktrain.train.attempt import step_job
+    from sparktrain.train.outputs import job_writes
 
-    result = step_job(job, step, cfg, source_for(job.dataset, knobs, heldout),
-                      labels=labels, progress=lines_after(first_line))
+    with job_writes(job.out_dir):
+        result = step_job(job, step, cfg, source_for(job.dataset, knobs, heldout),
+                          labels=labels, progress=lines_after(first_line))
     c = result.checkpoint
     return {"op": "STEP", "job": c["job"], "state": "trained", "trained": True,
             "not_sgd": c["not_sgd"], "step_n": c["step_n"], "loss_before": c["loss_before"],

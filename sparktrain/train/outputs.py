@@ -17,19 +17,21 @@ folder; they read a journalled set as it will be once rolled forward.
 """
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import json
 import math
 import os
 import re
+import shutil
 from datetime import datetime, timezone
 from pathlib import Path
 
 from sparktrain.core import compat
-from sparktrain.core.errors import SparkError
+from sparktrain.core.errors import SparkError, TrainingFailed
 from sparktrain.core.fsutil import (atomic_write_bytes, canonical_json, folder_fd, read_input,
-                                    sha256_file)
+                                    sha256_file, write_error)
 from sparktrain.core.jobfiles import (ARTIFACT, CHECKPOINT, EVAL, EVAL_DETAIL, FAILED, JOURNAL,
                                       LOCK, PERF, RESUME_STATE, RESUME_TENSORS, STATUS, WEIGHTS)
 from sparktrain.eval.headline import split_headline
@@ -41,6 +43,7 @@ RESUME_FILES = (RESUME_STATE, RESUME_TENSORS)
 JOURNALLED = JOB_FILES + RESUME_FILES  # the only names a journal may roll forward
 CRASH_HOOK = "SPARK_TEST_CRASH_AT"  # tests only: simulate SIGKILL mid-commit at this point
 _held: dict[str, int] = {}  # resolved folder -> fd of its locked .lock, for this process
+_created: set[str] = set()  # resolved folders lock_job made: removed whole if the run fails
 
 
 def _pending(folder: Path, name: str) -> Path:
@@ -63,13 +66,14 @@ def lock_job(folder: str | os.PathLike) -> None:
     key = _key(folder)
     if key in _held:
         return
+    if not os.path.lexists(folder):
+        _created.add(key)
     try:  # the folder opened without following a link (fsutil.open_folder), then its lock
         with folder_fd(folder, create=True) as dir_fd:
             fd = os.open(LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666,
                          dir_fd=dir_fd)
     except OSError as err:
-        raise SparkError(f"cannot write job folder {folder.as_posix()}: "
-                         f"{err.strerror or err}") from None
+        raise SparkError(write_error(folder, err)) from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as err:
@@ -107,6 +111,27 @@ def unlock_job(folder: str | os.PathLike) -> None:
         os.close(fd)  # closing the last descriptor releases the flock
 
 
+@contextlib.contextmanager
+def job_writes(folder: str | os.PathLike):
+    """A command's work on the job `folder`: any OSError in it (a full disk, a quota, a
+    read-only or failing disk, a denied write, in our writers or DVCLive's) becomes one
+    line naming its errno (SparkError, exit 2). On a failure other than TrainingFailed
+    (whose failed.json is the record), a folder this process created and committed
+    nothing to goes whole; an existing job keeps its earlier outputs (the commit
+    journal never half-replaces them)."""
+    try:
+        yield
+    except (OSError, SparkError) as err:
+        if _key(Path(folder)) in _created and not isinstance(err, TrainingFailed):
+            unlock_job(folder)
+            _created.discard(_key(Path(folder)))
+            with contextlib.suppress(OSError), folder_fd(Path(folder).parent) as fd:
+                shutil.rmtree(Path(folder).name, dir_fd=fd)  # no link in its path followed
+        if isinstance(err, OSError):
+            raise SparkError(write_error(err.filename or folder, err)) from None
+        raise
+
+
 def holds_lock(folder: str | os.PathLike) -> bool:
     return _key(Path(folder)) in _held
 
@@ -122,10 +147,15 @@ def commit_files(folder: str | os.PathLike, files: dict[str, bytes]) -> None:
         raise ValueError(f"commit_files only journals {JOURNALLED}, not {unknown}")
     lock_job(folder)
     recover(folder)
-    for name, data in files.items():
-        atomic_write_bytes(_pending(folder, name), data)
-    _crash_point("before-journal")
-    atomic_write_bytes(folder / JOURNAL, json.dumps(sorted(files)).encode())
+    try:
+        for name, data in files.items():
+            atomic_write_bytes(_pending(folder, name), data)
+        _crash_point("before-journal")
+        atomic_write_bytes(folder / JOURNAL, json.dumps(sorted(files)).encode())
+    except BaseException:  # no journal: the pending files go, the job's files stay
+        with contextlib.suppress(OSError):
+            recover(folder)
+        raise
     with folder_fd(folder) as fd:  # renames relative to the folder: no link redirects one
         for i, name in enumerate(sorted(files)):
             os.rename(_pending(folder, name).name, name, src_dir_fd=fd, dst_dir_fd=fd)
@@ -133,6 +163,7 @@ def commit_files(folder: str | os.PathLike, files: dict[str, bytes]) -> None:
                 _crash_point("mid-rename")
         os.fsync(fd)
         os.unlink(JOURNAL, dir_fd=fd)
+    _created.discard(_key(folder))  # it holds committed files now: never removed whole
 
 
 def journal_names(folder: Path) -> list[str]:
