@@ -43,7 +43,7 @@ RESUME_FILES = (RESUME_STATE, RESUME_TENSORS)
 JOURNALLED = JOB_FILES + RESUME_FILES  # the only names a journal may roll forward
 CRASH_HOOK = "SPARK_TEST_CRASH_AT"  # tests only: simulate SIGKILL mid-commit at this point
 _held: dict[str, int] = {}  # resolved folder -> fd of its locked .lock, for this process
-_created: set[str] = set()  # resolved folders lock_job made: removed whole if the run fails
+_created: dict[str, Path] = {}  # folder lock_job made -> the highest folder it made for it
 
 
 def _pending(folder: Path, name: str) -> Path:
@@ -66,8 +66,11 @@ def lock_job(folder: str | os.PathLike) -> None:
     key = _key(folder)
     if key in _held:
         return
-    if not os.path.lexists(folder):
-        _created.add(key)
+    if not os.path.lexists(folder):  # removed whole (with the parents made for it) on failure
+        top = folder
+        while not os.path.lexists(top.parent):
+            top = top.parent
+        _created[key] = top
     try:  # the folder opened without following a link (fsutil.open_folder), then its lock
         with folder_fd(folder, create=True) as dir_fd:
             fd = os.open(LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666,
@@ -117,19 +120,30 @@ def job_writes(folder: str | os.PathLike):
     read-only or failing disk, a denied write, in our writers or DVCLive's) becomes one
     line naming its errno (SparkError, exit 2). On a failure other than TrainingFailed
     (whose failed.json is the record), a folder this process created and committed
-    nothing to goes whole; an existing job keeps its earlier outputs (the commit
-    journal never half-replaces them)."""
+    nothing to goes whole, and the parents made for it when empty; an existing job
+    keeps its earlier outputs (the commit journal never half-replaces them)."""
     try:
         yield
     except (OSError, SparkError) as err:
-        if _key(Path(folder)) in _created and not isinstance(err, TrainingFailed):
+        top = None if isinstance(err, TrainingFailed) else _created.pop(_key(Path(folder)), None)
+        if top is not None:
             unlock_job(folder)
-            _created.discard(_key(Path(folder)))
-            with contextlib.suppress(OSError), folder_fd(Path(folder).parent) as fd:
-                shutil.rmtree(Path(folder).name, dir_fd=fd)  # no link in its path followed
+            _remove_made(Path(folder), top)
         if isinstance(err, OSError):
             raise SparkError(write_error(err.filename or folder, err)) from None
         raise
+
+
+def _remove_made(folder: Path, top: Path) -> None:
+    """`folder` whole, then its parents up to `top` that are empty, each through its
+    parent's descriptor (no link in the path followed)."""
+    with contextlib.suppress(OSError):
+        for path in (folder, *[p for p in folder.parents if top in (p, *p.parents)]):
+            with folder_fd(path.parent) as fd:
+                if path == folder:
+                    shutil.rmtree(path.name, dir_fd=fd)
+                else:
+                    os.rmdir(path.name, dir_fd=fd)
 
 
 def holds_lock(folder: str | os.PathLike) -> bool:
@@ -163,7 +177,7 @@ def commit_files(folder: str | os.PathLike, files: dict[str, bytes]) -> None:
                 _crash_point("mid-rename")
         os.fsync(fd)
         os.unlink(JOURNAL, dir_fd=fd)
-    _created.discard(_key(folder))  # it holds committed files now: never removed whole
+    _created.pop(_key(folder), None)  # it holds committed files now: never removed whole
 
 
 def journal_names(folder: Path) -> list[str]:
