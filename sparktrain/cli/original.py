@@ -154,7 +154,6 @@ def cmd_code_train(args) -> int:
     from sparktrain.cli.train import run_and_record
     from sparktrain.train.job import job_from_program
     from sparktrain.train.plan import preflight
-    from sparktrain.model.parallel import default_workers
     from sparktrain.train.outputs import job_writes, lock_job
 
     knobs = load_params(args.params) if args.params else load_recipe(args.scale or "tiny")
@@ -169,8 +168,6 @@ def cmd_code_train(args) -> int:
     job = job_from_program(knobs.program, knobs.job)
     source = source_for(job.dataset, knobs)
     preflight(step, cfg, source, knobs.vocab_size if knobs.tokenizer != "byte" else None)
-    if step.workers is None:
-        default_workers()  # SPARK_WORKERS checked before a file of the job is rewritten
     with job_writes(job.out_dir):  # a write error is one line; a new folder goes on failure
         lock_job(job.out_dir)  # a second run on this job is refused before it touches the files
         # what the tokenizer and prepare stages do, with the recipe's settings

@@ -123,15 +123,12 @@ def prepare_streamed(job, knobs, step, cfg, heldout) -> None:
     """A corpus or text-rows job trains from corpus/: outside the pipeline, the tokenizer
     and prepare stages run first (as `spark code train` does), after every check."""
     from sparktrain.data.source import prepare_job, source_for
-    from sparktrain.model.parallel import default_workers
     from sparktrain.train.outputs import lock_job
     from sparktrain.train.plan import preflight
 
     source = source_for(job.dataset, knobs, heldout)
     if source.streamed:
         preflight(step, cfg, source, knobs.vocab_size if knobs.tokenizer != "byte" else None)
-        if step.workers is None:
-            default_workers()  # SPARK_WORKERS checked before the job folder is written
         lock_job(job.out_dir)  # the only writer from prepare on
         prepare_job(job.out_dir, source, knobs.tokenizer, knobs.vocab_size)
 

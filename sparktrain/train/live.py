@@ -51,9 +51,12 @@ def series_name(key: str) -> str:
     return SERIES.get(key, key)
 
 
+SERIES_DIR = Path(LIVE_DIR, "plots", "metrics")  # DVCLive's folder of the series
+
+
 def series_path(folder: str | os.PathLike, name: str) -> Path:
     """The TSV DVCLive keeps for one series: dvclive/plots/metrics/<name>.tsv."""
-    return Path(folder) / LIVE_DIR / "plots" / "metrics" / f"{name}.tsv"
+    return Path(folder) / SERIES_DIR / f"{name}.tsv"
 
 
 class StderrLines:
@@ -179,8 +182,7 @@ def _real_folders(pending: Path) -> None:
     missing) and no file it writes is a link, else one line (LinkInPath). What is left
     is the moment between this check and DVCLive's open (docs/outputs.md)."""
     for folder, names in ((pending / LIVE_DIR, ("metrics.json",)),
-                          (series_path(pending, "x").parent,
-                           [f"{series_name(m)}.tsv" for m in METRICS])):
+                          (pending / SERIES_DIR, [f"{series_name(m)}.tsv" for m in METRICS])):
         with folder_fd(folder, create=True) as fd:
             for name in names:
                 with contextlib.suppress(FileNotFoundError):
@@ -192,7 +194,7 @@ def _real_folders(pending: Path) -> None:
 def _declared_series(folder: Path) -> None:
     """Every series of `PLOTS` has its file under `folder`'s dvclive/ (a stage
     output must exist): the header only where the run logged none of it."""
-    with folder_fd(series_path(folder, "x").parent, create=True) as fd:
+    with folder_fd(folder / SERIES_DIR, create=True) as fd:
         for name in PLOTS:
             try:
                 os.stat(f"{name}.tsv", dir_fd=fd, follow_symlinks=False)
@@ -218,11 +220,8 @@ def discard(folder: str | os.PathLike) -> None:
 def _remove_pending(fd: int) -> None:
     """The job folder `fd`'s .live-run goes, whatever it is: a folder removed through
     descriptors, a link or a file unlinked (never followed)."""
-    try:
-        st = os.stat(LIVE_PENDING, dir_fd=fd, follow_symlinks=False)
-    except FileNotFoundError:
-        return
-    if stat.S_ISDIR(st.st_mode):
-        shutil.rmtree(LIVE_PENDING, dir_fd=fd)
-    else:
-        os.unlink(LIVE_PENDING, dir_fd=fd)
+    with contextlib.suppress(FileNotFoundError):
+        if stat.S_ISDIR(os.stat(LIVE_PENDING, dir_fd=fd, follow_symlinks=False).st_mode):
+            shutil.rmtree(LIVE_PENDING, dir_fd=fd)
+        else:
+            os.unlink(LIVE_PENDING, dir_fd=fd)
