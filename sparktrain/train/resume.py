@@ -5,7 +5,7 @@ With step.checkpoint_every the whole state (params, optimizer moments, sampler,
 curve and counters) is saved between passes through the commit journal, and a
 run killed mid-way resumes from it to the same final bytes. A state is used only
 when its fingerprint (job, architecture, data, knobs, program, base, device) is
-this run's.
+this run's, and only whole: a torn or malformed one is discarded in one line.
 """
 from __future__ import annotations
 

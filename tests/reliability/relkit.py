@@ -28,12 +28,17 @@ def copy_project(dest):
     return dest
 
 
+def train_j(project, knobs=FAST):
+    """`project` with a job trained at out/j with `knobs`."""
+    rc, _, err = run_spark(TRAIN + ["--out", "out/j"] + knobs, cwd=project)
+    assert rc == 0, err
+    return project
+
+
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     """A project with one quickly trained job at out/j: (project, weights path)."""
-    project = copy_project(tmp_path_factory.mktemp("rel"))
-    rc, _, err = run_spark(TRAIN + ["--out", "out/j"] + FAST, cwd=project)
-    assert rc == 0, err
+    project = train_j(copy_project(tmp_path_factory.mktemp("rel")))
     return project, project / "out/j/weights.safetensors"
 
 
@@ -50,6 +55,4 @@ def git_project(root):
     git(root, "init", "-q")
     git(root, "add", "params.yaml", "dvc.yaml", ".gitignore", "data")
     git(root, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x")
-    rc, _, err = run_spark(TRAIN + ["--out", "out/j"] + FAST, cwd=root)
-    assert rc == 0, err
-    return root
+    return train_j(root)

@@ -32,7 +32,7 @@ import sys
 import pytest
 import yaml
 
-from relkit import FAST, TRAIN, copy_project, git_project, snapshot, trained  # noqa: F401
+from relkit import FAST, TRAIN, copy_project, git_project, snapshot, train_j, trained  # noqa: F401
 from sparkhelp import ROOT, assert_one_line_error, run_spark
 from sparktrain.train import live, loop, outputs
 
@@ -318,9 +318,7 @@ RESUMABLE = ["--outer", "3", "--inner", "2", "--checkpoint-every", "1"]
 @pytest.fixture(scope="module")
 def whole(tmp_path_factory):
     """An unbroken resumable run: (project, its job folder)."""
-    root = copy_project(tmp_path_factory.mktemp("whole"))
-    rc, _, err = run_spark(TRAIN + ["--out", "out/j"] + RESUMABLE, cwd=root)
-    assert rc == 0, err
+    root = train_j(copy_project(tmp_path_factory.mktemp("whole")), RESUMABLE)
     return root, root / "out/j"
 
 
