@@ -125,6 +125,9 @@ class StepConfig:
             raise ValueError(f"min_lr {self.min_lr} is above lr {self.lr}")
         if self.schedule == "constant" and (self.warmup or self.min_lr):
             raise ValueError("warmup and min_lr need schedule: cosine or wsd")
+        if self.warmup > self.outer * self.inner:
+            raise ValueError(f"warmup {self.warmup} is longer than the run's "
+                             f"{self.outer * self.inner} micro-steps (outer x inner)")
         if self.schedule != "wsd" and self.cooldown:
             raise ValueError("cooldown needs schedule: wsd")
         if self.schedule == "wsd" and self.warmup + round(self.cooldown * self.outer

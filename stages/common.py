@@ -13,7 +13,7 @@ from typing import Callable
 from sparktrain.data.base import DataSource
 from sparktrain.data.source import source_for
 from sparktrain.core.errors import SparkError, TrainingFailed, printable
-from sparktrain.core.fsutil import read_input
+from sparktrain.core.fsutil import read_input, write_error
 from sparktrain.core.jobfiles import PROGRAM, job_dir
 from sparktrain.params import PARAMS_FILE, Params, StepConfig, load_params
 from sparktrain.repro import interrupt
@@ -71,16 +71,19 @@ def job_source(p: Params) -> tuple[Job, DataSource]:
 
 def run(name: str, stage: Callable[[], object]) -> int:
     """Run one stage: exit 0 with the path written, 1 when training failed,
-    2 with one line for a user mistake, 130/143 on SIGINT/SIGTERM (outputs restored)."""
+    2 with one line for a user mistake or a write the OS refused (a full disk, ...),
+    130/143 on SIGINT/SIGTERM (outputs restored)."""
     interrupt.on_sigterm()
     try:
         path = stage()
     except TrainingFailed as err:
         print(f"stage {name}: training failed: {printable(str(err))}", file=sys.stderr)
         return 1
-    except SparkError as err:  # DVC removed the outputs before the run: put them back
+    except (SparkError, OSError) as err:  # DVC removed the outputs before the run: put them back
+        line = write_error(err.filename or "a stage output", err) if isinstance(err, OSError) \
+            else str(err)  # a full, read-only or failing disk, a denied write: one line too
         note = interrupt.restored_note(name, lambda: job_dir(params().job))
-        print(f"stage {name}: error: {printable(str(err) + note)}", file=sys.stderr)
+        print(f"stage {name}: error: {printable(line + note)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return interrupt.interrupted(name, "SIGINT", lambda: job_dir(params().job))

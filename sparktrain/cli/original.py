@@ -132,11 +132,10 @@ def cmd_code_train(args) -> int:
     from sparktrain.data.source import prepare_job, source_for
     from sparktrain.eval.learned import learned, learned_text
     from sparktrain.model.device import resolve as resolve_device
-    from sparktrain.model.parallel import default_workers
     from sparktrain.params import load_params, load_recipe, override
     from sparktrain.train.bench import grind_note
     from sparktrain.train.job import job_from_program
-    from sparktrain.train.outputs import lock_job
+    from sparktrain.train.outputs import job_writes, lock_job
     from sparktrain.train.plan import preflight
 
     knobs = load_params(args.params) if args.params else load_recipe(args.scale or "tiny")
@@ -151,13 +150,12 @@ def cmd_code_train(args) -> int:
     job = job_from_program(knobs.program, knobs.job)
     source = source_for(job.dataset, knobs)
     preflight(step, cfg, source, knobs.vocab_size if knobs.tokenizer != "byte" else None)
-    if step.workers is None:
-        default_workers()  # SPARK_WORKERS checked before a file of the job is rewritten
-    lock_job(job.out_dir)  # a second run on this job is refused before it touches the files
-    # what the tokenizer and prepare stages do, with the recipe's settings
-    prepare_job(job.out_dir, source, knobs.tokenizer, knobs.vocab_size)
-    print(json.dumps(run_and_record(job, knobs, step, cfg, heldout=knobs.heldout()),
-                     sort_keys=True))
+    with job_writes(job.out_dir):  # a write error is one line; a new folder goes on failure
+        lock_job(job.out_dir)  # a second run on this job is refused before it touches the files
+        # what the tokenizer and prepare stages do, with the recipe's settings
+        prepare_job(job.out_dir, source, knobs.tokenizer, knobs.vocab_size)
+        summary = run_and_record(job, knobs, step, cfg, heldout=knobs.heldout())
+    print(json.dumps(summary, sort_keys=True))
     if not source.prompted:  # a model that continues text: its bpb and completions
         label = f"{knobs.scale}, {knobs.tokenizer}"
         print("\n" + learned_text(learned(job.out_dir, source, knobs.eval), label), end="")

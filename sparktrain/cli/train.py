@@ -101,9 +101,12 @@ def cmd_train(args) -> int:
         job = adhoc_job(args.dataset, args.out, args.base)
     knobs, step, cfg, heldout = resolve_configs(args, args.params, default_params=False)
     first = knobs_line(args.params, step, cfg, heldout)
-    prepare_streamed(job, knobs, step, cfg, heldout)
-    print(json.dumps(run_and_record(job, knobs, step, cfg, heldout=heldout, first_line=first),
-                     sort_keys=True))
+    from sparktrain.train.outputs import job_writes
+
+    with job_writes(job.out_dir):  # a write error is one line; a new folder goes on failure
+        prepare_streamed(job, knobs, step, cfg, heldout)
+        summary = run_and_record(job, knobs, step, cfg, heldout=heldout, first_line=first)
+    print(json.dumps(summary, sort_keys=True))
     return 0
 
 
@@ -111,11 +114,13 @@ def prepare_streamed(job, knobs, step, cfg, heldout) -> None:
     """A corpus or text-rows job trains from corpus/: outside the pipeline, the tokenizer
     and prepare stages run first (as `spark code train` does), after every check."""
     from sparktrain.data.source import prepare_job, source_for
+    from sparktrain.train.outputs import lock_job
     from sparktrain.train.plan import preflight
 
     source = source_for(job.dataset, knobs, heldout)
     if source.streamed:
         preflight(step, cfg, source, knobs.vocab_size if knobs.tokenizer != "byte" else None)
+        lock_job(job.out_dir)  # the only writer from prepare on
         prepare_job(job.out_dir, source, knobs.tokenizer, knobs.vocab_size)
 
 
@@ -129,9 +134,11 @@ def run_and_record(job, knobs, step, cfg, labels: dict | None = None,
     from sparktrain.data.source import source_for
     from sparktrain.train.attempt import step_job
     from sparktrain.train.live import StderrLines
+    from sparktrain.train.outputs import job_writes
 
-    result = step_job(job, step, cfg, source_for(job.dataset, knobs, heldout),
-                      labels=labels, progress=StderrLines(first_line))
+    with job_writes(job.out_dir):
+        result = step_job(job, step, cfg, source_for(job.dataset, knobs, heldout),
+                          labels=labels, progress=StderrLines(first_line))
     c = result.checkpoint
     return {"op": "STEP", "job": c["job"], "state": "trained", "trained": True,
             "not_sgd": c["not_sgd"], "step_n": c["step_n"], "loss_before": c["loss_before"],

@@ -20,16 +20,19 @@ has its file when the run ends, its header only when the job measured none.
 """
 from __future__ import annotations
 
-import csv
+import contextlib
+import errno
 import math
 import os
 import shutil
+import stat
 import sys
 import time
 from pathlib import Path
 
 from dvclive import Live
 
+from sparktrain.core.fsutil import LinkInPath, folder_fd, write_at
 from sparktrain.core.gate import replace_owned_folder
 from sparktrain.core.jobfiles import LIVE_DIR, LIVE_PENDING
 from sparktrain.core.progress import Progress
@@ -48,23 +51,12 @@ def series_name(key: str) -> str:
     return SERIES.get(key, key)
 
 
+SERIES_DIR = Path(LIVE_DIR, "plots", "metrics")  # DVCLive's folder of the series
+
+
 def series_path(folder: str | os.PathLike, name: str) -> Path:
     """The TSV DVCLive keeps for one series: dvclive/plots/metrics/<name>.tsv."""
-    return Path(folder) / LIVE_DIR / "plots" / "metrics" / f"{name}.tsv"
-
-
-def _trim_series(folder: Path, start_outer: int) -> None:
-    """Drop the rows of passes at or after `start_outer`: a run that crashed after
-    logging a pass but before committing it logs that pass again on resume."""
-    for name in METRICS:
-        path = series_path(folder, series_name(name))
-        if not path.is_file():
-            continue
-        with open(path, newline="", encoding="utf-8") as f:
-            rows = list(csv.reader(f, delimiter="\t"))
-        kept = rows[:1] + [r for r in rows[1:] if r and int(r[0]) < start_outer]
-        with open(path, "w", newline="", encoding="utf-8") as f:
-            csv.writer(f, delimiter="\t", lineterminator=os.linesep).writerows(kept)
+    return Path(folder) / SERIES_DIR / f"{name}.tsv"
 
 
 class StderrLines:
@@ -118,9 +110,10 @@ class Watcher:
         """A line of its own (above the bar on a terminal)."""
         (self.progress if self.bar is None else self.bar.log)(line)
 
-    def start(self, point: dict, lr: float, done: int, what: str) -> None:
+    def start(self, point: dict, lr: float, done: int, what: str, earlier=()) -> None:
         """The run begins at `point` (the start, or the last pass of a resumed state,
-        `done` passes behind it), `what` describing the data and the model."""
+        `done` passes behind it), `what` describing the data and the model; `earlier`
+        is the (point, lr) of each pass before it (a resumed state's curve)."""
         self.point, self.first, self.t_start = point, done, time.perf_counter()
         self.progress(f"[{self.job_id}] {'resumed after outer ' + str(done) if done else 'start'}"
                       f"  {losses(point)}  {what}")
@@ -130,14 +123,15 @@ class Watcher:
             self.bar = Progress(self._where(min(done + 1, self.outer)),
                                 total=self.outer * self.inner, done=done * self.inner,
                                 unit="micro-steps", stream=terminal, tty=True)
-        pending = self.folder / LIVE_PENDING
-        # a resumed run logs its last pass again: its row may or may not have been
-        # written before the process stopped
-        resume = done > 0 and (pending / LIVE_DIR).is_dir()
-        if resume:
-            _trim_series(pending, done)
-        self.live = Live(dir=str(pending / LIVE_DIR), resume=resume, save_dvc_exp=False,
+        # a dead run's pending curves (torn, tampered, a link) are never read back: the
+        # series are rebuilt from the resumed state's curve in a folder made afresh
+        with folder_fd(self.folder, create=True) as fd:  # the job's, locked by now
+            _remove_pending(fd)
+            os.mkdir(LIVE_PENDING, 0o777, dir_fd=fd)
+        self.live = Live(dir=str(self.folder / LIVE_PENDING / LIVE_DIR), save_dvc_exp=False,
                          dvcyaml=None, report=None)
+        for old, old_lr in earlier:
+            self._log_live(old, old_lr)
         self._log_live(point, lr)
 
     def _where(self, k: int) -> str:
@@ -159,6 +153,7 @@ class Watcher:
                  f"{now - self.t0:.1f}s, ~{eta:.0f}s left")
 
     def _log_live(self, point: dict, lr: float) -> None:
+        _real_folders(self.folder / LIVE_PENDING)
         self.live.step = int(point["outer"])
         record = {**point, "lr": lr}
         for name in METRICS:
@@ -175,21 +170,36 @@ class Watcher:
             self.bar.close()
             self.bar = None
         if self.live is not None:
-            self.live.end()
-            self.live = None
+            live, self.live = self.live, None
+            _real_folders(self.folder / LIVE_PENDING)
+            live.end()
             _declared_series(self.folder / LIVE_PENDING)
+
+
+def _real_folders(pending: Path) -> None:
+    """DVCLive writes by path: right before it does, each folder it writes into is a
+    real folder (opened one component at a time without following a link, made when
+    missing) and no file it writes is a link, else one line (LinkInPath). What is left
+    is the moment between this check and DVCLive's open (docs/outputs.md)."""
+    for folder, names in ((pending / LIVE_DIR, ("metrics.json",)),
+                          (pending / SERIES_DIR, [f"{series_name(m)}.tsv" for m in METRICS])):
+        with folder_fd(folder, create=True) as fd:
+            for name in names:
+                with contextlib.suppress(FileNotFoundError):
+                    if stat.S_ISLNK(os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode):
+                        raise LinkInPath(errno.ELOOP, f"{folder / name} is a symbolic link "
+                                         "(links are never followed when writing)")
 
 
 def _declared_series(folder: Path) -> None:
     """Every series of `PLOTS` has its file under `folder`'s dvclive/ (a stage
     output must exist): the header only where the run logged none of it."""
-    for name in PLOTS:
-        path = series_path(folder, name)
-        if not path.is_file():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with open(path, "w", newline="", encoding="utf-8") as f:
-                csv.writer(f, delimiter="\t", lineterminator=os.linesep).writerow(
-                    ["step", name])
+    with folder_fd(folder / SERIES_DIR, create=True) as fd:
+        for name in PLOTS:
+            try:
+                os.stat(f"{name}.tsv", dir_fd=fd, follow_symlinks=False)
+            except FileNotFoundError:
+                write_at(fd, f"{name}.tsv", f"step\t{name}{os.linesep}".encode())
 
 
 def publish(folder: str | os.PathLike) -> None:
@@ -203,4 +213,15 @@ def publish(folder: str | os.PathLike) -> None:
 
 def discard(folder: str | os.PathLike) -> None:
     """A run's pending curves go (nothing to resume them)."""
-    shutil.rmtree(Path(folder) / LIVE_PENDING, ignore_errors=True)
+    with contextlib.suppress(OSError), folder_fd(folder) as fd:
+        _remove_pending(fd)
+
+
+def _remove_pending(fd: int) -> None:
+    """The job folder `fd`'s .live-run goes, whatever it is: a folder removed through
+    descriptors, a link or a file unlinked (never followed)."""
+    with contextlib.suppress(FileNotFoundError):
+        if stat.S_ISDIR(os.stat(LIVE_PENDING, dir_fd=fd, follow_symlinks=False).st_mode):
+            shutil.rmtree(LIVE_PENDING, dir_fd=fd)
+        else:
+            os.unlink(LIVE_PENDING, dir_fd=fd)

@@ -126,9 +126,13 @@ def _train(run: _Run, log: Log, watch: live.Watcher) -> None:
     total = step.outer * step.inner
     if not log.curve:
         log.curve.append(_point(run, 0, "start"))
-    watch.start(log.curve[-1], lr_at(step, max(log.done * step.inner - 1, 0), total), log.done,
+    def lr_of(k: int) -> float:  # the lr logged with pass k's point
+        return lr_at(step, max(k * step.inner - 1, 0), total)
+
+    watch.start(log.curve[-1], lr_of(log.done), log.done,
                 f"{run.data.describe}, {run.model.n_params:,} params, "
-                f"{step.outer}x{step.inner} micro-steps of {step.batch_size}")
+                f"{step.outer}x{step.inner} micro-steps of {step.batch_size}",
+                earlier=[(p, lr_of(p["outer"])) for p in log.curve[:-1]])
     for k in range(log.done + 1, step.outer + 1):
         for i in range(step.inner):
             apply_update(run, log, run.data.sampler.next(),

@@ -10,13 +10,14 @@ import json
 import math
 import os
 import re
+import shutil
 from datetime import datetime, timezone
 from pathlib import Path
 
 from sparktrain.core import compat
-from sparktrain.core.errors import SparkError
+from sparktrain.core.errors import SparkError, TrainingFailed
 from sparktrain.core.fsutil import (atomic_write_bytes, canonical_json, folder_fd, read_input,
-                                    sha256_file)
+                                    sha256_file, write_error)
 from sparktrain.core.jobfiles import (ARTIFACT, CHECKPOINT, EVAL, EVAL_DETAIL, FAILED, JOURNAL,
                                       LOCK, PERF, RESUME_STATE, RESUME_TENSORS, STATUS, WEIGHTS)
 from sparktrain.eval.headline import split_headline
@@ -26,6 +27,7 @@ from sparktrain.core.safeload import load_json
 JOURNALLED = (ARTIFACT, CHECKPOINT, WEIGHTS, RESUME_STATE, RESUME_TENSORS)
 CRASH_HOOK = "SPARK_TEST_CRASH_AT"  # tests only: simulate SIGKILL mid-commit at this point
 _held: dict[str, int] = {}  # resolved folder -> fd of its locked .lock, for this process
+_created: dict[str, Path] = {}  # folder lock_job made -> the highest folder it made for it
 
 
 def _pending(folder: Path, name: str) -> Path:
@@ -45,13 +47,17 @@ def lock_job(folder: str | os.PathLike) -> None:
     key = _key(folder)
     if key in _held:
         return
+    if not os.path.lexists(folder):  # removed whole (with the parents made for it) on failure
+        top = folder
+        while not os.path.lexists(top.parent):
+            top = top.parent
+        _created[key] = top
     try:  # the folder opened without following a link, then its lock
         with folder_fd(folder, create=True) as dir_fd:
             fd = os.open(LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666,
                          dir_fd=dir_fd)
     except OSError as err:
-        raise SparkError(f"cannot write job folder {folder.as_posix()}: "
-                         f"{err.strerror or err}") from None
+        raise SparkError(write_error(folder, err)) from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as err:
@@ -87,6 +93,38 @@ def unlock_job(folder: str | os.PathLike) -> None:
         os.close(fd)  # closing the last descriptor releases the flock
 
 
+@contextlib.contextmanager
+def job_writes(folder: str | os.PathLike):
+    """A command's work on the job `folder`: any OSError in it (a full disk, a quota, a
+    read-only or failing disk, a denied write, in our writers or DVCLive's) becomes one
+    line naming its errno (SparkError, exit 2). On a failure other than TrainingFailed
+    (whose failed.json is the record), a folder this process created and committed
+    nothing to goes whole, and the parents made for it when empty; an existing job
+    keeps its earlier outputs (the commit journal never half-replaces them)."""
+    try:
+        yield
+    except (OSError, SparkError) as err:
+        top = None if isinstance(err, TrainingFailed) else _created.pop(_key(Path(folder)), None)
+        if top is not None:
+            unlock_job(folder)
+            _remove_made(Path(folder), top)
+        if isinstance(err, OSError):
+            raise SparkError(write_error(err.filename or folder, err)) from None
+        raise
+
+
+def _remove_made(folder: Path, top: Path) -> None:
+    """`folder` whole, then its parents up to `top` that are empty, each through its
+    parent's descriptor (no link in the path followed)."""
+    with contextlib.suppress(OSError):
+        for path in (folder, *[p for p in folder.parents if top in (p, *p.parents)]):
+            with folder_fd(path.parent) as fd:
+                if path == folder:
+                    shutil.rmtree(path.name, dir_fd=fd)
+                else:
+                    os.rmdir(path.name, dir_fd=fd)
+
+
 def holds_lock(folder: str | os.PathLike) -> bool:
     return _key(Path(folder)) in _held
 
@@ -102,10 +140,15 @@ def commit_files(folder: str | os.PathLike, files: dict[str, bytes]) -> None:
         raise ValueError(f"commit_files only journals {JOURNALLED}, not {unknown}")
     lock_job(folder)
     recover(folder)
-    for name, data in files.items():
-        atomic_write_bytes(_pending(folder, name), data)
-    _crash_point("before-journal")
-    atomic_write_bytes(folder / JOURNAL, json.dumps(sorted(files)).encode())
+    try:
+        for name, data in files.items():
+            atomic_write_bytes(_pending(folder, name), data)
+        _crash_point("before-journal")
+        atomic_write_bytes(folder / JOURNAL, json.dumps(sorted(files)).encode())
+    except BaseException:  # no journal: the pending files go, the job's files stay
+        with contextlib.suppress(OSError):
+            recover(folder)
+        raise
     with folder_fd(folder) as fd:  # renames relative to the folder: no link redirects one
         for i, name in enumerate(sorted(files)):
             os.rename(_pending(folder, name).name, name, src_dir_fd=fd, dst_dir_fd=fd)
@@ -113,6 +156,7 @@ def commit_files(folder: str | os.PathLike, files: dict[str, bytes]) -> None:
                 _crash_point("mid-rename")
         os.fsync(fd)
         os.unlink(JOURNAL, dir_fd=fd)
+    _created.pop(_key(folder), None)  # it holds committed files now: never removed whole
 
 
 def journal_names(folder: Path) -> list[str]:

@@ -52,12 +52,13 @@ def preflight(step, cfg: ModelConfig, source: DataSource, vocab: int | None = No
     """What the loop would refuse (every knob, the memory estimate), refused before a
     command's first write (its tokenizer and prepare steps write the job folder)."""
     from sparktrain.model.memory import step_fits
-    from sparktrain.model.parallel import MAX_SHARDS, MAX_WORKERS
+    from sparktrain.model.parallel import MAX_SHARDS, MAX_WORKERS, default_workers
     from sparktrain.core.errors import SparkError
 
     if not 1 <= step.shards <= MAX_SHARDS:
         raise SparkError(f"shards must be in [1, {MAX_SHARDS:,}], got {step.shards:,}")
-    if step.workers is not None and not 1 <= step.workers <= MAX_WORKERS:
-        raise SparkError(f"workers must be in [1, {MAX_WORKERS:,}], got {step.workers:,}")
+    workers = step.workers if step.workers is not None else default_workers()  # SPARK_WORKERS
+    if not 1 <= workers <= MAX_WORKERS:
+        raise SparkError(f"workers must be in [1, {MAX_WORKERS:,}], got {workers:,}")
     cfg = dataclasses.replace(cfg, vocab=vocab or cfg.vocab).validate()
     step_fits("training", cfg, step, source.row_bound(), loss_rows=source.loss_rows)

@@ -5,7 +5,7 @@ With step.checkpoint_every the whole state (params, optimizer moments, sampler,
 curve and counters) is saved between passes through the commit journal, and a
 run killed mid-way resumes from it to the same final bytes. A state is used only
 when its fingerprint (job, architecture, data, knobs, program, base, device) is
-this run's.
+this run's, and only whole: a torn or malformed one is discarded in one line.
 """
 from __future__ import annotations
 
@@ -76,8 +76,9 @@ def save(run, log) -> None:
 
 
 def load(run, log, say) -> None:
-    """Continue from a saved state of this very run; another run's state is ignored
-    (`say` tells why)."""
+    """Continue from a saved state of this very run; another run's state is ignored,
+    a torn or malformed one discarded (`say` tells why, in one line). Every field and
+    tensor is checked before the run takes any of it."""
     folder = run.job.out_dir
     outputs.recover(folder)
     path = folder / RESUME_STATE
@@ -85,12 +86,21 @@ def load(run, log, say) -> None:
         return
     try:
         state = load_json(read_input(path, "job file"), os.fspath(path))
-    except SparkError:
+        if not isinstance(state, dict) or state.get("fingerprint") != run.fingerprint:
+            say(f"[{run.job.id}] {path} is the state of another run; starting afresh")
+            return
+        _check_state(state, run)
+        tensors, _ = load_weights(folder / RESUME_TENSORS)
+        want = {**{f"param.{n}": a for n, a in run.host_params().items()},
+                **{f"opt.{n}": a for n, a in run.device.to_host(run.optimizer.state()).items()}}
+        if {k: (a.shape, a.dtype) for k, a in tensors.items()} != \
+                {k: (a.shape, a.dtype) for k, a in want.items()}:
+            raise ValueError("its tensors are not this run's")
+    except (SparkError, ValueError, TypeError, KeyError, RecursionError, OSError) as err:
+        say(f"[{run.job.id}] the saved state in {folder} is torn or malformed "
+            f"({str(err)[:200]}); discarding it and starting afresh")
+        clear(folder)
         return
-    if not isinstance(state, dict) or state.get("fingerprint") != run.fingerprint:
-        say(f"[{run.job.id}] {path} is the state of another run; starting afresh")
-        return
-    tensors, _ = load_weights(folder / RESUME_TENSORS)
     ops = run.device.ops
     for n in run.params:  # host float32 in the file, whatever device saved it
         run.params[n] = ops.load(run.params[n], tensors[f"param.{n}"])
@@ -98,6 +108,35 @@ def load(run, log, say) -> None:
     run.data.sampler.set_state(state["sampler"])
     log.resumed(state["curve"], state["done"], state["tokens_seen"], state["clipped"],
                 state["flops_seen"])
+
+
+def _count(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _check_state(state: dict, run) -> None:
+    """resume.json's fields as `save` writes them, else ValueError naming the first
+    wrong one: a count of passes before the last, a finite curve point per pass,
+    counts, and a sampler state this run's sampler can draw from."""
+    done, curve = state.get("done"), state.get("curve")
+    if not _count(done) or not 1 <= done < run.step.outer:
+        raise ValueError(f"done {done!r} is not a pass of this run")
+    if not isinstance(curve, list) or len(curve) != done + 1 or not all(
+            isinstance(p, dict) and p.get("outer") == i and isinstance(p.get("phase"), str)
+            and all(outputs.number(v) is not None for k, v in p.items() if k != "phase")
+            for i, p in enumerate(curve)):
+        raise ValueError("its curve is not one finite point per pass")
+    for key in ("tokens_seen", "clipped", "flops_seen"):
+        if not _count(state.get(key)):
+            raise ValueError(f"{key} is not a count")
+    sampler, fresh = run.data.sampler, run.data.sampler.state()
+    try:  # the sampler takes the state and draws from it, or it is not this run's
+        sampler.set_state(state.get("sampler"))
+        sampler.next()
+    except (ValueError, TypeError, KeyError, IndexError, OverflowError, AttributeError):
+        raise ValueError("its sampler state is not of this run's sampler") from None
+    finally:
+        sampler.set_state(fresh)
 
 
 def saved(folder) -> bool:

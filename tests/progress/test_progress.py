@@ -58,11 +58,12 @@ def _rows(path):
         return list(csv.reader(f, delimiter="\t"))
 
 
-def _watch(folder, points, done=0, outer=3, lines=None):
-    """A watcher fed `points` (the first is the start, or the resumed pass), then published."""
+def _watch(folder, points, done=0, outer=3, lines=None, earlier=()):
+    """A watcher fed `points` (the first is the start, or the resumed pass; `earlier`
+    the resumed state's passes before it), then published."""
     lines = [] if lines is None else lines
     with Watcher("job", folder, outer=outer, inner=2, progress=lines.append) as watch:
-        watch.start(points[0], 0.05, done, "a test")
+        watch.start(points[0], 0.05, done, "a test", [(p, 0.05) for p in earlier])
         for point in points[1:]:
             watch.micro_step(point["outer"], 1000.0)
             watch.pass_done(point, 0.05, 1000.0)
@@ -100,10 +101,11 @@ def test_the_same_passes_write_the_same_bytes(tmp_path):
 
 
 def test_a_resume_logs_its_last_pass_again_once(tmp_path):
-    # passes 0-2 were logged (2 after its state was saved), then the run died
+    # passes 0-2 were logged (2 after its state was saved), then the run died; the
+    # resume rebuilds the series from its state's curve, never from the dead run's rows
     _watch(tmp_path, [{"outer": k, "loss": 3.0 - k} for k in range(3)], outer=4)
     lines = _watch(tmp_path, [{"outer": 2, "loss": 1.0}, {"outer": 3, "loss": 0.8}],
-                   done=2, outer=4)
+                   done=2, outer=4, earlier=[{"outer": k, "loss": 3.0 - k} for k in range(2)])
     publish(tmp_path)
     assert _rows(series_path(tmp_path, "loss"))[1:] == [["0", "3.0"], ["1", "2.0"],
                                                          ["2", "1.0"], ["3", "0.8"]]

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import shutil
+import subprocess
 
 import pytest
 
@@ -27,10 +28,31 @@ def copy_project(dest):
     return dest
 
 
+def train_j(project, knobs=FAST):
+    """`project` with a job trained at out/j with `knobs`."""
+    rc, _, err = run_spark(TRAIN + ["--out", "out/j"] + knobs, cwd=project)
+    assert rc == 0, err
+    return project
+
+
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     """A project with one quickly trained job at out/j: (project, weights path)."""
-    project = copy_project(tmp_path_factory.mktemp("rel"))
-    rc, _, err = run_spark(TRAIN + ["--out", "out/j"] + FAST, cwd=project)
-    assert rc == 0, err
+    project = train_j(copy_project(tmp_path_factory.mktemp("rel")))
     return project, project / "out/j/weights.safetensors"
+
+
+def git(project, *args):
+    subprocess.run(["git", "-C", str(project), *args], check=True, capture_output=True)
+
+
+def git_project(root):
+    """`root` as a git project (params.yaml, dvc.yaml, data tracked; out/ ignored) with
+    one quickly trained job at out/j."""
+    copy_project(root)
+    (root / "dvc.yaml").write_text("stages: {}\n")
+    (root / ".gitignore").write_text("out/\n")
+    git(root, "init", "-q")
+    git(root, "add", "params.yaml", "dvc.yaml", ".gitignore", "data")
+    git(root, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x")
+    return train_j(root)

@@ -11,11 +11,10 @@ from __future__ import annotations
 import os
 import shutil
 import stat
-import subprocess
 
 import pytest
 
-from relkit import FAST, TRAIN, copy_project, snapshot
+from relkit import FAST, TRAIN, git_project, snapshot
 from sparkhelp import assert_one_line_error, run_spark
 
 W, D, C, SRC = ("out/j/weights.safetensors", "data/train/dataset.jsonl",
@@ -38,23 +37,12 @@ OWN_INPUT = {"export gguf": W, "export hf": "out/j", "import": "out/hf", "plot":
              "compare": None, "eval": D, "compile": SRC, "train": D, "sweep": None}
 
 
-def _git(project, *args):
-    subprocess.run(["git", "-C", str(project), *args], check=True, capture_output=True)
-
-
 @pytest.fixture(scope="module")
 def project(tmp_path_factory):
     """A git project with one trained job (out/j), its HF export (out/hf), a FIFO, a
     link pointing out of the project, and params.yaml tracked."""
-    root = copy_project(tmp_path_factory.mktemp("gate"))
-    (root / "dvc.yaml").write_text("stages: {}\n")
-    (root / ".dvc").mkdir()
-    (root / ".gitignore").write_text("out/\n")
-    _git(root, "init", "-q")
-    _git(root, "add", "params.yaml", "dvc.yaml", ".gitignore", "data")
-    _git(root, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x")
-    rc, _, err = run_spark(TRAIN + ["--out", "out/j"] + FAST, cwd=root)
-    assert rc == 0, err
+    root = git_project(tmp_path_factory.mktemp("gate"))
+    (root / ".dvc").mkdir(exist_ok=True)
     rc, _, err = run_spark(["export", "--to", "hf", "out/hf", "--weights", W], cwd=root)
     assert rc == 0, err
     os.mkfifo(root / "fifo")

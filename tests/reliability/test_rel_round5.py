@@ -17,11 +17,10 @@ from __future__ import annotations
 import errno
 import os
 import shutil
-import subprocess
 
 import pytest
 
-from relkit import FAST, TRAIN, copy_project, snapshot
+from relkit import FAST, TRAIN, copy_project, git, git_project, snapshot
 from sparkhelp import assert_one_line_error, run_spark
 from sparktrain.core import fsutil
 from sparktrain.core.errors import SparkError
@@ -32,21 +31,10 @@ from sparktrain.train import outputs
 W = "out/j/weights.safetensors"
 
 
-def _git(project, *args):
-    subprocess.run(["git", "-C", str(project), *args], check=True, capture_output=True)
-
-
 @pytest.fixture(scope="module")
 def project(tmp_path_factory):
     """A git project with one trained job (out/j) and a folder outside it."""
-    root = copy_project(tmp_path_factory.mktemp("round5"))
-    (root / "dvc.yaml").write_text("stages: {}\n")
-    (root / ".gitignore").write_text("out/\n")
-    _git(root, "init", "-q")
-    _git(root, "add", "params.yaml", "dvc.yaml", ".gitignore", "data")
-    _git(root, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x")
-    rc, _, err = run_spark(TRAIN + ["--out", "out/j"] + FAST, cwd=root)
-    assert rc == 0, err
+    root = git_project(tmp_path_factory.mktemp("round5"))
     outside = tmp_path_factory.mktemp("outside")
     (outside / "precious.txt").write_text("not yours\n")
     return root, outside
@@ -185,9 +173,9 @@ def test_a_path_in_a_git_submodule_is_refused(tmp_path):
     root = tmp_path / "super"
     (root / "vendor" / "lib").mkdir(parents=True)
     (root / "dvc.yaml").write_text("stages: {}\n")
-    _git(root, "init", "-q")
+    git(root, "init", "-q")
     sha = "0123456789abcdef0123456789abcdef01234567"
-    _git(root, "update-index", "--add", "--cacheinfo", f"160000,{sha},vendor/lib")
+    git(root, "update-index", "--add", "--cacheinfo", f"160000,{sha},vendor/lib")
     (root / "vendor" / "lib" / ".git").write_text("gitdir: ../../.git/modules/lib\n")
     for target in ("vendor/lib/m.gguf", "vendor/lib/deeper/m.gguf"):
         with pytest.raises(SparkError, match="submodule"):
