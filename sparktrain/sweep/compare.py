@@ -1,7 +1,6 @@
 """The comparison a sweep prints and writes: each point's params, metrics and output
-hashes, read through DVC's API (the experiments reader, sparktrain/repro/experiments.py:
-`dvc.api.exp_show` for the names, each experiment's params.yaml, eval.json and
-dvc.lock at its rev).
+hashes, read through the experiments reader (sparktrain/repro/experiments.py: git's
+refs for the names, each experiment's params.yaml, eval.json and dvc.lock at its rev).
 
 Only what the inputs decide goes into it (no timings, no hosts, no absolute
 paths), so the same sweep gives the same JSON bytes however it was scheduled

