@@ -21,13 +21,14 @@ MAX_BLOB_BYTES = 16 * 2 ** 20   # a committed params.yaml or dvc.lock above this
 
 
 def git(*args: str, cwd: str | os.PathLike | None = None, text: bool = True,
-        stdin: str | None = None) -> subprocess.CompletedProcess:
+        stdin: str | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
     """`git ARGS` in `cwd`, captured, within GIT_TIMEOUT (one line if it hangs or is missing)."""
     try:
         return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=text,
-                              input=stdin, timeout=GIT_TIMEOUT)
+                              input=stdin, timeout=GIT_TIMEOUT, env=env)
     except subprocess.TimeoutExpired:
-        raise SparkError(f"`git {args[0]}` took over {GIT_TIMEOUT} s; stopped") from None
+        raise SparkError(f"`{' '.join(('git',) + args)[:60]}` took over {GIT_TIMEOUT} s; "
+                         "stopped") from None
     except OSError as err:
         raise SparkError(f"cannot run git: {err.strerror or err}") from None
 
