@@ -196,13 +196,26 @@ def _kind_of(mode: int) -> str:
     return "not a regular file"
 
 
+def utf8_name(name: str, what: str) -> str:
+    """`name` when it is UTF-8 text; else one line. A name is recorded in JSON (the
+    checkpoint, the corpus manifest), which holds only text: refused before any work."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        shown = printable(os.fsencode(name).decode("utf-8", "backslashreplace"))[:120]
+        raise SparkError(f"the {what} name {shown} is not UTF-8 (bytes the job's JSON "
+                         "records cannot hold); rename it") from None
+    return name
+
+
 def open_input(path: str | os.PathLike, what: str):
-    """A binary file object on `path`, checked to be a regular file within its cap.
+    """A binary file object on `path`, checked to be a regular file within its cap
+    and named in UTF-8 (`utf8_name`).
 
     Opened non-blocking so a FIFO cannot hang the open; fstat decides before
     any read; the flag is cleared afterwards for ordinary reads.
     """
-    name = os.fspath(path)
+    name = utf8_name(os.fspath(path), what)
     try:
         fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
@@ -220,7 +233,7 @@ def open_input(path: str | os.PathLike, what: str):
 
 def check_regular(path: str | os.PathLike, what: str) -> None:
     """The checks of `open_input` without opening: exists, a regular file, within its cap."""
-    name = os.fspath(path)
+    name = utf8_name(os.fspath(path), what)
     try:
         st = os.stat(name)
     except FileNotFoundError:

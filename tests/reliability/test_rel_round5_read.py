@@ -214,3 +214,101 @@ def test_every_git_call_has_a_timeout(monkeypatch):
         lock.git_blob("HEAD", "dvc.lock")
     with pytest.raises(lock.SparkError, match="took over 60 s"):
         lock.cache_dir()
+
+
+# ---------------------------------------------------------------- names that are not UTF-8
+
+def test_a_corpus_file_name_that_is_not_utf8_is_one_line(tmp_path):
+    from sparktrain.core.errors import SparkError
+    from sparktrain.data.corpus import read_corpus
+
+    for name in (b"a.py", b"b.py", b"\xff.py"):
+        (tmp_path / os.fsdecode(name)).write_text("x = 1\n")
+    with pytest.raises(SparkError, match=r"corpus file name \\xff.py is not UTF-8"):
+        read_corpus(str(tmp_path), ["*.py"], 0.5)
+    assert len(read_corpus(str(tmp_path), ["[ab].py"], 0.5).files) == 2   # the rest reads
+
+
+@pytest.mark.parametrize("glob", [".", "./", ""])
+def test_a_corpus_glob_of_no_name_is_one_line(tmp_path, glob):
+    from sparktrain.core.errors import SparkError
+    from sparktrain.data.corpus import read_corpus
+
+    (tmp_path / "a.py").write_text("x = 1\n")
+    with pytest.raises(SparkError, match="must be a relative pattern"):
+        read_corpus(str(tmp_path), [glob], 0.5)
+
+
+def test_a_dataset_name_that_is_not_utf8_is_refused_before_the_job_exists(tmp_path):
+    project = copy_project(tmp_path)
+    bad = os.fsdecode(b"data/train/\xff.jsonl")
+    shutil.copy(project / "data/train/dataset.jsonl", project / bad)
+    rc, _, err = run_spark(["train", "--dataset", bad, "--out", "out/j"] + FAST, cwd=project,
+                           timeout=PROMPT_GUARD_S)
+    assert_one_line_error(rc, err, "\\xff.jsonl is not UTF-8")
+    assert not (project / "out").exists()
+
+
+# ---------------------------------------------------------------- round five's loose knobs
+
+def test_a_billion_column_terminal_sizes_no_bar_of_that_width(tmp_path):
+    import pty
+
+    master, slave = pty.openpty()
+    stats = tmp_path / "time.txt"
+    proc = subprocess.Popen(
+        ["/usr/bin/time", "-v", "-o", str(stats), sys.executable, "-m", "sparktrain.cli",
+         *TRAIN, "--out", str(tmp_path / "o"), *FAST], cwd=Path(__file__).parents[2],
+        env={**os.environ, "COLUMNS": "1000000000", "TERM": "xterm"}, stdout=slave,
+        stderr=slave)
+    os.close(slave)
+    text = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        text += chunk
+    os.close(master)
+    assert proc.wait(timeout=PROMPT_GUARD_S) == 0, text[-2000:]
+    assert max(len(ln) for ln in text.split(b"\n")) < 4000       # clamped to 1,000 columns
+    assert _peak_kb(stats.read_text()) < 600_000
+
+
+@pytest.mark.parametrize("args, env, needle", [
+    (["status"], {"SPARK_BLAS_THREADS": "999999999999"}, "SPARK_BLAS_THREADS"),
+    (["code", "train", "--scale", ""], {}, "--scale"),
+])
+def test_a_loose_knob_is_one_line(tmp_path, args, env, needle):
+    project = copy_project(tmp_path)
+    rc, _, err = run_spark(args, cwd=project, env=env, timeout=PROMPT_GUARD_S)
+    assert_one_line_error(rc, err, needle)
+    assert not (project / "out").exists()
+
+
+@pytest.mark.parametrize("text, needle", [
+    ('corpus: {glob: "*.py", glob: "**/*.py"}\n', "'glob' is given twice"),
+    ("scales:\n  tiny:\n    d_model: 8\n    d_model: 16\n", "'d_model' is given twice"),
+    ("base: &b {lr: 0.1}\nstep:\n  <<: *b\n", "params.yaml:3:"),          # merge via alias
+    ("step:\n  <<: {lr: 0.1}\n", "merge key << is not supported"),
+])
+def test_the_loader_refuses_at_every_depth_and_names_the_line(text, needle):
+    from sparktrain.core.errors import SparkError
+    from sparktrain.core.safeload import load_yaml
+
+    with pytest.raises(SparkError, match=needle):
+        load_yaml(text, "params.yaml")
+
+
+def test_a_900000_character_value_is_not_echoed_whole(tmp_path):
+    project = copy_project(tmp_path)
+    params = project / "long.yaml"
+    params.write_text((project / "params.yaml").read_text()
+                      .replace("tokenizer: byte", f"tokenizer: {'x' * 900_000}"))
+    rc, _, err = run_spark(["code", "train", "--params", params], cwd=project,
+                           timeout=PROMPT_GUARD_S)
+    assert_one_line_error(rc, err, "tokenizer", "xxx")
+    assert len(err) < 1100       # core/errors.py's MAX_MESSAGE, whatever a message quotes
+    assert not (project / "out").exists()
