@@ -107,6 +107,18 @@ def folder_fd(path: str | os.PathLike, create: bool = False):
         os.close(fd)
 
 
+def pinned_folder(path: str | os.PathLike, create: bool = True) -> tuple[int, Path]:
+    """(a descriptor on folder `path` from `open_folder`, a path through it) for a library
+    that writes by path (DVCLive): `/proc/self/fd/N` names the folder that was opened,
+    so a parent swapped for a link later cannot redirect its writes. The caller closes
+    the descriptor. Without /proc, the path itself. create: make missing folders."""
+    try:
+        fd = open_folder(path, create)
+    except OSError as err:
+        raise SparkError(write_error(path, err)) from None
+    return fd, Path(f"/proc/self/fd/{fd}") if os.path.isdir("/proc/self/fd") else Path(path)
+
+
 def write_at(fd: int, name: str, data: bytes) -> None:
     """Atomically put `data` at `name` in the folder `fd`: a temp file beside it
     (created O_EXCL | O_NOFOLLOW), fsync, rename; all relative to `fd`."""

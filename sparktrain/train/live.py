@@ -30,6 +30,7 @@ from pathlib import Path
 
 from dvclive import Live
 
+from sparktrain.core.fsutil import pinned_folder
 from sparktrain.core.gate import replace_owned_folder
 from sparktrain.core.jobfiles import LIVE_DIR, LIVE_PENDING
 from sparktrain.core.progress import Progress
@@ -111,7 +112,7 @@ class Watcher:
         self.outer, self.inner = outer, inner
         self.progress = progress if progress is not None else StderrLines()
         self.t0 = time.perf_counter()
-        self.live = self.bar = None
+        self.live = self.bar = self.pin = None
         self.point: dict = {}
 
     def say(self, line: str) -> None:
@@ -130,7 +131,8 @@ class Watcher:
             self.bar = Progress(self._where(min(done + 1, self.outer)),
                                 total=self.outer * self.inner, done=done * self.inner,
                                 unit="micro-steps", stream=terminal, tty=True)
-        pending = self.folder / LIVE_PENDING
+        self.pin, folder = pinned_folder(self.folder)  # DVCLive writes by path: pin it
+        pending = self.folder_pinned = folder / LIVE_PENDING
         # a resumed run logs its last pass again: its row may or may not have been
         # written before the process stopped
         resume = done > 0 and (pending / LIVE_DIR).is_dir()
@@ -174,10 +176,15 @@ class Watcher:
         if self.bar is not None:   # closed first: whatever happens after it started
             self.bar.close()
             self.bar = None
-        if self.live is not None:
-            self.live.end()
-            self.live = None
-            _declared_series(self.folder / LIVE_PENDING)
+        try:
+            if self.live is not None:
+                self.live.end()
+                self.live = None
+                _declared_series(self.folder_pinned)
+        finally:
+            if self.pin is not None:
+                os.close(self.pin)
+                self.pin = None
 
 
 def _declared_series(folder: Path) -> None:

@@ -273,7 +273,8 @@ def test_a_billion_column_terminal_sizes_no_bar_of_that_width(tmp_path):
         text += chunk
     os.close(master)
     assert proc.wait(timeout=PROMPT_GUARD_S) == 0, text[-2000:]
-    assert max(len(ln) for ln in text.split(b"\n")) < 4000       # clamped to 1,000 columns
+    redraws = text.replace(b"\r", b"\n").split(b"\n")        # each redraw of the bar
+    assert max(len(ln) for ln in redraws) < 4000                # clamped to 1,000 columns
     assert _peak_kb(stats.read_text()) < 600_000
 
 
@@ -312,3 +313,118 @@ def test_a_900000_character_value_is_not_echoed_whole(tmp_path):
     assert_one_line_error(rc, err, "tokenizer", "xxx")
     assert len(err) < 1100       # core/errors.py's MAX_MESSAGE, whatever a message quotes
     assert not (project / "out").exists()
+
+
+# ---------------------------------------------------------------- the property: flip while writing
+
+W = "out/j/weights.safetensors"
+# every writing command, its output under out/r/a/ (NAME: a fresh name per run)
+WRITING = {
+    "export hf": ["export", "--to", "hf", "out/r/a/NAME", "--weights", W],
+    "export gguf": ["export", "--to", "gguf", "out/r/a/NAME.gguf", "--weights", W],
+    "import": ["import", "--from", "hf", "out/hf0", "--out", "out/r/a/NAME.safetensors"],
+    "eval": ["eval", "--weights", W, "--data", "data/eval/tiny_heldout.jsonl",
+             "--max-new", "2", "-o", "out/r/a/NAME.json"],
+    "plot": ["plot", "--checkpoint", "out/j/checkpoint.json", "-o", "out/r/a/NAME.png"],
+    "compile": ["compile", "data/programs/train-step.spark", "-o", "out/r/a/NAME.sparkbc"],
+    "train": [*TRAIN, "--out", "out/r/a/NAME", *FAST],
+    "compare": ["compare", "good", "-o", "out/r/a/NAME.png"],
+}
+
+
+@pytest.fixture(scope="module")
+def flipping(exps):
+    """The experiments project, with the data, a trained job out/j and an HF export."""
+    for sub in ("data",):
+        shutil.copytree(Path(__file__).parents[2] / sub, exps / sub)
+    rc, _, err = run_spark(TRAIN + ["--out", "out/j"] + FAST, cwd=exps, timeout=PROMPT_GUARD_S)
+    assert rc == 0, err
+    rc, _, err = run_spark(["export", "--to", "hf", "out/hf0", "--weights", W], cwd=exps,
+                           timeout=PROMPT_GUARD_S)
+    assert rc == 0, err
+    return exps
+
+
+class Flipper(threading.Thread):
+    """Swaps folder `path` for a link to `decoy` (a forbidden place: inside .git/) and
+    back, over and over, until stopped; always ends with the real folder back."""
+
+    def __init__(self, path: Path, decoy: Path):
+        super().__init__(daemon=True)
+        self.path, self.decoy, self.held = path, decoy, path.with_name(path.name + ".held")
+        self.halt, self.flips = threading.Event(), 0
+
+    def run(self):
+        while not self.halt.is_set():
+            try:
+                os.rename(self.path, self.held)
+                os.symlink(self.decoy, self.path)
+                time.sleep(0.0005)
+                os.unlink(self.path)
+                os.rename(self.held, self.path)
+                self.flips += 1
+            except OSError:    # the command made or moved something there first: retry
+                pass
+            time.sleep(0.0005)
+
+    def stop(self):
+        self.halt.set()
+        self.join()
+        if self.path.is_symlink():
+            self.path.unlink()
+        if self.held.exists():
+            if self.path.is_dir():   # the command made the folder anew in the gap: keep both
+                _merge(self.path, self.held)
+            os.rename(self.held, self.path)
+
+
+def _merge(src: Path, dest: Path) -> None:
+    """Move every entry of folder `src` into folder `dest`, then remove `src`."""
+    for entry in src.iterdir():
+        if entry.is_dir() and (dest / entry.name).is_dir():
+            _merge(entry, dest / entry.name)
+        else:
+            os.rename(entry, dest / entry.name)
+    src.rmdir()
+
+
+@pytest.mark.parametrize("command", WRITING)
+def test_no_byte_lands_outside_while_a_folder_flips_to_a_link(flipping, command, monkeypatch,
+                                                             capsys):
+    """For each component of the output's folder (out/r, out/r/a): run the command
+    in-process while a thread flips that component between the real folder and a
+    link into .git/ (never an output); whatever the timing, .git/ keeps its bytes, and
+    the run either wrote its output at the real place or refused in one line. (train:
+    DVCLive writes by path, through the job folder pinned by a descriptor.)"""
+    from sparktrain.cli import main
+
+    monkeypatch.chdir(flipping)
+    decoy = flipping / ".git/decoy"
+    (decoy / "a").mkdir(parents=True, exist_ok=True)
+    (flipping / "out/r/a").mkdir(parents=True, exist_ok=True)
+    git_before = snapshot(flipping / ".git")
+    outcomes = []
+    for component in ("out/r", "out/r/a"):
+        target = decoy if component == "out/r" else decoy / "a"
+        for i in range(3):
+            name = f"{command.split()[0]}-{component.count('/')}-{i}"
+            argv = [a.replace("NAME", name) for a in WRITING[command]]
+            flipper = Flipper(flipping / component, target)
+            flipper.start()
+            try:
+                time.sleep(0.002)
+                rc = main(argv)
+            finally:
+                flipper.stop()
+            err = capsys.readouterr().err
+            assert flipper.flips > 0, "the folder never flipped during the run"
+            assert "Traceback" not in err
+            assert snapshot(flipping / ".git") == git_before, f"{argv}: wrote into .git/"
+            made = [p for p in (flipping / "out/r/a").iterdir() if p.name.startswith(name)]
+            if rc == 0:
+                assert made, f"{argv}: rc 0 but nothing at the real place"
+            else:
+                # refused in one line (train's progress lines come before it)
+                assert rc == 2 and "error" in err.strip().splitlines()[-1], (argv, rc, err)
+            outcomes.append(rc)
+    print(command, outcomes)
