@@ -428,3 +428,19 @@ def test_no_byte_lands_outside_while_a_folder_flips_to_a_link(flipping, command,
                 assert rc == 2 and "error" in err.strip().splitlines()[-1], (argv, rc, err)
             outcomes.append(rc)
     print(command, outcomes)
+
+
+@pytest.mark.parametrize("linked", ["out", "out/train", "out/train/j"])
+def test_a_pipeline_job_folder_reached_through_a_link_is_refused(tmp_path, linked):
+    """`dvc repro`'s job folder (out/train/<job>): out/, out/train or the job folder
+    itself a link to a folder outside is refused by check_out before any write."""
+    from sparktrain.core.errors import SparkError
+    from sparktrain.train.job import check_out
+
+    root, elsewhere = tmp_path / "p", tmp_path / "elsewhere"
+    (root / linked).parent.mkdir(parents=True)
+    (elsewhere / "train/j").mkdir(parents=True)
+    (root / linked).symlink_to(elsewhere / linked.removeprefix("out").lstrip("/"))
+    with pytest.raises(SparkError, match="outside the project's out/|link"):
+        check_out("out/train/j", root)
+    assert snapshot(elsewhere) == {}
