@@ -3,8 +3,18 @@
 from sparktrain.core.textout import printable  # noqa: F401  (the one helper; errors quote user text)
 
 
+MAX_MESSAGE = 1000  # characters: a message quoting a 900,000-character value is cut
+
+
 class SparkError(Exception):
-    """A user-facing error. str(err) is the whole one-line message."""
+    """A user-facing error. str(err) is the whole one-line message, at most
+    MAX_MESSAGE characters (the middle of a longer one becomes "...")."""
+
+    def __init__(self, message="", *rest):
+        text = str(message)
+        if len(text) > MAX_MESSAGE:
+            text = f"{text[:MAX_MESSAGE * 3 // 4]}...{text[-(MAX_MESSAGE // 4 - 3):]}"
+        super().__init__(text, *rest)
 
 
 class BytecodeError(SparkError):

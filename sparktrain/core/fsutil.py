@@ -107,6 +107,18 @@ def folder_fd(path: str | os.PathLike, create: bool = False):
         os.close(fd)
 
 
+def pinned_folder(path: str | os.PathLike, create: bool = True) -> tuple[int, Path]:
+    """(a descriptor on folder `path` from `open_folder`, a path through it) for a library
+    that writes by path (DVCLive): `/proc/self/fd/N` names the folder that was opened,
+    so a parent swapped for a link later cannot redirect its writes. The caller closes
+    the descriptor. Without /proc, the path itself. create: make missing folders."""
+    try:
+        fd = open_folder(path, create)
+    except OSError as err:
+        raise SparkError(write_error(path, err)) from None
+    return fd, Path(f"/proc/self/fd/{fd}") if os.path.isdir("/proc/self/fd") else Path(path)
+
+
 def write_at(fd: int, name: str, data: bytes) -> None:
     """Atomically put `data` at `name` in the folder `fd`: a temp file beside it
     (created O_EXCL | O_NOFOLLOW), fsync, rename; all relative to `fd`."""
@@ -196,13 +208,26 @@ def _kind_of(mode: int) -> str:
     return "not a regular file"
 
 
+def utf8_name(name: str, what: str) -> str:
+    """`name` when it is UTF-8 text; else one line. A name is recorded in JSON (the
+    checkpoint, the corpus manifest), which holds only text: refused before any work."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        shown = printable(os.fsencode(name).decode("utf-8", "backslashreplace"))[:120]
+        raise SparkError(f"the {what} name {shown} is not UTF-8 (bytes the job's JSON "
+                         "records cannot hold); rename it") from None
+    return name
+
+
 def open_input(path: str | os.PathLike, what: str):
-    """A binary file object on `path`, checked to be a regular file within its cap.
+    """A binary file object on `path`, checked to be a regular file within its cap
+    and named in UTF-8 (`utf8_name`).
 
     Opened non-blocking so a FIFO cannot hang the open; fstat decides before
     any read; the flag is cleared afterwards for ordinary reads.
     """
-    name = os.fspath(path)
+    name = utf8_name(os.fspath(path), what)
     try:
         fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
@@ -220,7 +245,7 @@ def open_input(path: str | os.PathLike, what: str):
 
 def check_regular(path: str | os.PathLike, what: str) -> None:
     """The checks of `open_input` without opening: exists, a regular file, within its cap."""
-    name = os.fspath(path)
+    name = utf8_name(os.fspath(path), what)
     try:
         st = os.stat(name)
     except FileNotFoundError:

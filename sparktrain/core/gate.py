@@ -319,7 +319,10 @@ def _git_index(top: Path) -> tuple[frozenset, tuple]:
     try:
         done = subprocess.run(["git", "-C", os.fspath(top), "ls-files", "-z", "--stage"],
                               capture_output=True, timeout=GIT_TIMEOUT)
-    except (OSError, subprocess.TimeoutExpired):
+    except subprocess.TimeoutExpired:  # not "nothing is tracked": that would open every file
+        raise SparkError(f"`git ls-files` in {top} took over {GIT_TIMEOUT} s; not written") \
+            from None
+    except OSError:
         return frozenset(), ()
     if done.returncode != 0:
         return frozenset(), ()

@@ -4,7 +4,8 @@ train and held-out by a hash of each file's relative path.
 The split depends on nothing but the relative path and the held-out fraction,
 so adding a file never moves another one across the split, and a held-out file
 is never read into a training stream. Only regular files are read (a FIFO or a
-device would block or never end); every bad file is one line naming it.
+device would block or never end), only names in UTF-8 (the manifest records them
+as JSON text); every bad file is one line naming it.
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sparktrain.core.errors import SparkError, printable
-from sparktrain.core.fsutil import sha256_bytes, size_cap
+from sparktrain.core.fsutil import sha256_bytes, size_cap, utf8_name
 
 # The default proof corpus: the standard library of the interpreter running the
 # project, found at run time (never downloaded or committed).
@@ -93,13 +94,13 @@ def match_files(root: Path, patterns) -> list[str]:
         raise SparkError("corpus: no glob pattern given (e.g. '**/*.py')")
     found: set[str] = set()
     for pattern in patterns:
-        if not isinstance(pattern, str) or not pattern or Path(pattern).is_absolute() \
-                or ".." in Path(pattern).parts:
+        if not isinstance(pattern, str) or not Path(pattern).parts \
+                or Path(pattern).is_absolute() or ".." in Path(pattern).parts:  # "" or "."
             raise SparkError(f"corpus glob {pattern!r} must be a relative pattern inside "
                              f"the root (e.g. '**/*.py')")
         try:
             matched = _bounded(root.glob(pattern), pattern)
-        except (ValueError, OSError, RecursionError) as err:  # a malformed pattern, a loop
+        except (ValueError, OSError, RecursionError, IndexError) as err:  # malformed, a loop
             raise SparkError(f"corpus glob {printable(pattern)[:80]!r}: {_reason(err)}") from None
         for path in matched:
             try:
@@ -109,7 +110,7 @@ def match_files(root: Path, patterns) -> list[str]:
                                  f"cannot stat ({err.strerror or err})") from None
             if stat.S_ISDIR(mode):
                 continue
-            rel = path.relative_to(root).as_posix()
+            rel = utf8_name(path.relative_to(root).as_posix(), "corpus file")
             if not stat.S_ISREG(mode):
                 raise SparkError(f"corpus file {rel} is not a regular file (a FIFO, socket "
                                  f"or device); narrow the glob")

@@ -1,7 +1,7 @@
 """`spark repro-check`: the reproducibility check to copy into CI.
 
 Runs `dvc repro --force`, then compares the new dvc.lock with the committed one
-(`git show HEAD:dvc.lock`), parsed rather than diffed as text:
+(`git cat-file`: its size first, then the blob), parsed rather than diffed as text:
 
 - identical, and `dvc status -q` clean: exit 0;
 - otherwise every output whose md5 moved is printed with its stage. Float
@@ -28,11 +28,15 @@ from pathlib import Path
 from typing import Callable
 
 import numpy as np
+from safetensors import SafetensorError
 from safetensors.numpy import load
 
 from sparktrain.core.errors import SparkError
+from sparktrain.core.fsutil import read_input
+from sparktrain.core.textout import first_line
 from sparktrain.core.jobfiles import CHECKPOINT, EVAL, EVAL_DETAIL, WEIGHTS
-from sparktrain.repro.lock import LOCK, Output, cache_dir, cached_blob, outputs, read_lock
+from sparktrain.repro.lock import (LOCK, Output, cache_dir, cached_blob, git, git_blob, outputs,
+                                   read_lock)
 from sparktrain.repro.workspace import tool_env
 from sparktrain.core.safeload import load_json, load_yaml
 
@@ -131,7 +135,11 @@ def compare_json(old, new, where: str = "") -> tuple[float, list[str]]:
 
 def compare_safetensors(old: bytes, new: bytes) -> tuple[float, list[str]]:
     """Tensors: max |a - b| relative to the tensor's scale; metadata as JSON."""
-    old_t, new_t = load(old), load(new)
+    try:
+        old_t, new_t = load(old), load(new)
+    except (SafetensorError, ValueError) as err:
+        raise SparkError(f"a weights output is not a safetensors file ({first_line(err)})") \
+            from None
     if set(old_t) != set(new_t):
         return 0.0, [f"tensor names differ ({sorted(set(old_t) ^ set(new_t))})"]
     worst, other = 0.0, []
@@ -251,22 +259,18 @@ def made_with_lines(old: dict, new: dict, read_old: Callable[[Output], bytes | N
     return lines
 
 
-def _git(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["git", *args], capture_output=True, text=True)
-
-
 def committed_lock() -> dict:
-    top = _git("rev-parse", "--show-toplevel")
+    top = git("rev-parse", "--show-toplevel")
     if top.returncode != 0:
         raise SparkError("not inside a git repository; run the check from a clone of the "
                          "project")
     if Path(top.stdout.strip()).resolve() != Path.cwd().resolve():
         raise SparkError(f"run the check from the repository root ({top.stdout.strip()})")
-    shown = _git("show", f"HEAD:{LOCK}")
-    if shown.returncode != 0:
+    shown = git_blob("HEAD", LOCK)  # its size from git first: a huge blob is not read
+    if shown is None:
         raise SparkError(f"no {LOCK} committed at HEAD; run `dvc repro` and commit {LOCK} "
                          f"first")
-    lock = load_yaml(shown.stdout, f"{LOCK} at HEAD") or {}
+    lock = load_yaml(shown, f"{LOCK} at HEAD") or {}
     if not isinstance(lock, dict):
         raise SparkError(f"{LOCK} at HEAD is not a mapping of stages; commit a {LOCK} "
                          "that `dvc repro` wrote")
@@ -286,9 +290,18 @@ def cache_reader() -> Callable[[Output], bytes | None]:
 
     def read(out: Output) -> bytes | None:
         blob = cached_blob(out, cache)
-        return blob.read_bytes() if blob else None
+        return read_output(blob, out.path, "the cached copy of ") if blob else None
 
     return read
+
+
+def read_output(path, name: str, what: str = "") -> bytes:
+    """Output `name`'s bytes at `path`, its size checked (stat) before a byte is read:
+    weights within the weights cap, any other output within the eval file's."""
+    try:
+        return read_input(path, "weights file" if name.endswith(".safetensors") else "eval file")
+    except SparkError as err:
+        raise SparkError(f"{what}{name}: {err}") from None
 
 
 def check(tolerance: float) -> int:
@@ -304,7 +317,7 @@ def check(tolerance: float) -> int:
     if old == new and clean:
         print(f"repro-check: ok: {LOCK} reproduced exactly; dvc status clean")
         return 0
-    read_old, read_new = cache_reader(), lambda out: Path(out.path).read_bytes()
+    read_old, read_new = cache_reader(), lambda out: read_output(out.path, out.path)
     verdict = compare_locks(old, new, tolerance, read_old, read_new)
     for line in verdict.lines + made_with_lines(old, new, read_old, read_new):
         print(line)

@@ -1,20 +1,23 @@
-"""DVC experiments as data, through DVC's Python API: the one reader that
-`spark compare` and `spark sweep` share.
+"""DVC experiments as data: the one reader that `spark compare` and `spark sweep`
+share.
 
-`dvc.api.exp_show` lists the experiments (name, rev, the baseline commit they
-ran on); each experiment's files are read at its rev the way `dvc.api.open`
-reads them (a `dvc.repo.Repo` opened at the rev, its `dvcfs`): a Git-tracked
-file (params.yaml, dvc.lock) from the commit, an output (eval.json,
-checkpoint.json) from the DVC cache by the hash that commit's dvc.lock records.
-A Repo is held per rev until close(), so the several files of one experiment
-cost DVC one look at its dvc.yaml and dvc.lock, not one each (`dvc.api.open` opens a Repo
-per call: 3x slower at 16 experiments). The table `exp_show` prints is lossy (every value passes
-through text, 0 becomes None), so params and metrics are read from the files
-themselves, every read bounded (MAX_FILE_BYTES) and parsed by safeload's
-bounded loaders. See docs/pipeline.md ("Sweep and compare").
+The experiments are git refs (`refs/exps/<baseline sha>/<name>`, what `dvc exp
+list` reads), listed with git, oldest first. A file git holds at a rev
+(params.yaml, dvc.lock) is read from its blob, its size asked first (`git
+cat-file --batch-check`) and parsed by safeload's bounded loaders, never by
+DVC's: `dvc.api.exp_show`, and DVC opening a rev, parse every experiment's
+params.yaml in full (an alias bomb of a few hundred bytes took 3.7 GB). An output
+(eval.json, checkpoint.json) is read the way `dvc.api.open` reads it (a
+`dvc.repo.Repo` opened at the rev, its `dvcfs`: from the DVC cache by the hash
+that commit's dvc.lock records), only after the YAML files DVC parses there
+(params.yaml, dvc.yaml, dvc.lock) passed the bounded loader. A Repo is held per
+rev until close() (`dvc.api.open` opens one per call: 3x slower at 16
+experiments). Every read is bounded (MAX_FILE_BYTES). See docs/pipeline.md
+("Sweep and compare").
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -23,17 +26,20 @@ from sparktrain.core.errors import SparkError
 from sparktrain.core.jobfiles import CHECKPOINT, EVAL, job_dir
 from sparktrain.core.project import PARAMS_FILE
 from sparktrain.core.safeload import MAX_ITEMS, load_json, load_yaml
+from sparktrain.repro.lock import LOCK, MAX_BLOB_BYTES, git, git_blob
 
-MAX_FILE_BYTES = 16 * 2 ** 20   # params.yaml, dvc.lock, eval.json, checkpoint.json
-# exp_show's State column: anything but these has no results to read
-DONE_STATES = (None, "Success")
+MAX_FILE_BYTES = MAX_BLOB_BYTES   # params.yaml, dvc.lock, eval.json, checkpoint.json
+# a finished experiment's ref: refs/exps/<2 hex>/<38 hex>/<name> (queued, running and
+# failed ones live elsewhere under refs/exps/)
+EXP_REF = re.compile(r"refs/exps/([0-9a-f]{2})/([0-9a-f]{38})/([^/]+)")
+DVC_YAMLS = (PARAMS_FILE, "dvc.yaml", LOCK)  # what DVC parses when it opens a rev
 
 
 @dataclass(frozen=True)
 class ExpRow:
     """One experiment (or a baseline commit) as `dvc exp show` lists it."""
     name: str
-    rev: str          # as exp_show gives it (a short sha, or a branch name for a baseline)
+    rev: str          # its commit's sha
     baseline: str     # the name of the baseline it ran on (itself for a baseline)
 
 
@@ -41,7 +47,15 @@ class Experiments(Protocol):
     """What compare and sweep read; tests hand in a fake with the same two methods."""
 
     def rows(self, rev: str | None = None) -> tuple[list[ExpRow], list[ExpRow]]:
-        """(experiments oldest first, baselines) of `rev` (default HEAD)."""
+        """(its experiments oldest first, [the baseline itself]), from git's refs."""
+        base = self._git("rev-parse", "--verify", f"{rev or 'HEAD'}^{{commit}}")[0]
+        heads = self._git("branch", "--points-at", base, "--format=%(refname:short)")
+        name = rev or next((h for h in heads if h), base[:7])
+        refs = self._git("for-each-ref", "--sort=committerdate",
+                         "--format=%(objectname) %(refname)", "refs/exps/")
+        found = [(sha, EXP_REF.fullmatch(ref)) for sha, _, ref in (r.partition(" ") for r in refs)]
+        return ([ExpRow(m[3], sha, name) for sha, m in found if m and m[1] + m[2] == base],
+                [ExpRow(name, base, name)])
 
     def read(self, path: str, rev: str) -> bytes | None:
         """`path` at `rev` (at most MAX_FILE_BYTES), None when that rev has no such file."""
@@ -65,26 +79,40 @@ class DvcExperiments:
     def __exit__(self, *exc) -> None:
         self.close()
 
+    def _git(self, *args: str) -> list[str]:
+        done = git(*args, cwd=self.repo)
+        if done.returncode != 0:
+            raise SparkError(f"`git {args[0]}` failed: {first_line(done.stderr or 'no repository')}"
+                             f" (run it inside a git repository with DVC experiments)")
+        return done.stdout.split("\n")
+
     def _at(self, rev: str):
         from dvc.repo import Repo
 
         if rev not in self._held:
+            for name in DVC_YAMLS:  # ours first: DVC's parser would expand an alias bomb
+                read_yaml(self, name, rev)
             self._held[rev] = Repo.open(self.repo, rev=rev, subrepos=True, uninitialized=True)
         return self._held[rev]
 
     def rows(self, rev: str | None = None) -> tuple[list[ExpRow], list[ExpRow]]:
-        import dvc.api
-        from dvc.exceptions import DvcException
-
-        try:
-            table = dvc.api.exp_show(repo=self.repo, revs=rev)
-        except (DvcException, OSError) as err:
-            raise SparkError(f"`dvc exp show` failed: {first_line(err)}") from None
-        return table_rows(table)
+        base = self._git("rev-parse", "--verify", "-q", f"{rev or 'HEAD'}^{{commit}}")[0]
+        refs = self._git("for-each-ref", "--sort=committerdate",
+                         "--format=%(objectname) %(refname)", "refs/exps/")
+        found = [(sha, EXP_REF.fullmatch(ref)) for sha, _, ref in (r.partition(" ") for r in refs)]
+        if not any(m and m[1] + m[2] == base for _, m in found):
+            return [], []
+        heads = self._git("branch", "--points-at", base, "--format=%(refname:short)")
+        name = rev or next((h for h in heads if h), base[:7])
+        return [ExpRow(m[3], sha, name) for sha, m in found if m and m[1] + m[2] == base], \
+            [ExpRow(name, base, name)]
 
     def read(self, path: str, rev: str) -> bytes | None:
         from dvc.exceptions import DvcException, PathMissingError
 
+        data = git_blob(rev, path, cwd=self.repo, cap=MAX_FILE_BYTES)
+        if data is not None:
+            return data
         try:
             with self._at(rev).dvcfs.open(path, mode="rb") as handle:
                 data = handle.read(MAX_FILE_BYTES + 1)
@@ -99,25 +127,6 @@ class DvcExperiments:
             raise SparkError(f"{path} at {rev} is larger than {MAX_FILE_BYTES} bytes; "
                              f"not read")
         return data
-
-
-def table_rows(table: list[dict]) -> tuple[list[ExpRow], list[ExpRow]]:
-    """(experiments oldest first, baselines) of `dvc.api.exp_show`'s rows: each
-    baseline row ("typ": "baseline") is followed by its experiments, newest first.
-    The workspace and queued, running or failed experiments are left out."""
-    experiments, baselines, base, group = [], [], None, []
-    for row in table:
-        rev, kind = row.get("rev"), row.get("typ")
-        if kind == "baseline":
-            experiments += reversed(group)
-            group, base = [], None
-            if rev and rev != "workspace":
-                base = ExpRow(str(rev), str(rev), str(rev))
-                baselines.append(base)
-        elif base is not None and rev and row.get("State") in DONE_STATES:
-            group.append(ExpRow(str(row.get("Experiment") or rev), str(rev), base.name))
-    experiments += reversed(group)
-    return experiments, baselines
 
 
 def read_yaml(source: Experiments, path: str, rev: str):

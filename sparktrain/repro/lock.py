@@ -16,6 +16,38 @@ from sparktrain.core.safeload import load_yaml
 LOCK = "dvc.lock"
 DEFAULT_CACHE = Path(".dvc/cache")
 MD5 = re.compile(r"[0-9a-f]{32}")
+GIT_TIMEOUT = 60      # seconds for one git call: a hung git is a line, not a hang
+MAX_BLOB_BYTES = 16 * 2 ** 20   # a committed params.yaml or dvc.lock above this is refused
+
+
+def git(*args: str, cwd: str | os.PathLike | None = None, text: bool = True,
+        stdin: str | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
+    """`git ARGS` in `cwd`, captured, within GIT_TIMEOUT (one line if it hangs or is missing)."""
+    try:
+        return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=text,
+                              input=stdin, timeout=GIT_TIMEOUT, env=env)
+    except subprocess.TimeoutExpired:
+        raise SparkError(f"`{' '.join(('git',) + args)[:60]}` took over {GIT_TIMEOUT} s; "
+                         "stopped") from None
+    except OSError as err:
+        raise SparkError(f"cannot run git: {err.strerror or err}") from None
+
+
+def git_blob(rev: str, path: str, cwd: str | os.PathLike | None = None,
+             cap: int = MAX_BLOB_BYTES) -> bytes | None:
+    """The bytes git holds for `path` (from the repository root) at `rev`; None when git
+    holds no file there. Its size is asked first (`git cat-file --batch-check`), so a
+    blob above `cap` is one line before a byte of it is read."""
+    found = git("cat-file", "--batch-check", cwd=cwd, stdin=f"{rev}:{path}\n").stdout.split()
+    if len(found) != 3 or found[1] != "blob":
+        return None
+    if int(found[2]) > cap:
+        raise SparkError(f"{path} at {printable(rev)[:40]} is {int(found[2]):,} bytes, above the "
+                         f"{cap:,}-byte limit; not read")
+    shown = git("cat-file", "blob", found[0], cwd=cwd, text=False)
+    if shown.returncode != 0:
+        raise SparkError(f"cannot read {path} at {printable(rev)[:40]} from git")
+    return shown.stdout
 
 
 @dataclass(frozen=True)
@@ -53,8 +85,12 @@ def read_lock(path: str | os.PathLike = LOCK) -> dict:
 
 def cache_dir() -> Path:
     """The DVC cache of the repository in the current folder (`dvc cache dir`)."""
-    listed = subprocess.run([sys.executable, "-m", "dvc", "cache", "dir"], capture_output=True,
-                            text=True, env={**os.environ, "DVC_NO_ANALYTICS": "1"})
+    try:
+        listed = subprocess.run([sys.executable, "-m", "dvc", "cache", "dir"], capture_output=True,
+                                text=True, env={**os.environ, "DVC_NO_ANALYTICS": "1"},
+                                timeout=GIT_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        raise SparkError(f"`dvc cache dir` took over {GIT_TIMEOUT} s; stopped") from None
     found = listed.stdout.strip() if listed.returncode == 0 else ""
     return Path(found) if found else DEFAULT_CACHE
 

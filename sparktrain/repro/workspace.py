@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 from sparktrain.core.errors import SparkError
+from sparktrain.repro.lock import git
 
 # Left behind by earlier runs or by the environment; never part of a copy.
 NOT_COPIED = (".venv/", "out/", ".dvc/cache/", ".dvc/tmp/", "tmp/")
@@ -34,8 +34,7 @@ def tool_env(repo: str | os.PathLike | None = None, extra: dict | None = None) -
 
 def project_files(root: Path) -> list[str]:
     """Tracked and untracked-but-not-ignored files, as git lists them."""
-    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=root,
-                            capture_output=True, text=True)
+    listed = git("ls-files", "-co", "--exclude-standard", "-z", cwd=root)
     if listed.returncode != 0:
         raise SparkError(f"{root} is not a git checkout of the project: {listed.stderr.strip()}")
     names = [n for n in listed.stdout.split("\0") if n]
@@ -50,10 +49,8 @@ def copy_project(root: str | os.PathLike, dest: str | os.PathLike) -> Path:
         target = dest / name
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(root / name, target)
-    git = ["git", "-c", "init.defaultBranch=main"]
     for args in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "project copy"]):
-        done = subprocess.run(git + args, cwd=dest, env=tool_env(), capture_output=True,
-                              text=True)
+        done = git("-c", "init.defaultBranch=main", *args, cwd=dest, env=tool_env())
         if done.returncode != 0:
             raise SparkError(f"git {args[0]} in {dest} failed: {done.stderr.strip()}")
     return dest

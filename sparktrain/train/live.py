@@ -32,7 +32,7 @@ from pathlib import Path
 
 from dvclive import Live
 
-from sparktrain.core.fsutil import LinkInPath, folder_fd, write_at
+from sparktrain.core.fsutil import LinkInPath, folder_fd, pinned_folder, write_at
 from sparktrain.core.gate import replace_owned_folder
 from sparktrain.core.jobfiles import LIVE_DIR, LIVE_PENDING
 from sparktrain.core.progress import Progress
@@ -103,7 +103,7 @@ class Watcher:
         self.outer, self.inner = outer, inner
         self.progress = progress if progress is not None else StderrLines()
         self.t0 = time.perf_counter()
-        self.live = self.bar = None
+        self.live = self.bar = self.pin = None
         self.point: dict = {}
 
     def say(self, line: str) -> None:
@@ -128,7 +128,8 @@ class Watcher:
         with folder_fd(self.folder, create=True) as fd:  # the job's, locked by now
             _remove_pending(fd)
             os.mkdir(LIVE_PENDING, 0o777, dir_fd=fd)
-        self.live = Live(dir=str(self.folder / LIVE_PENDING / LIVE_DIR), save_dvc_exp=False,
+        self.pin, pinned = pinned_folder(self.folder)  # DVCLive writes by path: pin it
+        self.live = Live(dir=str(pinned / LIVE_PENDING / LIVE_DIR), save_dvc_exp=False,
                          dvcyaml=None, report=None)
         for old, old_lr in earlier:
             self._log_live(old, old_lr)
@@ -169,11 +170,16 @@ class Watcher:
         if self.bar is not None:   # closed first: whatever happens after it started
             self.bar.close()
             self.bar = None
-        if self.live is not None:
-            live, self.live = self.live, None
-            _real_folders(self.folder / LIVE_PENDING)
-            live.end()
-            _declared_series(self.folder / LIVE_PENDING)
+        try:
+            if self.live is not None:
+                live, self.live = self.live, None
+                _real_folders(self.folder / LIVE_PENDING)
+                live.end()
+                _declared_series(self.folder / LIVE_PENDING)
+        finally:
+            if self.pin is not None:
+                os.close(self.pin)
+                self.pin = None
 
 
 def _real_folders(pending: Path) -> None:

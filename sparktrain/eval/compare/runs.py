@@ -1,9 +1,11 @@
 """`spark compare`, reading: the chosen experiments, their curves and labels.
 
 The experiments (names, revs, their baseline) come from the one reader of
-experiments, sparktrain/repro/experiments.py (`dvc.api.exp_show`); each one's
+experiments, sparktrain/repro/experiments.py (git's refs/exps); each one's
 params.yaml, eval.json and checkpoint.json are read at its rev through the same
-reader (`dvc.api.open`: the commit's files, the outputs from the DVC cache).
+reader (the commit's files from git, sized first; the outputs from the DVC
+cache). A headline number in eval.json that is not finite (1e400, NaN) or not a
+number is one line naming it, never a cell or a JSON value.
 Nothing is fetched, so it works offline (`dvc exp pull` first for experiments
 made elsewhere). A subset is picked by name, by a param's value (`--where`)
 or the last N.
@@ -126,10 +128,14 @@ def record(row: ExpRow, source: Experiments) -> Experiment:
     metric = rec.metrics
     if not isinstance(metric, dict) or not is_number(metric.get("loss")):
         if rec.metrics_error and rec.metrics_error != "not in the experiment":
-            raise SparkError(rec.metrics_error)
+            raise SparkError(f"experiment {row.name}: {rec.metrics_error}")
         raise SparkError(f"experiment {row.name}: no held-out loss in {rec.metrics_path} "
                          f"(not run, or a layout this version cannot read); "
                          f"re-run it: `dvc exp apply {row.name} && dvc exp run`")
+    bad = next((k for k in HEADLINE_KEYS if k in metric and not is_finite(metric[k])), None)
+    if bad:  # 1e400 reads as inf: neither a table cell nor JSON could say it
+        raise SparkError(f"experiment {row.name}: {rec.metrics_path}'s {bad} is "
+                         f"{str(metric[bad])[:40]!r}, not a finite number; re-run it")
     return Experiment(name=row.name, rev=row.rev, baseline=row.baseline,
                       params=resolved_params(rec.params),
                       metrics={k: metric[k] for k in HEADLINE_KEYS if k in metric},
