@@ -27,7 +27,7 @@ def register(sub) -> None:
 
 def read_source(path: str | os.PathLike) -> str:
     """A .spark file's text; unreadable or non-UTF-8 input is a one-line error."""
-    from sparktrain.bc.reader import read_bytes
+    from sparktrain.bc.codec import read_bytes
     from sparktrain.core.errors import SourceError
 
     raw = read_bytes(path)
@@ -58,7 +58,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
 def cmd_dump(args: argparse.Namespace) -> int:
     from sparktrain.bc.dump import dump_json, dump_text
-    from sparktrain.bc.reader import read_program
+    from sparktrain.bc.codec import read_program
     from sparktrain.core.fsutil import canonical_json
 
     program, _data = read_program(args.file)
