@@ -34,7 +34,7 @@ from sparktrain.data.prepare import heldout_bytes
 from sparktrain.data.source import prepare_job, source_for
 from sparktrain.data.tokenizer import read_tokenizer
 from sparktrain.core.errors import SparkError
-from sparktrain.eval.learned import learned, learned_text
+from sparktrain.eval.generate import learned, learned_text
 from sparktrain.core.fsutil import read_input, write_json
 from sparktrain.core.jobfiles import CODER_PROOF, TOKENIZER, WEIGHTS
 from sparktrain.model.sample import generate_tokens
