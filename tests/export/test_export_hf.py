@@ -9,8 +9,7 @@ import pytest
 from safetensors.numpy import load_file, save_file
 from tokenizers import Tokenizer
 
-from sparktrain.export.hf import META_FIELD, export_hf, import_hf, spark_config
-from sparktrain.export.mapping import name_map
+from sparktrain.export.hf import META_FIELD, export_hf, import_hf, name_map, spark_config
 from sparktrain.export.tokenizer import byte_tokenizer
 from sparktrain.model.config import param_shapes
 from sparktrain.model.weights import load_model
