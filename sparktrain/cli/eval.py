@@ -211,7 +211,7 @@ def format_table(m: dict) -> str:
 
 
 def _cap_max_new(value: int) -> int:
-    from sparktrain.model.sample import MAX_NEW
+    from sparktrain.model.build import MAX_NEW
 
     if value > MAX_NEW:
         print(f"spark: note: --max-new {value} capped at {MAX_NEW}", file=sys.stderr)

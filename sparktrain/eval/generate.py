@@ -1,5 +1,5 @@
 """Sampling from a trained model: prompts in, text out, greedy or temperature/top-k (the
-batched core is model/sample.py); and what a Spark-coder run learned, said at its end."""
+batched core is model/build.py); and what a Spark-coder run learned, said at its end."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -10,7 +10,7 @@ import numpy as np
 from sparktrain.core.errors import SparkError
 from sparktrain.core.jobfiles import CORPUS, TOKENIZER, WEIGHTS
 from sparktrain.model.config import ModelConfig
-from sparktrain.model.sample import MAX_NEW, generate_tokens
+from sparktrain.model.build import MAX_NEW, generate_tokens
 from sparktrain.model.weights import load_model
 from sparktrain.data.pairs import prompt_tokens
 from sparktrain.data.tokenizer import BYTES, read_tokenizer

@@ -4,16 +4,21 @@ the params' dtype; batches arrive on the host, which works out the counted posit
 
 Transformer, the Spark decoder: forward, loss and hand-written backward. MeanPool, the
 fallback (docs/training.md "Mean-pool fallback"): the prompt's mean embedding through
-lm_head predicts a pair's first completion byte; two tensors."""
+lm_head predicts a pair's first completion byte; two tensors.
+
+Last, the sampling core: next tokens from any kind's logits, greedy or temperature/top-k,
+for a batch of contexts at once (eval/generate.py makes the contexts and the text). All rows
+advance together, one forward of the whole right-padded window per new token, no KV cache;
+the caller passes the end token (`eos`): this floor knows no tokenizer."""
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import NamedTuple, Sequence
 
 import numpy as np
 
 from sparktrain.model import backend, layers
 from sparktrain.model.base import Model
-from sparktrain.model.batch import PoolBatch, TokenBatch
+from sparktrain.model.batch import PAD, PoolBatch, TokenBatch
 from sparktrain.model.config import AttentionArch, MeanPoolArch, ModelConfig, layer_names
 
 
@@ -269,3 +274,64 @@ KINDS: dict[str, type[Model]] = {kind.name: kind for kind in (Transformer, MeanP
 def build_model(cfg: ModelConfig) -> Model:
     """The attention decoder or the mean-pool fallback, as cfg.kind says."""
     return KINDS[cfg.kind.name](cfg)
+
+
+MAX_NEW = 4096  # most new tokens one prompt may ask for: a model that never emits EOS stops here
+
+MIN_TEMPERATURE = 1e-6  # below: greedy (logits / T would overflow float64)
+
+
+def pick_next(logits: np.ndarray, temperature: float, top_k: int,
+              rng: np.random.Generator | None) -> np.ndarray:
+    """logits (A, V) -> next token ids (A,): argmax at T=0 (and below MIN_TEMPERATURE,
+    where dividing by T overflows), else a seeded draw; a row whose scaled logits are
+    not all finite is taken greedily too: never a draw from a NaN distribution."""
+    greedy = np.argmax(logits, axis=-1).astype(np.int64)          # first max on ties
+    if temperature < MIN_TEMPERATURE:
+        return greedy
+    with np.errstate(over="ignore", invalid="ignore"):
+        z = logits.astype(np.float64) / temperature                # (A, V)
+    finite = np.isfinite(z).all(axis=-1)                           # (A,)
+    if not finite.all():
+        z = np.where(finite[:, None], z, 0.0)
+    if 0 < top_k < z.shape[-1]:
+        kth = np.sort(z, axis=-1)[:, -top_k][:, None]              # (A, 1)
+        z = np.where(z >= kth, z, -np.inf)
+    z = z - z.max(axis=-1, keepdims=True)
+    p = np.exp(z)
+    p /= p.sum(axis=-1, keepdims=True)                             # (A, V)
+    u = rng.random(z.shape[0])[:, None]                            # (A, 1)
+    idx = (np.cumsum(p, axis=-1) < u).sum(axis=-1)                 # inverse CDF
+    idx = np.minimum(idx, z.shape[-1] - 1).astype(np.int64)
+    return np.where(finite, idx, greedy)
+
+
+def generate_tokens(params, cfg: ModelConfig, contexts: Sequence[np.ndarray],
+                    caps: Sequence[int], *, temperature: float = 0.0, top_k: int = 0,
+                    rng: np.random.Generator | None = None, eos: int) -> list[list[int]]:
+    """New tokens for each context (`eos` not included), at most caps[i] (and the kind's
+    max_new_tokens); the window slides once a row is longer than seq_len."""
+    model = build_model(cfg)
+    seqs = [list(int(t) for t in c) for c in contexts]
+    out: list[list[int]] = [[] for _ in seqs]
+    limit = model.max_new_tokens
+    caps = [int(c) if limit is None else min(int(c), limit) for c in caps]
+    active = [i for i, c in enumerate(caps) if c > 0]
+    while active:
+        windows = [seqs[i][-cfg.seq_len:] for i in active]
+        lens = np.array([len(w) for w in windows])                 # (A,)
+        grid = np.full((len(active), int(lens.max())), PAD, dtype=np.int64)  # (A, T)
+        for r, w in enumerate(windows):
+            grid[r, :len(w)] = w
+        last = model.next_logits(params, grid, lens)              # (A, V)
+        nxt = pick_next(last, temperature, top_k, rng)             # (A,)
+        still = []
+        for i, tok in zip(active, nxt.tolist()):
+            if tok == eos:
+                continue
+            seqs[i].append(tok)
+            out[i].append(tok)
+            if len(out[i]) < caps[i]:
+                still.append(i)
+        active = still
+    return out
