@@ -34,10 +34,10 @@ from sparktrain.data.prepare import heldout_bytes
 from sparktrain.data.source import prepare_job, source_for
 from sparktrain.data.tokenizer import read_tokenizer
 from sparktrain.core.errors import SparkError
-from sparktrain.eval.learned import learned, learned_text
+from sparktrain.eval.generate import learned, learned_text
 from sparktrain.core.fsutil import read_input, write_json
 from sparktrain.core.jobfiles import CODER_PROOF, TOKENIZER, WEIGHTS
-from sparktrain.model.sample import generate_tokens
+from sparktrain.model.build import generate_tokens
 from sparktrain.model.weights import load_model
 from sparktrain.params import dvc_set_flags, parse_params
 from sparktrain.train.job import job_from_program

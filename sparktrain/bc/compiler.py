@@ -7,9 +7,9 @@ from __future__ import annotations
 import re
 from typing import Callable, NamedTuple
 
-from sparktrain.bc.opcodes import BY_NAME
-from sparktrain.bc.program import CONST_STR, MAX_INSTRUCTIONS, VERSION, Program, layout_code
-from sparktrain.bc.writer import encode
+from sparktrain.bc.codec import encode
+from sparktrain.bc.program import (BY_NAME, CONST_STR, MAX_INSTRUCTIONS, VERSION, Program,
+                                   layout_code)
 from sparktrain.core.errors import SourceError
 
 # The original toolchain interns these operands bind-first; matching it keeps

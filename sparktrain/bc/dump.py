@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import json
 
-from sparktrain.bc.codec import encode_instruction
-from sparktrain.bc.opcodes import BY_CODE
-from sparktrain.bc.program import (CONST_KINDS, MAGIC, MAX_OUTPUT_BYTES, Instruction, Program,
-                                   const_value, operand_values, train_decls)
-from sparktrain.bc.writer import encode
+from sparktrain.bc.codec import encode, encode_instruction
+from sparktrain.bc.program import (BY_CODE, CONST_KINDS, MAGIC, MAX_OUTPUT_BYTES, Instruction,
+                                   Program, const_value, operand_values, train_decls)
 from sparktrain.core.errors import SparkError
 from sparktrain.core.fsutil import sha256_bytes
 

@@ -8,8 +8,7 @@ import json
 import sys
 from typing import Callable, TextIO
 
-from sparktrain.bc.opcodes import BY_NAME
-from sparktrain.bc.program import MAX_OUTPUT_BYTES, Instruction, Program, operand_values
+from sparktrain.bc.program import BY_NAME, MAX_OUTPUT_BYTES, Instruction, Program, operand_values
 from sparktrain.core.errors import SparkError, printable
 
 Handler = Callable[[Instruction, tuple[str, ...]], dict]

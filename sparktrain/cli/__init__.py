@@ -14,11 +14,11 @@ from sparktrain import __version__
 from sparktrain.core.errors import SparkError, printable
 from sparktrain.core.textout import did_you_mean
 
-# bc: compile, dump; train: train, run, status; original: apply-step, code train (the
-# original's commands); bench; eval: eval, generate, make-data, plot, compare, repro-check;
-# export: export, import; sweep
+# train: compile, dump, train, run, status; original: apply-step, code train (the
+# original's commands); bench; eval: eval, generate, make-data, plot, compare, repro-check,
+# export, import; sweep
 COMMAND_MODULES = tuple(f"sparktrain.cli.{name}" for name in (
-    "bc", "train", "original", "bench", "eval", "export", "sweep"))
+    "train", "original", "bench", "eval", "sweep"))
 # One example per subcommand, shown as its --help's last line.
 EXAMPLES = {
     "compile": "spark compile data/programs/train-step.spark -o /tmp/step.sparkbc",

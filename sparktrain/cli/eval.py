@@ -1,7 +1,9 @@
-"""`spark eval`, `spark generate`, `spark make-data`, `spark plot`; `spark compare` and
-`spark repro-check`, which read the DVC pipeline's records."""
+"""What is done with trained weights: `spark eval`, `spark generate`, `spark make-data`,
+`spark plot`; `spark compare` and `spark repro-check`, which read the DVC pipeline's records;
+`spark export` and `spark import` (the Hugging Face and GGUF formats)."""
 from __future__ import annotations
 
+import importlib
 import json
 import math
 import os
@@ -16,6 +18,10 @@ TOKENIZER_HELP = ("tokenizer.json of a corpus or BPE pairs job (default: the one
                   "--weights); its sha256 must be the one the weights record")
 DEVICE_HELP = ("where the forward passes run: cpu (default, numpy), cuda or mps (the gpu "
                "extra), auto = a GPU when one is seen (docs/gpu.md)")
+# The format -> its writer (module, function), imported when used; a writer returns the
+# names of the files it wrote into a folder, or None for a single file.
+WRITERS = {"hf": ("sparktrain.export.hf", "export_hf"),
+           "gguf": ("sparktrain.export.gguf", "export_gguf")}
 
 
 def register(sub) -> None:
@@ -96,6 +102,33 @@ def register(sub) -> None:
     p.add_argument("--tolerance", type=float, default=1e-4,
                    help="relative tolerance for numbers in drifted float outputs (default 1e-4)")
     p.set_defaults(func=cmd_repro_check)
+
+    p = sub.add_parser(
+        "export", help="write trained weights as a Hugging Face Llama folder or a GGUF file",
+        description="Export Spark weights for the Llama ecosystem: --to hf writes a folder "
+                    "that transformers loads as LlamaForCausalLM (config, model.safetensors, "
+                    "tokenizer); --to gguf writes one file llama.cpp runs.")
+    p.add_argument("out", metavar="OUT", help="output folder (hf) or .gguf file (gguf)")
+    p.add_argument("--to", required=True, choices=tuple(WRITERS), help="the format to write")
+    p.add_argument("--weights", required=True, help="Spark weights.safetensors to export")
+    p.add_argument("--tokenizer", default=None,
+                   help="tokenizer.json the model was trained with (default: the job's "
+                        "tokenizer.json beside --weights when the weights record one, "
+                        "checked by sha256; else the byte tokenizer, id = byte value)")
+    p.add_argument("--force", action="store_true",
+                   help="replace OUT when it exists and is not empty")
+    p.set_defaults(func=_export)
+
+    p = sub.add_parser(
+        "import", help="turn a Hugging Face Llama folder into Spark weights",
+        description="Read a Llama-compatible Hugging Face folder (config.json + "
+                    "model.safetensors) and write Spark weights, a base for further training.")
+    p.add_argument("folder", metavar="DIR", help="the Hugging Face model folder")
+    p.add_argument("--from", dest="source", required=True, choices=("hf",),
+                   help="the format to read")
+    p.add_argument("--out", required=True, help="Spark weights file to write")
+    p.add_argument("--force", action="store_true", help="replace --out when it exists")
+    p.set_defaults(func=_import)
 
 
 def _read_json(path, what: str):
@@ -178,7 +211,7 @@ def format_table(m: dict) -> str:
 
 
 def _cap_max_new(value: int) -> int:
-    from sparktrain.model.sample import MAX_NEW
+    from sparktrain.model.build import MAX_NEW
 
     if value > MAX_NEW:
         print(f"spark: note: --max-new {value} capped at {MAX_NEW}", file=sys.stderr)
@@ -288,3 +321,24 @@ def cmd_repro_check(args) -> int:
     if not args.tolerance >= 0:
         raise SparkError(f"--tolerance must be >= 0, got {args.tolerance}")
     return check(args.tolerance)
+
+
+def _export(args) -> int:
+    from sparktrain.core.progress import Progress
+
+    module, name = WRITERS[args.to]
+    write = getattr(importlib.import_module(module), name)
+    with Progress("export", total=1, unit=f"{args.to} written") as bar:
+        names = write(args.weights, args.out, args.tokenizer, args.force)
+        bar.advance(note=args.out)
+        print(f"wrote {args.out}: {', '.join(names)}" if names else f"wrote {args.out}")
+    return 0
+
+
+def _import(args) -> int:
+    from sparktrain.export.hf import import_hf
+
+    arch = import_hf(args.folder, args.out, args.force)["arch"]
+    print(f"wrote {args.out}: dim {arch['dim']}, {arch['n_layer']} layers, "
+          f"{arch['n_head']} heads, {arch['n_kv_head']} kv heads, seq_len {arch['seq_len']}")
+    return 0

@@ -130,7 +130,7 @@ def cmd_apply_step(args) -> int:
 def cmd_code_train(args) -> int:
     from sparktrain.cli.train import run_and_record
     from sparktrain.data.source import prepare_job, source_for
-    from sparktrain.eval.learned import learned, learned_text
+    from sparktrain.eval.generate import learned, learned_text
     from sparktrain.model.device import resolve as resolve_device
     from sparktrain.params import load_params, load_recipe, override
     from sparktrain.train.bench import grind_note

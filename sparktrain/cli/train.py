@@ -1,4 +1,5 @@
-"""`spark train`, `spark run` (alias `spark --run-bc`) and `spark status`, and what they tell
+"""A program and its jobs: `spark compile` and `spark dump` (the program's bytes),
+`spark train`, `spark run` (alias `spark --run-bc`) and `spark status`, and what they tell
 a person beyond their JSON (see docs/outputs.md, "failed.json")."""
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import sys
 from pathlib import Path
 
 from sparktrain.core.errors import SparkError
+from sparktrain.core.textout import printable_lines
 
 ARCH = (("--dim", "dim"), ("--n-layer", "n_layer"), ("--n-head", "n_head"),
         ("--n-kv-head", "n_kv_head"), ("--seq-len", "seq_len"))
@@ -38,6 +40,21 @@ def add_train_flags(p: argparse.ArgumentParser, command: str) -> None:
 
 
 def register(sub) -> None:
+    p = sub.add_parser("compile", help="compile a .spark source to SPARK_BC bytes", description=(
+        "Compile a .spark source to a .sparkbc program (byte-exact; see docs/sparkbc.md)."))
+    p.add_argument("source", metavar="SRC", help=".spark source file")
+    p.add_argument("-o", "--output", metavar="OUT",
+                   help="output .sparkbc file (default: SRC with the .sparkbc suffix)")
+    p.set_defaults(func=cmd_compile)
+
+    p = sub.add_parser("dump", help="disassemble a .sparkbc program", description="List a "
+                       ".sparkbc program: header, sections, string and const pools, xrefs, code, "
+                       "train jobs.")
+    p.add_argument("file", metavar="FILE", help=".sparkbc file")
+    p.add_argument("--json", action="store_true", help="print the same facts as canonical JSON")
+    p.set_defaults(func=cmd_dump)
+
+
     p = sub.add_parser("train", help="train a job with numpy SGD (the STEP of a program)",
         description="Train a job: either the TRAIN of a program (--program P.sparkbc --job ID) "
         "or a dataset directly (--dataset D --out DIR [--base W.safetensors]). The initial "
@@ -69,6 +86,47 @@ def register(sub) -> None:
     p.add_argument("--summary", action="store_true",
                    help="a few human lines (losses, eval metrics, files) instead of JSON")
     p.set_defaults(func=cmd_status)
+
+
+def read_source(path: str | os.PathLike) -> str:
+    """A .spark file's text; unreadable or non-UTF-8 input is a one-line error."""
+    from sparktrain.bc.codec import read_bytes
+    from sparktrain.core.errors import SourceError
+
+    raw = read_bytes(path)
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        before = raw[:err.start]  # the column: bytes since the last newline, from 1
+        raise SourceError(f"not UTF-8 text (byte offset {err.start})", os.fspath(path),
+                          before.count(b"\n") + 1, len(before) - before.rfind(b"\n")) from None
+
+
+def cmd_compile(args: argparse.Namespace) -> int:
+    from sparktrain.bc.compiler import compile_source
+    from sparktrain.core.fsutil import atomic_write_bytes, sha256_bytes
+    from sparktrain.core.gate import check_output
+
+    out = Path(args.output) if args.output else Path(args.source).with_suffix(".sparkbc")
+    target = check_output(out, "sparkbc", (args.source,))
+    data = compile_source(read_source(args.source), args.source)   # raises before any write
+    try:
+        atomic_write_bytes(target, data)
+    except OSError as err:
+        raise SparkError(f"cannot write {out}: {err.strerror or err}") from None
+    print(f"wrote {out} ({len(data)} bytes, sha256 {sha256_bytes(data)})")
+    return 0
+
+
+def cmd_dump(args: argparse.Namespace) -> int:
+    from sparktrain.bc.dump import dump_json, dump_text
+    from sparktrain.bc.codec import read_program
+    from sparktrain.core.fsutil import canonical_json
+
+    program, _data = read_program(args.file)
+    sys.stdout.write(canonical_json(dump_json(program)) if args.json
+                     else printable_lines(dump_text(program)))
+    return 0
 
 
 def resolve_configs(args, params_path: str | None, default_params: bool):
@@ -202,7 +260,6 @@ def cmd_status(args) -> int:
     from sparktrain.core.fsutil import canonical_json
     from sparktrain.core.jobfiles import check_job_id, job_dir
     from sparktrain.core.project import find_root
-    from sparktrain.core.textout import printable_lines
     from sparktrain.params import PARAMS_FILE, load_params, step_record
     from sparktrain.train import outputs
 

@@ -17,7 +17,7 @@ from sparktrain.model.base import Model
 from sparktrain.model.build import build_model
 from sparktrain.model.memory import check_fits
 from sparktrain.model.config import ModelConfig
-from sparktrain.model.sample import MAX_NEW, generate_tokens
+from sparktrain.model.build import MAX_NEW, generate_tokens
 from sparktrain.data.pairs import Encoded, Pair, encode_pair
 
 SIG_DIGITS = 8

@@ -1,16 +1,19 @@
-"""Sampling from a trained model: prompts in, text out, greedy or temperature/top-k; the
-batched core is model/sample.py."""
+"""Sampling from a trained model: prompts in, text out, greedy or temperature/top-k (the
+batched core is model/build.py); and what a Spark-coder run learned, said at its end."""
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
 from sparktrain.core.errors import SparkError
+from sparktrain.core.jobfiles import CORPUS, TOKENIZER, WEIGHTS
 from sparktrain.model.config import ModelConfig
-from sparktrain.model.sample import MAX_NEW, generate_tokens
+from sparktrain.model.build import MAX_NEW, generate_tokens
+from sparktrain.model.weights import load_model
 from sparktrain.data.pairs import prompt_tokens
-from sparktrain.data.tokenizer import BYTES
+from sparktrain.data.tokenizer import BYTES, read_tokenizer
 
 GEN_BATCH = 64
 
@@ -79,3 +82,45 @@ def _check_sampling(max_new: int, temperature: float, top_k: int, seed: int) -> 
         raise SparkError(f"temperature must be >= 0, got {temperature}")
     if top_k < 0:
         raise SparkError(f"top_k must be >= 0, got {top_k}")
+
+
+# What a Spark-coder run learned, said at its end (docs/compat.md, `spark code train`): the
+# whole held-out stream's bits per byte (non-overlapping and sliding windows) beside zlib-9
+# and lzma-9e, and fixed prompts completed sampled (fixed seed) and greedy.
+LEARNED_PROMPTS = ("import os\n", "def read_config(path", "for i in range(")
+TEMPERATURE, TOP_K, SEED, LEARNED_MAX_NEW = 0.7, 40, 0, 48
+
+
+def learned(folder, source, eval_cfg) -> dict:
+    """The held-out score and the fixed prompts' completions of the job in `folder`."""
+    folder = Path(folder)
+    tok, tok_sha256 = read_tokenizer(folder / TOKENIZER)
+    params, cfg, _ = load_model(folder / WEIGHTS)
+    score = source.evaluate(folder / CORPUS, params, cfg, tok, tok_sha256, eval_cfg)
+    sampled = continue_text(params, cfg, tok, LEARNED_PROMPTS, max_new=LEARNED_MAX_NEW,
+                            temperature=TEMPERATURE, top_k=TOP_K, seed=SEED)
+    greedy = continue_text(params, cfg, tok, LEARNED_PROMPTS, max_new=LEARNED_MAX_NEW)
+    return {**{k: score[k] for k in ("bpb", "bpb_sliding", "sliding_stride", "zlib9_bpb",
+                                     "lzma9e_bpb", "heldout_bytes")},
+            "sampling": {"temperature": TEMPERATURE, "top_k": TOP_K, "seed": SEED,
+                         "max_new_tokens": LEARNED_MAX_NEW},
+            "samples": [{"prompt": p, "sampled": s, "greedy": g}
+                        for p, s, g in zip(LEARNED_PROMPTS, sampled, greedy)]}
+
+
+def learned_text(report: dict, model: str) -> str:
+    """The report as the end of a run prints it."""
+    s = report["sampling"]
+    lines = [f"held-out bits per byte, the whole held-out stream ({report['heldout_bytes']:,} "
+             f"bytes):",
+             f"  {'model (' + model + ')':32s} {report['bpb']:.4f}",
+             f"  {'  in sliding windows, stride ' + str(report['sliding_stride']):32s} "
+             f"{report['bpb_sliding']:.4f}",
+             f"  {'zlib level 9':32s} {report['zlib9_bpb']:.4f}",
+             f"  {'lzma preset 9e':32s} {report['lzma9e_bpb']:.4f}"]
+    for item in report["samples"]:
+        lines += ["", f"--- prompt ---\n{item['prompt']}",
+                  f"--- sampled (temperature {s['temperature']}, top-k {s['top_k']}, seed "
+                  f"{s['seed']}) ---\n{item['sampled']}",
+                  f"--- greedy ---\n{item['greedy']}"]
+    return "\n".join(lines) + "\n"

@@ -10,7 +10,7 @@ import os
 import gguf
 import numpy as np
 
-from sparktrain.export.mapping import name_map, require_attention, rope_interleave
+from sparktrain.export.hf import name_map, require_attention
 from sparktrain.export.publish import check_target, publish_file
 from sparktrain.export.tokenizer import gguf_vocab, special_ids, model_tokenizer_json
 from sparktrain.model.config import ModelConfig
@@ -19,6 +19,16 @@ from sparktrain.model.weights import load_model
 
 ARCH = "llama"
 META_KEY = "spark.metadata"   # the weights' `spark` metadata, canonical JSON
+
+
+def rope_interleave(w: np.ndarray, n_heads: int) -> np.ndarray:
+    """q/k rows from rotate-half order (u_i, u_{i+hd/2}) to llama.cpp's interleaved pairs
+    (u_2i, u_2i+1): within each head, row p * hd/2 + i moves to row 2i + p, as llama.cpp's
+    convert_hf_to_gguf.py `permute` does, so scores are unchanged."""
+    rows, C = w.shape
+    hd = rows // n_heads
+    return np.ascontiguousarray(
+        w.reshape(n_heads, 2, hd // 2, C).swapaxes(1, 2)).reshape(rows, C)  # (heads hd, C)
 
 
 def gguf_tensors(params: dict[str, np.ndarray], cfg: ModelConfig) -> dict[str, np.ndarray]:

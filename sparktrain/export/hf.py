@@ -1,6 +1,8 @@
 """Hugging Face Llama folders: export Spark weights to one (what transformers reads with no
 network, and the model card), import one as Spark weights; config.json carries the `spark`
-metadata, so export then import gives back the same bytes. See docs/export.md.
+metadata, so export then import gives back the same bytes. See docs/export.md. Here too the
+one table of tensor names, Spark <-> Hugging Face Llama <-> GGUF (llama.cpp), read by export
+and import alike (nothing else spells a foreign tensor name; `{L}` is the layer).
 """
 from __future__ import annotations
 
@@ -15,7 +17,6 @@ from safetensors.numpy import save as save_safetensors
 from sparktrain.core.textout import first_line
 from sparktrain.core.errors import SparkError, printable
 from sparktrain.export.card import CARD_FILE, job_records, model_card, tokenizer_kind
-from sparktrain.export.mapping import name_map, require_attention
 from sparktrain.export.publish import check_target, publish_dir, publish_file
 from sparktrain.export.tokenizer import special_ids, tokenizer_config, model_tokenizer_json
 from sparktrain.core.fsutil import canonical_json, read_input
@@ -33,6 +34,38 @@ INDEX_FILE = "model.safetensors.index.json"
 IGNORED_SUFFIX = "rotary_emb.inv_freq"   # a buffer some checkpoints save; derived, not learned
 READABLE_DTYPES = ("float32", "float16")
 MAX_SHARDS = 1024
+
+
+# (Spark name, Hugging Face LlamaForCausalLM name, GGUF `llama` name)
+TENSORS: tuple[tuple[str, str, str], ...] = (
+    ("spark.embed.weight", "model.embed_tokens.weight", "token_embd.weight"),
+    # a layer's rows: spark.layers.{L}.X.weight, model.layers.{L}.Y.weight, blk.{L}.Z.weight
+    *((f"spark.layers.{{L}}.{x}.weight", f"model.layers.{{L}}.{y}.weight",
+       f"blk.{{L}}.{z}.weight") for x, y, z in (
+        ("attn_norm", "input_layernorm", "attn_norm"), ("q", "self_attn.q_proj", "attn_q"),
+        ("k", "self_attn.k_proj", "attn_k"), ("v", "self_attn.v_proj", "attn_v"),
+        ("o", "self_attn.o_proj", "attn_output"),
+        ("mlp_norm", "post_attention_layernorm", "ffn_norm"),
+        ("mlp_gate", "mlp.gate_proj", "ffn_gate"), ("mlp_up", "mlp.up_proj", "ffn_up"),
+        ("mlp_down", "mlp.down_proj", "ffn_down"))),
+    ("spark.final_norm.weight", "model.norm.weight", "output_norm.weight"),
+    ("spark.lm_head.weight", "lm_head.weight", "output.weight"),
+)
+FORMATS = ("spark", "hf", "gguf")   # the table's columns, in order
+
+
+def name_map(cfg: ModelConfig, to: str) -> dict[str, str]:
+    """Spark name -> name in format `to`, for every tensor of cfg, in shape-table order."""
+    col = FORMATS.index(to)
+    table = {row[0].format(L=L): row[col].format(L=L) for row in TENSORS
+             for L in (range(cfg.n_layer) if "{L}" in row[0] else (None,))}
+    return {name: table[name] for name in param_shapes(cfg)}
+
+
+def require_attention(cfg: ModelConfig, path) -> None:
+    if not cfg.train_attn:
+        raise SparkError(f"{path} is a mean-pool model (train_attn false); it has no Llama "
+                         "equivalent, export a model trained with attention")
 
 
 def hf_config(cfg: ModelConfig, meta: dict, ids: dict[str, int]) -> dict:

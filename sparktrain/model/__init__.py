@@ -1,2 +1,2 @@
-"""The tiny transformer: config, forward/backward layer pairs, the model, the
-sampling core (sample.py), weights I/O, the array backend and devices."""
+"""The tiny transformer: config, forward/backward layer pairs, the model kinds and the
+sampling core (build.py), weights I/O, the array backend and devices."""

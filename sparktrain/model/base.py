@@ -1,7 +1,7 @@
 """The model interface: what training, eval and generation ask of a model kind.
 
-transformer.Transformer and meanpool.MeanPool implement it over their architecture
-(config.py); build.build_model makes the one a config names. The params, grads and
+build.Transformer and build.MeanPool implement it over their architecture (config.py);
+build.build_model makes the one a config names. The params, grads and
 optimizer state share the safetensors names of param_shapes. Init: docs/training.md.
 """
 from __future__ import annotations

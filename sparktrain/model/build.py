@@ -1,10 +1,272 @@
-"""A model from a config: the kind the config names, with its maths."""
+"""A model from a config: the two kinds a config can name, with their maths, in the array
+namespace the params live in (docs/training.md "The model", docs/gpu.md). All work is in
+the params' dtype; batches arrive on the host, which works out the counted positions.
+
+Transformer, the Spark decoder: forward, loss and hand-written backward. MeanPool, the
+fallback (docs/training.md "Mean-pool fallback"): the prompt's mean embedding through
+lm_head predicts a pair's first completion byte; two tensors.
+
+Last, the sampling core: next tokens from any kind's logits, greedy or temperature/top-k,
+for a batch of contexts at once (eval/generate.py makes the contexts and the text). All rows
+advance together, one forward of the whole right-padded window per new token, no KV cache;
+the caller passes the end token (`eos`): this floor knows no tokenizer."""
 from __future__ import annotations
 
+from typing import NamedTuple, Sequence
+
+import numpy as np
+
+from sparktrain.model import backend, layers
 from sparktrain.model.base import Model
-from sparktrain.model.config import ModelConfig
-from sparktrain.model.meanpool import MeanPool
-from sparktrain.model.transformer import Transformer
+from sparktrain.model.batch import PAD, PoolBatch, TokenBatch
+from sparktrain.model.config import AttentionArch, MeanPoolArch, ModelConfig, layer_names
+
+
+class BlockCache(NamedTuple):
+    attn_norm: layers.RmsNormCache   # h = rmsnorm(x, attn_norm)
+    h2: np.ndarray                   # (N, C) h, rows flattened
+    w_planes: np.ndarray             # (2, X, C) q and k weights as rope's two planes
+    w_v: np.ndarray                  # (KV hd, C)
+    rope: layers.RopeCache
+    attention: layers.AttentionCache
+    o: layers.LinearCache            # att_out = y @ Wo.T
+    mlp_norm: layers.RmsNormCache
+    mlp: layers.SwigluCache
+
+
+class TrunkCache(NamedTuple):
+    embed: layers.EmbeddingCache
+    blocks: list[BlockCache]         # one per layer
+    final_norm: layers.RmsNormCache
+
+
+class LossCache(NamedTuple):
+    trunk: TrunkCache
+    rows: np.ndarray                 # (M,) flat indices of the counted positions
+    hidden_shape: tuple              # (B, T, C)
+    lm_head: layers.LinearCache
+    ce: layers.CrossEntropyCache
+
+
+def _qk_planes(w_q, w_k, half):
+    """[Wq; Wk] with rows regrouped as rope's two planes: (2, X, C), X = (H + KV) * hd/2
+    (plane p, row h * half + i is row h * hd + p * half + i; docs/training.md)."""
+    be = backend.of(w_q)
+    xp = be.xp
+    w_qk = be.concat([w_q, w_k])                                   # ((H + KV) hd, C)
+    heads, C = w_qk.shape[0] // (2 * half), w_qk.shape[1]
+    planes = be.contiguous(be.permute(xp.reshape(w_qk, (heads, 2, half, C)), (1, 0, 2, 3)))
+    return xp.reshape(planes, (2, heads * half, C))
+
+
+class Transformer(AttentionArch, Model):
+    """The attention decoder's maths, trained on every counted next byte."""
+    batch_type = TokenBatch
+
+    def _block_forward(self, x, params, L):
+        """One pre-norm block: x (B, T, C) -> (B, T, C), BlockCache; q and k come out as
+        rope's two planes (_qk_planes), regrouped per head after rope."""
+        w = {k: params[n] for k, n in layer_names(L).items()}
+        be = backend.of(x)
+        xp = be.xp
+        B, T, C = x.shape
+        H, KV, hd = self.cfg.n_head, self.cfg.n_kv_head, self.cfg.head_dim
+        half, N = hd // 2, B * T
+        w_planes = _qk_planes(w["q"], w["k"], half)                   # (2, X, C)
+        h, c_n1 = layers.rmsnorm_forward(x, w["attn_norm"])            # (B, T, C)
+        h2 = xp.reshape(h, (N, C))                                     # (N, C)
+        qk = h2 @ be.mT(w_planes)                                      # (2, N, X) = h @ [Wq; Wk].T
+        qk, c_rope = layers.rope_forward(xp.reshape(qk, (2, B, T, -1)), hd)  # (2, B, T, X)
+        heads = be.contiguous(be.permute(xp.reshape(qk, (2, B, T, H + KV, half)),
+                                         (1, 3, 2, 0, 4)))
+        heads = xp.reshape(heads, (B, H + KV, T, hd))                  # (B, H + KV, T, hd)
+        v = h2 @ w["v"].T                                              # (N, KV hd)
+        v = be.contiguous(be.permute(xp.reshape(v, (B, T, KV, hd)), (0, 2, 1, 3)))  # (B, KV, T, hd)
+        y, c_att = layers.attention_forward(heads[:, :H, ...], heads[:, H:, ...], v)  # (B,H,T,hd)
+        y = xp.reshape(be.permute(y, (0, 2, 1, 3)), (B, T, C))        # (B, T, C) heads side by side
+        att_out, c_o = layers.linear_forward(y, w["o"])                # (B, T, C)
+        x = x + att_out                                                # (B, T, C)
+        h2n, c_n2 = layers.rmsnorm_forward(x, w["mlp_norm"])           # (B, T, C)
+        mlp_out, c_mlp = layers.swiglu_forward(
+            xp.reshape(h2n, (N, C)), w["mlp_gate"], w["mlp_up"], w["mlp_down"])  # (N, C)
+        x = x + xp.reshape(mlp_out, (B, T, C))                         # (B, T, C)
+        return x, BlockCache(c_n1, h2, w_planes, w["v"], c_rope, c_att, c_o, c_n2, c_mlp)
+
+    def _block_backward(self, dx, cache: BlockCache, L, grads):
+        """Reverse of _block_forward; writes this layer's grads, returns dx (B, T, C)."""
+        names = layer_names(L)
+        be = backend.of(dx)
+        xp = be.xp
+        B, T, C = dx.shape
+        H, KV, hd = self.cfg.n_head, self.cfg.n_kv_head, self.cfg.head_dim
+        half, N = hd // 2, B * T
+        # x = x + mlp_out ; mlp_out = swiglu(h2n)
+        dh2n, grads[names["mlp_gate"]], grads[names["mlp_up"]], grads[names["mlp_down"]] = \
+            layers.swiglu_backward(xp.reshape(dx, (N, C)), cache.mlp)  # (N, C)
+        # h2n = rmsnorm(x, mlp_norm)
+        dxn, grads[names["mlp_norm"]] = layers.rmsnorm_backward(xp.reshape(dh2n, (B, T, C)),
+                                                                cache.mlp_norm)
+        dx = dx + dxn                                                  # (B, T, C)
+        # x = x + att_out ; att_out = y @ Wo.T
+        dy, grads[names["o"]] = layers.linear_backward(dx, cache.o)    # (B, T, C)
+        dy = be.permute(xp.reshape(dy, (B, T, H, hd)), (0, 2, 1, 3))   # (B, H, T, hd)
+        # y = attention(heads[:, :H], heads[:, H:], v)
+        dq, dk, dv = layers.attention_backward(dy, cache.attention)    # (B, H|KV, T, hd)
+        # v = (h2 @ Wv.T) regrouped per head
+        dv2 = xp.reshape(be.permute(dv, (0, 2, 1, 3)), (N, KV * hd))   # (N, KV hd)
+        grads[names["v"]] = dv2.T @ cache.h2                           # (KV hd, C)
+        dh = dv2 @ cache.w_v                                           # (N, C)
+        # heads = planes regrouped per head
+        dheads = be.concat([xp.reshape(dq, (B, H, T, 2, half)),
+                            xp.reshape(dk, (B, KV, T, 2, half))], axis=1)  # (B, H + KV, T, 2, half)
+        dqk = xp.reshape(be.contiguous(be.permute(dheads, (3, 0, 2, 1, 4))), (2, B, T, -1))
+        # qk = rope(planes)
+        dqk = xp.reshape(layers.rope_backward(dqk, cache.rope), (2, N, -1))  # (2, N, X)
+        # planes = h2 @ w_planes.T (per plane)
+        dw_planes = be.mT(dqk) @ cache.h2                              # (2, X, C)
+        dh += dqk[0, ...] @ cache.w_planes[0, ...]
+        dh += dqk[1, ...] @ cache.w_planes[1, ...]
+        dw_qk = xp.reshape(be.permute(xp.reshape(dw_planes, (2, H + KV, half, C)), (1, 0, 2, 3)),
+                           (-1, C))
+        grads[names["q"]], grads[names["k"]] = dw_qk[:H * hd, ...], dw_qk[H * hd:, ...]
+        # h = rmsnorm(x, attn_norm)
+        dxn, grads[names["attn_norm"]] = layers.rmsnorm_backward(xp.reshape(dh, (B, T, C)),
+                                                                 cache.attn_norm)
+        return dx + dxn
+
+    def _trunk_forward(self, params, inputs):
+        """embed -> blocks -> final norm: inputs (B, T) -> hidden (B, T, C), TrunkCache."""
+        x, c_emb = layers.embedding_forward(inputs, params["spark.embed.weight"])  # (B, T, C)
+        c_blocks = []
+        for L in range(self.cfg.n_layer):
+            x, c = self._block_forward(x, params, L)                   # (B, T, C)
+            c_blocks.append(c)
+        hf, c_fn = layers.rmsnorm_forward(x, params["spark.final_norm.weight"])  # (B, T, C)
+        return hf, TrunkCache(c_emb, c_blocks, c_fn)
+
+    def _trunk_backward(self, dhf, cache: TrunkCache, grads):
+        """Reverse of _trunk_forward; writes the grads of every tensor but lm_head."""
+        # hf = rmsnorm(x, final_norm)
+        dx, grads["spark.final_norm.weight"] = layers.rmsnorm_backward(dhf, cache.final_norm)
+        for L in reversed(range(self.cfg.n_layer)):
+            dx = self._block_backward(dx, cache.blocks[L], L, grads)  # (B, T, C)
+        # x = embed[inputs]
+        grads["spark.embed.weight"] = layers.embedding_backward(dx, cache.embed)
+
+    def _loss_forward(self, params, batch: TokenBatch, denom_of):
+        """Only counted rows go through lm_head: the others carry weight 0."""
+        embed = params["spark.embed.weight"]
+        be = backend.of(embed)
+        xp = be.xp
+        inputs = be.asarray(batch.inputs, embed)                       # (B, T) to the device
+        B, T = inputs.shape
+        hf, c_trunk = self._trunk_forward(params, inputs)              # (B, T, C)
+        mask = np.asarray(batch.mask).reshape(-1)                      # (N,) host
+        rows = np.flatnonzero(mask)                                    # (M,) counted rows, host
+        h_sel = be.take_rows(xp.reshape(hf, (B * T, -1)), rows)        # (M, C)
+        logits, c_head = layers.linear_forward(h_sel, params["spark.lm_head.weight"])  # (M, V)
+        weights = mask[rows].astype(be.host_dtype(embed))              # (M,) host
+        targets = np.asarray(batch.targets).reshape(-1)[rows]          # (M,) host
+        denom = denom_of(weights)
+        loss, c_ce = layers.cross_entropy_forward(
+            logits, be.asarray(targets, embed), be.asarray(weights, embed), denom)
+        return loss, LossCache(c_trunk, rows, hf.shape, c_head, c_ce)
+
+    def _loss_backward(self, cache: LossCache) -> dict[str, np.ndarray]:
+        grads: dict[str, np.ndarray] = {}
+        # loss = cross_entropy(logits, targets, weights)
+        dlogits = layers.cross_entropy_backward(cache.ce)              # (M, V)
+        # logits = h_sel @ lm_head.T
+        dh_sel, grads["spark.lm_head.weight"] = layers.linear_backward(dlogits, cache.lm_head)
+        # h_sel = hf[rows] (uncounted rows: 0)
+        be = backend.of(dh_sel)
+        B, T, C = cache.hidden_shape
+        dhf = be.scatter_rows(dh_sel, cache.rows, B * T)               # (N, C)
+        self._trunk_backward(be.xp.reshape(dhf, (B, T, C)), cache.trunk, grads)
+        return grads
+
+    def forward_logits(self, params, inputs):
+        """inputs (B, T) int -> logits (B, T, 256) at every position, where params live."""
+        embed = params["spark.embed.weight"]
+        be = backend.of(embed)
+        hf, _ = self._trunk_forward(params, be.asarray(inputs, embed))  # (B, T, C)
+        logits, _ = layers.linear_forward(hf, params["spark.lm_head.weight"])
+        return logits                                                  # (B, T, V)
+
+    def scored_logits(self, params, batch):
+        self.check_batch(batch)
+        logits = self.forward_logits(params, batch.inputs)             # (B, T, V)
+        return backend.of(logits).to_host(logits), batch.targets, batch.mask
+
+    def next_logits(self, params, windows, lens):
+        logits = self.forward_logits(params, windows)                  # (A, T, V)
+        return backend.of(logits).last_rows(logits, lens)              # (A, V) host
+
+
+class PoolCache(NamedTuple):
+    embed: layers.EmbeddingCache
+    pool: np.ndarray                 # (B, T) mean_pool's weights
+    lm_head: layers.LinearCache
+
+
+class PoolLossCache(NamedTuple):
+    forward: PoolCache
+    ce: layers.CrossEntropyCache
+
+
+class MeanPool(MeanPoolArch, Model):
+    batch_type = PoolBatch
+    max_new_tokens = 1    # it only ever predicts the first completion byte
+
+    def _forward(self, params, context, context_mask):
+        """context (B, T) int, context_mask (B, T) -> logits (B, V), PoolCache.
+        Host arrays in; the logits stay where the params live."""
+        embed = params["spark.embed.weight"]
+        be = backend.of(embed)
+        mask = be.asarray(context_mask, embed, embed.dtype)            # (B, T)
+        e, c_emb = layers.embedding_forward(be.asarray(context, embed), embed)
+        h, c_pool = layers.mean_pool_forward(e, mask)                  # (B, C)
+        logits, c_head = layers.linear_forward(h, params["spark.lm_head.weight"])  # (B, V)
+        return logits, PoolCache(c_emb, c_pool, c_head)
+
+    def _loss_forward(self, params, batch: PoolBatch, denom_of):
+        embed = params["spark.embed.weight"]
+        be = backend.of(embed)
+        logits, c_fwd = self._forward(params, batch.context, batch.context_mask)  # (B, V)
+        weights = np.ones(logits.shape[0], dtype=be.host_dtype(embed))  # (B,) one target per pair
+        target = be.asarray(np.asarray(batch.target).reshape(-1), embed)
+        loss, c_ce = layers.cross_entropy_forward(
+            logits, target, be.asarray(weights, embed), denom_of(weights))
+        return loss, PoolLossCache(c_fwd, c_ce)
+
+    def _loss_backward(self, cache: PoolLossCache) -> dict[str, np.ndarray]:
+        grads: dict[str, np.ndarray] = {}
+        fwd = cache.forward
+        # loss = cross_entropy(logits, target)
+        dlogits = layers.cross_entropy_backward(cache.ce)              # (B, V)
+        # logits = h @ lm_head.T
+        dh, grads["spark.lm_head.weight"] = layers.linear_backward(dlogits, fwd.lm_head)
+        # h = mean_pool(e, mask)
+        de = layers.mean_pool_backward(dh, fwd.pool)                   # (B, T, C)
+        # e = embed[context]
+        grads["spark.embed.weight"] = layers.embedding_backward(de, fwd.embed)
+        return grads
+
+    def pool_logits(self, params, context, context_mask) -> np.ndarray:
+        """context (B, T) int, context_mask (B, T) -> logits (B, 256), on the host."""
+        logits, _ = self._forward(params, context, context_mask)
+        return backend.of(logits).to_host(logits)
+
+    def scored_logits(self, params, batch):
+        self.check_batch(batch)
+        logits = self.pool_logits(params, batch.context, batch.context_mask)  # (B, V)
+        target = np.asarray(batch.target)                              # (B,)
+        return logits[:, None], target[:, None], np.ones((len(target), 1))  # T = 1
+
+    def next_logits(self, params, windows, lens):
+        live = (np.arange(windows.shape[1]) < lens[:, None]).astype(np.float32)  # (A, T)
+        return self.pool_logits(params, windows, live)                 # (A, V)
+
 
 KINDS: dict[str, type[Model]] = {kind.name: kind for kind in (Transformer, MeanPool)}
 
@@ -12,3 +274,64 @@ KINDS: dict[str, type[Model]] = {kind.name: kind for kind in (Transformer, MeanP
 def build_model(cfg: ModelConfig) -> Model:
     """The attention decoder or the mean-pool fallback, as cfg.kind says."""
     return KINDS[cfg.kind.name](cfg)
+
+
+MAX_NEW = 4096  # most new tokens one prompt may ask for: a model that never emits EOS stops here
+
+MIN_TEMPERATURE = 1e-6  # below: greedy (logits / T would overflow float64)
+
+
+def pick_next(logits: np.ndarray, temperature: float, top_k: int,
+              rng: np.random.Generator | None) -> np.ndarray:
+    """logits (A, V) -> next token ids (A,): argmax at T=0 (and below MIN_TEMPERATURE,
+    where dividing by T overflows), else a seeded draw; a row whose scaled logits are
+    not all finite is taken greedily too: never a draw from a NaN distribution."""
+    greedy = np.argmax(logits, axis=-1).astype(np.int64)          # first max on ties
+    if temperature < MIN_TEMPERATURE:
+        return greedy
+    with np.errstate(over="ignore", invalid="ignore"):
+        z = logits.astype(np.float64) / temperature                # (A, V)
+    finite = np.isfinite(z).all(axis=-1)                           # (A,)
+    if not finite.all():
+        z = np.where(finite[:, None], z, 0.0)
+    if 0 < top_k < z.shape[-1]:
+        kth = np.sort(z, axis=-1)[:, -top_k][:, None]              # (A, 1)
+        z = np.where(z >= kth, z, -np.inf)
+    z = z - z.max(axis=-1, keepdims=True)
+    p = np.exp(z)
+    p /= p.sum(axis=-1, keepdims=True)                             # (A, V)
+    u = rng.random(z.shape[0])[:, None]                            # (A, 1)
+    idx = (np.cumsum(p, axis=-1) < u).sum(axis=-1)                 # inverse CDF
+    idx = np.minimum(idx, z.shape[-1] - 1).astype(np.int64)
+    return np.where(finite, idx, greedy)
+
+
+def generate_tokens(params, cfg: ModelConfig, contexts: Sequence[np.ndarray],
+                    caps: Sequence[int], *, temperature: float = 0.0, top_k: int = 0,
+                    rng: np.random.Generator | None = None, eos: int) -> list[list[int]]:
+    """New tokens for each context (`eos` not included), at most caps[i] (and the kind's
+    max_new_tokens); the window slides once a row is longer than seq_len."""
+    model = build_model(cfg)
+    seqs = [list(int(t) for t in c) for c in contexts]
+    out: list[list[int]] = [[] for _ in seqs]
+    limit = model.max_new_tokens
+    caps = [int(c) if limit is None else min(int(c), limit) for c in caps]
+    active = [i for i, c in enumerate(caps) if c > 0]
+    while active:
+        windows = [seqs[i][-cfg.seq_len:] for i in active]
+        lens = np.array([len(w) for w in windows])                 # (A,)
+        grid = np.full((len(active), int(lens.max())), PAD, dtype=np.int64)  # (A, T)
+        for r, w in enumerate(windows):
+            grid[r, :len(w)] = w
+        last = model.next_logits(params, grid, lens)              # (A, V)
+        nxt = pick_next(last, temperature, top_k, rng)             # (A,)
+        still = []
+        for i, tok in zip(active, nxt.tolist()):
+            if tok == eos:
+                continue
+            seqs[i].append(tok)
+            out[i].append(tok)
+            if len(out[i]) < caps[i]:
+                still.append(i)
+        active = still
+    return out

@@ -110,7 +110,7 @@ def job_from_train(program_path: str, dataset: str, base: str, out: str, method:
 
 
 def read_program(path):
-    from sparktrain.bc.reader import read_program as read
+    from sparktrain.bc.codec import read_program as read
 
     return read(path)[0]
 

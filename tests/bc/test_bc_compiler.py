@@ -3,7 +3,7 @@ import hashlib
 from pathlib import Path
 
 from sparktrain.bc.compiler import compile_program, compile_source
-from sparktrain.bc.reader import decode
+from sparktrain.bc.codec import decode
 
 ROOT = Path(__file__).resolve().parents[2]
 VECTOR = ROOT / "tests" / "vectors" / "spark-train-step.spark"

@@ -6,8 +6,7 @@ from pathlib import Path
 
 from sparktrain.bc.compiler import compile_program, compile_source
 from sparktrain.bc.dump import dump_json, dump_text, xrefs
-from sparktrain.bc.opcodes import TABLE
-from sparktrain.bc.program import Program, layout_code
+from sparktrain.bc.program import TABLE, Program, layout_code
 from sparktrain.cli import main
 from sparktrain.core.fsutil import canonical_json
 

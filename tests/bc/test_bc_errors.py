@@ -9,7 +9,7 @@ import struct
 import pytest
 
 from sparktrain.bc.compiler import compile_source
-from sparktrain.bc.reader import decode
+from sparktrain.bc.codec import decode
 from sparktrain.cli import main
 from sparktrain.core.errors import BytecodeError, SourceError
 

@@ -9,11 +9,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from sparktrain.bc.codec import decode, encode
 from sparktrain.bc.compiler import compile_source
-from sparktrain.bc.opcodes import TABLE
-from sparktrain.bc.program import CONST_STR, VERSION, Program, layout_code
-from sparktrain.bc.reader import decode
-from sparktrain.bc.writer import encode
+from sparktrain.bc.program import TABLE, CONST_STR, VERSION, Program, layout_code
 from sparktrain.core.errors import BytecodeError
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,11 +1,9 @@
 """Opcode table, records, decode/encode round trips, train declarations."""
 import pytest
 
-from sparktrain.bc.opcodes import BY_CODE, BY_NAME, TABLE
-from sparktrain.bc.program import (Program, TrainDecl, job_of, layout_code, operand_values,
-                                   train_decls)
-from sparktrain.bc.reader import decode, iter_instructions
-from sparktrain.bc.writer import encode
+from sparktrain.bc.codec import decode, encode, iter_instructions
+from sparktrain.bc.program import (BY_CODE, BY_NAME, TABLE, Program, TrainDecl, job_of,
+                                   layout_code, operand_values, train_decls)
 from sparktrain.core.errors import BytecodeError
 
 

@@ -38,6 +38,6 @@ def copy_oracle_logits(params, cfg, inputs):
 @pytest.fixture
 def oracle(monkeypatch):
     """Swap the attention model's forward for copy_oracle_logits (import this fixture by name)."""
-    from sparktrain.model.transformer import Transformer
+    from sparktrain.model.build import Transformer
     monkeypatch.setattr(Transformer, "forward_logits",
                         lambda self, params, inputs: copy_oracle_logits(params, self.cfg, inputs))

@@ -9,11 +9,9 @@ import pytest
 from sparktrain.core.errors import SparkError
 from sparktrain.model.base import Model
 from sparktrain.model.batch import PoolBatch, TokenBatch
-from sparktrain.model.build import build_model
+from sparktrain.model.build import MeanPool, Transformer, build_model
 from sparktrain.model.config import (SCALES, AttentionArch, MeanPoolArch, ModelConfig,
                                      flops_per_token, n_params, param_shapes)
-from sparktrain.model.meanpool import MeanPool
-from sparktrain.model.transformer import Transformer
 
 from .gradcheck import TOL, check_tensors
 from .reference import forward_logits_naive

@@ -10,7 +10,7 @@ import pytest
 from relkit import FAST, TRAIN, trained  # noqa: F401  (fixture)
 from sparkhelp import PROMPT_GUARD_S, assert_one_line_error, run_spark
 from sparktrain.bc.program import MAX_INSTRUCTIONS
-from sparktrain.bc.writer import encode
+from sparktrain.bc.codec import encode
 from sparktrain.bc.compiler import compile_program
 
 
