@@ -10,7 +10,9 @@ exactly there (docs/outputs.md, "Links").
 - a path inside a git submodule is refused like a tracked tree;
 - --force replaces only what this tool made: an HF folder whose every entry is an
   export's, never a job's own files, a tracked .sparkbc only from its own source;
-- a full disk (a write hook that fails with ENOSPC) is one line in every writer.
+- a full disk (a write hook that fails with ENOSPC) is one line in every writer;
+- a coder job in use or a coder run that fails keeps its tokenizer and corpus; decode-bc
+  under a linked out/train writes nothing.
 """
 from __future__ import annotations
 
@@ -37,6 +39,8 @@ def project(tmp_path_factory):
     root = git_project(tmp_path_factory.mktemp("round5"))
     outside = tmp_path_factory.mktemp("outside")
     (outside / "precious.txt").write_text("not yours\n")
+    rc, _, err = run_spark(["export", "--to", "hf", "out/hfsrc", "--weights", W], cwd=root)
+    assert rc == 0, err  # what `spark import` reads
     return root, outside
 
 
@@ -57,6 +61,10 @@ LINKED = {
     "plot": (["plot", "--checkpoint", "out/j/checkpoint.json", "-o", "lnk/p.png"], "p.png"),
     "compile": (["compile", "data/programs/train-step.spark", "-o", "lnk/x.sparkbc"],
                 "x.sparkbc"),
+    "eval": (["eval", "--weights", W, "--data", "data/train/dataset.jsonl", "--samples", "0",
+              "-o", "lnk/e.json"], "e.json"),
+    "import": (["import", "--from", "hf", "out/hfsrc", "--out", "lnk/w.safetensors"],
+               "w.safetensors"),
 }
 
 
@@ -94,6 +102,20 @@ def test_a_link_to_an_allowed_place_writes_there_and_only_there(project, name, t
         assert sorted(os.listdir(tmp_path)) == [LINKED[name][1]]
     finally:
         (root / "lnk").unlink()
+
+
+@pytest.mark.parametrize("name", LINKED)
+def test_a_link_two_levels_up_is_judged_where_it_lands(project, name):
+    """out/up2 is a link into the project's machinery; out/up2/a/b/<file> would land there."""
+    root, _ = project
+    link = _link(root, "out/up2", root / ".git")
+    try:
+        argv = [a.replace("lnk/", "out/up2/a/b/") for a in LINKED[name][0]]
+        rc, _, err = run_spark(argv, cwd=root)
+        assert_one_line_error(rc, err)
+        assert not os.path.lexists(root / ".git/a")
+    finally:
+        link.unlink()
 
 
 @pytest.mark.parametrize("depth", [1, 2])
@@ -293,3 +315,81 @@ def test_a_huge_columns_does_not_size_the_bar():
             del os.environ["COLUMNS"]
         else:
             os.environ["COLUMNS"] = old
+
+
+# ---------------------------------------------------------------- a coder job stays whole
+
+def _coder_job(root):
+    """A copy of the project whose tiny coder job holds a tokenizer and a corpus."""
+    copy_project(root)
+    job = root / "out/train/job-coder-tiny"
+    (job / "corpus").mkdir(parents=True)
+    (job / "tokenizer.json").write_text('{"ours": true}\n')
+    (job / "corpus/files.json").write_text("[]\n")
+    return job
+
+
+def _files(job):
+    """The job's files but its lock file (it stays, by design: docs/outputs.md)."""
+    return {k: v for k, v in snapshot(job).items() if k != ".lock"}
+
+
+def test_a_second_code_train_on_a_job_in_use_touches_nothing(tmp_path):
+    job = _coder_job(tmp_path)
+    before = _files(job)
+    outputs.lock_job(job)  # the run in progress
+    try:
+        rc, _, err = run_spark(["code", "train", "--scale", "tiny"], cwd=tmp_path)
+        assert_one_line_error(rc, err, "in use")
+    finally:
+        outputs.unlock_job(job)
+    assert _files(job) == before
+
+
+def test_a_code_train_whose_corpus_fails_keeps_the_jobs_tokenizer_and_corpus(tmp_path):
+    import yaml
+
+    job = _coder_job(tmp_path)
+    recipe = yaml.safe_load((tmp_path / "data/programs/coder-recipes.yaml").read_text())["tiny"]
+    recipe["corpus"]["glob"] = "*.nothing-matches"
+    (tmp_path / "other.yaml").write_text(yaml.safe_dump(recipe))
+    before = _files(job)
+    rc, _, err = run_spark(["code", "train", "--params", "other.yaml"], cwd=tmp_path)
+    assert_one_line_error(rc, err)
+    assert _files(job) == before
+
+
+def test_decode_bc_under_a_linked_out_train_writes_nothing(tmp_path):
+    import subprocess
+    import sys
+
+    from sparkhelp import ROOT
+
+    root = tmp_path / "p"
+    root.mkdir()
+    copy_project(root)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (root / "out").mkdir()
+    (root / "out/train").symlink_to(elsewhere)
+    p = subprocess.run([sys.executable, "-m", "stages.decode_bc"], cwd=root, text=True,
+                       capture_output=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                       timeout=300)
+    assert_one_line_error(p.returncode, p.stderr)
+    assert os.listdir(elsewhere) == []
+
+
+def test_export_force_onto_an_hf_folder_that_became_a_link_keeps_the_foreign_file(project,
+                                                                               tmp_path):
+    root, _ = project
+    ours, decoy = tmp_path / "ours", tmp_path / "decoy"
+    rc, _, err = run_spark(["export", "--to", "hf", ours, "--weights", W], cwd=root)
+    assert rc == 0, err
+    shutil.copytree(ours, decoy)
+    (decoy / "foreign.txt").write_text("keep\n")
+    shutil.rmtree(ours)
+    ours.symlink_to(decoy)
+    before = snapshot(decoy)
+    rc, _, err = run_spark(["export", "--to", "hf", ours, "--weights", W, "--force"], cwd=root)
+    assert_one_line_error(rc, err)
+    assert snapshot(decoy) == before
