@@ -49,11 +49,18 @@ lock:
 		pyproject.toml -o $(LOCK)
 	$(MAKE) setup
 
+# pytest-xdist: TEST_WORKERS processes, each module's tests on one of them (a module's
+# shared fixture, such as a sweep, is made once); every test works in its own temporary
+# folders and BLAS is pinned to 1 thread, so 2 workers keep 2 cores busy.
+# `make test TEST_WORKERS=0` runs it in one process.
+TEST_WORKERS ?= 2
+PYTEST_TEST := -m pytest -q -n $(TEST_WORKERS) --dist loadscope
+
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) $(PYTEST_TEST)
 
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -m 'not e2e and not slow and not proof'
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadscope -m 'not e2e and not slow and not proof'
 
 test-sparkbc: $(STAMP)
 	$(PY) -m pytest -q tests/bc
