@@ -15,7 +15,7 @@ LOCK   := requirements.lock
 
 help:
 	@echo "make run        set up, run the default job (dvc repro), print a summary"
-	@echo "make test       set up, run the whole test suite"
+	@echo "make test       set up, run the whole test suite (TEST_WORKERS=2 pytest-xdist workers)"
 	@echo "make test-sparkbc   only the SPARK_BC toolchain tests"
 	@echo "make deps          rewrite dvc.yaml's code deps from the import graph (tools/stage_deps.py)"
 	@echo "make lock          refresh requirements.lock (uv pip compile --universal), then make setup"
