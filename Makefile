@@ -15,7 +15,7 @@ LOCK   := requirements.lock
 
 help:
 	@echo "make run        set up, run the default job (dvc repro), print a summary"
-	@echo "make test       set up, run the whole test suite"
+	@echo "make test       set up, run the whole test suite (TEST_WORKERS=2 pytest-xdist workers)"
 	@echo "make test-sparkbc   only the SPARK_BC toolchain tests"
 	@echo "make deps          rewrite dvc.yaml's code deps from the import graph (tools/stage_deps.py)"
 	@echo "make lock          refresh requirements.lock (uv pip compile --universal), then make setup"
@@ -49,11 +49,18 @@ lock:
 		pyproject.toml -o $(LOCK)
 	$(MAKE) setup
 
+# pytest-xdist: TEST_WORKERS processes, each module's tests on one of them (a module's
+# shared fixture, such as a sweep, is made once); every test works in its own temporary
+# folders and BLAS is pinned to 1 thread, so 2 workers keep 2 cores busy.
+# `make test TEST_WORKERS=0` runs it in one process.
+TEST_WORKERS ?= 2
+PYTEST_TEST := -m pytest -q -n $(TEST_WORKERS) --dist loadscope
+
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) $(PYTEST_TEST)
 
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -m 'not e2e and not slow and not proof'
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadscope -m 'not e2e and not slow and not proof'
 
 test-sparkbc: $(STAMP)
 	$(PY) -m pytest -q tests/bc

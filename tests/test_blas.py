@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from sparkhelp import assert_one_line_error, run_spark
+from sparkhelp import HANG_GUARD_S, assert_one_line_error, run_spark
 from sparktrain import runtime
 
 # numpy first, as tools/coder_proof.py did: its BLAS starts with the library's
@@ -44,7 +44,7 @@ def _numpy_first(project, **env) -> dict:
     full.pop("SPARK_BLAS_THREADS", None)
     full.update(env)
     done = subprocess.run([sys.executable, "-c", NUMPY_FIRST], cwd=project, env=full,
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.splitlines()[-1])
 

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from sparkhelp import assert_one_line_error, run_spark
+from sparkhelp import PROMPT_GUARD_S, assert_one_line_error, run_spark
 from sparktrain import runtime
 
 AVX2_CPU = """processor : 0
@@ -47,7 +47,7 @@ def base_env(**extra) -> dict:
 
 def report(first: str = "", **extra) -> tuple[dict, str]:
     done = subprocess.run([sys.executable, "-c", REPORT.format(first=first)],
-                          env=base_env(**extra), capture_output=True, text=True, timeout=120)
+                          env=base_env(**extra), capture_output=True, text=True, timeout=PROMPT_GUARD_S)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.splitlines()[-1]), done.stderr
 
@@ -57,7 +57,7 @@ def native_kernel() -> str:
     code = ("import numpy, json; from threadpoolctl import threadpool_info; "
             "print([p['architecture'] for p in threadpool_info() if p['user_api'] == 'blas'][0])")
     done = subprocess.run([sys.executable, "-c", code], env=base_env(), capture_output=True,
-                          text=True, timeout=120)
+                          text=True, timeout=PROMPT_GUARD_S)
     assert done.returncode == 0, done.stderr
     return done.stdout.strip()
 
@@ -175,7 +175,7 @@ def test_child_processes_inherit_the_portable_kernel():
     code = (REPORT.format(first="") + "import subprocess\n"
             f"subprocess.run([sys.executable, '-c', {REPORT.format(first='')!r}])\n")
     done = subprocess.run([sys.executable, "-c", code], env=base_env(), capture_output=True,
-                          text=True, timeout=120)
+                          text=True, timeout=PROMPT_GUARD_S)
     assert done.returncode == 0, done.stderr
     parent, child = (json.loads(ln) for ln in done.stdout.splitlines())
     assert parent == child and child["kernel"] == "Haswell" and child["source"] == "portable"

@@ -66,3 +66,19 @@ def test_the_venv_runs_the_locked_versions_of_what_records_and_hashes(name):
     except PackageNotFoundError:
         pytest.fail(f"{name} is not installed")
     assert f"=={have}" == pins_here()[canonicalize_name(name)]
+
+
+def test_make_test_runs_on_xdist_workers_that_the_dev_extra_installs():
+    """`make test` spreads the suite over pytest-xdist workers; the dev extra (which
+    `make setup` installs) and the lock carry pytest-xdist, so a fresh clone has it."""
+    import subprocess
+
+    shown = subprocess.run(["make", "-n", "test", "STAMP="], cwd=ROOT, capture_output=True,
+                           text=True, check=True).stdout.strip().splitlines()
+    assert shown[-1].endswith("-m pytest -q -n 2 --dist loadscope"), shown
+    one = subprocess.run(["make", "-n", "test", "STAMP=", "TEST_WORKERS=0"], cwd=ROOT,
+                         capture_output=True, text=True, check=True).stdout
+    assert "-n 0 " in one, one
+    dev = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["dev"]
+    assert "pytest-xdist" in {canonicalize_name(Requirement(r).name) for r in dev}
+    assert "pytest-xdist" in pins_here() and "execnet" in pins_here()

@@ -4,6 +4,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from sparkhelp import PROMPT_GUARD_S
+
 from sparktrain.bc.compiler import compile_program, compile_source
 from sparktrain.bc.dump import dump_json, dump_text, xrefs
 from sparktrain.bc.program import TABLE, Program, layout_code
@@ -92,7 +94,7 @@ def test_cli_compile_default_output_name(tmp_path, capsys):
 
 def test_help_lists_compile_and_dump():
     proc = subprocess.run([sys.executable, "-m", "sparktrain.cli", "--help"],
-                          capture_output=True, text=True, timeout=60)
+                          capture_output=True, text=True, timeout=PROMPT_GUARD_S)
     assert proc.returncode == 0
     assert "compile" in proc.stdout and "dump" in proc.stdout
 
@@ -101,7 +103,7 @@ def test_real_process_error_is_one_line(tmp_path):
     bad = tmp_path / "bad.sparkbc"
     bad.write_bytes(b"PK\x03\x04rest")
     proc = subprocess.run([sys.executable, "-m", "sparktrain.cli", "dump", str(bad)],
-                          capture_output=True, text=True, timeout=60)
+                          capture_output=True, text=True, timeout=PROMPT_GUARD_S)
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.splitlines() == [
         f"spark: error: {bad}: not a SPARK_BC file (magic b'PK\\x03\\x04' at offset 0); "

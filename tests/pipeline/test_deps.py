@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from sparkhelp import HANG_GUARD_S
+
 from .conftest import VENV_BIN, clone, dvc, stage_paths, tool_env
 
 pytestmark = pytest.mark.e2e
@@ -138,10 +140,10 @@ def test_dvc_notices_a_change_in_every_file_a_stage_uses(traced):
     files = sorted({rel for entries in plan.values() for rel in entries.values()})
     every = sorted({f for fs in used.values() for f in fs})
     python = VENV_BIN / "python" if VENV_BIN.is_dir() else "python"
-    # a hang guard only: the edits take about a minute on two quiet cores
+    # a hang guard only: the edits take under a minute on two quiet cores
     done = subprocess.run([str(python), "-c", _TOUCH, json.dumps(files), json.dumps(every)],
                           cwd=repo, env=tool_env(repo), capture_output=True, text=True,
-                          timeout=1800)
+                          timeout=HANG_GUARD_S)
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert report["ignored"] == [], f".dvcignore hides files the stages use: {report['ignored']}"

@@ -174,3 +174,13 @@ def test_readme_quick_blocks_run_as_written_and_show_what_runs_give(copy):
     for cmd, lines in shown[1:]:
         cmd = cmd.split("#")[0].replace("<exp>", pick[0])
         assert normal(stdout_of(copy, cmd).splitlines()) == normal(lines, names), cmd
+
+    # "Sweeping on a cluster" starts over: its first line drops the grid's experiments
+    # and the queue's finished tasks (`dvc exp remove` alone leaves them in the status)
+    before = shell(copy, "dvc queue status")
+    again = sh_lines(section("Sweeping on a cluster"))[0].split("#")[0]
+    assert "dvc exp remove -A" in again and "dvc queue remove --all" in again, again
+    shell(copy, again)
+    status = shell(copy, "dvc queue status")
+    assert "No experiment tasks in the queue." in status, (before, status)
+    assert "Success" not in status, (before, status)

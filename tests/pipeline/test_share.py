@@ -25,22 +25,6 @@ def _commit_lock(repo) -> None:
 # (test_readme_blocks.py).
 
 
-def test_push_then_pull_in_another_clone_needs_no_rerun(repro_copy, tmp_path):
-    remote = tmp_path / "remote"
-    dvc(repro_copy, "remote", "add", "-d", "local", str(remote))
-    _commit_lock(repro_copy)
-    dvc(repro_copy, "push")
-    other = tmp_path / "other"
-    done = run(tmp_path, "git", "clone", "-q", str(repro_copy), str(other))
-    assert done.returncode == 0, done.stdout
-    assert not (other / "out").exists()
-    dvc(other, "pull")
-    assert dvc(other, "status", "-q", check=False).returncode == 0
-    again = dvc(other, "repro")
-    assert ran_stages(again.stdout) == set(), again.stdout
-    assert "is cached" not in again.stdout
-
-
 def test_metrics_show_lists_the_eval_metrics(fresh_repro):
     repo, _ = fresh_repro
     shown = dvc_json(repo, "metrics", "show")
@@ -97,8 +81,10 @@ def share_block() -> str:
 
 def test_share_results_as_the_readme_writes_it(repro_copy, tmp_path):
     """The block run as written, its own bare repo as origin and a folder as the
-    DVC remote, after one experiment: a second clone with every output, clean,
-    nothing to run, and the experiment's metrics in the block's `dvc exp show`."""
+    DVC remote, after one experiment: a second clone with every output pulled (none
+    in git), clean, nothing to run, and the experiment's metrics in the block's
+    `dvc exp show`. (It is also the push-then-pull check: `dvc push`, a `git clone`,
+    `dvc pull` and a `dvc repro` that runs nothing.)"""
     repo = repro_copy
     origin, store = tmp_path / "origin.git", tmp_path / "store"
     _commit_lock(repo)
@@ -117,8 +103,11 @@ def test_share_results_as_the_readme_writes_it(repro_copy, tmp_path):
     for path in lock_outs(lock):
         assert (other / path).exists(), f"{path} not pulled"
     assert dvc(other, "status", "-q", check=False).returncode == 0
+    # the outputs came from the DVC remote, not git; nothing runs or is restored from a cache
+    assert git(other, "ls-files", "out").strip() == ""
     again = dvc(other, "repro")
     assert ran_stages(again.stdout) == set(), again.stdout
+    assert "is cached" not in again.stdout
     [show] = [line.split("#")[0].split()[1:] for line in block.splitlines()
               if line.startswith("dvc exp show")]
     assert "--all-commits" not in show and "-A" not in show, show

@@ -14,7 +14,7 @@ import pytest
 
 import sparktrain.train.live as live
 import sparktrain.train.loop as loop
-from sparkhelp import ROOT, SPARK
+from sparkhelp import HANG_GUARD_S, ROOT, SPARK
 from sparktrain.data.source import source_for
 from sparktrain.model.config import SCALES
 from sparktrain.params import Defaults, StepConfig
@@ -166,7 +166,7 @@ def _on_a_pty(args, cwd) -> tuple[int, str]:
             break
         chunks.append(chunk)
     os.close(master)
-    return proc.wait(timeout=120), b"".join(chunks).decode("utf-8", "replace")
+    return proc.wait(timeout=HANG_GUARD_S), b"".join(chunks).decode("utf-8", "replace")
 
 
 def test_spark_train_on_a_real_terminal_draws_the_bar(tmp_path):

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from sparkhelp import ROOT
+from sparkhelp import HANG_GUARD_S, ROOT
 
 sys.path.insert(0, str(ROOT))
 from tools import readme_figures as rf  # noqa: E402
@@ -22,7 +22,7 @@ def test_quick_run_records_machine_date_and_the_proofs_printed_table(tmp_path):
     readme.write_text("x\n<!-- figures:machine -->\nold\n<!-- /figures:machine -->\n")
     done = subprocess.run([sys.executable, "tools/readme_figures.py", "--quick", "--only",
                            "scale-proof,bench", "--record", str(record), "--readme", str(readme)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+                          cwd=ROOT, capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert done.returncode == 0, done.stderr
     doc = json.loads(record.read_text())
     m = doc["machine"]
@@ -110,3 +110,21 @@ def test_the_readmes_reproducible_figures_are_in_generated_blocks():
     scale = rf.scale_figures(rf.block(text, "scale-proof"))
     assert {"copy", "upper", "lookup"} <= set(scale)
     assert "coder-tiny" in rf.FIGURES and " on " in rf.block(text, "coder-tiny").split("\n")[0]
+
+
+def test_the_test_figure_is_make_tests_own_run(monkeypatch, tmp_path):
+    """README's `make test` line comes from running `make test` (the Makefile's pytest
+    workers and options), not from a pytest command of this script's own."""
+    ran = []
+
+    def fake_run(cwd, *cmd, **kw):
+        ran.append((cwd, cmd))
+        return 400.0, "....\n12 passed, 3 skipped, 1 deselected in 399.12s (0:06:39)\n"
+    monkeypatch.setattr(rf, "_run", fake_run)
+    fig = rf.fig_tests(tmp_path, quick=False)
+    assert ran == [(ROOT, ("make", "-s", "--no-print-directory", "test"))]
+    assert fig["text"] == ("`make test`: 12 passed, 3 skipped, 1 deselected in 399.12s "
+                           "(0:06:39) (6.7 min wall)")
+    assert rf.FIGURES["tests"][0] is rf.fig_tests
+    text = (ROOT / "README.md").read_text()
+    assert text.count("<!-- figures:tests -->") == 1 and "passed" in rf.block(text, "tests")

@@ -239,7 +239,7 @@ def test_the_scale_proof_target(tmp_path):
     repo = copy_project(ROOT, tmp_path / "repo")
     done = subprocess.run(["make", f"VENV={VENV}", "-o", f"{VENV}/.installed-stamp",
                            "spark-sgd-proof-scale"], cwd=repo,
-                          env=tool_env(repo), capture_output=True, text=True, timeout=1200)
+                          env=tool_env(repo), capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert done.returncode == 0 and "spark-sgd-proof-scale: ok" in done.stdout, done.stderr
     # README's table (tools/readme_figures.py --only scale-proof): the same figures
     lines = done.stdout.splitlines()

@@ -18,6 +18,7 @@ from sparktrain.params import MUON_ADAM_LR, StepConfig, override, parse_params
 from sparktrain.train.optim import (NS_COEFFICIENTS, NS_STEPS, lr_at, make_optimizer,
                                     orthogonalise)
 
+from sparkhelp import HANG_GUARD_S
 from test_corpus_loop import coder_project, pipeline
 
 CFG = ModelConfig(dim=16, n_layer=2, n_head=2, n_kv_head=1, seq_len=8).validate()
@@ -162,5 +163,5 @@ def stop_after_pass_2(root, folder):
             "live.Watcher.pass_done = stop\n"
             "sys.exit(s.run(s.STAGE, s.step))\n")
     done = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True,
-                          text=True, timeout=600)
+                          text=True, timeout=HANG_GUARD_S)
     assert done.returncode == 9, done.stderr
