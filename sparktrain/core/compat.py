@@ -1,8 +1,5 @@
-"""Files written by earlier versions, read here and nowhere else.
-
-Each reader below names the version change it bridges, so dropping an old
-layout is deleting one function and its callers' one line (docs/outputs.md).
-"""
+"""Files written by earlier versions, read here and nowhere else: each reader names the
+version change it bridges (docs/outputs.md)."""
 from __future__ import annotations
 
 # eval.json from before eval_detail.json held the detail beside the headline

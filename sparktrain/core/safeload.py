@@ -1,28 +1,6 @@
-"""The readers for text a user (or an attacker) hands us: YAML and JSON, bounded.
-
-Both refuse, in one line naming the file, what would make a small file expensive:
-
-- YAML aliases (`*name`): an alias bomb expands a few hundred bytes into
-  billions of nodes. A config file never needs them; anchors alone are harmless.
-- YAML integers beyond 2**63 (no setting needs one; converting one to float overflows);
-- nesting deeper than MAX_DEPTH (a recursion error in the parser, or later in
-  whatever walks the document);
-- JSON's non-standard `NaN`, `Infinity` and `-Infinity` (a NaN compares false
-  against every bound, so it slips through range checks), and integers longer
-  than Python's conversion limit.
-
-- a key given twice in one mapping (YAML or JSON), naming the key and both
-  lines: DVC refuses such a params.yaml, so we must not train on the last value;
-- more than `max_items` values (elements and members together; 1,000,000 for
-  JSON, 50,000 for YAML, whose parser is pure Python): a small file of a
-  million tiny numbers takes seconds and gigabytes to build;
-- text longer than `max_bytes` (the caller's cap of its kind; 64 MiB unless told).
-
-Every JSON or YAML document a command reads goes through `load_json` /
-`load_yaml` (tests/reliability/test_rel_loader.py holds the
-list). File size caps come first, through fsutil.read_input (params.yaml: 1 MiB).
-See docs/outputs.md ("The bounded loader") and docs/pipeline.md ("Hostile inputs").
-"""
+"""The bounded readers of YAML and JSON a user (or an attacker) hands us: aliases, merge
+keys, duplicate keys, deep nesting, too many values, huge integers and NaN are one line
+naming the file (docs/outputs.md, "The bounded loader"; docs/pipeline.md, "Hostile inputs")."""
 from __future__ import annotations
 
 import json
@@ -47,7 +25,7 @@ class _Refused(Exception):
 
 
 class _BoundedLoader(yaml.SafeLoader):
-    """SafeLoader without aliases and with a nesting bound, checked as nodes are composed."""
+    """SafeLoader without aliases, with nesting and value bounds checked node by node."""
 
     max_items = MAX_ITEMS
 
@@ -109,7 +87,7 @@ _BoundedLoader.construct_mapping = _unique_mapping
 
 
 def _capped(what, limit: int = 200) -> str:
-    """At most `limit` characters of a message that may quote a value, on one line."""
+    """At most `limit` characters of a message (it may quote a value), on one line."""
     text = " ".join(str(what).split())
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
@@ -158,8 +136,7 @@ def _check_size(text: str | bytes, name: str, max_bytes: int) -> None:
 
 
 def _counts(text: str | bytes) -> tuple[int, int]:
-    """(an upper bound on the values, the containers opened) of a JSON text, counted
-    in C before parsing."""
+    """(an upper bound on the values, the containers opened) of a JSON text, in C."""
     comma, square, curly = (",", "[", "{") if isinstance(text, str) else (b",", b"[", b"{")
     containers = text.count(square) + text.count(curly)
     return text.count(comma) + containers + 1, containers
