@@ -1,23 +1,5 @@
-"""`spark repro-check`: the reproducibility check to copy into CI.
-
-Runs `dvc repro --force`, then compares the new dvc.lock with the committed one
-(`git cat-file`: its size first, then the blob), parsed rather than diffed as text:
-
-- identical, and `dvc status -q` clean: exit 0;
-- otherwise every output whose md5 moved is printed with its stage. Float
-  outputs (JSON metrics and checkpoints, safetensors weights) are compared
-  number by number against the committed copy in the DVC cache (`dvc pull`
-  first in a fresh clone); a picture (.png) is drawn from those numbers and
-  follows them. When only float outputs moved and every number stays within
-  the relative tolerance, that is "drift within tolerance" (BLAS kernels differ
-  between CPU families): exit 0 with a note. Anything else: exit 1. When a
-  checkpoint's hash moved, a "made with" line names the BLAS kernel, numpy and
-  BLAS versions of this run and of the lock's run, and which of them differ.
-
-A changed input (cmd, deps, params) means the working tree is not the commit
-that recorded the lock: exit 1, naming it. Usage mistakes: one line, exit 2.
-See docs/pipeline.md.
-"""
+"""`spark repro-check`: `dvc repro --force`, then the new dvc.lock against the committed one,
+parsed; float outputs compared number by number within a tolerance (docs/pipeline.md)."""
 from __future__ import annotations
 
 import math
@@ -71,8 +53,7 @@ class Verdict:
 # --- reading the two locks -------------------------------------------------
 
 def inputs(lock: dict) -> dict[str, dict]:
-    """Per stage, what the run was made from: cmd, params and the deps that are
-    sources. A dep that another stage writes is compared as that stage's output."""
+    """Per stage, what the run was made from: cmd, params and the deps no stage writes."""
     written = set(outputs(lock))
     found = {}
     for stage, entry in (lock.get("stages") or {}).items():
@@ -234,8 +215,7 @@ def _describe(record: dict) -> str:
 
 def made_with_lines(old: dict, new: dict, read_old: Callable[[Output], bytes | None],
                     read_new: Callable[[Output], bytes]) -> list[str]:
-    """For each checkpoint whose hash moved: the kernel and versions of this run and
-    of the run that made the lock, and which of them differ."""
+    """For each checkpoint whose hash moved: this run's and the lock's kernel and versions."""
     lines = []
     old_outs, new_outs = outputs(old), outputs(new)
     for path in sorted(set(old_outs) & set(new_outs)):
@@ -296,8 +276,7 @@ def cache_reader() -> Callable[[Output], bytes | None]:
 
 
 def read_output(path, name: str, what: str = "") -> bytes:
-    """Output `name`'s bytes at `path`, its size checked (stat) before a byte is read:
-    weights within the weights cap, any other output within the eval file's."""
+    """Output `name`'s bytes at `path`, within the weights or the eval file cap."""
     try:
         return read_input(path, "weights file" if name.endswith(".safetensors") else "eval file")
     except SparkError as err:

@@ -17,10 +17,8 @@ GIT_IDENTITY = {"GIT_AUTHOR_NAME": "spark", "GIT_AUTHOR_EMAIL": "spark@localhost
 
 
 def tool_env(repo: str | os.PathLike | None = None, extra: dict | None = None) -> dict:
-    """os.environ with this interpreter's bin first on PATH (dvc runs the stages
-    as `python -m stages.X`, which must be this venv's python), DVC analytics off
-    and a git identity for commits. With `repo`, that checkout's package comes
-    first on sys.path: an editable install points at another working tree."""
+    """os.environ with this interpreter's bin first on PATH (the stages' python), DVC
+    analytics off, a git identity, and with `repo` its checkout first on PYTHONPATH."""
     env = dict(os.environ)
     env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
     env["DVC_NO_ANALYTICS"] = "1"
@@ -38,8 +36,7 @@ def project_files(root: Path) -> list[str]:
     if listed.returncode != 0:
         raise SparkError(f"{root} is not a git checkout of the project: {listed.stderr.strip()}")
     names = [n for n in listed.stdout.split("\0") if n]
-    return sorted(n for n in names
-                  if not n.startswith(NOT_COPIED) and (root / n).is_file())
+    return sorted(n for n in names if not n.startswith(NOT_COPIED) and (root / n).is_file())
 
 
 def copy_project(root: str | os.PathLike, dest: str | os.PathLike) -> Path:
