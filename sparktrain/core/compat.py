@@ -21,5 +21,4 @@ def whole_eval(ev: dict, detail) -> dict:
 def pre_step_failure_matches(failed: dict, current_step: dict) -> bool:
     """Whether a failed.json without a `step` record failed with the knobs in effect:
     the few it kept (lr, outer, inner) against `current_step`."""
-    return all(failed.get(k) == current_step.get(k) for k in PRE_STEP_FAILURE_KNOBS
-               if k in failed)
+    return all(failed.get(k) == current_step.get(k) for k in PRE_STEP_FAILURE_KNOBS if k in failed)

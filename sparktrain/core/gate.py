@@ -79,7 +79,8 @@ def _check(path: Path, name: str, kind: str, inputs: list[Path]) -> Path:
     _check_project(real, name, kind, inputs)
     _check_inputs(real, name, inputs)
     if kind in ARTIFACT_KINDS:
-        _check_not_in_job(real, name)
+        _check_not_in_job(real, name, ", whose files the pipeline commits together; write "
+                                      "elsewhere")
     if st is None:
         _check_new(real, name)
     else:
@@ -100,13 +101,12 @@ def _check_new(real: Path, name: str) -> None:
                          f"{kind_of(st.st_mode)}, not a folder")
 
 
-def _check_not_in_job(real: Path, name: str) -> None:
-    """Exports and imports never land in a job folder: its commit journal writes it."""
-    job = next((p for p in real.parents if _is_job_folder(p)), None)
+def _check_not_in_job(real: Path, name: str, why: str = "") -> None:
+    """Exports, imports and job folders never land in a job folder (its journal writes it)."""
+    job = next((p for p in real.parents if any((p / m).is_file() for m in JOB_MARKERS)), None)
     if job is not None:
         raise SparkError(f"cannot write {name}: it is inside the job folder "
-                         f"{printable(os.fspath(job))}, whose files the pipeline commits "
-                         f"together; write elsewhere")
+                         f"{printable(os.fspath(job))}{why}")
 
 
 def _check_existing(path: Path, name: str, kind: str, st: os.stat_result) -> None:
@@ -161,17 +161,14 @@ def _hf_entry(path: Path, entry: str) -> bool:
         return False
     if entry == "model.safetensors":
         return st.st_size >= 8 and _safetensors_header(path, st.st_size) is not None
-    if entry == "README.md":
+    if entry in ("README.md", TOKENIZER):  # the tokenizer: the library's layout, not canonical
+        head = CARD_HEAD if entry == "README.md" else b"{"
         with open(path, "rb") as f:
-            return f.read(len(CARD_HEAD)) == CARD_HEAD
+            return f.read(len(head)) == head
     if entry in HF_JSON:
-        if entry == TOKENIZER:  # the tokenizers library's layout, not canonical JSON
-            with open(path, "rb") as f:
-                return f.read(1) == b"{"
         doc = _canonical_doc(path, st.st_size)
-        if entry == "config.json":
-            return isinstance(doc, dict) and all(k in doc for k in HF_CONFIG_KEYS)
-        return isinstance(doc, dict)
+        return isinstance(doc, dict) and (entry != "config.json"
+                                          or all(k in doc for k in HF_CONFIG_KEYS))
     return False
 
 
@@ -252,10 +249,7 @@ def _check_project(real: Path, name: str, kind: str, inputs: list[Path]) -> None
                              f"{sub.split('/')[0]}/ folder, whose files git tracks; write "
                              "under out/")
     if kind == "job":
-        for p in real.parents:
-            if _is_job_folder(p):
-                raise SparkError(f"cannot write {name}: it is inside the job folder "
-                                 f"{printable(os.fspath(p))}")
+        _check_not_in_job(real, name)
 
 
 def _enclosing_roots(real: Path) -> list[Path]:
@@ -310,10 +304,6 @@ def _check_inputs(real: Path, name: str, inputs: list[Path]) -> None:
         if source == real or real in source.parents or same:
             raise SparkError(f"refusing to write {name}: it is (or holds) "
                              f"{printable(os.fspath(item))}, which this command reads")
-
-
-def _is_job_folder(folder: Path) -> bool:
-    return any((folder / m).is_file() for m in JOB_MARKERS)
 
 
 def check_job_live(folder: str | os.PathLike) -> None:

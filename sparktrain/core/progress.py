@@ -67,8 +67,7 @@ class Progress:
         self.done += n
         if self._bar is not None:
             kept = {} if note is None else {"note": note}
-            self._bar.update(self._task, completed=self.done, eta=format_seconds(self.eta),
-                             **kept)
+            self._bar.update(self._task, completed=self.done, eta=format_seconds(self.eta), **kept)
             return
         of = f"/{self.total}" if self.total is not None else ""
         unit = f" {self.unit}" if self.unit else ""

@@ -135,13 +135,6 @@ def _check_size(text: str | bytes, name: str, max_bytes: int) -> None:
                          "of this kind of file")
 
 
-def _counts(text: str | bytes) -> tuple[int, int]:
-    """(an upper bound on the values, the containers opened) of a JSON text, in C."""
-    comma, square, curly = (",", "[", "{") if isinstance(text, str) else (b",", b"[", b"{")
-    containers = text.count(square) + text.count(curly)
-    return text.count(comma) + containers + 1, containers
-
-
 class _Duplicate(Exception):
     def __init__(self, key):
         super().__init__(key)
@@ -156,31 +149,25 @@ def _unique_object(pairs):
     return value
 
 
-def _key_lines(text: str | bytes, key: str) -> list[int]:
-    """The lines where `"key":` appears (the duplicate's two, normally)."""
-    if isinstance(text, bytes):
-        text = text.decode("utf-8", "replace")
-    pattern = re.compile(re.escape(json.dumps(key, ensure_ascii=False)) + r"\s*:")
-    alt = re.compile(re.escape(json.dumps(key)) + r"\s*:")
-    starts = {m.start() for p in (pattern, alt) for m in p.finditer(text)}
-    return sorted(text.count("\n", 0, i) + 1 for i in starts)
-
-
 def load_json(text: str | bytes, name: str, max_items: int = MAX_ITEMS,
               max_bytes: int = MAX_BYTES):
     """The JSON value in `text`, or one SparkError line naming `name`."""
     _check_size(text, name, max_bytes)
-    items, containers = _counts(text)
-    if items > max_items:
+    # an upper bound on the values and the containers opened, counted in C before parsing
+    comma, square, curly = (",", "[", "{") if isinstance(text, str) else (b",", b"[", b"{")
+    containers = text.count(square) + text.count(curly)
+    if text.count(comma) + containers + 1 > max_items:
         raise SparkError(f"{name}: JSON with more than {max_items:,} values (refused before "
                          "parsing: it would take seconds and gigabytes)")
     try:
         value = json.loads(text, parse_constant=_no_constant, object_pairs_hook=_unique_object)
-    except _Duplicate as err:
-        lines = _key_lines(text, err.key)
+    except _Duplicate as err:  # the lines where `"key":` appears (the duplicate's two)
+        body = text.decode("utf-8", "replace") if isinstance(text, bytes) else text
+        keys = (json.dumps(err.key, ensure_ascii=False), json.dumps(err.key))
+        starts = {m.start() for k in keys for m in re.finditer(re.escape(k) + r"\s*:", body)}
+        lines = sorted(body.count("\n", 0, i) + 1 for i in starts)
         where = f" (lines {lines[0]} and {lines[1]})" if len(lines) >= 2 else ""
-        raise SparkError(f"{name}: key {_shown(err.key)} is given twice{where}; "
-                         "keep one") from None
+        raise SparkError(f"{name}: key {_shown(err.key)} is given twice{where}; keep one") from None
     except _Refused as err:
         raise SparkError(f"{name}: {err}") from None
     except RecursionError:

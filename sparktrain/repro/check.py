@@ -89,29 +89,26 @@ def relative_error(a: float, b: float) -> float:
 
 def compare_json(old, new, where: str = "") -> tuple[float, list[str]]:
     """(largest relative error over the numbers, the non-numeric differences)."""
-    if isinstance(old, bool) or isinstance(new, bool):
-        return 0.0, ([] if old == new else [f"{where or '.'}: {old!r} -> {new!r}"])
-    if isinstance(old, (int, float)) and isinstance(new, (int, float)):
+    number = (int, float)
+    if (isinstance(old, number) and isinstance(new, number)
+            and not isinstance(old, bool) and not isinstance(new, bool)):
         return relative_error(float(old), float(new)), []
     if isinstance(old, dict) and isinstance(new, dict):
         if set(old) != set(new):
             return 0.0, [f"{where or '.'}: keys differ ({sorted(set(old) ^ set(new))})"]
-        worst, other = 0.0, []
-        for key in sorted(old):
-            if HASH_KEY_MARK in key or (key == MADE_WITH and not where):
-                continue
-            err, diffs = compare_json(old[key], new[key], f"{where}.{key}")
-            worst, other = max(worst, err), other + diffs
-        return worst, other
-    if isinstance(old, list) and isinstance(new, list):
+        pairs = [(old[k], new[k], f"{where}.{k}") for k in sorted(old)
+                 if HASH_KEY_MARK not in k and not (k == MADE_WITH and not where)]
+    elif isinstance(old, list) and isinstance(new, list):
         if len(old) != len(new):
             return 0.0, [f"{where or '.'}: length {len(old)} -> {len(new)}"]
-        worst, other = 0.0, []
-        for i, (a, b) in enumerate(zip(old, new)):
-            err, diffs = compare_json(a, b, f"{where}[{i}]")
-            worst, other = max(worst, err), other + diffs
-        return worst, other
-    return 0.0, ([] if old == new else [f"{where or '.'}: {old!r} -> {new!r}"])
+        pairs = [(a, b, f"{where}[{i}]") for i, (a, b) in enumerate(zip(old, new))]
+    else:  # strings, booleans, null, or two kinds: equal or a difference
+        return 0.0, ([] if old == new else [f"{where or '.'}: {old!r} -> {new!r}"])
+    worst, other = 0.0, []
+    for a, b, at in pairs:
+        err, diffs = compare_json(a, b, at)
+        worst, other = max(worst, err), other + diffs
+    return worst, other
 
 
 def compare_safetensors(old: bytes, new: bytes) -> tuple[float, list[str]]:
@@ -231,8 +228,7 @@ def made_with_lines(old: dict, new: dict, read_old: Callable[[Output], bytes | N
                    else "not recorded (a checkpoint from before the record)")
             lines.append(f"{head}; the lock's run {why}")
             continue
-        differ = [name for key, name in MADE_WITH_PARTS
-                  if (mine or {}).get(key) != theirs.get(key)]
+        differ = [name for key, name in MADE_WITH_PARTS if (mine or {}).get(key) != theirs.get(key)]
         verdict = (f"{' and '.join(differ)} differ{'s' if len(differ) == 1 else ''}" if differ
                    else "the same kernel and versions, so the drift is not theirs")
         lines.append(f"{head}; the lock's run {_describe(theirs)}: {verdict}")
@@ -242,14 +238,12 @@ def made_with_lines(old: dict, new: dict, read_old: Callable[[Output], bytes | N
 def committed_lock() -> dict:
     top = git("rev-parse", "--show-toplevel")
     if top.returncode != 0:
-        raise SparkError("not inside a git repository; run the check from a clone of the "
-                         "project")
+        raise SparkError("not inside a git repository; run the check from a clone of the project")
     if Path(top.stdout.strip()).resolve() != Path.cwd().resolve():
         raise SparkError(f"run the check from the repository root ({top.stdout.strip()})")
     shown = git_blob("HEAD", LOCK)  # its size from git first: a huge blob is not read
     if shown is None:
-        raise SparkError(f"no {LOCK} committed at HEAD; run `dvc repro` and commit {LOCK} "
-                         f"first")
+        raise SparkError(f"no {LOCK} committed at HEAD; run `dvc repro` and commit {LOCK} first")
     lock = load_yaml(shown, f"{LOCK} at HEAD") or {}
     if not isinstance(lock, dict):
         raise SparkError(f"{LOCK} at HEAD is not a mapping of stages; commit a {LOCK} "

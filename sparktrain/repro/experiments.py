@@ -78,12 +78,12 @@ class DvcExperiments:
         refs = self._git("for-each-ref", "--sort=committerdate",
                          "--format=%(objectname) %(refname)", "refs/exps/")
         found = [(sha, EXP_REF.fullmatch(ref)) for sha, _, ref in (r.partition(" ") for r in refs)]
-        if not any(m and m[1] + m[2] == base for _, m in found):
+        mine = [(sha, m[3]) for sha, m in found if m and m[1] + m[2] == base]
+        if not mine:
             return [], []
         heads = self._git("branch", "--points-at", base, "--format=%(refname:short)")
         name = rev or next((h for h in heads if h), base[:7])
-        return [ExpRow(m[3], sha, name) for sha, m in found if m and m[1] + m[2] == base], \
-            [ExpRow(name, base, name)]
+        return [ExpRow(exp, sha, name) for sha, exp in mine], [ExpRow(name, base, name)]
 
     def read(self, path: str, rev: str) -> bytes | None:
         from dvc.exceptions import DvcException, PathMissingError
@@ -102,8 +102,7 @@ class DvcExperiments:
             raise SparkError(f"cannot read {path} at {rev}: {first_line(err)}; fetch it "
                              f"with `dvc exp pull <remote> {rev}`") from None
         if len(data) > MAX_FILE_BYTES:
-            raise SparkError(f"{path} at {rev} is larger than {MAX_FILE_BYTES} bytes; "
-                             f"not read")
+            raise SparkError(f"{path} at {rev} is larger than {MAX_FILE_BYTES} bytes; not read")
         return data
 
 

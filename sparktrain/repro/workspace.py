@@ -30,19 +30,15 @@ def tool_env(repo: str | os.PathLike | None = None, extra: dict | None = None) -
     return env
 
 
-def project_files(root: Path) -> list[str]:
-    """Tracked and untracked-but-not-ignored files, as git lists them."""
+def copy_project(root: str | os.PathLike, dest: str | os.PathLike) -> Path:
+    """A fresh one-commit git repository at `dest` holding the project's files (tracked and
+    untracked-but-not-ignored, as git lists them)."""
+    root, dest = Path(root), Path(dest)
     listed = git("ls-files", "-co", "--exclude-standard", "-z", cwd=root)
     if listed.returncode != 0:
         raise SparkError(f"{root} is not a git checkout of the project: {listed.stderr.strip()}")
     names = [n for n in listed.stdout.split("\0") if n]
-    return sorted(n for n in names if not n.startswith(NOT_COPIED) and (root / n).is_file())
-
-
-def copy_project(root: str | os.PathLike, dest: str | os.PathLike) -> Path:
-    """A fresh one-commit git repository at `dest` holding the project's files."""
-    root, dest = Path(root), Path(dest)
-    for name in project_files(root):
+    for name in sorted(n for n in names if not n.startswith(NOT_COPIED) and (root / n).is_file()):
         target = dest / name
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(root / name, target)
