@@ -77,28 +77,32 @@ def _check(path: Path, name: str, kind: str, inputs: list[Path]) -> Path:
     if st is not None and stat.S_ISDIR(st.st_mode) and kind in FILE_KINDS:
         raise SparkError(f"cannot write {name}: it is a folder; give a file name")
     _check_project(real, name, kind, inputs)
-    _check_inputs(real, name, inputs)
+    for item in inputs:
+        source = Path(os.path.realpath(item))
+        try:
+            same = os.path.samefile(item, real)
+        except OSError:
+            same = False
+        if source == real or real in source.parents or same:
+            raise SparkError(f"refusing to write {name}: it is (or holds) "
+                             f"{printable(os.fspath(item))}, which this command reads")
     if kind in ARTIFACT_KINDS:
         _check_not_in_job(real, name, ", whose files the pipeline commits together; write "
                                       "elsewhere")
-    if st is None:
-        _check_new(real, name)
-    else:
+    if st is not None:
         _check_existing(real, name, kind, st)
-    return path if Path(os.path.abspath(path)) == real else real
-
-
-def _check_new(real: Path, name: str) -> None:
-    ancestor = real.parent
+        return path if Path(os.path.abspath(path)) == real else real
+    ancestor = real.parent  # a new path: its nearest existing folder is a real folder
     while True:
         try:
-            st = os.stat(ancestor)
+            up = os.stat(ancestor)
             break
         except (FileNotFoundError, NotADirectoryError):
             ancestor = ancestor.parent
-    if not stat.S_ISDIR(st.st_mode):
+    if not stat.S_ISDIR(up.st_mode):
         raise SparkError(f"cannot write {name}: {printable(os.fspath(ancestor))} is "
-                         f"{kind_of(st.st_mode)}, not a folder")
+                         f"{kind_of(up.st_mode)}, not a folder")
+    return path if Path(os.path.abspath(path)) == real else real
 
 
 def _check_not_in_job(real: Path, name: str, why: str = "") -> None:
@@ -292,18 +296,6 @@ def _git_index(top: Path) -> tuple[frozenset, tuple]:
         if info.startswith(GITLINK.encode()):
             links.append(rel)
     return frozenset(files), tuple(links)
-
-
-def _check_inputs(real: Path, name: str, inputs: list[Path]) -> None:
-    for item in inputs:
-        source = Path(os.path.realpath(item))
-        try:
-            same = os.path.samefile(item, real)
-        except OSError:
-            same = False
-        if source == real or real in source.parents or same:
-            raise SparkError(f"refusing to write {name}: it is (or holds) "
-                             f"{printable(os.fspath(item))}, which this command reads")
 
 
 def check_job_live(folder: str | os.PathLike) -> None:

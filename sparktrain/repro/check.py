@@ -253,10 +253,9 @@ def committed_lock() -> dict:
 
 def dvc(*args: str, quiet: bool = False) -> int:
     """Run dvc with its output on stderr, so stdout holds only the verdict."""
-    cmd = [sys.executable, "-m", "dvc", *args]
-    done = subprocess.run(cmd, env=tool_env(), stdout=subprocess.DEVNULL if quiet else sys.stderr,
-                          stderr=subprocess.DEVNULL if quiet else sys.stderr)
-    return done.returncode
+    out = subprocess.DEVNULL if quiet else sys.stderr
+    return subprocess.run([sys.executable, "-m", "dvc", *args], env=tool_env(), stdout=out,
+                          stderr=out).returncode
 
 
 def cache_reader() -> Callable[[Output], bytes | None]:
