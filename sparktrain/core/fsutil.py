@@ -222,12 +222,11 @@ def check_regular(path: str | os.PathLike, what: str) -> None:
     """The checks of `open_input` without opening: exists, a regular file, within its cap."""
     name = utf8_name(os.fspath(path), what)
     try:
-        st = os.stat(name)
+        _check_stat(name, os.stat(name), what)
     except FileNotFoundError:
         raise SparkError(f"{what} {name} does not exist") from None
     except OSError as err:
         raise SparkError(f"cannot read {name}: {err.strerror or err}") from None
-    _check_stat(name, st, what)
 
 
 def _check_stat(name: str, st: os.stat_result, what: str) -> None:

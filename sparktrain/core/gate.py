@@ -286,16 +286,9 @@ def _git_index(top: Path) -> tuple[frozenset, tuple]:
         return frozenset(), ()
     if done.returncode != 0:
         return frozenset(), ()
-    files, links = set(), []
-    for entry in done.stdout.split(b"\0"):
-        if b"\t" not in entry:
-            continue
-        info, rel = entry.split(b"\t", 1)
-        rel = os.fsdecode(rel)
-        files.add(rel)
-        if info.startswith(GITLINK.encode()):
-            links.append(rel)
-    return frozenset(files), tuple(links)
+    entries = [e.split(b"\t", 1) for e in done.stdout.split(b"\0") if b"\t" in e]
+    links = tuple(os.fsdecode(rel) for info, rel in entries if info.startswith(GITLINK.encode()))
+    return frozenset(os.fsdecode(rel) for _, rel in entries), links
 
 
 def check_job_live(folder: str | os.PathLike) -> None:

@@ -45,8 +45,7 @@ class Progress:
         self.done = self.done_at_start = done
         self.stream = stream if stream is not None else sys.stderr
         self.tty = self.stream.isatty() if tty is None else tty
-        self.clock = clock
-        self.started = clock()
+        self.clock, self.started = clock, clock()
         self._bar = self._task = None
         if self.tty:
             console = Console(file=self.stream, force_terminal=True,

@@ -104,12 +104,12 @@ def load_yaml(text: str | bytes, name: str, max_items: int = MAX_YAML_ITEMS,
               max_bytes: int = MAX_BYTES):
     """The YAML document in `text` (one), or one SparkError line naming `name`."""
     _check_size(text, name, max_bytes)
-    deep = _DEEP_FLOW.search(text if isinstance(text, str) else text.decode("utf-8", "replace"))
+    body = text if isinstance(text, str) else text.decode("utf-8", "replace")
+    deep = _DEEP_FLOW.search(body)
     if deep:  # PyYAML's scanner looks ahead through a flow bomb before any node is composed
         line = text[:deep.start()].count("\n" if isinstance(text, str) else b"\n") + 1
         raise SparkError(f"{name}:{line}: nested deeper than {MAX_DEPTH} levels")
-    comma, newline = (",", "\n") if isinstance(text, str) else (b",", b"\n")
-    if text.count(comma) + text.count(newline) > max_items:  # the pure-Python parser is slow
+    if body.count(",") + body.count("\n") > max_items:  # the pure-Python parser is slow
         raise SparkError(f"{name}: YAML with more than {max_items:,} values or lines (refused "
                          "before parsing)")
     loader = type("_Loader", (_BoundedLoader,), {"max_items": max_items})

@@ -33,8 +33,7 @@ def first_line(err: BaseException, limit: int = 160) -> str:
 def columns(head: list[str], rows: list[list[str]], rule: bool = False) -> list[str]:
     """A plain text table, columns two spaces apart, dashes under the head when `rule`."""
     widths = [max(len(str(r[i])) for r in [head] + rows) for i in range(len(head))]
-    lines = ["  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip()
-             for r in [head] + rows]
+    lines = ["  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip() for r in [head] + rows]
     return lines[:1] + ["  ".join("-" * w for w in widths)] + lines[1:] if rule else lines
 
 

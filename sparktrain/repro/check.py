@@ -41,8 +41,7 @@ class Verdict:
     within_tolerance: bool = True
 
     def fail(self, line: str) -> None:
-        self.lines.append(line)
-        self.exact = False
+        self.drift(line)
         self.within_tolerance = False
 
     def drift(self, line: str) -> None:

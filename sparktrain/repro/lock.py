@@ -107,8 +107,7 @@ def confined(path: str, folder: str | os.PathLike) -> Path | None:
     dvc.lock must not steer a write elsewhere."""
     if not path or os.path.isabs(path) or ".." in Path(path).parts:
         return None
-    root = Path(folder).resolve()
-    target = Path(path).resolve()
+    root, target = Path(folder).resolve(), Path(path).resolve()
     return Path(path) if target != root and root in target.parents else None
 
 

@@ -19,11 +19,9 @@ GIT_IDENTITY = {"GIT_AUTHOR_NAME": "spark", "GIT_AUTHOR_EMAIL": "spark@localhost
 def tool_env(repo: str | os.PathLike | None = None, extra: dict | None = None) -> dict:
     """os.environ with this interpreter's bin first on PATH (the stages' python), DVC
     analytics off, a git identity, and with `repo` its checkout first on PYTHONPATH."""
-    env = dict(os.environ)
+    env = {**GIT_IDENTITY, **os.environ}  # a git identity for commits, unless one is set
     env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
     env["DVC_NO_ANALYTICS"] = "1"
-    for key, value in GIT_IDENTITY.items():
-        env.setdefault(key, value)
     if repo is not None:
         env["PYTHONPATH"] = str(repo)
     env.update(extra or {})
