@@ -28,9 +28,8 @@ def positive_int(text: str) -> int:
 
 
 def env_count(name: str, default, environ=os.environ, most: int | None = None):
-    """A positive integer from environment variable `name` (at most `most`, the
-    limit its flag has); `default` when unset or blank (a callable is called
-    then); one line naming the variable otherwise."""
+    """A positive integer (at most `most`) from environment variable `name`, `default` (or
+    its call) when unset or blank, else one line naming the variable."""
     text = environ.get(name, "").strip()
     if not text:
         return default() if callable(default) else default

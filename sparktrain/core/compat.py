@@ -1,8 +1,5 @@
-"""Files written by earlier versions, read here and nowhere else.
-
-Each reader below names the version change it bridges, so dropping an old
-layout is deleting one function and its callers' one line (docs/outputs.md).
-"""
+"""Files written by earlier versions, read here and nowhere else: each reader names the
+version change it bridges (docs/outputs.md)."""
 from __future__ import annotations
 
 # eval.json from before eval_detail.json held the detail beside the headline
@@ -24,5 +21,4 @@ def whole_eval(ev: dict, detail) -> dict:
 def pre_step_failure_matches(failed: dict, current_step: dict) -> bool:
     """Whether a failed.json without a `step` record failed with the knobs in effect:
     the few it kept (lr, outer, inner) against `current_step`."""
-    return all(failed.get(k) == current_step.get(k) for k in PRE_STEP_FAILURE_KNOBS
-               if k in failed)
+    return all(failed.get(k) == current_step.get(k) for k in PRE_STEP_FAILURE_KNOBS if k in failed)

@@ -1,6 +1,6 @@
 """The project's own error type: a user mistake, reported as one line, exit 2."""
 
-from sparktrain.core.textout import printable  # noqa: F401  (the one helper; errors quote user text)
+from sparktrain.core.textout import printable  # noqa: F401  (errors quote user text)
 
 
 MAX_MESSAGE = 1000  # characters: a message quoting a 900,000-character value is cut
@@ -35,9 +35,6 @@ class SourceError(SparkError):
 
 
 class TrainingFailed(SparkError):
-    """Training ran but must not be claimed (loss did not fall, NaN, ...).
-
-    Exit code 1, unlike bad input (2): the inputs were fine, the run was not.
-    """
+    """Training ran but must not be claimed (loss did not fall, NaN): exit 1, not 2."""
 
     exit_code = 1

@@ -1,11 +1,5 @@
-"""Files written the reproducible way (canonical JSON, atomic replace, sha256), and
-the one reader for files a user names.
-
-Every user-named input goes through `open_input`: it must be a regular file
-(checked with fstat on a non-blocking descriptor, so a FIFO never blocks) no
-larger than the cap of its kind, checked before a byte is read. Caps of the
-big kinds are configurable with SPARK_MAX_<KIND>_MB.
-"""
+"""Files written the reproducible way (canonical JSON, atomic replace through folder
+descriptors, sha256), and the one bounded reader of files a user names (docs/outputs.md)."""
 from __future__ import annotations
 
 import contextlib
@@ -27,13 +21,8 @@ def canonical_json(obj) -> str:
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
-    """Write to a temp file in the same folder, fsync, then rename over `path`.
-
-    A reader (or a crash) sees either the old file or the new one, never half. The
-    folder is opened one component at a time without following a link (`open_folder`)
-    and the temp file is created and renamed relative to that descriptor, so a folder
-    swapped for a link after the output gate judged the path cannot redirect a byte.
-    """
+    """`write_at` in `path`'s folder, opened link-free by `open_folder` (made when
+    missing): the old file or the new one, never half, and never through a link."""
     path = Path(path)
     try:
         with folder_fd(path.parent, create=True) as fd:
@@ -43,8 +32,7 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
 
 
 def write_error(path: str | os.PathLike, err: OSError) -> str:
-    """The one line of a failed write: the path, the reason and its errno name
-    (ENOSPC, EDQUOT, EROFS, EACCES, EIO, ...)."""
+    """The one line of a failed write: the path, the reason and its errno name (ENOSPC)."""
     code = f" ({errno.errorcode.get(err.errno, err.errno)})" if err.errno else ""
     return f"cannot write {printable(os.fspath(path))}: {err.strerror or err}{code}"
 
@@ -57,10 +45,8 @@ class LinkInPath(OSError):
 
 
 def open_folder(path: str | os.PathLike, create: bool = False) -> int:
-    """A descriptor on the folder `path`, opened one component at a time with
-    O_DIRECTORY | O_NOFOLLOW from / (an absolute path) or from the current folder (a
-    relative one): a component that is a link, or became one after the path was judged,
-    is refused (LinkInPath), never followed. create: make the missing folders."""
+    """A descriptor on the folder `path`, opened component by component with O_NOFOLLOW
+    from / or the current folder: a link on the way is LinkInPath. create: make missing ones."""
     path = os.fspath(path)
     fd = os.open("/" if os.path.isabs(path) else ".", _DIR_FLAGS)
     try:
@@ -108,10 +94,8 @@ def folder_fd(path: str | os.PathLike, create: bool = False):
 
 
 def pinned_folder(path: str | os.PathLike, create: bool = True) -> tuple[int, Path]:
-    """(a descriptor on folder `path` from `open_folder`, a path through it) for a library
-    that writes by path (DVCLive): `/proc/self/fd/N` names the folder that was opened,
-    so a parent swapped for a link later cannot redirect its writes. The caller closes
-    the descriptor. Without /proc, the path itself. create: make missing folders."""
+    """(an `open_folder` descriptor the caller closes, `/proc/self/fd/N` naming it, or `path`
+    without /proc) for a library that writes by path (DVCLive)."""
     try:
         fd = open_folder(path, create)
     except OSError as err:
@@ -162,12 +146,6 @@ def write_json(path: str | os.PathLike, obj) -> None:
     atomic_write_text(path, canonical_json(obj))
 
 
-def current_umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
 MiB = 1 << 20
 # kind -> (default cap in MiB, environment variable that overrides it, or None)
 SIZE_CAPS = {
@@ -199,18 +177,19 @@ def size_cap(what: str) -> int | None:
     return None if default is None else default * MiB
 
 
-def _kind_of(mode: int) -> str:
-    for test, name in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"),
-                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-                       (stat.S_ISSOCK, "a socket")):
+def kind_of(mode: int) -> str:
+    """What a stat mode is, in words ("a FIFO"), for a refusal's line."""
+    for test, word in ((stat.S_ISDIR, "a folder"), (stat.S_ISREG, "a file"),
+                       (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISLNK, "a symbolic link")):
         if test(mode):
-            return name
+            return word
     return "not a regular file"
 
 
 def utf8_name(name: str, what: str) -> str:
-    """`name` when it is UTF-8 text; else one line. A name is recorded in JSON (the
-    checkpoint, the corpus manifest), which holds only text: refused before any work."""
+    """`name` when it is UTF-8 text (the job's JSON records it), else one line."""
     try:
         name.encode("utf-8")
     except UnicodeEncodeError:
@@ -221,12 +200,8 @@ def utf8_name(name: str, what: str) -> str:
 
 
 def open_input(path: str | os.PathLike, what: str):
-    """A binary file object on `path`, checked to be a regular file within its cap
-    and named in UTF-8 (`utf8_name`).
-
-    Opened non-blocking so a FIFO cannot hang the open; fstat decides before
-    any read; the flag is cleared afterwards for ordinary reads.
-    """
+    """A binary file object on `path`: opened non-blocking (a FIFO cannot hang it), then
+    fstat says it is a regular file within its cap, named in UTF-8."""
     name = utf8_name(os.fspath(path), what)
     try:
         fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
@@ -247,12 +222,11 @@ def check_regular(path: str | os.PathLike, what: str) -> None:
     """The checks of `open_input` without opening: exists, a regular file, within its cap."""
     name = utf8_name(os.fspath(path), what)
     try:
-        st = os.stat(name)
+        _check_stat(name, os.stat(name), what)
     except FileNotFoundError:
         raise SparkError(f"{what} {name} does not exist") from None
     except OSError as err:
         raise SparkError(f"cannot read {name}: {err.strerror or err}") from None
-    _check_stat(name, st, what)
 
 
 def _check_stat(name: str, st: os.stat_result, what: str) -> None:
@@ -260,7 +234,7 @@ def _check_stat(name: str, st: os.stat_result, what: str) -> None:
     if stat.S_ISDIR(st.st_mode):
         raise SparkError(f"cannot read {name}: the {what} path is a folder")
     if not stat.S_ISREG(st.st_mode):
-        raise SparkError(f"cannot read {name}: the {what} is {_kind_of(st.st_mode)}, "
+        raise SparkError(f"cannot read {name}: the {what} is {kind_of(st.st_mode)}, "
                          "not a regular file")
     cap = size_cap(what)
     if cap is not None and st.st_size > cap:
@@ -274,8 +248,7 @@ def _raise_hint(what: str) -> str:
 
 
 def read_input(path: str | os.PathLike, what: str) -> bytes:
-    """The bytes of a file the user named; missing, a folder, a FIFO, a device,
-    too big or unreadable is one line."""
+    """The bytes of a file the user named, through `open_input`, bounded by its cap."""
     cap = size_cap(what)
     with open_input(path, what) as f:
         try:

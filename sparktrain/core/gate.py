@@ -1,25 +1,5 @@
-"""Where a command may write: one gate, an allowlist (docs/outputs.md, "The output gate").
-
-Every command that writes a path a user named calls `check_output` before its
-first write. The path is resolved first (every component, links included) and the
-resolved place is what is judged, and what is written: check_output returns it, and
-the writers (core/fsutil.py, export/publish.py) open its folder one component at a
-time without following a link, so a folder swapped for a link after the check makes
-the write fail instead of landing elsewhere. A job folder is never reached through a
-link at all. It allows exactly two things:
-
-- a NEW path whose nearest existing folder is a real folder, not inside a project's
-  git or DVC internals, a git-tracked tree or a git submodule, not inside a job
-  folder (unless the output is the job folder itself);
-- an EXISTING regular file or folder this tool made, told by its layout: the
-  magic bytes of the kind it writes (PNG, GGUF, Spark safetensors, SPARK_BC),
-  canonical JSON, an HF export folder, a job folder's own file names.
-
-Everything else is one line, exit 2, before a byte is written: a device node,
-FIFO or socket, a symbolic link (never followed), a git-tracked file or a
-folder holding one, the project root, a folder or file of another layout, and
-any of the command's own inputs (the weights it reads, its tokenizer, its dataset).
-"""
+"""Where a command may write: one gate, an allowlist of new paths and outputs this tool made,
+judged at the resolved place (docs/outputs.md, "The output gate" and "Links")."""
 from __future__ import annotations
 
 import functools
@@ -29,6 +9,7 @@ import subprocess
 from pathlib import Path
 
 from sparktrain.core.errors import SparkError, printable
+from sparktrain.core.fsutil import canonical_json, folder_fd, kind_of
 from sparktrain.core.jobfiles import (ARTIFACT, CHECKPOINT, CODER_PROOF, CORPUS, DVC_IGNORE, EVAL,
                                       EVAL_DETAIL, FAILED, JOURNAL, LIVE_DIR, LIVE_PENDING, LOCK,
                                       LOSS_PNG, PERF, PROGRAM, RESUME_STATE, RESUME_TENSORS,
@@ -43,13 +24,10 @@ JOB_NAMES = frozenset({PROGRAM, TOKENIZER, CORPUS, STATUS, WEIGHTS, CHECKPOINT, 
 JOB_MARKERS = (CHECKPOINT, ARTIFACT)
 # a folder holding one of these was made by a spark command (the stage or job writers)
 JOB_OWNED = frozenset({PROGRAM, TOKENIZER, STATUS, WEIGHTS, CHECKPOINT, ARTIFACT, LOCK})
+# README.md: the model card (export/card.py CARD_FILE)
 HF_NAMES = frozenset({"config.json", "generation_config.json", "model.safetensors", TOKENIZER,
-                      "tokenizer_config.json",
-                      "README.md"})  # the model card (export/card.py CARD_FILE)
-# Outputs that are project sources too: a compiled program (.sparkbc) is committed beside
-# its .spark as the pipeline's input, so `spark compile -o` may write it among tracked
-# files, but only the compiled form of the same source name (data/programs/X.spark ->
-# X.sparkbc beside it); an existing one is still replaced only when it is SPARK_BC.
+                      "tokenizer_config.json", "README.md"})
+# project sources too: X.sparkbc compiled beside its tracked X.spark (docs/outputs.md)
 SOURCE_KINDS = ("sparkbc",)
 INTERNALS = (".git", ".dvc")  # a project's machinery: never an output, never inside one
 MAGIC = {"png": b"\x89PNG\r\n\x1a\n", "gguf": b"GGUF", "sparkbc": b"SPBC"}
@@ -63,11 +41,9 @@ GITLINK = "160000"  # git's mode of a submodule entry
 
 
 def check_output(path: str | os.PathLike, kind: str, inputs: tuple = ()) -> Path:
-    """The path to write if this command may write (or replace) `path` as a `kind`
-    output, else one SparkError line. kind: one of FILE_KINDS or FOLDER_KINDS. inputs:
-    the paths the command reads (None entries are skipped). What comes back is `path`
-    itself when no link is on its way, else the resolved place that was judged: write
-    there (never re-resolve `path`)."""
+    """The path to write `path` as a `kind` output (FILE_KINDS, FOLDER_KINDS) at, never
+    one of `inputs` (None skipped), else one SparkError line: `path` itself, or the
+    resolved place judged when a link is on its way (write there, never re-resolve)."""
     if kind not in FILE_KINDS + FOLDER_KINDS:
         raise ValueError(f"unknown output kind {kind!r}")
     path = Path(path)
@@ -76,14 +52,6 @@ def check_output(path: str | os.PathLike, kind: str, inputs: tuple = ()) -> Path
         return _check(path, name, kind, [Path(i) for i in inputs if i is not None])
     except OSError as err:  # a name too long, a loop of links, a folder we may not list
         raise SparkError(f"cannot write {name}: {err.strerror or err}") from None
-
-
-def resolve_output(path: Path, name: str) -> Path:
-    """Where `path` really lands: every existing component resolved, links included."""
-    try:
-        return Path(os.path.realpath(path, strict=False))
-    except (OSError, RuntimeError, ValueError) as err:
-        raise SparkError(f"cannot write {name}: {err}") from None
 
 
 def _check(path: Path, name: str, kind: str, inputs: list[Path]) -> Path:
@@ -98,7 +66,10 @@ def _check(path: Path, name: str, kind: str, inputs: list[Path]) -> Path:
     if st is not None and stat.S_ISLNK(st.st_mode):  # the output itself: never followed
         raise SparkError(f"refusing to write {name}: it is a symbolic link (to "
                          f"{printable(os.readlink(path))}); name the real path")
-    real = resolve_output(path, name)
+    try:  # where `path` really lands: every existing component resolved, links included
+        real = Path(os.path.realpath(path, strict=False))
+    except (OSError, RuntimeError, ValueError) as err:
+        raise SparkError(f"cannot write {name}: {err}") from None
     if Path(os.path.abspath(path)) != real and kind == "job":
         raise SparkError(f"refusing to write {name}: a job folder is never reached through a "
                          f"link, and this path resolves to {printable(os.fspath(real))}; "
@@ -106,49 +77,52 @@ def _check(path: Path, name: str, kind: str, inputs: list[Path]) -> Path:
     if st is not None and stat.S_ISDIR(st.st_mode) and kind in FILE_KINDS:
         raise SparkError(f"cannot write {name}: it is a folder; give a file name")
     _check_project(real, name, kind, inputs)
-    _check_inputs(real, name, inputs)
+    for item in inputs:
+        source = Path(os.path.realpath(item))
+        try:
+            same = os.path.samefile(item, real)
+        except OSError:
+            same = False
+        if source == real or real in source.parents or same:
+            raise SparkError(f"refusing to write {name}: it is (or holds) "
+                             f"{printable(os.fspath(item))}, which this command reads")
     if kind in ARTIFACT_KINDS:
-        _check_not_in_job(real, name)
-    if st is None:
-        _check_new(real, name)
-    else:
+        _check_not_in_job(real, name, ", whose files the pipeline commits together; write "
+                                      "elsewhere")
+    if st is not None:
         _check_existing(real, name, kind, st)
-    return path if Path(os.path.abspath(path)) == real else real
-
-
-def _check_new(real: Path, name: str) -> None:
-    ancestor = real.parent
+        return path if Path(os.path.abspath(path)) == real else real
+    ancestor = real.parent  # a new path: its nearest existing folder is a real folder
     while True:
         try:
-            st = os.stat(ancestor)
+            up = os.stat(ancestor)
             break
         except (FileNotFoundError, NotADirectoryError):
             ancestor = ancestor.parent
-    if not stat.S_ISDIR(st.st_mode):
+    if not stat.S_ISDIR(up.st_mode):
         raise SparkError(f"cannot write {name}: {printable(os.fspath(ancestor))} is "
-                         f"{_kind_of(st.st_mode)}, not a folder")
+                         f"{kind_of(up.st_mode)}, not a folder")
+    return path if Path(os.path.abspath(path)) == real else real
 
 
-def _check_not_in_job(real: Path, name: str) -> None:
-    """Exports and imports never land in a job folder (new or existing file): a job's
-    files are written by its commit journal only, together."""
-    job = next((p for p in real.parents if _is_job_folder(p)), None)
+def _check_not_in_job(real: Path, name: str, why: str = "") -> None:
+    """Exports, imports and job folders never land in a job folder (its journal writes it)."""
+    job = next((p for p in real.parents if any((p / m).is_file() for m in JOB_MARKERS)), None)
     if job is not None:
         raise SparkError(f"cannot write {name}: it is inside the job folder "
-                         f"{printable(os.fspath(job))}, whose files the pipeline commits "
-                         f"together; write elsewhere")
+                         f"{printable(os.fspath(job))}{why}")
 
 
 def _check_existing(path: Path, name: str, kind: str, st: os.stat_result) -> None:
     mode = st.st_mode
     if kind in FOLDER_KINDS:
         if not stat.S_ISDIR(mode):
-            raise SparkError(f"refusing to write {name}: it is {_kind_of(mode)}, and the "
+            raise SparkError(f"refusing to write {name}: it is {kind_of(mode)}, and the "
                              f"output is a folder")
         _check_folder(path, name, kind)
         return
     if not stat.S_ISREG(mode):
-        raise SparkError(f"refusing to write {name}: it is {_kind_of(mode)}, not a regular "
+        raise SparkError(f"refusing to write {name}: it is {kind_of(mode)}, not a regular "
                          f"file (give a file name)")
     if st.st_size and not _made_by_us(path, kind, st.st_size):
         raise SparkError(f"refusing to replace {name}: it is not a {_KIND_WORDS[kind]} this "
@@ -182,8 +156,7 @@ CARD_HEAD = b"---\nlibrary_name: transformers\n"  # export/card.py's front matte
 
 
 def _hf_entry(path: Path, entry: str) -> bool:
-    """An entry of an HF folder this tool exported: a regular file of the layout
-    export/hf.py writes under that name (not merely a name it uses)."""
+    """A regular file of the layout export/hf.py writes under the name `entry`."""
     try:
         st = os.lstat(path)
     except OSError:
@@ -192,17 +165,14 @@ def _hf_entry(path: Path, entry: str) -> bool:
         return False
     if entry == "model.safetensors":
         return st.st_size >= 8 and _safetensors_header(path, st.st_size) is not None
-    if entry == "README.md":
+    if entry in ("README.md", TOKENIZER):  # the tokenizer: the library's layout, not canonical
+        head = CARD_HEAD if entry == "README.md" else b"{"
         with open(path, "rb") as f:
-            return f.read(len(CARD_HEAD)) == CARD_HEAD
+            return f.read(len(head)) == head
     if entry in HF_JSON:
-        if entry == TOKENIZER:  # the tokenizers library's layout, not canonical JSON
-            with open(path, "rb") as f:
-                return f.read(1) == b"{"
         doc = _canonical_doc(path, st.st_size)
-        if entry == "config.json":
-            return isinstance(doc, dict) and all(k in doc for k in HF_CONFIG_KEYS)
-        return isinstance(doc, dict)
+        return isinstance(doc, dict) and (entry != "config.json"
+                                          or all(k in doc for k in HF_CONFIG_KEYS))
     return False
 
 
@@ -219,7 +189,6 @@ def _canonical_doc(path: Path, size: int):
     """The JSON in `path` when it is canonical JSON (as core/fsutil.py writes), else None."""
     if size > JSON_CAP:
         return None
-    from sparktrain.core.fsutil import canonical_json
     from sparktrain.core.safeload import load_json
 
     text = path.read_bytes()
@@ -250,9 +219,8 @@ _KIND_WORDS = {"png": "PNG", "gguf": "GGUF file", "sparkbc": "SPARK_BC program",
 
 
 def _check_project(real: Path, name: str, kind: str, inputs: list[Path]) -> None:
-    """The resolved place against every project around it: not its machinery, not
-    the project folder itself, not a file git tracks or a folder under one (a tracked
-    tree, a submodule), and a job folder not inside another job folder."""
+    """Not a project's machinery or root, not git-tracked (file, tree, submodule), and a
+    job folder not inside another job folder."""
     inner = root_of(real.parent, git=True)
     if inner is not None:
         for part in real.relative_to(inner).parts:
@@ -269,8 +237,9 @@ def _check_project(real: Path, name: str, kind: str, inputs: list[Path]) -> None
             raise SparkError(f"refusing to write {name}: it is inside the git submodule "
                              f"{printable(link)}/ of the project; write under out/")
         if os.path.lexists(real):
-            if rel in files and kind in SOURCE_KINDS and _same_source(real, inputs):
-                continue  # a program is recompiled beside its .spark, under git
+            if rel in files and kind in SOURCE_KINDS and any(  # recompiled beside its .spark
+                    Path(os.path.realpath(i)).with_suffix(".sparkbc") == real for i in inputs):
+                continue
             if rel in files or any(f.startswith(rel + "/") for f in files):
                 raise SparkError(f"refusing to write {name}: it is (or holds) a file git "
                                  "tracks in the project; write under out/ or another new path")
@@ -284,21 +253,12 @@ def _check_project(real: Path, name: str, kind: str, inputs: list[Path]) -> None
                              f"{sub.split('/')[0]}/ folder, whose files git tracks; write "
                              "under out/")
     if kind == "job":
-        for p in real.parents:
-            if _is_job_folder(p):
-                raise SparkError(f"cannot write {name}: it is inside the job folder "
-                                 f"{printable(os.fspath(p))}")
-
-
-def _same_source(real: Path, inputs: list[Path]) -> bool:
-    """`real` is the compiled form of the source this command compiles (X.spark ->
-    X.sparkbc beside it)."""
-    return any(Path(os.path.realpath(i)).with_suffix(".sparkbc") == real for i in inputs)
+        _check_not_in_job(real, name)
 
 
 def _enclosing_roots(real: Path) -> list[Path]:
-    """Every project folder (dvc.yaml, .dvc/ or .git) at or above `real`'s folder,
-    innermost first: a submodule's superproject is judged too."""
+    """Every project folder at or above `real`'s folder, innermost first (a submodule's
+    superproject too)."""
     roots, start = [], real.parent
     while True:
         top = root_of(start, git=True)
@@ -312,8 +272,8 @@ def _enclosing_roots(real: Path) -> list[Path]:
 
 @functools.lru_cache(maxsize=16)
 def _git_index(top: Path) -> tuple[frozenset, tuple]:
-    """(the files git tracks under `top`, its submodules' paths): one `git ls-files`
-    per repository and process, not one per checked write; (empty, empty) outside git."""
+    """(files git tracks under `top`, its submodules): one `git ls-files` a repository and
+    process; (empty, empty) outside git."""
     if not os.path.lexists(top / ".git"):
         return frozenset(), ()
     try:
@@ -326,45 +286,9 @@ def _git_index(top: Path) -> tuple[frozenset, tuple]:
         return frozenset(), ()
     if done.returncode != 0:
         return frozenset(), ()
-    files, links = set(), []
-    for entry in done.stdout.split(b"\0"):
-        if b"\t" not in entry:
-            continue
-        info, rel = entry.split(b"\t", 1)
-        rel = os.fsdecode(rel)
-        files.add(rel)
-        if info.startswith(GITLINK.encode()):
-            links.append(rel)
-    return frozenset(files), tuple(links)
-
-
-def _check_inputs(real: Path, name: str, inputs: list[Path]) -> None:
-    for item in inputs:
-        source = Path(os.path.realpath(item))
-        if source == real or real in source.parents or _same_file(item, real):
-            raise SparkError(f"refusing to write {name}: it is (or holds) "
-                             f"{printable(os.fspath(item))}, which this command reads")
-
-
-def _same_file(a: Path, b: Path) -> bool:
-    try:
-        return os.path.samefile(a, b)
-    except OSError:
-        return False
-
-
-def _is_job_folder(folder: Path) -> bool:
-    return any((folder / m).is_file() for m in JOB_MARKERS)
-
-
-def _kind_of(mode: int) -> str:
-    for test, word in ((stat.S_ISDIR, "a folder"), (stat.S_ISREG, "a file"),
-                       (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"),
-                       (stat.S_ISLNK, "a symbolic link")):
-        if test(mode):
-            return word
-    return "not a regular file"
+    entries = [e.split(b"\t", 1) for e in done.stdout.split(b"\0") if b"\t" in e]
+    links = tuple(os.fsdecode(rel) for info, rel in entries if info.startswith(GITLINK.encode()))
+    return frozenset(os.fsdecode(rel) for _, rel in entries), links
 
 
 def check_job_live(folder: str | os.PathLike) -> None:
@@ -376,13 +300,9 @@ def check_job_live(folder: str | os.PathLike) -> None:
 
 
 def replace_owned_folder(new: Path, dest: Path) -> None:
-    """Put the folder `new` at `dest`, replacing the folder this tool
-    made there; a link or a file at `dest` is refused (one line), never followed or
-    deleted. Removal and rename go through the folder's descriptor (core/fsutil.py
-    open_folder), so a parent swapped for a link cannot redirect them."""
+    """Put the folder `new` at `dest`, replacing a folder (never a link or a file) there,
+    removed and renamed through the parents' descriptors (fsutil.folder_fd)."""
     import shutil
-
-    from sparktrain.core.fsutil import folder_fd
 
     with folder_fd(new.parent) as src, folder_fd(dest.parent) as fd:
         try:

@@ -1,8 +1,4 @@
-"""The files of a job folder: their names and where the folder is.
-
-Every module that reads or writes a job's files names them through this one
-table, so a name changes in one place. docs/outputs.md says what each holds.
-"""
+"""The files of a job folder: their names (the one table; docs/outputs.md) and its place."""
 from __future__ import annotations
 
 import re

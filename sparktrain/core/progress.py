@@ -1,11 +1,5 @@
-"""Progress a person can follow: a `rich` bar on a terminal, one plain line per
-unit of work anywhere else (DVC's captured output, CI, a pipe).
-
-The ETA counts only the work done in *this* process: after a resume the units
-done before it took no time here, so they must not make the rate look fast (the
-first line after a resume would otherwise promise a finish in seconds). Until
-one unit is done here there is no ETA. See docs/training.md ("Progress").
-"""
+"""Progress a person can follow: a `rich` bar on a terminal, one plain line per unit of
+work elsewhere; the ETA counts only this process's work (docs/training.md, "Progress")."""
 from __future__ import annotations
 
 import sys
@@ -21,8 +15,8 @@ from rich.table import Column
 
 def eta_seconds(done_at_start: int, done: int, total: int | None,
                 seconds: float) -> float | None:
-    """Seconds left at the rate of this process: (total - done) units at
-    `seconds / (done - done_at_start)` each; None before the first unit."""
+    """Seconds left at this process's rate (units done before a resume took no time here);
+    None before the first unit."""
     did = done - done_at_start
     if total is None or did <= 0 or seconds <= 0:
         return None
@@ -41,17 +35,8 @@ def format_seconds(seconds: float | None) -> str:
 
 
 class Progress:
-    """`advance()` once per unit of work (a pass, a file, a sweep point, a
-    training micro-step).
-
-    On a terminal: a bar with done/total, elapsed time, the ETA and a short note
-    (an `advance()` without a note keeps the last one, so a bar advanced every
-    micro-step can show the last pass's numbers). Elsewhere: one line per
-    `advance()`: "WHAT: 3/8 UNIT, 12s elapsed, ETA 20s, NOTE".
-    `log(line)` prints a line of its own (above the bar on a terminal).
-    `width`: the terminal's columns (default: what rich finds, COLUMNS or the
-    terminal's size); the bar fits them (_FittingBar).
-    """
+    """`advance()` once per unit of work: a fitting bar on a terminal (a note kept until a
+    new one), else one line "WHAT: 3/8 UNIT, 12s elapsed, ETA 20s, NOTE"; `log` a line."""
 
     def __init__(self, what: str, total: int | None, done: int = 0, unit: str = "",
                  stream: TextIO | None = None, tty: bool | None = None,
@@ -60,8 +45,7 @@ class Progress:
         self.done = self.done_at_start = done
         self.stream = stream if stream is not None else sys.stderr
         self.tty = self.stream.isatty() if tty is None else tty
-        self.clock = clock
-        self.started = clock()
+        self.clock, self.started = clock, clock()
         self._bar = self._task = None
         if self.tty:
             console = Console(file=self.stream, force_terminal=True,
@@ -82,8 +66,7 @@ class Progress:
         self.done += n
         if self._bar is not None:
             kept = {} if note is None else {"note": note}
-            self._bar.update(self._task, completed=self.done, eta=format_seconds(self.eta),
-                             **kept)
+            self._bar.update(self._task, completed=self.done, eta=format_seconds(self.eta), **kept)
             return
         of = f"/{self.total}" if self.total is not None else ""
         unit = f" {self.unit}" if self.unit else ""
@@ -122,11 +105,8 @@ NOTE_MIN = 28   # the note's room before the bar gives up a cell: "loss 2.1000  
 
 
 class _FittingBar(RichProgress):
-    """A rich bar that fits the terminal's width: when its cells and NOTE_MIN
-    columns of note do not fit, it drops the least useful cells first (the unit,
-    then the elapsed time, then most of the bar, then the bar), so the
-    description, the counts and the ETA are never cut. Asked again at every
-    refresh: a resized terminal gets the layout that fits it now."""
+    """A rich bar that drops its least useful cells (unit, elapsed, then the bar) until it
+    and NOTE_MIN columns of note fit the width, at every refresh (docs/training.md)."""
 
     def __init__(self, unit: str, **kw):
         # descriptions and notes are text, never rich markup ("[job-1] ..." stays)
@@ -147,8 +127,7 @@ class _FittingBar(RichProgress):
         super().__init__(*self.layouts[0], **kw)
 
     def _needs(self, columns, tasks) -> int:
-        """Columns the cells take, NOTE_MIN for the note, one space between cells
-        (the ETA counted at its widest, "ETA 59m59s", so the layout does not flicker)."""
+        """Columns the cells, NOTE_MIN of note and the gaps take (the ETA at its widest)."""
         options = self.console.options
         need = len(columns) - 1
         for column in columns:

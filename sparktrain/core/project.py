@@ -1,9 +1,5 @@
-"""The project root, found as git and DVC find theirs: the nearest folder, from
-the current one upwards, that holds `dvc.yaml` or `.dvc/`. Commands that read or
-write project files (`spark status`, `spark compare`, `spark sweep`) work from
-any subfolder and put what they write under the root's `out/`. See
-docs/pipeline.md ("Where commands run").
-"""
+"""The project root, found as git and DVC find theirs: the nearest folder upwards holding
+`dvc.yaml` or `.dvc/` (docs/pipeline.md, "Where commands run")."""
 from __future__ import annotations
 
 import os
@@ -12,14 +8,12 @@ from pathlib import Path
 from sparktrain.core.errors import SparkError
 
 OUT = "out"
-PARAMS_FILE = "params.yaml"   # the knobs, at the root beside dvc.yaml (sparktrain/params.py reads it)
+PARAMS_FILE = "params.yaml"   # the knobs, at the root beside dvc.yaml (sparktrain/params.py)
 
 
 def root_of(start: str | Path | None = None, git: bool = False) -> Path | None:
-    """The nearest folder at or above `start` (default: the current one, resolved)
-    holding dvc.yaml or .dvc/ (or .git, a folder or a submodule's file, when `git`);
-    None when there is none. The one search for a project root: find_root and the
-    output gate (core/gate.py) both use it."""
+    """The nearest folder at or above `start` (default: the current one) holding dvc.yaml
+    or .dvc/ (or .git when `git`); None when there is none."""
     here = Path(start if start is not None else Path.cwd()).resolve()
     for folder in (here, *here.parents):
         if ((folder / "dvc.yaml").is_file() or (folder / ".dvc").is_dir()
@@ -29,8 +23,7 @@ def root_of(start: str | Path | None = None, git: bool = False) -> Path | None:
 
 
 def find_root(start: str | Path | None = None) -> Path:
-    """The nearest folder at or above `start` (default: the current one) holding
-    dvc.yaml or .dvc/; one line when there is none."""
+    """`root_of(start)`, or one line when there is none."""
     found = root_of(start)
     if found is not None:
         return found

@@ -1,28 +1,6 @@
-"""The readers for text a user (or an attacker) hands us: YAML and JSON, bounded.
-
-Both refuse, in one line naming the file, what would make a small file expensive:
-
-- YAML aliases (`*name`): an alias bomb expands a few hundred bytes into
-  billions of nodes. A config file never needs them; anchors alone are harmless.
-- YAML integers beyond 2**63 (no setting needs one; converting one to float overflows);
-- nesting deeper than MAX_DEPTH (a recursion error in the parser, or later in
-  whatever walks the document);
-- JSON's non-standard `NaN`, `Infinity` and `-Infinity` (a NaN compares false
-  against every bound, so it slips through range checks), and integers longer
-  than Python's conversion limit.
-
-- a key given twice in one mapping (YAML or JSON), naming the key and both
-  lines: DVC refuses such a params.yaml, so we must not train on the last value;
-- more than `max_items` values (elements and members together; 1,000,000 for
-  JSON, 50,000 for YAML, whose parser is pure Python): a small file of a
-  million tiny numbers takes seconds and gigabytes to build;
-- text longer than `max_bytes` (the caller's cap of its kind; 64 MiB unless told).
-
-Every JSON or YAML document a command reads goes through `load_json` /
-`load_yaml` (tests/reliability/test_rel_loader.py holds the
-list). File size caps come first, through fsutil.read_input (params.yaml: 1 MiB).
-See docs/outputs.md ("The bounded loader") and docs/pipeline.md ("Hostile inputs").
-"""
+"""The bounded readers of YAML and JSON a user (or an attacker) hands us: aliases, merge
+keys, duplicate keys, deep nesting, too many values, huge integers and NaN are one line
+naming the file (docs/outputs.md, "The bounded loader"; docs/pipeline.md, "Hostile inputs")."""
 from __future__ import annotations
 
 import json
@@ -47,7 +25,7 @@ class _Refused(Exception):
 
 
 class _BoundedLoader(yaml.SafeLoader):
-    """SafeLoader without aliases and with a nesting bound, checked as nodes are composed."""
+    """SafeLoader without aliases, with nesting and value bounds checked node by node."""
 
     max_items = MAX_ITEMS
 
@@ -109,7 +87,7 @@ _BoundedLoader.construct_mapping = _unique_mapping
 
 
 def _capped(what, limit: int = 200) -> str:
-    """At most `limit` characters of a message that may quote a value, on one line."""
+    """At most `limit` characters of a message (it may quote a value), on one line."""
     text = " ".join(str(what).split())
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
@@ -126,12 +104,12 @@ def load_yaml(text: str | bytes, name: str, max_items: int = MAX_YAML_ITEMS,
               max_bytes: int = MAX_BYTES):
     """The YAML document in `text` (one), or one SparkError line naming `name`."""
     _check_size(text, name, max_bytes)
-    deep = _DEEP_FLOW.search(text if isinstance(text, str) else text.decode("utf-8", "replace"))
+    body = text if isinstance(text, str) else text.decode("utf-8", "replace")
+    deep = _DEEP_FLOW.search(body)
     if deep:  # PyYAML's scanner looks ahead through a flow bomb before any node is composed
         line = text[:deep.start()].count("\n" if isinstance(text, str) else b"\n") + 1
         raise SparkError(f"{name}:{line}: nested deeper than {MAX_DEPTH} levels")
-    comma, newline = (",", "\n") if isinstance(text, str) else (b",", b"\n")
-    if text.count(comma) + text.count(newline) > max_items:  # the pure-Python parser is slow
+    if body.count(",") + body.count("\n") > max_items:  # the pure-Python parser is slow
         raise SparkError(f"{name}: YAML with more than {max_items:,} values or lines (refused "
                          "before parsing)")
     loader = type("_Loader", (_BoundedLoader,), {"max_items": max_items})
@@ -157,14 +135,6 @@ def _check_size(text: str | bytes, name: str, max_bytes: int) -> None:
                          "of this kind of file")
 
 
-def _counts(text: str | bytes) -> tuple[int, int]:
-    """(an upper bound on the values, the containers opened) of a JSON text, counted
-    in C before parsing."""
-    comma, square, curly = (",", "[", "{") if isinstance(text, str) else (b",", b"[", b"{")
-    containers = text.count(square) + text.count(curly)
-    return text.count(comma) + containers + 1, containers
-
-
 class _Duplicate(Exception):
     def __init__(self, key):
         super().__init__(key)
@@ -179,31 +149,25 @@ def _unique_object(pairs):
     return value
 
 
-def _key_lines(text: str | bytes, key: str) -> list[int]:
-    """The lines where `"key":` appears (the duplicate's two, normally)."""
-    if isinstance(text, bytes):
-        text = text.decode("utf-8", "replace")
-    pattern = re.compile(re.escape(json.dumps(key, ensure_ascii=False)) + r"\s*:")
-    alt = re.compile(re.escape(json.dumps(key)) + r"\s*:")
-    starts = {m.start() for p in (pattern, alt) for m in p.finditer(text)}
-    return sorted(text.count("\n", 0, i) + 1 for i in starts)
-
-
 def load_json(text: str | bytes, name: str, max_items: int = MAX_ITEMS,
               max_bytes: int = MAX_BYTES):
     """The JSON value in `text`, or one SparkError line naming `name`."""
     _check_size(text, name, max_bytes)
-    items, containers = _counts(text)
-    if items > max_items:
+    # an upper bound on the values and the containers opened, counted in C before parsing
+    comma, square, curly = (",", "[", "{") if isinstance(text, str) else (b",", b"[", b"{")
+    containers = text.count(square) + text.count(curly)
+    if text.count(comma) + containers + 1 > max_items:
         raise SparkError(f"{name}: JSON with more than {max_items:,} values (refused before "
                          "parsing: it would take seconds and gigabytes)")
     try:
         value = json.loads(text, parse_constant=_no_constant, object_pairs_hook=_unique_object)
-    except _Duplicate as err:
-        lines = _key_lines(text, err.key)
+    except _Duplicate as err:  # the lines where `"key":` appears (the duplicate's two)
+        body = text.decode("utf-8", "replace") if isinstance(text, bytes) else text
+        keys = (json.dumps(err.key, ensure_ascii=False), json.dumps(err.key))
+        starts = {m.start() for k in keys for m in re.finditer(re.escape(k) + r"\s*:", body)}
+        lines = sorted(body.count("\n", 0, i) + 1 for i in starts)
         where = f" (lines {lines[0]} and {lines[1]})" if len(lines) >= 2 else ""
-        raise SparkError(f"{name}: key {_shown(err.key)} is given twice{where}; "
-                         "keep one") from None
+        raise SparkError(f"{name}: key {_shown(err.key)} is given twice{where}; keep one") from None
     except _Refused as err:
         raise SparkError(f"{name}: {err}") from None
     except RecursionError:

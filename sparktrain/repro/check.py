@@ -1,23 +1,5 @@
-"""`spark repro-check`: the reproducibility check to copy into CI.
-
-Runs `dvc repro --force`, then compares the new dvc.lock with the committed one
-(`git cat-file`: its size first, then the blob), parsed rather than diffed as text:
-
-- identical, and `dvc status -q` clean: exit 0;
-- otherwise every output whose md5 moved is printed with its stage. Float
-  outputs (JSON metrics and checkpoints, safetensors weights) are compared
-  number by number against the committed copy in the DVC cache (`dvc pull`
-  first in a fresh clone); a picture (.png) is drawn from those numbers and
-  follows them. When only float outputs moved and every number stays within
-  the relative tolerance, that is "drift within tolerance" (BLAS kernels differ
-  between CPU families): exit 0 with a note. Anything else: exit 1. When a
-  checkpoint's hash moved, a "made with" line names the BLAS kernel, numpy and
-  BLAS versions of this run and of the lock's run, and which of them differ.
-
-A changed input (cmd, deps, params) means the working tree is not the commit
-that recorded the lock: exit 1, naming it. Usage mistakes: one line, exit 2.
-See docs/pipeline.md.
-"""
+"""`spark repro-check`: `dvc repro --force`, then the new dvc.lock against the committed one,
+parsed; float outputs compared number by number within a tolerance (docs/pipeline.md)."""
 from __future__ import annotations
 
 import math
@@ -59,8 +41,7 @@ class Verdict:
     within_tolerance: bool = True
 
     def fail(self, line: str) -> None:
-        self.lines.append(line)
-        self.exact = False
+        self.drift(line)
         self.within_tolerance = False
 
     def drift(self, line: str) -> None:
@@ -71,8 +52,7 @@ class Verdict:
 # --- reading the two locks -------------------------------------------------
 
 def inputs(lock: dict) -> dict[str, dict]:
-    """Per stage, what the run was made from: cmd, params and the deps that are
-    sources. A dep that another stage writes is compared as that stage's output."""
+    """Per stage, what the run was made from: cmd, params and the deps no stage writes."""
     written = set(outputs(lock))
     found = {}
     for stage, entry in (lock.get("stages") or {}).items():
@@ -108,29 +88,26 @@ def relative_error(a: float, b: float) -> float:
 
 def compare_json(old, new, where: str = "") -> tuple[float, list[str]]:
     """(largest relative error over the numbers, the non-numeric differences)."""
-    if isinstance(old, bool) or isinstance(new, bool):
-        return 0.0, ([] if old == new else [f"{where or '.'}: {old!r} -> {new!r}"])
-    if isinstance(old, (int, float)) and isinstance(new, (int, float)):
+    number = (int, float)
+    if (isinstance(old, number) and isinstance(new, number)
+            and not isinstance(old, bool) and not isinstance(new, bool)):
         return relative_error(float(old), float(new)), []
     if isinstance(old, dict) and isinstance(new, dict):
         if set(old) != set(new):
             return 0.0, [f"{where or '.'}: keys differ ({sorted(set(old) ^ set(new))})"]
-        worst, other = 0.0, []
-        for key in sorted(old):
-            if HASH_KEY_MARK in key or (key == MADE_WITH and not where):
-                continue
-            err, diffs = compare_json(old[key], new[key], f"{where}.{key}")
-            worst, other = max(worst, err), other + diffs
-        return worst, other
-    if isinstance(old, list) and isinstance(new, list):
+        pairs = [(old[k], new[k], f"{where}.{k}") for k in sorted(old)
+                 if HASH_KEY_MARK not in k and not (k == MADE_WITH and not where)]
+    elif isinstance(old, list) and isinstance(new, list):
         if len(old) != len(new):
             return 0.0, [f"{where or '.'}: length {len(old)} -> {len(new)}"]
-        worst, other = 0.0, []
-        for i, (a, b) in enumerate(zip(old, new)):
-            err, diffs = compare_json(a, b, f"{where}[{i}]")
-            worst, other = max(worst, err), other + diffs
-        return worst, other
-    return 0.0, ([] if old == new else [f"{where or '.'}: {old!r} -> {new!r}"])
+        pairs = [(a, b, f"{where}[{i}]") for i, (a, b) in enumerate(zip(old, new))]
+    else:  # strings, booleans, null, or two kinds: equal or a difference
+        return 0.0, ([] if old == new else [f"{where or '.'}: {old!r} -> {new!r}"])
+    worst, other = 0.0, []
+    for a, b, at in pairs:
+        err, diffs = compare_json(a, b, at)
+        worst, other = max(worst, err), other + diffs
+    return worst, other
 
 
 def compare_safetensors(old: bytes, new: bytes) -> tuple[float, list[str]]:
@@ -234,8 +211,7 @@ def _describe(record: dict) -> str:
 
 def made_with_lines(old: dict, new: dict, read_old: Callable[[Output], bytes | None],
                     read_new: Callable[[Output], bytes]) -> list[str]:
-    """For each checkpoint whose hash moved: the kernel and versions of this run and
-    of the run that made the lock, and which of them differ."""
+    """For each checkpoint whose hash moved: this run's and the lock's kernel and versions."""
     lines = []
     old_outs, new_outs = outputs(old), outputs(new)
     for path in sorted(set(old_outs) & set(new_outs)):
@@ -251,8 +227,7 @@ def made_with_lines(old: dict, new: dict, read_old: Callable[[Output], bytes | N
                    else "not recorded (a checkpoint from before the record)")
             lines.append(f"{head}; the lock's run {why}")
             continue
-        differ = [name for key, name in MADE_WITH_PARTS
-                  if (mine or {}).get(key) != theirs.get(key)]
+        differ = [name for key, name in MADE_WITH_PARTS if (mine or {}).get(key) != theirs.get(key)]
         verdict = (f"{' and '.join(differ)} differ{'s' if len(differ) == 1 else ''}" if differ
                    else "the same kernel and versions, so the drift is not theirs")
         lines.append(f"{head}; the lock's run {_describe(theirs)}: {verdict}")
@@ -262,14 +237,12 @@ def made_with_lines(old: dict, new: dict, read_old: Callable[[Output], bytes | N
 def committed_lock() -> dict:
     top = git("rev-parse", "--show-toplevel")
     if top.returncode != 0:
-        raise SparkError("not inside a git repository; run the check from a clone of the "
-                         "project")
+        raise SparkError("not inside a git repository; run the check from a clone of the project")
     if Path(top.stdout.strip()).resolve() != Path.cwd().resolve():
         raise SparkError(f"run the check from the repository root ({top.stdout.strip()})")
     shown = git_blob("HEAD", LOCK)  # its size from git first: a huge blob is not read
     if shown is None:
-        raise SparkError(f"no {LOCK} committed at HEAD; run `dvc repro` and commit {LOCK} "
-                         f"first")
+        raise SparkError(f"no {LOCK} committed at HEAD; run `dvc repro` and commit {LOCK} first")
     lock = load_yaml(shown, f"{LOCK} at HEAD") or {}
     if not isinstance(lock, dict):
         raise SparkError(f"{LOCK} at HEAD is not a mapping of stages; commit a {LOCK} "
@@ -279,10 +252,9 @@ def committed_lock() -> dict:
 
 def dvc(*args: str, quiet: bool = False) -> int:
     """Run dvc with its output on stderr, so stdout holds only the verdict."""
-    cmd = [sys.executable, "-m", "dvc", *args]
-    done = subprocess.run(cmd, env=tool_env(), stdout=subprocess.DEVNULL if quiet else sys.stderr,
-                          stderr=subprocess.DEVNULL if quiet else sys.stderr)
-    return done.returncode
+    out = subprocess.DEVNULL if quiet else sys.stderr
+    return subprocess.run([sys.executable, "-m", "dvc", *args], env=tool_env(), stdout=out,
+                          stderr=out).returncode
 
 
 def cache_reader() -> Callable[[Output], bytes | None]:
@@ -296,8 +268,7 @@ def cache_reader() -> Callable[[Output], bytes | None]:
 
 
 def read_output(path, name: str, what: str = "") -> bytes:
-    """Output `name`'s bytes at `path`, its size checked (stat) before a byte is read:
-    weights within the weights cap, any other output within the eval file's."""
+    """Output `name`'s bytes at `path`, within the weights or the eval file cap."""
     try:
         return read_input(path, "weights file" if name.endswith(".safetensors") else "eval file")
     except SparkError as err:

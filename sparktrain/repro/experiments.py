@@ -1,20 +1,6 @@
-"""DVC experiments as data: the one reader that `spark compare` and `spark sweep`
-share.
-
-The experiments are git refs (`refs/exps/<baseline sha>/<name>`, what `dvc exp
-list` reads), listed with git, oldest first. A file git holds at a rev
-(params.yaml, dvc.lock) is read from its blob, its size asked first (`git
-cat-file --batch-check`) and parsed by safeload's bounded loaders, never by
-DVC's: `dvc.api.exp_show`, and DVC opening a rev, parse every experiment's
-params.yaml in full (an alias bomb of a few hundred bytes took 3.7 GB). An output
-(eval.json, checkpoint.json) is read the way `dvc.api.open` reads it (a
-`dvc.repo.Repo` opened at the rev, its `dvcfs`: from the DVC cache by the hash
-that commit's dvc.lock records), only after the YAML files DVC parses there
-(params.yaml, dvc.yaml, dvc.lock) passed the bounded loader. A Repo is held per
-rev until close() (`dvc.api.open` opens one per call: 3x slower at 16
-experiments). Every read is bounded (MAX_FILE_BYTES). See docs/pipeline.md
-("Sweep and compare").
-"""
+"""DVC experiments as data, the one reader `spark compare` and `spark sweep` share: rows from
+git's refs, YAML from git blobs through the bounded loader before DVC opens a rev, outputs
+from the DVC cache; every read capped (docs/pipeline.md, "Sweep and compare")."""
 from __future__ import annotations
 
 import re
@@ -48,14 +34,6 @@ class Experiments(Protocol):
 
     def rows(self, rev: str | None = None) -> tuple[list[ExpRow], list[ExpRow]]:
         """(its experiments oldest first, [the baseline itself]), from git's refs."""
-        base = self._git("rev-parse", "--verify", f"{rev or 'HEAD'}^{{commit}}")[0]
-        heads = self._git("branch", "--points-at", base, "--format=%(refname:short)")
-        name = rev or next((h for h in heads if h), base[:7])
-        refs = self._git("for-each-ref", "--sort=committerdate",
-                         "--format=%(objectname) %(refname)", "refs/exps/")
-        found = [(sha, EXP_REF.fullmatch(ref)) for sha, _, ref in (r.partition(" ") for r in refs)]
-        return ([ExpRow(m[3], sha, name) for sha, m in found if m and m[1] + m[2] == base],
-                [ExpRow(name, base, name)])
 
     def read(self, path: str, rev: str) -> bytes | None:
         """`path` at `rev` (at most MAX_FILE_BYTES), None when that rev has no such file."""
@@ -100,12 +78,12 @@ class DvcExperiments:
         refs = self._git("for-each-ref", "--sort=committerdate",
                          "--format=%(objectname) %(refname)", "refs/exps/")
         found = [(sha, EXP_REF.fullmatch(ref)) for sha, _, ref in (r.partition(" ") for r in refs)]
-        if not any(m and m[1] + m[2] == base for _, m in found):
+        mine = [(sha, m[3]) for sha, m in found if m and m[1] + m[2] == base]
+        if not mine:
             return [], []
         heads = self._git("branch", "--points-at", base, "--format=%(refname:short)")
         name = rev or next((h for h in heads if h), base[:7])
-        return [ExpRow(m[3], sha, name) for sha, m in found if m and m[1] + m[2] == base], \
-            [ExpRow(name, base, name)]
+        return [ExpRow(exp, sha, name) for sha, exp in mine], [ExpRow(name, base, name)]
 
     def read(self, path: str, rev: str) -> bytes | None:
         from dvc.exceptions import DvcException, PathMissingError
@@ -124,8 +102,7 @@ class DvcExperiments:
             raise SparkError(f"cannot read {path} at {rev}: {first_line(err)}; fetch it "
                              f"with `dvc exp pull <remote> {rev}`") from None
         if len(data) > MAX_FILE_BYTES:
-            raise SparkError(f"{path} at {rev} is larger than {MAX_FILE_BYTES} bytes; "
-                             f"not read")
+            raise SparkError(f"{path} at {rev} is larger than {MAX_FILE_BYTES} bytes; not read")
         return data
 
 
@@ -136,16 +113,14 @@ def read_yaml(source: Experiments, path: str, rev: str):
 
 
 def read_json(source: Experiments, path: str, rev: str, max_items: int = MAX_ITEMS):
-    """A JSON file at a rev, parsed with the bounded loader (None: no such file);
-    `max_items` the bound on its values (a checkpoint's is sized from its curve)."""
+    """A JSON file at a rev, parsed with the bounded loader (None: no such file)."""
     data = source.read(path, rev)
     return None if data is None else load_json(data, f"{path} at {rev}", max_items=max_items)
 
 
 @dataclass(frozen=True)
 class ExpRecord:
-    """One experiment as its commit recorded it: what `spark compare` and `spark
-    sweep` both start from."""
+    """One experiment as its commit recorded it (compare and sweep start from it)."""
     row: ExpRow
     params: dict               # its params.yaml ({} when absent or not a mapping)
     metrics_path: str          # the job's eval.json
@@ -163,8 +138,8 @@ def read_params(source: Experiments, rev: str) -> dict:
 
 
 def read_record(source: Experiments, row: ExpRow) -> ExpRecord:
-    """An experiment's params.yaml and its job's eval.json, both bounded; an eval.json
-    that is missing or unreadable is recorded as why, not raised."""
+    """params.yaml and the job's eval.json at a rev; an eval.json missing or unreadable is
+    recorded as why, not raised."""
     params = read_params(source, row.rev)
     path = (job_dir(str(params.get("job"))) / EVAL).as_posix()
     try:

@@ -1,10 +1,5 @@
-"""A stage stopped before it finished (Ctrl-C, SIGTERM, a user-facing error): put back
-the outputs DVC removed before running it, and say so on the one error line.
-
-`stages/common.py run` installs `on_sigterm` and calls `restored_note` /
-`interrupted`; the restore itself is `repro.lock.restore_outputs`, confined to
-the job's folder and md5-checked. See docs/pipeline.md ("When a stage fails").
-"""
+"""A stage stopped before it finished (Ctrl-C, SIGTERM, an error): put back the outputs DVC
+removed (`lock.restore_outputs`) and say so on the one line (docs/pipeline.md)."""
 from __future__ import annotations
 
 import signal
@@ -31,24 +26,20 @@ def on_sigterm() -> None:
 
 
 def restored_note(stage: str, folder: Callable[[], Path]) -> str:
-    """"; <what the restore did>" when dvc.lock records outputs of `stage`, else "".
-    `folder` gives the job folder (it reads params.yaml, which may be what broke)."""
+    """"; <what the restore did>" when dvc.lock records outputs of `stage`, else "";
+    `folder()` gives the job folder (it reads params.yaml, which may be what broke)."""
     try:
         where = folder()
     except SparkError:  # params.yaml is what broke: the error line already says how
         return (f"; `dvc checkout {stage}` brings back its previous outputs once params.yaml "
-                f"is fixed" if recorded_outputs(stage) else "")
+                f"is fixed" if any(o.stage == stage for o in outputs(read_lock()).values())
+                else "")
     try:
         note = restore_outputs(stage, where)
     except (SparkError, OSError) as err:  # a disk still full
         return (f"; the previous outputs were not restored ({err}); "
                 f"`dvc checkout {stage}` brings them back")
     return "" if note.startswith("no earlier outputs") else f"; {note}"
-
-
-def recorded_outputs(stage: str) -> list[str]:
-    """The paths dvc.lock records as `stage`'s outputs."""
-    return [o.path for o in outputs(read_lock()).values() if o.stage == stage]
 
 
 def interrupted(stage: str, signame: str, folder: Callable[[], Path]) -> int:

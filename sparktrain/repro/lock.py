@@ -35,9 +35,8 @@ def git(*args: str, cwd: str | os.PathLike | None = None, text: bool = True,
 
 def git_blob(rev: str, path: str, cwd: str | os.PathLike | None = None,
              cap: int = MAX_BLOB_BYTES) -> bytes | None:
-    """The bytes git holds for `path` (from the repository root) at `rev`; None when git
-    holds no file there. Its size is asked first (`git cat-file --batch-check`), so a
-    blob above `cap` is one line before a byte of it is read."""
+    """`path` (from the root) at `rev` as git holds it, None when not; its size asked first,
+    so a blob above `cap` is one line before a byte of it is read."""
     found = git("cat-file", "--batch-check", cwd=cwd, stdin=f"{rev}:{path}\n").stdout.split()
     if len(found) != 3 or found[1] != "blob":
         return None
@@ -59,8 +58,7 @@ class Output:
 
 
 def outputs(lock: dict) -> dict[str, Output]:
-    """Every well-formed output of a parsed dvc.lock, by path; malformed entries
-    (a stages list, an output without a string path) are skipped, not trusted."""
+    """Every well-formed output of a parsed dvc.lock, by path; malformed ones skipped."""
     stages = lock.get("stages") if isinstance(lock, dict) else None
     found = {}
     for stage, entry in (stages.items() if isinstance(stages, dict) else ()):
@@ -105,19 +103,17 @@ def cached_blob(out: Output, cache: Path) -> Path | None:
 
 
 def confined(path: str, folder: str | os.PathLike) -> Path | None:
-    """`path` (as dvc.lock names it) when it is a relative path inside `folder`
-    (symlinks resolved), else None: a crafted lock must not steer a write elsewhere."""
+    """`path` when it is relative and inside `folder` (links resolved), else None: a crafted
+    dvc.lock must not steer a write elsewhere."""
     if not path or os.path.isabs(path) or ".." in Path(path).parts:
         return None
-    root = Path(folder).resolve()
-    target = Path(path).resolve()
+    root, target = Path(folder).resolve(), Path(path).resolve()
     return Path(path) if target != root and root in target.parents else None
 
 
 def restore_outputs(stage: str, folder: str | os.PathLike = ".") -> str:
-    """Copy `stage`'s outputs as dvc.lock records them back from the cache (DVC
-    removes them before running the stage), only those inside `folder` (the job's)
-    and only bytes whose md5 matches the lock. Returns a sentence for the user."""
+    """Copy `stage`'s outputs inside `folder` back from the DVC cache when their md5 matches
+    dvc.lock (DVC removes them before a run); a sentence for the user."""
     recorded = [o for o in outputs(read_lock()).values() if o.stage == stage]
     if not recorded:
         return "no earlier outputs recorded in dvc.lock"

@@ -17,35 +17,26 @@ GIT_IDENTITY = {"GIT_AUTHOR_NAME": "spark", "GIT_AUTHOR_EMAIL": "spark@localhost
 
 
 def tool_env(repo: str | os.PathLike | None = None, extra: dict | None = None) -> dict:
-    """os.environ with this interpreter's bin first on PATH (dvc runs the stages
-    as `python -m stages.X`, which must be this venv's python), DVC analytics off
-    and a git identity for commits. With `repo`, that checkout's package comes
-    first on sys.path: an editable install points at another working tree."""
-    env = dict(os.environ)
+    """os.environ with this interpreter's bin first on PATH (the stages' python), DVC
+    analytics off, a git identity, and with `repo` its checkout first on PYTHONPATH."""
+    env = {**GIT_IDENTITY, **os.environ}  # a git identity for commits, unless one is set
     env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
     env["DVC_NO_ANALYTICS"] = "1"
-    for key, value in GIT_IDENTITY.items():
-        env.setdefault(key, value)
     if repo is not None:
         env["PYTHONPATH"] = str(repo)
     env.update(extra or {})
     return env
 
 
-def project_files(root: Path) -> list[str]:
-    """Tracked and untracked-but-not-ignored files, as git lists them."""
+def copy_project(root: str | os.PathLike, dest: str | os.PathLike) -> Path:
+    """A fresh one-commit git repository at `dest` holding the project's files (tracked and
+    untracked-but-not-ignored, as git lists them)."""
+    root, dest = Path(root), Path(dest)
     listed = git("ls-files", "-co", "--exclude-standard", "-z", cwd=root)
     if listed.returncode != 0:
         raise SparkError(f"{root} is not a git checkout of the project: {listed.stderr.strip()}")
     names = [n for n in listed.stdout.split("\0") if n]
-    return sorted(n for n in names
-                  if not n.startswith(NOT_COPIED) and (root / n).is_file())
-
-
-def copy_project(root: str | os.PathLike, dest: str | os.PathLike) -> Path:
-    """A fresh one-commit git repository at `dest` holding the project's files."""
-    root, dest = Path(root), Path(dest)
-    for name in project_files(root):
+    for name in sorted(n for n in names if not n.startswith(NOT_COPIED) and (root / n).is_file()):
         target = dest / name
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(root / name, target)
