@@ -1,7 +1,6 @@
 """`spark compare`, reading: the chosen experiments (through sparktrain/repro/experiments.py),
 their curves and labels; a headline number not finite is one line naming it.
-See docs/pipeline.md ("Sweep and compare").
-"""
+See docs/pipeline.md ("Sweep and compare")."""
 from __future__ import annotations
 
 import dataclasses
