@@ -3,7 +3,7 @@
 Every command that writes a path a user named calls `check_output` before its
 first write. The path is resolved first (every component, links included) and the
 resolved place is what is judged, and what is written: check_output returns it, and
-the writers (core/fsutil.py, export/publish.py) open its folder one component at a
+the writers (core/fsutil.py, export/hf.py) open its folder one component at a
 time without following a link, so a folder swapped for a link after the check makes
 the write fail instead of landing elsewhere. A job folder is never reached through a
 link at all. It allows exactly two things:
@@ -45,7 +45,7 @@ JOB_MARKERS = (CHECKPOINT, ARTIFACT)
 JOB_OWNED = frozenset({PROGRAM, TOKENIZER, STATUS, WEIGHTS, CHECKPOINT, ARTIFACT, LOCK})
 HF_NAMES = frozenset({"config.json", "generation_config.json", "model.safetensors", TOKENIZER,
                       "tokenizer_config.json",
-                      "README.md"})  # the model card (export/card.py CARD_FILE)
+                      "README.md"})  # the model card (export/hf.py CARD_FILE)
 # Outputs that are project sources too: a compiled program (.sparkbc) is committed beside
 # its .spark as the pipeline's input, so `spark compile -o` may write it among tracked
 # files, but only the compiled form of the same source name (data/programs/X.spark ->
@@ -178,7 +178,7 @@ def _check_folder(path: Path, name: str, kind: str) -> None:
 
 HF_JSON = ("config.json", "generation_config.json", "tokenizer_config.json", TOKENIZER)
 HF_CONFIG_KEYS = ("architectures", "spark_metadata")  # export/hf.py hf_config's own keys
-CARD_HEAD = b"---\nlibrary_name: transformers\n"  # export/card.py's front matter
+CARD_HEAD = b"---\nlibrary_name: transformers\n"  # export/hf.py's front matter
 
 
 def _hf_entry(path: Path, entry: str) -> bool:
