@@ -90,8 +90,13 @@ def match_files(root: Path, patterns) -> list[str]:
                 or Path(pattern).is_absolute() or ".." in Path(pattern).parts:  # "" or "."
             raise SparkError(f"corpus glob {pattern!r} must be a relative pattern inside "
                              f"the root (e.g. '**/*.py')")
+        matched = []
         try:
-            matched = _bounded(root.glob(pattern), pattern)
+            for path in root.glob(pattern):  # the first MAX_FILES: a glob is not a crawl
+                matched.append(path)
+                if len(matched) > MAX_FILES:
+                    raise SparkError(f"corpus glob {printable(pattern)[:80]!r} matches over "
+                                     f"{MAX_FILES:,} paths; narrow it")
         except (ValueError, OSError, RecursionError, IndexError) as err:  # malformed, a loop
             raise SparkError(f"corpus glob {printable(pattern)[:80]!r}: {_reason(err)}") from None
         for path in matched:
@@ -108,17 +113,6 @@ def match_files(root: Path, patterns) -> list[str]:
                                  f"or device); narrow the glob")
             found.add(rel)
     return sorted(found)
-
-
-def _bounded(paths, pattern: str) -> list[Path]:
-    """The first MAX_FILES matches, or one line: a glob is not a crawl of the disk."""
-    found = []
-    for path in paths:
-        found.append(path)
-        if len(found) > MAX_FILES:
-            raise SparkError(f"corpus glob {printable(pattern)[:80]!r} matches over "
-                             f"{MAX_FILES:,} paths; narrow it")
-    return found
 
 
 def _reason(err: Exception) -> str:

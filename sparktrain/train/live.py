@@ -51,12 +51,6 @@ class StderrLines:
             print(self.pending.pop(), file=sys.stderr, flush=True)
         print(line, file=sys.stderr, flush=True)
 
-    @staticmethod
-    def terminal():
-        """stderr when it is a terminal, else None."""
-        stream = sys.stderr
-        return stream if stream is not None and stream.isatty() else None
-
 
 def losses(point: dict) -> str:
     """A curve point as the lines and the bar show it."""
@@ -90,8 +84,8 @@ class Watcher:
         self.point, self.first, self.t_start = point, done, time.perf_counter()
         self.progress(f"[{self.job_id}] {'resumed after outer ' + str(done) if done else 'start'}"
                       f"  {losses(point)}  {what}")
-        terminal = self.progress.terminal() if isinstance(self.progress, StderrLines) else None
-        if terminal is not None:
+        terminal = sys.stderr if isinstance(self.progress, StderrLines) else None
+        if terminal is not None and terminal.isatty():
             self.bar = Progress(self._where(min(done + 1, self.outer)),
                                 total=self.outer * self.inner, done=done * self.inner,
                                 unit="micro-steps", stream=terminal, tty=True)

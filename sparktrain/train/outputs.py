@@ -74,15 +74,12 @@ def lock_job(folder: str | os.PathLike) -> None:
 STALE_TEMP = re.compile(r"^\..+\.[A-Za-z0-9_]{8}\.tmp$")
 
 
-def remove_stale_temps(folder: Path) -> list[str]:
+def remove_stale_temps(folder: Path) -> None:
     """Temp files of our pattern a killed writer left (only the lock holder calls this)."""
-    removed = []
     for entry in os.scandir(folder):
         if STALE_TEMP.match(entry.name) and entry.is_file(follow_symlinks=False):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(entry.path)
-                removed.append(entry.name)
-    return removed
 
 
 def unlock_job(folder: str | os.PathLike) -> None:

@@ -24,6 +24,8 @@ LEGEND_FONT = 9
 MAX_LEGEND_COLUMNS = 4
 REFERENCES = (("zlib9_bpb", "zlib-9", (0, (5, 3))), ("lzma9e_bpb", "lzma-9e", (0, (1, 2))))
 LINE_STYLES = ("-", "--", "-.", ":")
+LEGEND_TITLES = {"loss": "loss: ● training  ■ held-out",
+                 "bpb": "bits per byte: ■ held-out (per pass: 64-window estimate)"}
 
 
 def run_styles(n: int) -> list[tuple[str, str]]:
@@ -76,17 +78,8 @@ def render(sweep: dict) -> Figure:
                 _bpb_panel(ax, chosen, styles, refs)
         fig.legend(handles, texts, loc="outside lower center", ncol=ncol,
                    fontsize=LEGEND_FONT, frameon=False, handlelength=2.6,
-                   title=_legend_title(units), title_fontsize=LEGEND_FONT)
+                   title="    ".join(LEGEND_TITLES[u] for u in units), title_fontsize=LEGEND_FONT)
     return fig
-
-
-def _legend_title(units: list[str]) -> str:
-    parts = []
-    if "loss" in units:
-        parts.append("loss: ● training  ■ held-out")
-    if "bpb" in units:
-        parts.append("bits per byte: ■ held-out (per pass: 64-window estimate)")
-    return "    ".join(parts)
 
 
 def _style_axes(ax, title: str, ylabel: str, ys: list[float]) -> None:

@@ -48,8 +48,8 @@ def format_table(sweep: dict, tty: bool | None = None) -> str:
     shared = sweep.get("shared_params") or {}
     metric_keys = [k for k in HEADLINE_KEYS if any(k in e.metrics for e in exps)]
     metric_head = ["train", *(TABLE_HEADS.get(k, k) for k in metric_keys)]
-    metric_cells = [[_num(e.loss_curve[-1]["loss"]), *(_metric(k, e.metrics.get(k))
-                                                       for k in metric_keys)] for e in exps]
+    metric_cells = [[_metric("loss", e.loss_curve[-1]["loss"]),
+                     *(_metric(k, e.metrics.get(k)) for k in metric_keys)] for e in exps]
     short = [short_values([e.params.get(k) for e in exps]) for k in keys]
     names = [f"{e.number:>{len(str(len(exps)))}} {e.name}" for e in exps]  # "1 swept-hulk"
     lines = textwrap.wrap(f"{len(exps)} experiment{'s' * (len(exps) != 1)}; params that "
@@ -96,7 +96,7 @@ def _curve_block(title: str, exps: list[Experiment], curve, key: str, tty) -> li
     if not exps:
         return []
     outers = sorted({p["outer"] for e in exps for p in curve(e)})
-    cells = {(e.number, p["outer"]): _num(p[key]) for e in exps for p in curve(e)}
+    cells = {(e.number, p["outer"]): _metric(key, p[key]) for e in exps for p in curve(e)}
     num_w = max(len("run"), len(str(len(exps))))
     cell_w = max(len(c) for c in cells.values())
     fit = max(2, (WIDTH - num_w) // (cell_w + 2))
@@ -108,10 +108,6 @@ def _curve_block(title: str, exps: list[Experiment], curve, key: str, tty) -> li
     rows = [[str(e.number), *(cells.get((e.number, o), "-") for o in shown)] for e in exps]
     return ["", f"{title}, a row per run", "",
             *render(["run", *(_value(o) for o in shown)], rows, tty=tty)]
-
-
-def _num(v) -> str:
-    return "-" if v is None else f"{v:.4f}"
 
 
 def _metric(key: str, v) -> str:
