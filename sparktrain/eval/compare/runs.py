@@ -206,7 +206,9 @@ def compare(wanted: Sequence[str] = (), source: Experiments | None = None, *,
     for exp in chosen:
         add_curves(exp, read_checkpoint(exp, source))
     names = {e.name for e in chosen}
-    refs = [_baseline(b, source) for b in baselines
+    # the baselines as references for which params changed (their metrics may be absent)
+    refs = [Experiment(b.name, b.rev, b.name, resolved_params(read_params(source, b.rev)), {},
+                       False) for b in baselines
             if b.name in {e.baseline for e in chosen} and b.name not in names]
     keys, shared = changed_params(chosen, refs)
     labels = label_texts(chosen, keys)
@@ -215,12 +217,6 @@ def compare(wanted: Sequence[str] = (), source: Experiments | None = None, *,
         # the same params twice (a re-run): the name tells them apart
         exp.label = f"{text} ({exp.name})" if labels.count(text) > 1 else text
     return {"changed_params": keys, "shared_params": shared, "experiments": chosen}
-
-
-def _baseline(row: ExpRow, source: Experiments) -> Experiment:
-    """A baseline as a reference for which params changed (its metric may be absent)."""
-    return Experiment(row.name, row.rev, row.name, resolved_params(read_params(source, row.rev)),
-                      {}, False)
 
 
 LABEL_VALUE_CHARS = 18   # a longer value shows only what sets it apart from the others
