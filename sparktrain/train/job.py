@@ -67,9 +67,8 @@ def check_out(out: str, root: Path | None = None) -> str:
 
 def check_dataset(dataset: str) -> str:
     """A folder of text files, the interpreter's standard library, or a regular file."""
-    if dataset == STDLIB or Path(dataset).is_dir():
-        return dataset
-    check_regular(dataset, "dataset")
+    if dataset != STDLIB and not Path(dataset).is_dir():
+        check_regular(dataset, "dataset")
     return dataset
 
 
