@@ -22,7 +22,7 @@ from sparktrain.core.fsutil import read_input
 from sparktrain.core.jobfiles import check_job_id
 from sparktrain.core.project import PARAMS_FILE
 from sparktrain.model.config import ARCH_KEYS, SCALES, ModelConfig
-from sparktrain.model.device import DEVICES
+from sparktrain.model.backend import DEVICES
 from sparktrain.core.safeload import load_yaml
 from sparktrain.core.textout import did_you_mean
 

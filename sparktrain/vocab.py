@@ -9,7 +9,7 @@ from sparktrain.core.errors import SparkError
 TOKENIZERS = ("byte", "bpe")
 BYTE_VOCAB = 256                              # byte tokens: the UTF-8 bytes
 # Byte values that never occur in UTF-8, so they cannot collide with text: the
-# BOS, SEP and EOS of byte tokens (EOS doubles as right padding: model/batch.py PAD).
+# BOS, SEP and EOS of byte tokens (EOS doubles as right padding: model/base.py PAD).
 BYTE_SPECIALS = (0xFD, 0xFE, 0xFF)
 SPECIALS = ("<|bos|>", "<|sep|>", "<|eos|>")  # ids 0, 1, 2 of a BPE vocab
 MIN_BPE_VOCAB = 256 + len(SPECIALS)           # the byte alphabet and the specials

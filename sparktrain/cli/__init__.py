@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None, *, spark_code: bool = False) -> int:
     except KeyboardInterrupt:
         print("spark: interrupted", file=sys.stderr)
         return 130
-    except MemoryError:  # the estimate (model/memory.py) missed; still one line
+    except MemoryError:  # the estimate (model/config.py) missed; still one line
         print("spark: error: out of memory; use a smaller scale or batch", file=sys.stderr)
         return 2
     except BrokenPipeError:

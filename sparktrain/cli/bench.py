@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from sparktrain.core.argtypes import positive_int
 from sparktrain.model.config import SCALES
-from sparktrain.model.device import DEVICES
+from sparktrain.model.backend import DEVICES
 from sparktrain.params import StepConfig
 
 # step.optimizer's choices, from the schema (sparktrain/params.py)
@@ -53,7 +53,7 @@ def _bench(args) -> int:
     import dataclasses
 
     from sparktrain.core.fsutil import canonical_json
-    from sparktrain.model.device import resolve
+    from sparktrain.model.backend import resolve
     from sparktrain.params import load_params, load_params_or_defaults, model_config, override
     from sparktrain.train.bench import (BENCH_LR, DEFAULT_BATCH, WARMUP_STEPS, format_report,
                                         grind_note, plain_sgd, run_bench, run_scaling,

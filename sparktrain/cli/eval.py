@@ -11,7 +11,7 @@ import sys
 
 from sparktrain.core.errors import SparkError, printable
 from sparktrain.eval.headline import HEADLINE_KEYS
-from sparktrain.model.device import DEVICES
+from sparktrain.model.backend import DEVICES
 from sparktrain.core.textout import printable_lines
 
 TOKENIZER_HELP = ("tokenizer.json of a corpus or BPE pairs job (default: the one beside "
@@ -146,7 +146,7 @@ def _positive(value: int, flag: str) -> None:
 def _on_device(args, params):
     """The weights on --device (host float32 on disk whatever device wrote them);
     a device that cannot be had is one line before any work."""
-    from sparktrain.model.device import resolve
+    from sparktrain.model.backend import resolve
 
     device = resolve(args.device)
     if device.note:

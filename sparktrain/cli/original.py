@@ -18,7 +18,7 @@ def register(sub) -> None:
     # before runtime.start() chooses the BLAS kernel
     from sparktrain.core.argtypes import name_arg
     from sparktrain.model.config import scale_names
-    from sparktrain.model.device import DEVICES
+    from sparktrain.model.backend import DEVICES
 
     p = sub.add_parser(
         "apply-step", help="one STEP on a weights file, created or updated in place "
@@ -131,7 +131,7 @@ def cmd_code_train(args) -> int:
     from sparktrain.cli.train import run_and_record
     from sparktrain.data.source import prepare_job, source_for
     from sparktrain.eval.generate import learned, learned_text
-    from sparktrain.model.device import resolve as resolve_device
+    from sparktrain.model.backend import resolve as resolve_device
     from sparktrain.params import load_params, load_recipe, override
     from sparktrain.train.bench import grind_note
     from sparktrain.train.job import job_from_program

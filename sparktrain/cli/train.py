@@ -132,7 +132,7 @@ def cmd_dump(args: argparse.Namespace) -> int:
 def resolve_configs(args, params_path: str | None, default_params: bool):
     """(params or defaults, StepConfig, ModelConfig, held-out file or None) from
     defaults < params.yaml < flags."""
-    from sparktrain.model.device import resolve as resolve_device
+    from sparktrain.model.backend import resolve as resolve_device
     from sparktrain.params import load_params_or_defaults, model_config, step_from_flags
 
     knobs = load_params_or_defaults(params_path, default_file=default_params)

@@ -24,7 +24,7 @@ JOB_NAMES = frozenset({PROGRAM, TOKENIZER, CORPUS, STATUS, WEIGHTS, CHECKPOINT, 
 JOB_MARKERS = (CHECKPOINT, ARTIFACT)
 # a folder holding one of these was made by a spark command (the stage or job writers)
 JOB_OWNED = frozenset({PROGRAM, TOKENIZER, STATUS, WEIGHTS, CHECKPOINT, ARTIFACT, LOCK})
-# README.md: the model card (export/card.py CARD_FILE)
+# README.md: the model card (export/hf.py CARD_FILE)
 HF_NAMES = frozenset({"config.json", "generation_config.json", "model.safetensors", TOKENIZER,
                       "tokenizer_config.json", "README.md"})
 # project sources too: X.sparkbc compiled beside its tracked X.spark (docs/outputs.md)
@@ -152,7 +152,7 @@ def _check_folder(path: Path, name: str, kind: str) -> None:
 
 HF_JSON = ("config.json", "generation_config.json", "tokenizer_config.json", TOKENIZER)
 HF_CONFIG_KEYS = ("architectures", "spark_metadata")  # export/hf.py hf_config's own keys
-CARD_HEAD = b"---\nlibrary_name: transformers\n"  # export/card.py's front matter
+CARD_HEAD = b"---\nlibrary_name: transformers\n"  # export/hf.py's front matter
 
 
 def _hf_entry(path: Path, entry: str) -> bool:

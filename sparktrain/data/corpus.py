@@ -1,12 +1,6 @@
-"""A corpus: the text files under a root that match glob patterns, split into
-train and held-out by a hash of each file's relative path.
-
-The split depends on nothing but the relative path and the held-out fraction,
-so adding a file never moves another one across the split, and a held-out file
-is never read into a training stream. Only regular files are read (a FIFO or a
-device would block or never end), only names in UTF-8 (the manifest records them
-as JSON text); every bad file is one line naming it.
-"""
+"""A corpus: the text files under a root that match glob patterns, split into train and
+held-out by a hash of each relative path; only regular files with UTF-8 names are read,
+every bad file is one line naming it (docs/training.md "Corpora")."""
 from __future__ import annotations
 
 import hashlib
@@ -19,9 +13,7 @@ from pathlib import Path
 from sparktrain.core.errors import SparkError, printable
 from sparktrain.core.fsutil import sha256_bytes, size_cap, utf8_name
 
-# The default proof corpus: the standard library of the interpreter running the
-# project, found at run time (never downloaded or committed).
-STDLIB = "@stdlib"
+STDLIB = "@stdlib"  # the default proof corpus: the running interpreter's standard library
 MAX_FILE_BYTES = 64 << 20  # one source file above this is a mistake, not code
 MAX_FILES = 100_000        # paths one glob may match
 
@@ -98,8 +90,13 @@ def match_files(root: Path, patterns) -> list[str]:
                 or Path(pattern).is_absolute() or ".." in Path(pattern).parts:  # "" or "."
             raise SparkError(f"corpus glob {pattern!r} must be a relative pattern inside "
                              f"the root (e.g. '**/*.py')")
+        matched = []
         try:
-            matched = _bounded(root.glob(pattern), pattern)
+            for path in root.glob(pattern):  # the first MAX_FILES: a glob is not a crawl
+                matched.append(path)
+                if len(matched) > MAX_FILES:
+                    raise SparkError(f"corpus glob {printable(pattern)[:80]!r} matches over "
+                                     f"{MAX_FILES:,} paths; narrow it")
         except (ValueError, OSError, RecursionError, IndexError) as err:  # malformed, a loop
             raise SparkError(f"corpus glob {printable(pattern)[:80]!r}: {_reason(err)}") from None
         for path in matched:
@@ -118,17 +115,6 @@ def match_files(root: Path, patterns) -> list[str]:
     return sorted(found)
 
 
-def _bounded(paths, pattern: str) -> list[Path]:
-    """The first MAX_FILES matches, or one line: a glob is not a crawl of the disk."""
-    found = []
-    for path in paths:
-        found.append(path)
-        if len(found) > MAX_FILES:
-            raise SparkError(f"corpus glob {printable(pattern)[:80]!r} matches over "
-                             f"{MAX_FILES:,} paths; narrow it")
-    return found
-
-
 def _reason(err: Exception) -> str:
     if isinstance(err, OSError):
         return err.strerror or str(err)
@@ -138,9 +124,7 @@ def _reason(err: Exception) -> str:
 def check_total(root: Path, rels: list[str]) -> None:
     """The corpus's total size against its cap, from stat, before a byte is read."""
     cap = size_cap("corpus")
-    total = 0
-    for rel in rels:
-        total += os.stat(root / rel).st_size
+    total = sum(os.stat(root / rel).st_size for rel in rels)
     if cap is not None and total > cap:
         raise SparkError(f"corpus is {total:,} bytes in {len(rels):,} files, above the "
                          f"{cap:,}-byte limit (SPARK_MAX_CORPUS_MB raises it)")

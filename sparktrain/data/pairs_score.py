@@ -15,8 +15,7 @@ from sparktrain.core.errors import SparkError
 from sparktrain.data.tasks import COPY_PREFIX, family_of
 from sparktrain.model.base import Model
 from sparktrain.model.build import build_model
-from sparktrain.model.memory import check_fits
-from sparktrain.model.config import ModelConfig
+from sparktrain.model.config import ModelConfig, check_fits
 from sparktrain.model.build import MAX_NEW, generate_tokens
 from sparktrain.data.pairs import Encoded, Pair, encode_pair
 

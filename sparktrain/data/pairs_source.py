@@ -7,8 +7,7 @@ from sparktrain.data.pairs import LOSS_BATCH, RowBatches, load_dataset, load_pai
 from sparktrain.data.pairs_score import evaluate
 from sparktrain.data.prepare import write_pairs_note
 from sparktrain.core.fsutil import read_input
-from sparktrain.model.config import flops_per_token
-from sparktrain.model.memory import line_count
+from sparktrain.model.config import flops_per_token, line_count
 
 
 def tokenizer_record(tokenizer, tokenizer_sha256: str | None) -> dict:

@@ -11,7 +11,7 @@ import numpy as np
 from sparktrain.vocab import token_dtype
 from sparktrain.core.errors import SparkError
 from sparktrain.core.fsutil import atomic_write_bytes
-from sparktrain.model.batch import TokenBatch
+from sparktrain.model.base import TokenBatch
 
 
 def stream_of(tokenizer, texts: Sequence[str]) -> np.ndarray:

@@ -10,8 +10,7 @@ import os
 import gguf
 import numpy as np
 
-from sparktrain.export.hf import name_map, require_attention
-from sparktrain.export.publish import check_target, publish_file
+from sparktrain.export.hf import check_target, name_map, publish_file, require_attention
 from sparktrain.export.tokenizer import gguf_vocab, special_ids, model_tokenizer_json
 from sparktrain.model.config import ModelConfig
 from sparktrain.model.layers import RMS_EPS, ROPE_BASE

@@ -2,31 +2,42 @@
 network, and the model card), import one as Spark weights; config.json carries the `spark`
 metadata, so export then import gives back the same bytes. See docs/export.md. Here too the
 one table of tensor names, Spark <-> Hugging Face Llama <-> GGUF (llama.cpp), read by export
-and import alike (nothing else spells a foreign tensor name; `{L}` is the layer).
+and import alike (nothing else spells a foreign tensor name; `{L}` is the layer). The model
+card (README.md), made only from the job's records (docs/export.md "The model card"), and
+the publisher: outputs appear whole or not at all (checked, written aside, renamed in).
 """
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import errno
+import json
 import math
 import os
+import re
+import secrets
+import shutil
+import stat
 from pathlib import Path
 
 import numpy as np
 from safetensors import SafetensorError
 from safetensors.numpy import save as save_safetensors
+from tokenizers import Tokenizer
 
-from sparktrain.core.textout import first_line
 from sparktrain.core.errors import SparkError, printable
-from sparktrain.export.card import CARD_FILE, job_records, model_card, tokenizer_kind
-from sparktrain.export.publish import check_target, publish_dir, publish_file
-from sparktrain.export.tokenizer import special_ids, tokenizer_config, model_tokenizer_json
-from sparktrain.core.fsutil import canonical_json, read_input
-from sparktrain.core.jobfiles import TOKENIZER
+from sparktrain.core.fsutil import canonical_json, folder_fd, read_input, write_at
+from sparktrain.core.gate import check_output
+from sparktrain.core.jobfiles import CHECKPOINT, TOKENIZER
 from sparktrain.core.safeload import load_json
-from sparktrain.model.config import ModelConfig, param_shapes
-from sparktrain.model.memory import weights_fits
+from sparktrain.core.textout import first_line
+from sparktrain.export.tokenizer import model_tokenizer_json, special_ids, tokenizer_config
+from sparktrain.model.config import ModelConfig, n_params, param_shapes, weights_fits
 from sparktrain.model.layers import RMS_EPS, ROPE_BASE
 from sparktrain.model.weights import (check_params, check_tensors, config_from_meta, load_model,
                                       read_tensors, weights_bytes)
+from sparktrain.params import StepConfig
+from sparktrain.train.outputs import job_state, read_json
 
 META_FIELD = "spark_metadata"   # config.json key holding the weights' `spark` metadata
 MODEL_FILE = "model.safetensors"
@@ -306,3 +317,270 @@ def _spark_params(hf_tensors: dict[str, np.ndarray], cfg: ModelConfig,
                              f"config.json implies {shapes[spark]}")
         params[spark] = np.ascontiguousarray(a, dtype=np.float32)
     return params
+
+
+CARD_FILE = "README.md"
+# The knobs a checkpoint records (StepConfig's fields less those never recorded)
+KNOBS = tuple(f.name for f in dataclasses.fields(StepConfig)
+              if f.name not in ("step_n", "workers", "device"))
+METRICS = ("loss", "perplexity", "bpb", "next_token_accuracy", "exact_match", "copy_recall")
+BASELINES = ("zlib9_bpb", "lzma9e_bpb")
+# What a quoted string may not hold: a line break, a table cell break, raw HTML, a code-span break
+CARD_SAFE = str.maketrans({"\r": " ", "\n": " ", "|": "\\|", "<": "&lt;", ">": "&gt;", "`": "'"})
+
+
+def job_records(weights: str | os.PathLike) -> dict:
+    """What the job folder holding `weights` says about them: {"checkpoint": ...,
+    "state": job_state(...)}, or {} when the folder's checkpoint is not about
+    these very weights (a copied or renamed file, an edited one)."""
+    folder = Path(weights).parent
+    ckpt = read_json(folder / CHECKPOINT)
+    if not isinstance(ckpt, dict) or Path(str(ckpt.get("weights", ""))).name != Path(weights).name:
+        return {}
+    state = job_state(folder)
+    if state.get("state") != "trained" or not state.get("weights_verified"):
+        return {}
+    return {"checkpoint": ckpt, "state": state}
+
+
+def _ok(v) -> bool:
+    """A number the card may write: a finite int or float, not a bool."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _num(v) -> str:
+    return "unknown" if not _ok(v) else f"{v:.4f}" if isinstance(v, float) else str(v)
+
+
+def _text(v) -> str:
+    """A string the card quotes, made safe (CARD_SAFE) and cut to 200 characters."""
+    return str(v).translate(CARD_SAFE)[:200]
+
+
+def _front_matter(job: str, tags: list[str], metrics: dict) -> list[str]:
+    lines = ["---", "library_name: transformers", "pipeline_tag: text-generation", "tags:"]
+    lines += [f"- {t}" for t in tags]
+    if metrics:  # model-index: what the Hub shows as evaluation results
+        lines += ["model-index:", f"- name: {json.dumps(job)}", "  results:",
+                  "  - task:", "      type: text-generation", "    dataset:",
+                  "      name: held-out split", "      type: held-out", "    metrics:"]
+        for k, v in metrics.items():
+            lines += [f"    - type: {k}", f"      value: {json.dumps(v)}"]
+    return lines + ["---"]
+
+
+def model_card(meta: dict, cfg: ModelConfig, tok_kind: str, records: dict) -> str:
+    """README.md's text for an export of weights with metadata `meta` and arch `cfg`."""
+    ckpt, state = records.get("checkpoint", {}), records.get("state", {})
+    job = str(meta.get("job") or ckpt.get("job") or "spark-model")
+    metrics = {k: state["eval"][k] for k in METRICS
+               if k in state.get("eval", {}) and _ok(state["eval"][k])}
+    corpus = "corpus" if ckpt.get("dataset_kind") or "bpb" in metrics else "pairs"
+    tags = ["spark-train", "llama", "causal-lm", "numpy-trained", corpus]
+    out = _front_matter(job, tags, metrics)
+    out += ["", f"# {_text(job)}", "",
+            f"A small Llama-architecture causal language model ({n_params(cfg):,} "
+            f"parameters) trained from scratch with Spark Train, a numpy training pipeline "
+            f"driven by SPARK_BC programs, then exported with `spark export --to hf`.", "",
+            "## Architecture", "",
+            "| dim | layers | heads | kv heads | head dim | context | vocab |",
+            "|---|---|---|---|---|---|---|",
+            f"| {cfg.dim} | {cfg.n_layer} | {cfg.n_head} | {cfg.n_kv_head} | {cfg.head_dim} "
+            f"| {cfg.seq_len} | {cfg.vocab} |", "",
+            "RMSNorm, RoPE, grouped-query causal attention, SwiGLU; float32 weights, "
+            "untied embeddings.", "", "## Training", ""]
+    if ckpt:
+        knobs = {k: ckpt[k] for k in KNOBS if k in ckpt}
+        seen = ckpt.get("tokens_seen")
+        seen = f"{seen:,}" if _ok(seen) else "an unknown number of"
+        out += [f"Job `{_text(job)}`, step {_num(ckpt.get('step_n'))}, "
+                f"{_num(ckpt.get('micro_steps'))} micro-steps on {seen} training tokens "
+                f"(dataset `{_text(ckpt.get('dataset'))}`, sha256 "
+                f"`{_text(ckpt.get('dataset_sha256'))}`); device `{_text(ckpt.get('device'))}`.",
+                "",
+                f"Training loss {_num(ckpt.get('loss_before'))} -> "
+                f"{_num(ckpt.get('loss_after'))} (whole training set, nats per token).", "",
+                "| knob | value |", "|---|---|"]
+        out += [f"| {k} | {_text(json.dumps(v))} |" for k, v in knobs.items()
+                if not isinstance(v, float) or math.isfinite(v)]
+        if ckpt.get("sparkbc_sha256"):
+            out += ["", f"Program `{_text(ckpt.get('program'))}` "
+                    f"(sha256 `{_text(ckpt['sparkbc_sha256'])}`)."]
+    else:
+        out += [f"Step {meta.get('step_n')}. The weights were not exported from their job "
+                "folder, so the training record (knobs, data, held-out metrics) is not "
+                "included; `spark status` on the job folder shows it."]
+    out.append("")
+    if metrics:
+        detail = state.get("eval_detail", {})
+        out += ["## Held-out evaluation", "",
+                "On rows (or files) never trained on, from the job's eval.json:", "",
+                "| metric | value |", "|---|---|"]
+        out += [f"| {k} | {_num(v)} |" for k, v in metrics.items()]
+        out += [f"| {k} | {_num(detail[k])} |" for k in BASELINES if _ok(detail.get(k))] + [""]
+    out += ["## Tokenizer", "", tok_kind, "",
+            "## Use it", "", "```python",
+            "from transformers import AutoModelForCausalLM, AutoTokenizer",
+            'tok = AutoTokenizer.from_pretrained("PATH")   # this folder',
+            'model = AutoModelForCausalLM.from_pretrained("PATH")',
+            'ids = tok("hi", return_tensors="pt")',
+            "out = model.generate(**ids, max_new_tokens=32)",
+            "print(tok.decode(out[0, ids.input_ids.shape[1]:], skip_special_tokens=True))",
+            "```", ""]
+    if ckpt.get("weights_sha256"):
+        out += [f"Spark weights sha256 `{_text(ckpt['weights_sha256'])}`; "
+                "`spark import --from hf` gives back the same bytes.", ""]
+    return "\n".join(out)
+
+
+def tokenizer_kind(tok_text: str, ckpt: dict) -> str:
+    """A few sentences on the tokenizer, from tokenizer.json itself."""
+    doc, tok = load_json(tok_text, TOKENIZER), Tokenizer.from_str(tok_text)
+    model = doc.get("model") or {}
+    kind = ("byte-level (one token per byte, no merges)" if model.get("type") == "BPE"
+            and not model.get("merges") else model.get("type", "unknown"))
+    name = ckpt.get("tokenizer")
+    which = f" (the job's `{name}`)" if isinstance(name, str) else ""
+    ids = special_ids(tok_text)
+    specials = ", ".join(f"{k.upper()} `{tok.id_to_token(i)}` (id {i})" for k, i in ids.items())
+    wraps = ("; `tok(prompt)` wraps a prompt as BOS prompt SEP, as `spark generate` does"
+             if (doc.get("post_processor") or {}).get("type") == "TemplateProcessing" else "")
+    return (f"`tokenizer.json`{which}: a {kind} tokenizer of "
+            f"{tok.get_vocab_size(with_added_tokens=True):,} tokens; {specials}{wraps}. "
+            f"Generation stops at EOS.")
+
+
+def check_target(path: str | os.PathLike, force: bool, kind: str, inputs: tuple = ()) -> Path:
+    """The output gate (sparktrain/core/gate.py: a new path, or a `kind` output this tool
+    wrote, never a device, link, tracked file or one of `inputs`), then: something
+    that holds data is replaced only with --force."""
+    path = Path(path)
+    if not force and not path.is_symlink():  # what holds data needs --force, then the gate
+        if path.is_dir() and kind in ("hf", "job") and any(path.iterdir()):
+            raise SparkError(f"{os.fspath(path)} exists and is not empty; "
+                             "pass --force to replace it")
+        elif path.is_file():
+            raise SparkError(f"{os.fspath(path)} exists; pass --force to replace it")
+    return check_output(path, kind, inputs)
+
+
+def publish_dir(files: dict[str, bytes], out: Path) -> None:
+    """Write files into a fresh folder beside `out`, then swap it in; a write error (disk
+    full, a name too long, a parent that is a file) is one line, the temp folder gone."""
+    with _one_line(out), folder_fd(out.parent, create=True) as fd:
+        remove_stale(out, fd)
+        tmp = _temp_name(out, fd, ".tmp", folder=True)
+        try:
+            tfd = os.open(tmp, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            try:
+                for name, data in sorted(files.items()):
+                    write_at(tfd, name, data)
+            finally:
+                os.close(tfd)
+            _swap_in(fd, tmp, out)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True, dir_fd=fd)
+            raise
+
+
+def publish_file(write, out: Path) -> None:
+    """`write(tmp_path)` writes the file aside; then it replaces `out`. Errors as publish_dir.
+    `write` gets the temp file's name through the folder's descriptor (/proc/self/fd/N/NAME),
+    so it writes into the folder opened without following a link, whatever the path becomes."""
+    with _one_line(out), folder_fd(out.parent, create=True) as fd:
+        remove_stale(out, fd)
+        tmp = _temp_name(out, fd, ".tmp", folder=False)
+        proc = f"/proc/self/fd/{fd}"  # a path to tmp in the folder fd that no link can redirect
+        try:
+            write(f"{proc}/{tmp}" if os.path.isdir(proc) else tmp)
+            own = os.open(tmp, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=fd)
+            try:  # the written temp file reaches the disk before it replaces anything
+                os.fsync(own)
+            finally:
+                os.close(own)
+            st = os.stat(tmp, dir_fd=fd, follow_symlinks=False)
+            if not stat.S_ISREG(st.st_mode):
+                raise SparkError(f"cannot write {os.fspath(out)}: its temp file was replaced "
+                                 "while it was written")
+            _swap_in(fd, tmp, out)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp, dir_fd=fd)
+            raise
+
+
+@contextlib.contextmanager
+def _one_line(out: Path):
+    try:
+        yield
+    except OSError as err:
+        if err.errno:
+            why = f"{err.strerror or err} ({errno.errorcode.get(err.errno, err.errno)})"
+        else:  # a writer that reports a short write without an errno
+            why = f"{err}: a short write (the disk is full or the file-size limit is reached)"
+        raise SparkError(f"cannot write {os.fspath(out)}: {why}; nothing was replaced") from None
+
+
+def _temp_name(out: Path, fd: int, suffix: str, folder: bool) -> str:
+    """A new temp folder or empty file ".OUT.PID.xxxxxxxx<suffix>" in the folder `fd` (the
+    PID tells a later run a dead writer's)."""
+    for _ in range(100):
+        name = f".{out.name}.{os.getpid()}.{secrets.token_hex(4)}{suffix}"
+        try:
+            if folder:
+                os.mkdir(name, 0o777, dir_fd=fd)  # the umask applies
+            else:
+                os.close(os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
+                                 0o666, dir_fd=fd))
+            return name
+        except FileExistsError:
+            continue
+    raise FileExistsError(errno.EEXIST, "no free temp name", os.fspath(out))
+
+
+def remove_stale(out: Path, fd: int) -> list[str]:
+    """Temp files and folders of earlier runs writing this OUT that were killed (their
+    process is gone): only our own name pattern, only beside OUT (the folder `fd`)."""
+    pattern = re.compile(re.escape(f".{out.name}.") + r"(\d+)\.[A-Za-z0-9_]+\.(tmp|old)$")
+    removed = []
+    for entry in os.scandir(fd):
+        match = pattern.match(entry.name)
+        if not match or _alive(int(match.group(1))):
+            continue
+        if entry.is_dir(follow_symlinks=False):
+            shutil.rmtree(entry.name, ignore_errors=True, dir_fd=fd)
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(entry.name, dir_fd=fd)
+        removed.append(entry.name)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        pass
+    return True
+
+
+def _swap_in(fd: int, new: str, out: Path) -> None:
+    """Rename the temp `new` over `out`, both in the folder `fd`; an existing folder is
+    moved aside first and removed after (never followed: no link is involved)."""
+    try:
+        st = os.stat(out.name, dir_fd=fd, follow_symlinks=False)
+    except FileNotFoundError:
+        st = None
+    new_is_dir = stat.S_ISDIR(os.stat(new, dir_fd=fd, follow_symlinks=False).st_mode)
+    if st is None or (stat.S_ISREG(st.st_mode) and not new_is_dir):
+        os.rename(new, out.name, src_dir_fd=fd, dst_dir_fd=fd)
+        return
+    if stat.S_ISLNK(st.st_mode):
+        raise SparkError(f"refusing to replace {os.fspath(out)}: it became a symbolic link "
+                         "after it was checked; nothing was replaced")
+    old = _temp_name(out, fd, ".old", folder=True)
+    os.rename(out.name, f"{old}/x", src_dir_fd=fd, dst_dir_fd=fd)
+    os.rename(new, out.name, src_dir_fd=fd, dst_dir_fd=fd)
+    shutil.rmtree(old, ignore_errors=True, dir_fd=fd)

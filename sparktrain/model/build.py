@@ -17,8 +17,7 @@ from typing import NamedTuple, Sequence
 import numpy as np
 
 from sparktrain.model import backend, layers
-from sparktrain.model.base import Model
-from sparktrain.model.batch import PAD, PoolBatch, TokenBatch
+from sparktrain.model.base import PAD, Model, PoolBatch, TokenBatch
 from sparktrain.model.config import AttentionArch, MeanPoolArch, ModelConfig, layer_names
 
 

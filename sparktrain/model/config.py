@@ -1,10 +1,13 @@
 """Model architecture: the typed config, the scale table, and the two model kinds as the
 config sees them (their rules and their one shape table, from which sizes, FLOPs and
 tensor names come). It needs nothing but the config: checking params never loads the
-model code, whose kinds extend these classes."""
+model code, whose kinds extend these classes. And how much memory a run will need, from
+the shapes alone: `estimate` and `check_fits` (docs/training.md, "Memory")."""
 from __future__ import annotations
 
 import math
+import os
+import resource
 from dataclasses import asdict, dataclass, fields
 
 from sparktrain.vocab import BYTE_VOCAB, MAX_VOCAB
@@ -199,3 +202,126 @@ def flops_per_token(cfg: ModelConfig, seq_len: int | None = None) -> int:
 def scale_names() -> str:
     """The built-in scale names, for help texts and messages."""
     return ", ".join(SCALES)
+
+
+F32 = 4
+BASE_BYTES = 96 << 20     # python + numpy + safetensors + pydantic, measured ~80-95 MiB
+ACT_PER_LAYER = 26        # floats per token and dim a block keeps for its backward
+ENV = "SPARK_MAX_MEMORY_MB"
+OPTIMIZER_COPIES = {"sgd": 1, "adamw": 2, "muon": 2, None: 0}  # moments per parameter (at most)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    params: int         # bytes of the weights
+    optimizer: int      # gradients, start copy and optimizer moments
+    activations: int    # one micro-step (or one forward batch)
+    base: int = BASE_BYTES
+
+    @property
+    def total(self) -> int:
+        return self.params + self.optimizer + self.activations + self.base
+
+    def describe(self) -> str:
+        return (f"{gib(self.total)} (params {gib(self.params)}, optimizer state "
+                f"{gib(self.optimizer)}, activations {gib(self.activations)})")
+
+
+def gib(n: int) -> str:
+    return f"{n / (1 << 30):,.2f} GiB" if n >= 1 << 28 else f"{n / (1 << 20):,.1f} MiB"
+
+
+def estimate(cfg: ModelConfig, rows: int, optimizer: str | None = "sgd",
+             train: bool = True, seq_len: int | None = None) -> Estimate:
+    """Bytes a step over `rows` sequences of `seq_len` (default cfg.seq_len) tokens needs;
+    optimizer: "sgd", "adamw", "muon", or None (no moments: forward-only or plain SGD)."""
+    T = cfg.seq_len if seq_len is None else seq_len
+    P = cfg.kind(cfg).n_params            # arithmetic: see AttentionArch.n_params
+    tokens = rows * T
+    if cfg.train_attn:
+        per_layer = tokens * ACT_PER_LAYER * cfg.dim + 2 * rows * cfg.n_head * T * T
+        trunk = cfg.n_layer * per_layer if train else 2 * per_layer
+    else:
+        trunk = tokens * cfg.dim if train else rows * cfg.dim
+        tokens = rows  # the mean-pool model scores one position a row
+    logits = 3 * tokens * cfg.vocab if train else 2 * tokens * cfg.vocab
+    activations = (trunk + logits) * F32
+    copies = (2 + OPTIMIZER_COPIES.get(optimizer, 1)) if train else 0
+    return Estimate(params=P * F32, optimizer=copies * P * F32, activations=activations)
+
+
+def memory_cap() -> tuple[int, str]:
+    """(bytes, where the number comes from): SPARK_MAX_MEMORY_MB, else the smaller of
+    the machine's memory and the address-space limit."""
+    text = os.environ.get(ENV, "").strip()
+    if text:
+        try:
+            mb = float(text)
+        except ValueError:
+            mb = -1.0
+        if not 0 < mb < 1 << 40:
+            raise SparkError(f"{ENV}={text!r} is not a positive number of MiB")
+        return int(mb * (1 << 20)), ENV
+    source = "the machine's memory"
+    try:
+        cap = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        cap = 1 << 40
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft != resource.RLIM_INFINITY and soft < cap:
+        cap, source = soft, "the address-space limit (ulimit -v)"
+    return cap, source
+
+
+def check_fits(what: str, cfg: ModelConfig, rows: int, optimizer: str | None = "sgd",
+               train: bool = True) -> Estimate:
+    """The estimate, or one line saying it is above the cap (with both numbers)."""
+    shape = (f"dim {cfg.dim}, {cfg.n_layer} layers, vocab {cfg.vocab}, "
+             f"{rows:,} x {cfg.seq_len} tokens a {'micro-step' if train else 'batch'}")
+    return _within_cap(what, estimate(cfg, rows, optimizer, train), shape,
+                       f"; use a smaller scale or batch (or set {ENV})")
+
+
+def weights_fits(what: str, cfg: ModelConfig, copies: int) -> Estimate:
+    """A command that holds `copies` of the weights at once (import: the file's
+    tensors, the converted ones and the bytes written) and no activations."""
+    params = estimate(cfg, 0, None, train=False).params
+    est = Estimate(params=params, optimizer=(copies - 1) * params, activations=0)
+    return _within_cap(what, est, f"dim {cfg.dim}, {cfg.n_layer} layers, vocab {cfg.vocab}",
+                       f" (set {ENV} to change the cap)")
+
+
+def _within_cap(what: str, est: Estimate, shape: str, advice: str) -> Estimate:
+    """est, or one line saying it is above the cap (with both numbers)."""
+    cap, source = memory_cap()
+    if est.total > cap:
+        raise SparkError(f"{what} would need an estimated {est.describe()} for {shape}, "
+                         f"above the {gib(cap)} of {source}{advice}")
+    return est
+
+
+def step_fits(what: str, cfg: ModelConfig, step, rows_bound: int | None = None,
+              loss_rows: int = 0) -> Estimate:
+    """check_fits for a training step: the larger of batch_size and the loop's loss batches
+    (`loss_rows`), at most rows_bound (the dataset's rows when known)."""
+    rows = max(step.batch_size, loss_rows)
+    rows = rows if rows_bound is None else max(1, min(rows, rows_bound))
+    optimizer = step.optimizer if (step.optimizer != "sgd" or step.momentum) else None
+    return check_fits(what, cfg, rows, optimizer)
+
+
+def line_count(path, limit: int = 1 << 31) -> int | None:
+    """Newlines (+1) of a readable regular file, read in chunks (a dataset's row bound);
+    else None."""
+    if not os.path.isfile(path):  # a FIFO would block the open
+        return None
+    try:
+        with open(path, "rb") as f:
+            count = 1
+            while chunk := f.read(1 << 22):
+                count += chunk.count(b"\n")
+                if count > limit:
+                    break
+            return count
+    except OSError:
+        return None

@@ -11,11 +11,10 @@ import numpy as np
 from sparktrain import runtime
 from sparktrain.runtime import live_threads
 from sparktrain.core.fsutil import sha256_bytes
-from sparktrain.model.batch import TokenBatch
+from sparktrain.model.base import TokenBatch
 from sparktrain.model.build import build_model
-from sparktrain.model.memory import check_fits
-from sparktrain.model.config import SCALES, flops_per_token
-from sparktrain.model.device import CPU
+from sparktrain.model.config import SCALES, check_fits, flops_per_token
+from sparktrain.model.backend import CPU
 from sparktrain.model.parallel import GradientEngine
 
 DEFAULT_BATCH = {"tiny": 8, "large": 16, "medium": 16, "gpu": 8}

@@ -1,8 +1,5 @@
-"""A job: the TRAIN declaration of a program, checked before a file is touched.
-
-What kind of data the job trains on is not a question this module answers: the
-data source table (sparktrain/data/source.py) does, from `dataset`.
-"""
+"""A job: the TRAIN declaration of a program, checked before a file is touched (its
+kind of data is sparktrain/data/source.py's question)."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
@@ -68,17 +65,10 @@ def check_out(out: str, root: Path | None = None) -> str:
     return out
 
 
-def check_method(method: str) -> str:
-    if method not in SUPPORTED_METHODS:
-        raise SparkError(f"unsupported method {method!r}; supported: {', '.join(SUPPORTED_METHODS)}")
-    return method
-
-
 def check_dataset(dataset: str) -> str:
     """A folder of text files, the interpreter's standard library, or a regular file."""
-    if dataset == STDLIB or Path(dataset).is_dir():
-        return dataset
-    check_regular(dataset, "dataset")
+    if dataset != STDLIB and not Path(dataset).is_dir():
+        check_regular(dataset, "dataset")
     return dataset
 
 
@@ -118,18 +108,19 @@ def read_program(path):
 def validate_job(job: Job) -> Job:
     check_job_id(job.id)
     check_out(job.out)
-    check_method(job.method)
+    if job.method not in SUPPORTED_METHODS:
+        raise SparkError(f"unsupported method {job.method!r}; "
+                         f"supported: {', '.join(SUPPORTED_METHODS)}")
     check_dataset(job.dataset)
-    if job.base_is_weights and not Path(job.base).is_file():
-        raise SparkError(f"base weights {job.base} do not exist")
     return gate_job(job)
 
 
 def gate_job(job: Job) -> Job:
-    """The output gate (sparktrain/core/gate.py) on the job folder: new, or a job folder this
-    tool made; never one of its inputs (its own weights as the base is an update)."""
+    """The output gate on the job folder: new or ours, never an input (own weights: update)."""
     from sparktrain.core.gate import check_job_live, check_output
 
+    if job.base_is_weights and not Path(job.base).is_file():
+        raise SparkError(f"base weights {job.base} do not exist")
     out = Path(job.out)
     base = job.base if job.base_is_weights else None
     if base is not None and out.resolve() in Path(base).resolve().parents:
@@ -140,13 +131,10 @@ def gate_job(job: Job) -> Job:
 
 
 def adhoc_job(dataset: str, out: str, base: str | None) -> Job:
-    """`spark train --dataset D --out DIR`: no program, so no `out/` confinement
-    beyond a safe job id (the folder's name)."""
+    """`spark train --dataset D --out DIR`: no `out/` confinement beyond a safe job id."""
     from sparktrain.bc.program import job_of
 
     name = check_job_id(job_of(out))
     check_dataset(dataset)
     job = Job(id=name, dataset=dataset, base=base or FRESH_INIT, out=out)
-    if job.base_is_weights and not Path(job.base).is_file():
-        raise SparkError(f"base weights {job.base} do not exist")
     return gate_job(job)

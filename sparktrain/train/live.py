@@ -1,23 +1,6 @@
-"""The training loop's watcher: one curve point per outer pass, to every place
-that shows it (docs/training.md "Curves and progress").
-
-- DVCLive's files in the job folder (`out/train/<job>/dvclive/`, drawn by `dvc
-  plots`, the VS Code extension and DVC Studio). DVCLive runs with
-  `save_dvc_exp=False` and `dvcyaml=None`: inside a DVC stage it must not start
-  experiments of its own nor edit the project's dvc.yaml (the plots are declared
-  there). Its `step` is the outer pass. It writes into a pending folder that
-  becomes `dvclive/` only with the run's commit (`publish`), so a failed run
-  leaves the last good curves as they were.
-- One plain progress line per pass through the caller's `progress(line)`.
-- On a terminal, when `progress` is the default writer to stderr (`StderrLines`),
-  a rich bar over the micro-steps (sparktrain/core/progress.py) with those lines above
-  it. A caller's own callable always gets lines.
-
-The series written are `METRICS` (each under its `series_name`), all decided by
-the inputs (the same run writes the same bytes), so a stage may declare them as
-outputs. Tokens/s goes to the lines and the bar only. Each series of `PLOTS` (dvc.yaml's plots of the step)
-has its file when the run ends, its header only when the job measured none.
-"""
+"""The training loop's watcher: one curve point per outer pass to DVCLive (through a
+pending `.live-run/`), the progress lines and the bar on a terminal
+(docs/training.md "Curves and progress")."""
 from __future__ import annotations
 
 import contextlib
@@ -38,20 +21,17 @@ from sparktrain.core.jobfiles import LIVE_DIR, LIVE_PENDING
 from sparktrain.core.progress import Progress
 
 METRICS = ("loss", "heldout_loss", "heldout_bpb", "lr")
-# A record key's DVCLive series, where the name alone would mislead: the per-pass bpb
-# is of 64 fixed held-out windows, an estimate; eval.json's `bpb` is the whole stream.
+# a record key's DVCLive series where the name alone would mislead (a 64-window estimate)
 SERIES = {"heldout_bpb": "heldout_bpb_64window_estimate"}
-# The series dvc.yaml declares as plots of the step: each one's file exists after a
-# run (a stage output must), with its header only when the job measures none
-# (held-out bits per byte are a corpus job's; a pairs job's series is empty).
+# dvc.yaml's plots of the step: each one's file exists after a run (header only if none)
 PLOTS = ("loss", "heldout_loss", "heldout_bpb_64window_estimate")
+
+
+SERIES_DIR = Path(LIVE_DIR, "plots", "metrics")  # DVCLive's folder of the series
 
 
 def series_name(key: str) -> str:
     return SERIES.get(key, key)
-
-
-SERIES_DIR = Path(LIVE_DIR, "plots", "metrics")  # DVCLive's folder of the series
 
 
 def series_path(folder: str | os.PathLike, name: str) -> Path:
@@ -60,9 +40,8 @@ def series_path(folder: str | os.PathLike, name: str) -> Path:
 
 
 class StderrLines:
-    """The default `progress`: lines on stderr, `first` before the first of them
-    (so a bad input, refused before training starts, stays the only line). On a
-    terminal the watcher draws its bar on stderr instead of the pass lines."""
+    """The default `progress`: lines on stderr, `first` before the first of them (a bad
+    input refused before training stays the only line)."""
 
     def __init__(self, first: str | None = None):
         self.pending = [first] if first else []
@@ -71,12 +50,6 @@ class StderrLines:
         while self.pending:
             print(self.pending.pop(), file=sys.stderr, flush=True)
         print(line, file=sys.stderr, flush=True)
-
-    @staticmethod
-    def terminal():
-        """stderr when it is a terminal, else None."""
-        stream = sys.stderr
-        return stream if stream is not None and stream.isatty() else None
 
 
 def losses(point: dict) -> str:
@@ -90,12 +63,8 @@ def losses(point: dict) -> str:
 
 
 class Watcher:
-    """What a person and DVC see of one run: `start` once, `micro_step` after every
-    update, `pass_done` with each outer pass's curve point.
-
-    `folder` is the job folder, `outer` x `inner` the run's micro-steps. The ETA
-    of the lines and the bar counts only this process's work (after a resume the
-    passes behind it took no time here)."""
+    """What a person and DVC see of one run: `start` once, `micro_step` after every update,
+    `pass_done` per outer pass; the ETA counts only this process's work."""
 
     def __init__(self, job_id: str, folder: str | os.PathLike, outer: int, inner: int,
                  progress=None):
@@ -111,20 +80,16 @@ class Watcher:
         (self.progress if self.bar is None else self.bar.log)(line)
 
     def start(self, point: dict, lr: float, done: int, what: str, earlier=()) -> None:
-        """The run begins at `point` (the start, or the last pass of a resumed state,
-        `done` passes behind it), `what` describing the data and the model; `earlier`
-        is the (point, lr) of each pass before it (a resumed state's curve)."""
+        """The run begins at `point`, `done` passes behind it (`earlier`: their (point, lr))."""
         self.point, self.first, self.t_start = point, done, time.perf_counter()
         self.progress(f"[{self.job_id}] {'resumed after outer ' + str(done) if done else 'start'}"
                       f"  {losses(point)}  {what}")
-        terminal = (self.progress.terminal() if isinstance(self.progress, StderrLines)
-                    else None)
-        if terminal is not None:
+        terminal = sys.stderr if isinstance(self.progress, StderrLines) else None
+        if terminal is not None and terminal.isatty():
             self.bar = Progress(self._where(min(done + 1, self.outer)),
                                 total=self.outer * self.inner, done=done * self.inner,
                                 unit="micro-steps", stream=terminal, tty=True)
-        # a dead run's pending curves (torn, tampered, a link) are never read back: the
-        # series are rebuilt from the resumed state's curve in a folder made afresh
+        # a dead run's pending curves are never read back: rebuilt in a folder made afresh
         with folder_fd(self.folder, create=True) as fd:  # the job's, locked by now
             _remove_pending(fd)
             os.mkdir(LIVE_PENDING, 0o777, dir_fd=fd)
@@ -183,10 +148,8 @@ class Watcher:
 
 
 def _real_folders(pending: Path) -> None:
-    """DVCLive writes by path: right before it does, each folder it writes into is a
-    real folder (opened one component at a time without following a link, made when
-    missing) and no file it writes is a link, else one line (LinkInPath). What is left
-    is the moment between this check and DVCLive's open (docs/outputs.md)."""
+    """Right before DVCLive writes by path: its folders are real and its files no links,
+    else LinkInPath (docs/outputs.md)."""
     for folder, names in ((pending / LIVE_DIR, ("metrics.json",)),
                           (pending / SERIES_DIR, [f"{series_name(m)}.tsv" for m in METRICS])):
         with folder_fd(folder, create=True) as fd:
@@ -198,8 +161,7 @@ def _real_folders(pending: Path) -> None:
 
 
 def _declared_series(folder: Path) -> None:
-    """Every series of `PLOTS` has its file under `folder`'s dvclive/ (a stage
-    output must exist): the header only where the run logged none of it."""
+    """Every series of `PLOTS` has its file (the header only where the run logged none)."""
     with folder_fd(folder / SERIES_DIR, create=True) as fd:
         for name in PLOTS:
             try:
@@ -224,8 +186,7 @@ def discard(folder: str | os.PathLike) -> None:
 
 
 def _remove_pending(fd: int) -> None:
-    """The job folder `fd`'s .live-run goes, whatever it is: a folder removed through
-    descriptors, a link or a file unlinked (never followed)."""
+    """The job folder `fd`'s .live-run goes, whatever it is (a link is never followed)."""
     with contextlib.suppress(FileNotFoundError):
         if stat.S_ISDIR(os.stat(LIVE_PENDING, dir_fd=fd, follow_symlinks=False).st_mode):
             shutil.rmtree(LIVE_PENDING, dir_fd=fd)

@@ -16,10 +16,8 @@ from sparktrain.core.errors import SparkError, TrainingFailed
 from sparktrain.core.jobfiles import CORPUS
 from sparktrain.model.base import Model
 from sparktrain.model.build import build_model
-from sparktrain.model.config import ModelConfig
-from sparktrain.model.device import Device
-from sparktrain.model.device import resolve as resolve_device
-from sparktrain.model.memory import step_fits
+from sparktrain.model.config import ModelConfig, step_fits
+from sparktrain.model.backend import Device, resolve as resolve_device
 from sparktrain.model.parallel import GradientEngine
 from sparktrain.params import StepConfig
 from sparktrain.train import live, outputs, record, resume
@@ -44,7 +42,7 @@ class _Run:
     step: StepConfig
     model: Model
     data: TrainingData
-    device: Device                 # model/device.py: where params and state live
+    device: Device                 # model/backend.py: where params and state live
     params: dict                   # on the run's device (numpy arrays on the CPU)
     base_step: int
     step_n: int

@@ -41,8 +41,7 @@ def _crash_point(where: str) -> None:
 
 
 def lock_job(folder: str | os.PathLike) -> None:
-    """Become the only writer of `folder` (created) until this process exits (or
-    unlock_job); re-entrant within a process."""
+    """Become the only writer of `folder` (created) until exit or unlock_job; re-entrant."""
     folder = Path(folder)
     key = _key(folder)
     if key in _held:
@@ -75,16 +74,12 @@ def lock_job(folder: str | os.PathLike) -> None:
 STALE_TEMP = re.compile(r"^\..+\.[A-Za-z0-9_]{8}\.tmp$")
 
 
-def remove_stale_temps(folder: Path) -> list[str]:
-    """Temp files of our own pattern a killed writer left here (only the lock holder
-    calls this, so no live writer owns one)."""
-    removed = []
+def remove_stale_temps(folder: Path) -> None:
+    """Temp files of our pattern a killed writer left (only the lock holder calls this)."""
     for entry in os.scandir(folder):
         if STALE_TEMP.match(entry.name) and entry.is_file(follow_symlinks=False):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(entry.path)
-                removed.append(entry.name)
-    return removed
 
 
 def unlock_job(folder: str | os.PathLike) -> None:
@@ -95,12 +90,9 @@ def unlock_job(folder: str | os.PathLike) -> None:
 
 @contextlib.contextmanager
 def job_writes(folder: str | os.PathLike):
-    """A command's work on the job `folder`: any OSError in it (a full disk, a quota, a
-    read-only or failing disk, a denied write, in our writers or DVCLive's) becomes one
-    line naming its errno (SparkError, exit 2). On a failure other than TrainingFailed
-    (whose failed.json is the record), a folder this process created and committed
-    nothing to goes whole, and the parents made for it when empty; an existing job
-    keeps its earlier outputs (the commit journal never half-replaces them)."""
+    """A command's work on the job `folder`: an OSError becomes one line naming its errno;
+    on a failure (not TrainingFailed) a folder this process made and committed nothing to
+    goes whole, with the empty parents made for it (docs/outputs.md)."""
     try:
         yield
     except (OSError, SparkError) as err:
@@ -114,8 +106,7 @@ def job_writes(folder: str | os.PathLike):
 
 
 def _remove_made(folder: Path, top: Path) -> None:
-    """`folder` whole, then its parents up to `top` that are empty, each through its
-    parent's descriptor (no link in the path followed)."""
+    """`folder` whole, then its empty parents up to `top`, each through its parent's fd."""
     with contextlib.suppress(OSError):
         for path in (folder, *[p for p in folder.parents if top in (p, *p.parents)]):
             with folder_fd(path.parent) as fd:
@@ -160,15 +151,13 @@ def commit_files(folder: str | os.PathLike, files: dict[str, bytes]) -> None:
 
 
 def journal_names(folder: Path) -> list[str]:
-    """The job files a `.commit` names; only our fixed names count, anything else
-    (not JSON, not a list, other names, a FIFO) is no journal of ours."""
+    """The job files a `.commit` names; only our fixed names count, anything else is none."""
     names = read_json(folder / JOURNAL) if (folder / JOURNAL).is_file() else None
     return [n for n in JOURNALLED if n in names] if isinstance(names, list) else []
 
 
 def recover(folder: str | os.PathLike) -> None:
-    """Roll an interrupted commit forward (or drop one that never reached its
-    journal). Only the lock holder may: it takes the lock first."""
+    """Roll an interrupted commit forward (or drop one without a journal), lock taken first."""
     folder = Path(folder)
     if not folder.is_dir():
         return
@@ -178,7 +167,8 @@ def recover(folder: str | os.PathLike) -> None:
         pending = _pending(folder, name)
         if pending.is_file() and not pending.is_symlink():
             os.replace(pending, folder / name)
-    _fsync_dir(folder)
+    with contextlib.suppress(OSError), folder_fd(folder) as fd:
+        os.fsync(fd)
     if journal.is_file() or journal.is_symlink():
         journal.unlink()
     for name in JOURNALLED:
@@ -196,15 +186,6 @@ def current_file(folder: Path, name: str, journal: list[str]) -> Path:
     return folder / name
 
 
-def _fsync_dir(folder: Path) -> None:
-    with contextlib.suppress(OSError):
-        fd = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
 def artifact_text(fields: list[tuple[str, object]], header: str) -> str:
     lines = [f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in fields]
     return "\n".join([header, *lines]) + "\n"
@@ -216,8 +197,7 @@ def dry_artifact(job) -> str:
 
 
 def sgd_artifact(job, step_n: int, device: str = "cpu", optimizer: str = "sgd") -> str:
-    """The trained run's marker; `mode` names the device kind and the optimizer that
-    ran (`cpu-sgd` for the original's default, `cpu-adamw`, `cuda-muon`, ...)."""
+    """The trained run's marker; `mode` is device-optimizer (`cpu-sgd`, `cuda-muon`, ...)."""
     return artifact_text([("mode", f"{device}-{optimizer}"), ("not_sgd", False), ("trained", True),
                           ("step_n", step_n), ("op", "step"), ("weights", job.rel(WEIGHTS)),
                           ("checkpoint", job.rel(CHECKPOINT))], f"spark-train-sgd {job.id}")
@@ -237,8 +217,7 @@ def read_json(path: Path):
 
 
 def _scrub(obj, depth: int = 0):
-    """A record as job_state repeats it: a number that is not finite (`1e400` reads
-    as inf) becomes None, so what status prints is always valid JSON."""
+    """A record as job_state repeats it: a non-finite number becomes None (valid JSON)."""
     if isinstance(obj, float):
         return obj if math.isfinite(obj) else None
     if depth > 64:
@@ -251,8 +230,7 @@ def _scrub(obj, depth: int = 0):
 
 
 def number(value):
-    """`value` when it is a finite int or float (not a bool), else None: the one
-    check every reader of job_state's numbers relies on."""
+    """`value` when it is a finite int or float (not a bool), else None."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     return value if math.isfinite(value) else None
@@ -265,10 +243,8 @@ def _record(path: Path):
 
 def job_state(folder: str | os.PathLike, job_id: str | None = None,
               current_step: dict | None = None) -> dict:
-    """The real state of a job folder, read only: declared, trained (checkpoint.json
-    says so AND the weights hash to its weights_sha256), failed, or absent; eval.json's
-    metrics only when measured on those weights. A failed.json whose knobs differ from
-    `current_step` (step_record's) leaves a verified model "trained" (docs/outputs.md)."""
+    """The real state of a job folder, read only: declared, trained (weights verified),
+    failed or absent, with eval's metrics only when measured on them (docs/outputs.md)."""
     folder = Path(folder)
     journal = journal_names(folder) if folder.is_dir() else []
     state: dict = {"job": job_id or folder.name, "out": folder.as_posix(), "state": "absent"}
@@ -315,8 +291,7 @@ def job_state(folder: str | os.PathLike, job_id: str | None = None,
                                         "its numbers are not shown")
         else:
             state["perf"] = perf
-    # eval.json: the headline numbers; eval_detail.json: the rest (counts, families,
-    # samples, the weights' sha256). An eval.json from before the split holds both.
+    # eval.json: the headline numbers; eval_detail.json: the rest (a pre-split one: both)
     ev, detail = _record(folder / EVAL), _record(folder / EVAL_DETAIL)
     if isinstance(ev, dict):
         ev = compat.whole_eval(ev, detail)
@@ -330,17 +305,15 @@ def job_state(folder: str | os.PathLike, job_id: str | None = None,
 
 
 def write_failure(folder: Path, info: dict) -> None:
-    """failed.json: the failure's record and when it happened (UTC); never declared
-    to DVC, so the time changes no hash."""
+    """failed.json: the failure's record and its UTC time (never declared to DVC)."""
     lock_job(folder)
     when = datetime.now(timezone.utc).isoformat(timespec="seconds")
     atomic_write_bytes(Path(folder) / FAILED, canonical_json({**info, "when": when}).encode())
 
 
 def failure_is_current(failed: dict, current_step: dict | None) -> bool:
-    """Whether a failed run's knobs are the ones in effect: its `step` record (or,
-    from before that was written, its lr/outer/inner) against `current_step`.
-    Unknown current knobs: the failure is taken as current."""
+    """Whether a failed run's knobs (`step`, or an older lr/outer/inner) are `current_step`'s;
+    unknown current knobs: current."""
     if current_step is None:
         return True
     recorded = failed.get("step")

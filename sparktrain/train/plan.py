@@ -9,7 +9,7 @@ from sparktrain.data.base import DataSource
 from sparktrain.data.tokenizer import job_tokenizer
 from sparktrain.core.fsutil import canonical_json
 from sparktrain.core.jobfiles import ARTIFACT, STATUS
-from sparktrain.model.config import ModelConfig, flops_per_token, n_params
+from sparktrain.model.config import ModelConfig, flops_per_token, n_params, step_fits
 from sparktrain.train import outputs
 from sparktrain.train.job import Job
 
@@ -51,7 +51,6 @@ def dry_accept(job: Job, cfg: ModelConfig, batch_size: int, source: DataSource) 
 def preflight(step, cfg: ModelConfig, source: DataSource, vocab: int | None = None) -> None:
     """What the loop would refuse (every knob, the memory estimate), refused before a
     command's first write (its tokenizer and prepare steps write the job folder)."""
-    from sparktrain.model.memory import step_fits
     from sparktrain.model.parallel import MAX_SHARDS, MAX_WORKERS, default_workers
     from sparktrain.core.errors import SparkError
 

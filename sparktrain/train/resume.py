@@ -1,12 +1,5 @@
-"""Where a run starts: a base's weights or a fresh init, and a saved state of this
-very run (docs/training.md "The loop").
-
-With step.checkpoint_every the whole state (params, optimizer moments, sampler,
-curve and counters) is saved between passes through the commit journal, and a
-run killed mid-way resumes from it to the same final bytes. A state is used only
-when its fingerprint (job, architecture, data, knobs, program, base, device) is
-this run's, and only whole: a torn or malformed one is discarded in one line.
-"""
+"""Where a run starts: a base's weights or a fresh init, and a saved state of this very
+run, used only whole and when its fingerprint is this run's (docs/training.md "The loop")."""
 from __future__ import annotations
 
 import dataclasses
@@ -26,8 +19,7 @@ from sparktrain.train.job import Job
 
 def initial_params(job: Job, model: Model, seed: int, salt: bytes,
                    residual_out: str = "scaled"):
-    """(params, base step_n): the base weights when `base` is a file, else fresh init
-    (`residual_out`: step.init_out)."""
+    """(params, base step_n): the base's weights when a file, else fresh init (step.init_out)."""
     if not job.base_is_weights:
         return model.init_params(seed, salt, dtype=np.float32, residual_out=residual_out), 0
     params, meta = load_weights(job.base)
@@ -52,8 +44,7 @@ def resolve_step_n(requested: int | None, base_step: int, base: str) -> int:
 
 
 def fingerprint(job: Job, cfg, data_fingerprint, step, device) -> str:
-    """What a saved state must match: everything that decides the run's bytes
-    (not the worker count, which never does)."""
+    """What a saved state must match: all that decides the run's bytes (not the workers)."""
     return sha256_bytes(canonical_json({
         "job": job.id, "arch": cfg.to_dict(), "data": data_fingerprint,
         "step": {k: v for k, v in dataclasses.asdict(step).items()
@@ -62,8 +53,7 @@ def fingerprint(job: Job, cfg, data_fingerprint, step, device) -> str:
 
 
 def save(run, log) -> None:
-    """The whole state after pass `log.done`, through the commit journal: a kill at
-    any moment leaves the previous state or this one, never half of each."""
+    """The whole state after pass `log.done`, through the commit journal (never half)."""
     tensors = {f"param.{n}": a for n, a in run.host_params().items()}
     opt_state = run.device.to_host(run.optimizer.state())
     tensors.update({f"opt.{n}": a for n, a in opt_state.items()})
@@ -76,9 +66,8 @@ def save(run, log) -> None:
 
 
 def load(run, log, say) -> None:
-    """Continue from a saved state of this very run; another run's state is ignored,
-    a torn or malformed one discarded (`say` tells why, in one line). Every field and
-    tensor is checked before the run takes any of it."""
+    """Continue from a saved state of this very run, all checked first; another run's is
+    ignored, a torn one discarded (`say` tells why, in one line)."""
     folder = run.job.out_dir
     outputs.recover(folder)
     path = folder / RESUME_STATE
@@ -115,9 +104,7 @@ def _count(value) -> bool:
 
 
 def _check_state(state: dict, run) -> None:
-    """resume.json's fields as `save` writes them, else ValueError naming the first
-    wrong one: a count of passes before the last, a finite curve point per pass,
-    counts, and a sampler state this run's sampler can draw from."""
+    """resume.json's fields as `save` writes them, else ValueError naming the first wrong one."""
     done, curve = state.get("done"), state.get("curve")
     if not _count(done) or not 1 <= done < run.step.outer:
         raise ValueError(f"done {done!r} is not a pass of this run")

@@ -6,7 +6,7 @@ import pytest
 
 from sparktrain.core.errors import SparkError
 from sparktrain.data.pairs_score import evaluate
-from sparktrain.model.batch import PoolBatch, TokenBatch
+from sparktrain.model.base import PoolBatch, TokenBatch
 from sparktrain.model.build import build_model
 from sparktrain.data.pairs import Pair, encode_pair
 

@@ -1,4 +1,4 @@
-"""model/device.py: `cpu | cuda | mps | auto` resolution and its one-line errors,
+"""model/backend.py: `cpu | cuda | mps | auto` resolution and its one-line errors,
 with PyTorch replaced by a fake (the real one is only in `make test-gpu`)."""
 import os
 import types
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from sparktrain.core.errors import SparkError
-from sparktrain.model import device as devmod
+from sparktrain.model import backend as devmod
 
 
 @pytest.fixture(autouse=True)

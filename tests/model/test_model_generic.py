@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from sparktrain.model.batch import PoolBatch
+from sparktrain.model.base import PoolBatch
 from sparktrain.train.bench import synthetic_batch
 from sparktrain.model.build import build_model
 from sparktrain.model.config import SCALES, ModelConfig

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from sparktrain.core.errors import SparkError
-from sparktrain.model.batch import PoolBatch, TokenBatch
+from sparktrain.model.base import PoolBatch, TokenBatch
 from sparktrain.model.build import build_model
 from sparktrain.model.config import ModelConfig
 from sparktrain.model.parallel import (GradientEngine, add_in_order, default_workers,

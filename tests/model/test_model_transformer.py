@@ -7,8 +7,7 @@ import numpy as np
 import pytest
 
 from sparktrain.core.errors import SparkError
-from sparktrain.model.base import Model
-from sparktrain.model.batch import PoolBatch, TokenBatch
+from sparktrain.model.base import Model, PoolBatch, TokenBatch
 from sparktrain.model.build import MeanPool, Transformer, build_model
 from sparktrain.model.config import (SCALES, AttentionArch, MeanPoolArch, ModelConfig,
                                      flops_per_token, n_params, param_shapes)

@@ -14,8 +14,7 @@ import pytest
 from relkit import FAST, TRAIN, trained  # noqa: F401  (fixture)
 from sparkhelp import HANG_GUARD_S, PROMPT_GUARD_S, assert_one_line_error, run_spark
 from sparktrain.core.errors import SparkError
-from sparktrain.model.config import ModelConfig
-from sparktrain.model.memory import BASE_BYTES, check_fits, estimate
+from sparktrain.model.config import BASE_BYTES, ModelConfig, check_fits, estimate
 
 # `spark train` in a fresh child that reports the peak RSS of the run itself: the
 # high-water mark is reset (clear_refs 5) once the command's modules are loaded, so

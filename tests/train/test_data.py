@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from sparktrain.core.errors import SparkError
-from sparktrain.model.batch import PAD, PoolBatch, TokenBatch
+from sparktrain.model.base import PAD, PoolBatch, TokenBatch
 from sparktrain.data.pairs import (BOS, EOS, SEP, Pair, encode_pair, iter_batches, load_dataset,
                                    load_pairs)
 

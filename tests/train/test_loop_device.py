@@ -20,7 +20,7 @@ from sparkhelp import ROOT, assert_one_line_error, run_spark
 from sparktrain.data.source import prepare_job, source_for
 from sparktrain.core.errors import SparkError, TrainingFailed
 from sparktrain.model.config import SCALES
-from sparktrain.model.device import CPU
+from sparktrain.model.backend import CPU
 from sparktrain.model.weights import load_weights
 from sparktrain.params import Defaults, StepConfig, override
 from sparktrain.train.job import adhoc_job
@@ -188,7 +188,7 @@ def test_a_gpu_that_cannot_be_had_is_one_line_and_writes_nothing(kind, tmp_path)
 
 def test_the_cli_device_lists_agree():
     from sparktrain.cli.eval import DEVICES as EVAL_DEVICES
-    from sparktrain.model.device import DEVICES
+    from sparktrain.model.backend import DEVICES
     from sparktrain.params import StepConfig as S
 
     assert set(EVAL_DEVICES) == set(DEVICES)

@@ -1,6 +1,5 @@
-"""`spark compare`, the picture: a panel per unit the runs' eval records measured
-(nats per token; bits per byte beside the compressors), one numbered legend under
-the panels, naming each run by the params that differ (wrapped, never cut)."""
+"""`spark compare`, the picture: a panel per unit measured, one numbered legend under them
+(docs/pipeline.md "Sweep and compare")."""
 from __future__ import annotations
 
 import os
@@ -25,25 +24,22 @@ LEGEND_FONT = 9
 MAX_LEGEND_COLUMNS = 4
 REFERENCES = (("zlib9_bpb", "zlib-9", (0, (5, 3))), ("lzma9e_bpb", "lzma-9e", (0, (1, 2))))
 LINE_STYLES = ("-", "--", "-.", ":")
+LEGEND_TITLES = {"loss": "loss: ● training  ■ held-out",
+                 "bpb": "bits per byte: ■ held-out (per pass: 64-window estimate)"}
 
 
 def run_styles(n: int) -> list[tuple[str, str]]:
-    """(colour, line style) of each of n runs, no two alike (up to 80 runs): 20
-    colours (tab20, the dark ten first), the style turning with every run and
-    shifted once per round of colours."""
+    """(colour, line style) of each of n runs, no two alike up to 80 (tab20, dark first)."""
     import matplotlib
 
-    tab = matplotlib.colormaps["tab20"].colors if n > 10 else \
-        matplotlib.colormaps["tab10"].colors
+    tab = matplotlib.colormaps["tab20" if n > 10 else "tab10"].colors
     colours = [matplotlib.colors.to_hex(c) for c in (tab[0::2] + tab[1::2] if n > 10 else tab)]
     return [(colours[i % len(colours)], LINE_STYLES[(i + i // len(colours)) % len(LINE_STYLES)])
             for i in range(n)]
 
 
 def legend_layout(texts: list[str]) -> tuple[int, list[str], float]:
-    """(columns, the entries wrapped to their column's width, legend height in
-    inches): the number of columns that makes the legend least tall; an entry too
-    long for its column wraps onto more lines, never cut."""
+    """(columns, wrapped entries, height in inches) of the least tall legend; never cut."""
     best = None
     for ncol in range(min(MAX_LEGEND_COLUMNS, len(texts)), 0, -1):
         width = LEGEND_CHARS // ncol - 6          # - the line sample and the gap
@@ -58,8 +54,7 @@ def legend_layout(texts: list[str]) -> tuple[int, list[str], float]:
 
 
 def render(sweep: dict) -> Figure:
-    """A panel per unit the runs' eval records measured (nats per token; bits per
-    byte beside the compressors), one numbered legend under them."""
+    """A panel per unit measured (bpb beside the compressors), one numbered legend."""
     exps = sweep["experiments"]
     units = [u for u in ("loss", "bpb") if any(e.unit == u for e in exps)]
     with matplotlib.style.context("default"):
@@ -70,8 +65,8 @@ def render(sweep: dict) -> Figure:
         handles += [Line2D([], [], color="0.35", linestyle=style, linewidth=1.2, label=text)
                     for _, text, style in refs]
         ncol, texts, legend_in = legend_layout([h.get_label() for h in handles])
-        height = BASE_HEIGHT_IN + legend_in
-        fig = Figure(figsize=(FIG_WIDTH_IN, height), dpi=DPI, layout="constrained")
+        fig = Figure(figsize=(FIG_WIDTH_IN, BASE_HEIGHT_IN + legend_in), dpi=DPI,
+                     layout="constrained")
         FigureCanvasAgg(fig)
         fig.suptitle(f"sweep of {len(exps)} experiment{'s' * (len(exps) != 1)}", fontsize=13)
         axes = fig.subplots(1, len(units), squeeze=False)[0]
@@ -83,17 +78,8 @@ def render(sweep: dict) -> Figure:
                 _bpb_panel(ax, chosen, styles, refs)
         fig.legend(handles, texts, loc="outside lower center", ncol=ncol,
                    fontsize=LEGEND_FONT, frameon=False, handlelength=2.6,
-                   title=_legend_title(units), title_fontsize=LEGEND_FONT)
+                   title="    ".join(LEGEND_TITLES[u] for u in units), title_fontsize=LEGEND_FONT)
     return fig
-
-
-def _legend_title(units: list[str]) -> str:
-    parts = []
-    if "loss" in units:
-        parts.append("loss: ● training  ■ held-out")
-    if "bpb" in units:
-        parts.append("bits per byte: ■ held-out (per pass: 64-window estimate)")
-    return "    ".join(parts)
 
 
 def _style_axes(ax, title: str, ylabel: str, ys: list[float]) -> None:
@@ -128,8 +114,7 @@ def _loss_panel(ax, exps: list[Experiment], styles: dict) -> None:
 
 
 def _references(exps: list[Experiment]) -> list[tuple[float, str, object]]:
-    """(bpb, legend text, line style) of each compressor's distinct figure that the
-    bits-per-byte runs' eval records measured."""
+    """(bpb, legend text, line style) of each compressor's distinct figure in the bpb runs."""
     found = []
     for key, name, style in REFERENCES:
         for value in sorted({e.metrics[key] for e in exps

@@ -1,24 +1,6 @@
-"""`spark compare`, reading: the chosen experiments, their curves and labels.
-
-The experiments (names, revs, their baseline) come from the one reader of
-experiments, sparktrain/repro/experiments.py (git's refs/exps); each one's
-params.yaml, eval.json and checkpoint.json are read at its rev through the same
-reader (the commit's files from git, sized first; the outputs from the DVC
-cache). A headline number in eval.json that is not finite (1e400, NaN) or not a
-number is one line naming it, never a cell or a JSON value.
-Nothing is fetched, so it works offline (`dvc exp pull` first for experiments
-made elsewhere). A subset is picked by name, by a param's value (`--where`)
-or the last N.
-
-One figure, a panel per unit the eval records measured: training loss per outer
-pass (solid) and held-out loss (per pass when the checkpoint logs
-`heldout_loss`, else one marker at the last pass from eval.json) in nats per
-token; held-out bits per byte beside the compressors' figures that eval
-recorded (zlib-9, lzma-9e). The runs are numbered: the legend under the panels
-names each one by the params that differ across the chosen runs (wrapped, never
-cut), and the table's first column carries the same numbers.
-See docs/pipeline.md ("Sweep and compare").
-"""
+"""`spark compare`, reading: the chosen experiments (through sparktrain/repro/experiments.py),
+their curves and labels; a headline number not finite is one line naming it.
+See docs/pipeline.md ("Sweep and compare")."""
 from __future__ import annotations
 
 import dataclasses
@@ -42,8 +24,7 @@ from sparktrain.repro.experiments import (DvcExperiments, Experiments, ExpRecord
 # values in one experiment's checkpoint.json: 3 a curve point, outer + 1 points at most
 CHECKPOINT_ITEMS = 4 * (MAX_OUTER + 1) + 10_000
 
-# What a held-out record measured, and the panel it is drawn on: a record with
-# bits per byte is drawn in bits per byte (beside the compressors), else in nats.
+# What a held-out record measured -> its panel (bits per byte when it has bpb, else nats)
 UNITS = {"bpb": ("held-out text", "bits per byte"),
          "loss": ("pairs jobs", "loss (cross-entropy, nats per token)")}
 
@@ -82,26 +63,19 @@ def flatten(tree: dict, prefix: str = "") -> dict:
     return flat
 
 
-def _defaults() -> dict:
-    """Every knob's default, flattened: what params.yaml means where it says nothing."""
-    return flatten(dataclasses.asdict(Defaults()))
-
-
 def resolved_params(raw) -> dict:
-    """params.yaml flattened, an unset (or null) knob as its default: a run that
-    leaves `step.optimizer` out trains with sgd, and is not different from one
-    that writes `optimizer: sgd`."""
+    """params.yaml flattened, an unset (or null) knob as its default (docs/pipeline.md)."""
     flat = flatten(raw if isinstance(raw, dict) else {})
-    for key, value in _defaults().items():
+    for key, value in flatten(dataclasses.asdict(Defaults())).items():
         nested = any(k.startswith(f"{key}.") for k in flat)
         if flat.get(key) is None and value is not None and not nested:
             flat[key] = value
     return flat
 
 
-def choose(experiments: list[ExpRow], baselines: list[ExpRow], wanted: Sequence[str]) -> list[ExpRow]:
-    """The rows named (an experiment by name or rev prefix, a baseline by its branch
-    name), or all experiments when none is named."""
+def choose(experiments: list[ExpRow], baselines: list[ExpRow],
+           wanted: Sequence[str]) -> list[ExpRow]:
+    """The rows named (by name, rev prefix or baseline branch), else all experiments."""
     if not wanted:
         if not experiments:
             raise SparkError("no experiments yet in this workspace; run some with "
@@ -122,8 +96,7 @@ def choose(experiments: list[ExpRow], baselines: list[ExpRow], wanted: Sequence[
 
 
 def record(row: ExpRow, source: Experiments) -> Experiment:
-    """An experiment's params and headline numbers; the eval.json from before
-    eval_detail.json (every number in one file) is read too."""
+    """An experiment's params and headline numbers (a pre-split eval.json too)."""
     rec = read_record(source, row)
     metric = rec.metrics
     if not isinstance(metric, dict) or not is_number(metric.get("loss")):
@@ -157,8 +130,7 @@ def read_checkpoint(exp: Experiment, source: Experiments) -> dict:
 
 
 def add_curves(exp: Experiment, ckpt: dict) -> None:
-    """Training curve from the checkpoint; held-out per pass where the checkpoint
-    logs `heldout_loss`, else the final held-out loss at the last pass."""
+    """Training curve and held-out per pass from the checkpoint, else eval's at the last pass."""
     curve = ckpt.get("loss_curve") if isinstance(ckpt, dict) else None
     if not isinstance(curve, list) or not curve:
         raise SparkError(f"experiment {exp.name}: its checkpoint.json has no loss_curve")
@@ -183,9 +155,7 @@ def _differ(exps: list[Experiment], keys: list[str]) -> list[str]:
 
 
 def changed_params(chosen: list[Experiment], baselines: list[Experiment]) -> tuple[list[str], dict]:
-    """(the params that differ among the chosen runs, {param: value} the chosen runs
-    share but their baseline does not). One run alone is told by what differs
-    from its baseline."""
+    """(params differing among the chosen, {param: value} they share unlike their baseline)."""
     keys = sorted({k for e in chosen + baselines for k in e.params})
     if len(chosen) < 2:
         return _differ(chosen + baselines, keys), {}
@@ -196,8 +166,7 @@ def changed_params(chosen: list[Experiment], baselines: list[Experiment]) -> tup
 
 
 def where_filter(specs: Sequence[str]):
-    """`--where KEY=VALUE` (KEY dotted or its last part, VALUE as YAML or as shown):
-    a predicate on an Experiment; a malformed spec is one line."""
+    """`--where KEY=VALUE` specs as a predicate on an Experiment (docs/pipeline.md)."""
     tests = []
     for spec in specs:
         key, sep, text = spec.partition("=")
@@ -221,8 +190,7 @@ def where_filter(specs: Sequence[str]):
 
 def compare(wanted: Sequence[str] = (), source: Experiments | None = None, *,
             where: Sequence[str] = (), last: int | None = None) -> dict:
-    """The sweep as data: the chosen experiments (named, else all; then those
-    matching every `where`, then the `last` N) with their curves and labels."""
+    """The sweep as data: the chosen experiments, filtered, with curves and labels."""
     keep = where_filter(where)
     if last is not None and last < 1:
         raise SparkError(f"--last must be >= 1, got {last}")
@@ -238,7 +206,9 @@ def compare(wanted: Sequence[str] = (), source: Experiments | None = None, *,
     for exp in chosen:
         add_curves(exp, read_checkpoint(exp, source))
     names = {e.name for e in chosen}
-    refs = [_baseline(b, source) for b in baselines
+    # the baselines as references for which params changed (their metrics may be absent)
+    refs = [Experiment(b.name, b.rev, b.name, resolved_params(read_params(source, b.rev)), {},
+                       False) for b in baselines
             if b.name in {e.baseline for e in chosen} and b.name not in names]
     keys, shared = changed_params(chosen, refs)
     labels = label_texts(chosen, keys)
@@ -247,12 +217,6 @@ def compare(wanted: Sequence[str] = (), source: Experiments | None = None, *,
         # the same params twice (a re-run): the name tells them apart
         exp.label = f"{text} ({exp.name})" if labels.count(text) > 1 else text
     return {"changed_params": keys, "shared_params": shared, "experiments": chosen}
-
-
-def _baseline(row: ExpRow, source: Experiments) -> Experiment:
-    """A baseline as a reference for which params changed (its metric may be absent)."""
-    return Experiment(row.name, row.rev, row.name, resolved_params(read_params(source, row.rev)),
-                      {}, False)
 
 
 LABEL_VALUE_CHARS = 18   # a longer value shows only what sets it apart from the others
@@ -265,8 +229,7 @@ def short_key(key: str, keys: list[str]) -> str:
 
 
 def short_value(value) -> str:
-    """A value as a label shows it: a path by its file's stem, null as `none`,
-    a float in its shortest form."""
+    """A value as a label shows it: a path's stem, null as `none`, a float shortest."""
     if value is None:
         return "none"
     if isinstance(value, str):
@@ -278,9 +241,7 @@ def short_value(value) -> str:
 
 
 def short_values(values: list) -> list[str]:
-    """The values of one param across the runs, each shortened without hiding what
-    differs: a long value keeps the part that sets it apart from the others (and a
-    few characters around it), the part they all share becomes `…`."""
+    """One param's values across runs, a long one cut to its distinct part (shared: `…`)."""
     texts = [short_value(v) for v in values]
     if max((len(t) for t in texts), default=0) <= LABEL_VALUE_CHARS or len(set(texts)) < 2:
         return [t if len(t) <= LABEL_VALUE_CHARS else t[:LABEL_VALUE_CHARS - 1] + "…"
@@ -306,23 +267,15 @@ def label_texts(exps: list[Experiment], keys: list[str]) -> list[str]:
             or exps[i].name for i in range(len(exps))]
 
 
-def label(exp: Experiment, keys: list[str]) -> str:
-    """One run's label on its own (compare() shortens across the chosen runs)."""
-    return label_texts([exp], keys)[0]
-
-
 def as_json(sweep: dict) -> dict:
     keys = sweep["changed_params"]
-    return {
-        "changed_params": keys,
-        "shared_params": sweep.get("shared_params", {}),
-        "experiments": [{
-            "number": e.number, "name": e.name, "rev": e.rev, "baseline": e.baseline,
-            "label": e.label, "params": {k: e.params.get(k) for k in keys},
-            "metrics": e.metrics, "old_layout": e.old_layout, "unit": e.unit,
-            "loss_curve": e.loss_curve, "heldout": e.heldout, "heldout_bpb": e.heldout_bpb,
-        } for e in sweep["experiments"]],
-    }
+    return {"changed_params": keys, "shared_params": sweep.get("shared_params", {}),
+            "experiments": [{
+                "number": e.number, "name": e.name, "rev": e.rev, "baseline": e.baseline,
+                "label": e.label, "params": {k: e.params.get(k) for k in keys},
+                "metrics": e.metrics, "old_layout": e.old_layout, "unit": e.unit,
+                "loss_curve": e.loss_curve, "heldout": e.heldout, "heldout_bpb": e.heldout_bpb,
+            } for e in sweep["experiments"]]}
 
 
 def is_number(v) -> bool:

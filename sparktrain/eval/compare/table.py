@@ -1,6 +1,5 @@
-"""`spark compare`, the text: the runs numbered as in the picture's legend, their
-metrics, and the curves a row per run, laid out for an 80-column terminal; and
-`render`, the one printer of the experiments tables (`spark sweep`'s too)."""
+"""`spark compare`, the text (runs, metrics, curves in 80 columns), and `render`,
+the one printer of the experiments tables (`spark sweep`'s too)."""
 from __future__ import annotations
 
 import io
@@ -20,16 +19,15 @@ from sparktrain.eval.headline import HEADLINE_KEYS
 
 # Short headers keep the table inside 80 columns.
 TABLE_HEADS = {"loss": "held-out", "bpb": "bpb", "zlib9_bpb": "zlib9", "lzma9e_bpb": "lzma9e",
-               "perplexity": "ppl",
-               "next_token_accuracy": "acc", "exact_match": "exact", "copy_recall": "copy"}
+               "perplexity": "ppl", "next_token_accuracy": "acc", "exact_match": "exact",
+               "copy_recall": "copy"}
 WIDTH = 80   # the terminal the table is laid out for
 
 
 def render(head: list[str], rows: list[list[str]], rule: bool = False,
            tty: bool | None = None) -> list[str]:
-    """An experiments table's lines: drawn by rich when `tty` (default: stdout is a
-    terminal), without colour since the commands escape control bytes; else plain
-    columns (textout.columns), a dashed rule under the head when `rule`."""
+    """A table's lines: rich (no colour) when `tty` (default: stdout is a terminal), else
+    textout.columns, a dashed rule under the head when `rule`."""
     if not (sys.stdout.isatty() if tty is None else tty):
         return columns(head, rows, rule=rule)
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
@@ -44,16 +42,14 @@ def render(head: list[str], rows: list[list[str]], rule: bool = False,
 
 
 def format_table(sweep: dict, tty: bool | None = None) -> str:
-    """The runs, numbered as in the picture's legend: one table when it fits in
-    WIDTH columns; else a key (number, name, the params that differ, wrapped)
-    and the metrics table beside the numbers. Then the curves, a row per run.
-    `tty`: as `render`'s."""
+    """The runs, numbered as in the legend: one table within WIDTH, else a key of
+    params and the metrics table beside the numbers; then the curves, a row per run."""
     keys, exps = sweep["changed_params"], sweep["experiments"]
     shared = sweep.get("shared_params") or {}
     metric_keys = [k for k in HEADLINE_KEYS if any(k in e.metrics for e in exps)]
     metric_head = ["train", *(TABLE_HEADS.get(k, k) for k in metric_keys)]
-    metric_cells = [[_num(e.loss_curve[-1]["loss"]), *(_metric(k, e.metrics.get(k))
-                                                       for k in metric_keys)] for e in exps]
+    metric_cells = [[_metric("loss", e.loss_curve[-1]["loss"]),
+                     *(_metric(k, e.metrics.get(k)) for k in metric_keys)] for e in exps]
     short = [short_values([e.params.get(k) for e in exps]) for k in keys]
     names = [f"{e.number:>{len(str(len(exps)))}} {e.name}" for e in exps]  # "1 swept-hulk"
     lines = textwrap.wrap(f"{len(exps)} experiment{'s' * (len(exps) != 1)}; params that "
@@ -86,8 +82,7 @@ def format_table(sweep: dict, tty: bool | None = None) -> str:
     if "bpb" in metric_keys:
         key += " (bpb: the whole held-out stream; the per-pass bpb is a 64-window estimate)"
     lines += ["", *textwrap.wrap(key, WIDTH - 2)]
-    lines += _curve_block("training loss per outer pass", exps, lambda e: e.loss_curve, "loss",
-                          tty)
+    lines += _curve_block("training loss per outer pass", exps, lambda e: e.loss_curve, "loss", tty)
     lines += _curve_block("held-out loss per outer pass", [e for e in exps if len(e.heldout) > 1],
                           lambda e: e.heldout, "loss", tty)
     lines += _curve_block("64-window estimate of held-out bits per byte per outer pass",
@@ -97,12 +92,11 @@ def format_table(sweep: dict, tty: bool | None = None) -> str:
 
 
 def _curve_block(title: str, exps: list[Experiment], curve, key: str, tty) -> list[str]:
-    """A row per run (its number), a column per outer pass; when the passes do not
-    fit in WIDTH columns, evenly spaced ones (always the first and the last)."""
+    """A row per run, a column per outer pass (evenly spaced ones when over WIDTH)."""
     if not exps:
         return []
     outers = sorted({p["outer"] for e in exps for p in curve(e)})
-    cells = {(e.number, p["outer"]): _num(p[key]) for e in exps for p in curve(e)}
+    cells = {(e.number, p["outer"]): _metric(key, p[key]) for e in exps for p in curve(e)}
     num_w = max(len("run"), len(str(len(exps))))
     cell_w = max(len(c) for c in cells.values())
     fit = max(2, (WIDTH - num_w) // (cell_w + 2))
@@ -114,10 +108,6 @@ def _curve_block(title: str, exps: list[Experiment], curve, key: str, tty) -> li
     rows = [[str(e.number), *(cells.get((e.number, o), "-") for o in shown)] for e in exps]
     return ["", f"{title}, a row per run", "",
             *render(["run", *(_value(o) for o in shown)], rows, tty=tty)]
-
-
-def _num(v) -> str:
-    return "-" if v is None else f"{v:.4f}"
 
 
 def _metric(key: str, v) -> str:
