@@ -307,10 +307,11 @@ def fig_sweep(work: Path, quick: bool) -> dict:
 def fig_tests(work: Path, quick: bool) -> dict:
     """`make test` itself (its pytest workers and options are the Makefile's), so the
     README's count and time are the command a user runs."""
+    where = cpu_label()  # the load before the suite adds its own
     wall, out = _run(ROOT, "make", "-s", "--no-print-directory", "test")
     summary = out.strip().splitlines()[-1]
     return {"wall_s": round(wall, 1), "summary": summary,
-            "text": f"`make test`: {summary.strip('= ')} ({wall / 60:.1f} min wall)"}
+            "text": f"`make test`: {summary.strip('= ')} ({wall / 60:.1f} min wall on {where})"}
 
 
 # The figures whose numbers and hashes every run on this machine reproduces (`--stable`):

@@ -121,10 +121,11 @@ def test_the_test_figure_is_make_tests_own_run(monkeypatch, tmp_path):
         ran.append((cwd, cmd))
         return 400.0, "....\n12 passed, 3 skipped, 1 deselected in 399.12s (0:06:39)\n"
     monkeypatch.setattr(rf, "_run", fake_run)
+    monkeypatch.setattr(rf, "cpu_label", lambda: "CPU X, 2 usable cores, load average 0.1")
     fig = rf.fig_tests(tmp_path, quick=False)
     assert ran == [(ROOT, ("make", "-s", "--no-print-directory", "test"))]
     assert fig["text"] == ("`make test`: 12 passed, 3 skipped, 1 deselected in 399.12s "
-                           "(0:06:39) (6.7 min wall)")
+                           "(0:06:39) (6.7 min wall on CPU X, 2 usable cores, load average 0.1)")
     assert rf.FIGURES["tests"][0] is rf.fig_tests
     text = (ROOT / "README.md").read_text()
     assert text.count("<!-- figures:tests -->") == 1 and "passed" in rf.block(text, "tests")
