@@ -117,7 +117,8 @@ def cmd_apply_step(args) -> int:
     labels = {k: v for k, v in (("source", args.source), ("command", args.command_label))
               if v is not None}
     try:
-        summary = run_and_record(job, knobs, step, cfg, labels=labels, heldout=heldout)
+        with outputs.job_writes(folder):  # a write error is one line; a new folder goes on failure
+            summary = run_and_record(job, knobs, step, cfg, labels=labels, heldout=heldout)
     except TrainingFailed as err:
         print(json.dumps({"op": "STEP", "job": job.id, "trained": False, "not_sgd": True,
                           "error": str(err)}, sort_keys=True))

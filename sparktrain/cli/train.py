@@ -186,17 +186,16 @@ def run_and_record(job, knobs, step, cfg, labels: dict | None = None,
                    heldout: str | None = None, first_line: str | None = None) -> dict:
     """STEP `job` on its data source (`knobs`: the params or defaults it reads; a
     failure is recorded beside the previous outputs, then raised); the one-line
-    JSON summary every train command prints. The loop's lines go to stderr, `first_line`
+    JSON summary every train command prints (its caller holds `outputs.job_writes` around
+    the job's prepare and this). The loop's lines go to stderr, `first_line`
     before them (a bad input, refused before training, stays the only line); on a
     terminal, the loop's bar (train/live.py)."""
     from sparktrain.data.source import source_for
     from sparktrain.train.attempt import step_job
     from sparktrain.train.live import StderrLines
-    from sparktrain.train.outputs import job_writes
 
-    with job_writes(job.out_dir):
-        result = step_job(job, step, cfg, source_for(job.dataset, knobs, heldout),
-                          labels=labels, progress=StderrLines(first_line))
+    result = step_job(job, step, cfg, source_for(job.dataset, knobs, heldout),
+                      labels=labels, progress=StderrLines(first_line))
     c = result.checkpoint
     return {"op": "STEP", "job": c["job"], "state": "trained", "trained": True,
             "not_sgd": c["not_sgd"], "step_n": c["step_n"], "loss_before": c["loss_before"],
@@ -238,8 +237,12 @@ def cmd_run(args) -> int:
         return line
 
     def on_step(ins, ops):
-        prepare_streamed(job_of(ops[0]), knobs, step, cfg, heldout)
-        summary = run_and_record(job_of(ops[0]), knobs, step, cfg, heldout=heldout)
+        from sparktrain.train.outputs import job_writes
+
+        job = job_of(ops[0])
+        with job_writes(job.out_dir):  # a write error is one line; a new folder goes on failure
+            prepare_streamed(job, knobs, step, cfg, heldout)
+            summary = run_and_record(job, knobs, step, cfg, heldout=heldout)
         # the job's binding follows the job: a `print job` after the STEP says it trained
         bound[ops[0]].update({k: summary[k] for k in ("state", "trained", "not_sgd")
                               if k in summary})
