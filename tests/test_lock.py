@@ -3,6 +3,7 @@ it, `make lock` refreshes it), and the venv runs the numpy it pins: another nump
 and its OpenBLAS may move the bytes (docs/portability.md)."""
 from __future__ import annotations
 
+import os
 import tomllib
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -73,10 +74,16 @@ def test_make_test_runs_on_xdist_workers_that_the_dev_extra_installs():
     `make setup` installs) and the lock carry pytest-xdist, so a fresh clone has it."""
     import subprocess
 
-    shown = subprocess.run(["make", "-n", "test", "STAMP="], cwd=ROOT, capture_output=True,
+    # Under `make test` itself this is a sub-make: drop what the outer make hands down
+    # (MAKEFLAGS, MAKELEVEL make it print "Entering directory" lines) and any
+    # TEST_WORKERS the caller chose, so the default is what is read.
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES", "TEST_WORKERS")}
+    make = ["make", "--no-print-directory", "-n", "test", "STAMP="]
+    shown = subprocess.run(make, cwd=ROOT, capture_output=True, env=env,
                            text=True, check=True).stdout.strip().splitlines()
     assert shown[-1].endswith("-m pytest -q -n 2 --dist loadscope"), shown
-    one = subprocess.run(["make", "-n", "test", "STAMP=", "TEST_WORKERS=0"], cwd=ROOT,
+    one = subprocess.run(make + ["TEST_WORKERS=0"], cwd=ROOT, env=env,
                          capture_output=True, text=True, check=True).stdout
     assert "-n 0 " in one, one
     dev = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["dev"]
