@@ -6,6 +6,7 @@ process. See docs/portability.md (the kernel) and docs/training.md ("Threads and
 """
 from __future__ import annotations
 
+import functools
 import os
 import platform
 import sys
@@ -154,24 +155,19 @@ class Started:
     threads: int
 
 
-_STARTED: Started | None = None
-
-
+@functools.cache
 def start() -> Started:
     """Choose the kernel, pin the threads, keep freed memory; once per process (a later
     call returns the first answer). Call it before anything imports numpy; a script
     that loaded numpy first still gets its threads pinned, and a note when the kernel
     is not the portable one. A bad SPARK_BLAS_KERNEL / SPARK_BLAS_THREADS: SparkError."""
-    global _STARTED
-    if _STARTED is None:
-        kernel = choose()
-        line = note(kernel) if kernel.source == "preloaded" else None
-        if line:
-            sys.stderr.write(f"spark: note: {line}\n")
-        threads = pin(requested_threads())
-        _keep_freed_memory()
-        _STARTED = Started(kernel, threads)
-    return _STARTED
+    kernel = choose()
+    line = note(kernel) if kernel.source == "preloaded" else None
+    if line:
+        sys.stderr.write(f"spark: note: {line}\n")
+    threads = pin(requested_threads())
+    _keep_freed_memory()
+    return Started(kernel, threads)
 
 
 def kernel_choice() -> Choice:
