@@ -1,10 +1,6 @@
-"""The array backend: the few operations the array API standard lacks, twice (docs/gpu.md).
-
-NumpyOps is the fast CPU path (einsum, `out=`, fancy indexing: the reference bytes);
-ArrayApiOps uses standard calls only, no scatter, so a GPU result is deterministic. Each
-NumpyOps method has a twin of the same name in ArrayApiOps (test_model_backend.py).
-Where a run's arrays live: `cpu | cuda | mps | auto` -> a Device (`cpu` numpy, the others
-PyTorch through array-api-compat, deterministic); files on disk are host float32."""
+"""The array backend (docs/gpu.md): the operations the array API standard lacks, as twins
+of one name in NumpyOps (the fast CPU path: the reference bytes) and ArrayApiOps (standard
+calls only, no scatter: deterministic on a GPU); and the Device a run's arrays live on."""
 from __future__ import annotations
 
 import os
@@ -21,10 +17,6 @@ try:  # the `gpu` extra: PyTorch / CuPy arrays get their namespace from it
     import array_api_compat
 except ImportError:  # pragma: no cover - the default install
     array_api_compat = None
-
-
-def _host_index(index) -> np.ndarray:
-    return np.asarray(index, dtype=np.int64)
 
 
 class NumpyOps:
@@ -327,12 +319,12 @@ class ArrayApiOps:
         return xp.reshape(flat, tuple(ids.shape) + (weight.shape[1],))
 
     def take_rows(self, x, rows_host):
-        return self.xp.take(x, self.asarray(_host_index(rows_host), x), axis=0)
+        return self.xp.take(x, self.asarray(np.asarray(rows_host, dtype=np.int64), x), axis=0)
 
     def scatter_rows(self, src, rows_host, n):
         # a gather from [src; 0]: row r reads src[i] where rows[i] = r, else the zero row
         xp = self.xp
-        rows = _host_index(rows_host)
+        rows = np.asarray(rows_host, dtype=np.int64)
         source = np.full(n, rows.shape[0], dtype=np.int64)              # (n,) -> the zero row
         source[rows] = np.arange(rows.shape[0])
         padded = xp.concat([src, self.zeros((1, src.shape[1]), src)], axis=0)  # (M + 1, C)
@@ -375,10 +367,9 @@ def for_namespace(xp):
     """The ops of namespace xp (numpy itself gets the fast path)."""
     if xp is np:
         return NUMPY
-    ops = _GENERIC.get(id(xp))
-    if ops is None:
-        ops = _GENERIC[id(xp)] = ArrayApiOps(xp)
-    return ops
+    if id(xp) not in _GENERIC:
+        _GENERIC[id(xp)] = ArrayApiOps(xp)
+    return _GENERIC[id(xp)]
 
 
 def of(x):
