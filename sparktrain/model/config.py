@@ -1,8 +1,6 @@
-"""Model architecture: the typed config, the scale table, and the two model kinds as the
-config sees them (their rules and their one shape table, from which sizes, FLOPs and
-tensor names come). It needs nothing but the config: checking params never loads the
-model code, whose kinds extend these classes. And how much memory a run will need, from
-the shapes alone: `estimate` and `check_fits` (docs/training.md, "Memory")."""
+"""The typed config, the scale table, the two model kinds' rules and shape table (sizes,
+FLOPs, tensor names), and the memory a run needs (docs/training.md, "Tensors", "Memory").
+Nothing but the config: checking params never loads the model code, which extends these."""
 from __future__ import annotations
 
 import math
@@ -156,14 +154,11 @@ class AttentionArch(Arch):
                 "spark.lm_head.weight": (v, d)}
 
     def param_shapes(self) -> dict[str, tuple[int, ...]]:
-        layer, outer = self.layer_shapes(), self.outer_shapes()
-        shapes: dict[str, tuple[int, ...]] = {"spark.embed.weight": outer["spark.embed.weight"]}
-        for L in range(self.cfg.n_layer):
-            for key, name in layer_names(L).items():
-                shapes[name] = layer[key]
-        shapes["spark.final_norm.weight"] = outer["spark.final_norm.weight"]
-        shapes["spark.lm_head.weight"] = outer["spark.lm_head.weight"]
-        return shapes
+        layer = self.layer_shapes()
+        embed, final_norm, lm_head = self.outer_shapes().items()
+        blocks = [(name, layer[key]) for L in range(self.cfg.n_layer)
+                  for key, name in layer_names(L).items()]
+        return dict([embed, *blocks, final_norm, lm_head])
 
     @property
     def n_params(self) -> int:
