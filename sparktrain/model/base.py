@@ -103,6 +103,14 @@ def mean_denom(weights) -> float:
 PAD = 0xFF
 
 
+def right_pad(seqs: Sequence) -> np.ndarray:
+    """(len(seqs), longest) int64: row b holds seqs[b], then PAD."""
+    grid = np.full((len(seqs), max(len(s) for s in seqs)), PAD, dtype=np.int64)
+    for b, s in enumerate(seqs):
+        grid[b, :len(s)] = s
+    return grid
+
+
 @dataclass(frozen=True)
 class TokenBatch:
     """Attention model: teacher-forced next-byte prediction. inputs, targets (B, T) int64;
@@ -117,16 +125,11 @@ class TokenBatch:
         """Inputs tokens[:-1], targets tokens[1:], right-padded to the longest row."""
         if not rows:
             raise ValueError("a token batch needs at least one row")
-        T = max(len(r.tokens) - 1 for r in rows)
-        B = len(rows)
-        inputs = np.full((B, T), PAD, dtype=np.int64)   # (B, T)
-        targets = np.full((B, T), PAD, dtype=np.int64)  # (B, T)
-        mask = np.zeros((B, T), dtype=np.float32)       # (B, T)
+        inputs = right_pad([r.tokens[:-1] for r in rows])   # (B, T)
+        targets = right_pad([r.tokens[1:] for r in rows])   # (B, T)
+        mask = np.zeros(inputs.shape, dtype=np.float32)     # (B, T)
         for b, r in enumerate(rows):
-            n = len(r.tokens) - 1
-            inputs[b, :n] = r.tokens[:-1]
-            targets[b, :n] = r.tokens[1:]
-            mask[b, :n] = r.mask
+            mask[b, :len(r.tokens) - 1] = r.mask
         return cls(inputs, targets, mask)
 
     @property
@@ -159,12 +162,9 @@ class PoolBatch:
         """Prompt contexts right-padded to the longest, one target per row."""
         if not rows:
             raise ValueError("a pool batch needs at least one row")
-        T = max(len(r.context) for r in rows)
-        B = len(rows)
-        context = np.full((B, T), PAD, dtype=np.int64)     # (B, T)
-        context_mask = np.zeros((B, T), dtype=np.float32)  # (B, T)
+        context = right_pad([r.context for r in rows])     # (B, T)
+        context_mask = np.zeros(context.shape, dtype=np.float32)  # (B, T)
         for b, r in enumerate(rows):
-            context[b, :len(r.context)] = r.context
             context_mask[b, :len(r.context)] = 1.0
         target = np.array([r.first_target for r in rows], dtype=np.int64)  # (B,)
         return cls(context, context_mask, target)

@@ -1,15 +1,11 @@
-"""A model from a config: the two kinds a config can name, with their maths, in the array
-namespace the params live in (docs/training.md "The model", docs/gpu.md). All work is in
-the params' dtype; batches arrive on the host, which works out the counted positions.
+"""The two model kinds with their maths, in the params' array namespace and dtype
+(docs/training.md "The model", docs/gpu.md): Transformer, the Spark decoder with its
+hand-written backward, and MeanPool, the fallback. Batches arrive on the host, which works
+out the counted positions.
 
-Transformer, the Spark decoder: forward, loss and hand-written backward. MeanPool, the
-fallback (docs/training.md "Mean-pool fallback"): the prompt's mean embedding through
-lm_head predicts a pair's first completion byte; two tensors.
-
-Last, the sampling core: next tokens from any kind's logits, greedy or temperature/top-k,
-for a batch of contexts at once (eval/generate.py makes the contexts and the text). All rows
-advance together, one forward of the whole right-padded window per new token, no KV cache;
-the caller passes the end token (`eos`): this floor knows no tokenizer."""
+Last, the sampling core (eval/generate.py makes the contexts and the text): greedy or
+temperature/top-k for a batch of contexts, one forward of the whole right-padded window per
+new token, no KV cache; the caller passes `eos`: this floor knows no tokenizer."""
 from __future__ import annotations
 
 from typing import NamedTuple, Sequence
@@ -17,7 +13,7 @@ from typing import NamedTuple, Sequence
 import numpy as np
 
 from sparktrain.model import backend, layers
-from sparktrain.model.base import PAD, Model, PoolBatch, TokenBatch
+from sparktrain.model.base import Model, PoolBatch, TokenBatch, right_pad
 from sparktrain.model.config import AttentionArch, MeanPoolArch, ModelConfig, layer_names
 
 
@@ -267,12 +263,9 @@ class MeanPool(MeanPoolArch, Model):
         return self.pool_logits(params, windows, live)                 # (A, V)
 
 
-KINDS: dict[str, type[Model]] = {kind.name: kind for kind in (Transformer, MeanPool)}
-
-
 def build_model(cfg: ModelConfig) -> Model:
     """The attention decoder or the mean-pool fallback, as cfg.kind says."""
-    return KINDS[cfg.kind.name](cfg)
+    return {AttentionArch: Transformer, MeanPoolArch: MeanPool}[cfg.kind](cfg)
 
 
 MAX_NEW = 4096  # most new tokens one prompt may ask for: a model that never emits EOS stops here
@@ -319,10 +312,7 @@ def generate_tokens(params, cfg: ModelConfig, contexts: Sequence[np.ndarray],
     while active:
         windows = [seqs[i][-cfg.seq_len:] for i in active]
         lens = np.array([len(w) for w in windows])                 # (A,)
-        grid = np.full((len(active), int(lens.max())), PAD, dtype=np.int64)  # (A, T)
-        for r, w in enumerate(windows):
-            grid[r, :len(w)] = w
-        last = model.next_logits(params, grid, lens)              # (A, V)
+        last = model.next_logits(params, right_pad(windows), lens)  # (A, V)
         nxt = pick_next(last, temperature, top_k, rng)             # (A,)
         still = []
         for i, tok in zip(active, nxt.tolist()):
