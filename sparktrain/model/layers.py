@@ -324,7 +324,6 @@ def mean_pool_forward(x, mask):
 
 
 def mean_pool_backward(dout, cache):
-    """Returns dx (B, T, C)."""
-    w = cache
+    """Returns dx (B, T, C); the cache is mean_pool_forward's w."""
     # out = sum_t w[b, t] * x[b, t]
-    return w[:, :, None] * dout[:, None, :]                  # (B, T, C)
+    return cache[:, :, None] * dout[:, None, :]              # (B, T, C)
