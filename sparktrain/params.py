@@ -125,13 +125,13 @@ class StepConfig:
             raise ValueError(f"min_lr {self.min_lr} is above lr {self.lr}")
         if self.schedule == "constant" and (self.warmup or self.min_lr):
             raise ValueError("warmup and min_lr need schedule: cosine or wsd")
-        if self.warmup > self.outer * self.inner:
+        if self.warmup > n:
             raise ValueError(f"warmup {self.warmup} is longer than the run's "
-                             f"{self.outer * self.inner} micro-steps (outer x inner)")
+                             f"{n} micro-steps (outer x inner)")
         if self.schedule != "wsd" and self.cooldown:
             raise ValueError("cooldown needs schedule: wsd")
-        if self.schedule == "wsd" and self.warmup + round(self.cooldown * self.outer
-                                                          * self.inner) > n:
+        cooling = round(self.cooldown * self.outer * self.inner)
+        if self.schedule == "wsd" and self.warmup + cooling > n:
             raise ValueError(f"warmup {self.warmup} and cooldown {self.cooldown} overlap "
                              f"within {n} micro-steps")
         if self.optimizer != "muon" and self.adam_lr is not None:
@@ -256,9 +256,7 @@ def load_params_or_defaults(path: str | Path | None = None, *,
     `default_file`); else the knobs' defaults (a Defaults)."""
     if path is None and default_file and Path(PARAMS_FILE).is_file():
         path = PARAMS_FILE
-    if path is None:
-        return Defaults()
-    return load_params(path)
+    return Defaults() if path is None else load_params(path)
 
 
 def _known_keys(parts: tuple) -> list[str]:
@@ -394,15 +392,15 @@ def add_step_flags(parser: argparse.ArgumentParser) -> None:
                                action="store_const", const=False, default=None,
                                help=f"set step.{name} to false (default true): "
                                     f"{info.description}")
-            continue
-        if "Literal" in str(info.annotation):
+        elif "Literal" in str(info.annotation):
             group.add_argument(flag, dest=name, choices=list(info.annotation.__args__),
                                default=None, help=f"{info.description} (default {info.default})")
-            continue
-        kind = float if "float" in str(info.annotation) else int
-        shown = "" if info.default is None else f" (default {info.default})"
-        group.add_argument(flag, dest=name, type=_flag_type(info.alias or name, kind), default=None,
-                           metavar=name.upper(), help=f"{info.description}{shown}")
+        else:
+            kind = float if "float" in str(info.annotation) else int
+            shown = "" if info.default is None else f" (default {info.default})"
+            group.add_argument(flag, dest=name, type=_flag_type(info.alias or name, kind),
+                               default=None, metavar=name.upper(),
+                               help=f"{info.description}{shown}")
 
 
 def _flag_type(name: str, kind):
