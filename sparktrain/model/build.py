@@ -202,11 +202,7 @@ class PoolCache(NamedTuple):
     embed: layers.EmbeddingCache
     pool: np.ndarray                 # (B, T) mean_pool's weights
     lm_head: layers.LinearCache
-
-
-class PoolLossCache(NamedTuple):
-    forward: PoolCache
-    ce: layers.CrossEntropyCache
+    ce: layers.CrossEntropyCache | None = None  # the loss's; None after a plain forward
 
 
 class MeanPool(MeanPoolArch, Model):
@@ -232,19 +228,18 @@ class MeanPool(MeanPoolArch, Model):
         target = be.asarray(np.asarray(batch.target).reshape(-1), embed)
         loss, c_ce = layers.cross_entropy_forward(
             logits, target, be.asarray(weights, embed), denom_of(weights))
-        return loss, PoolLossCache(c_fwd, c_ce)
+        return loss, c_fwd._replace(ce=c_ce)
 
-    def _loss_backward(self, cache: PoolLossCache) -> dict[str, np.ndarray]:
+    def _loss_backward(self, cache: PoolCache) -> dict[str, np.ndarray]:
         grads: dict[str, np.ndarray] = {}
-        fwd = cache.forward
         # loss = cross_entropy(logits, target)
         dlogits = layers.cross_entropy_backward(cache.ce)              # (B, V)
         # logits = h @ lm_head.T
-        dh, grads["spark.lm_head.weight"] = layers.linear_backward(dlogits, fwd.lm_head)
+        dh, grads["spark.lm_head.weight"] = layers.linear_backward(dlogits, cache.lm_head)
         # h = mean_pool(e, mask)
-        de = layers.mean_pool_backward(dh, fwd.pool)                   # (B, T, C)
+        de = layers.mean_pool_backward(dh, cache.pool)                   # (B, T, C)
         # e = embed[context]
-        grads["spark.embed.weight"] = layers.embedding_backward(de, fwd.embed)
+        grads["spark.embed.weight"] = layers.embedding_backward(de, cache.embed)
         return grads
 
     def pool_logits(self, params, context, context_mask) -> np.ndarray:
