@@ -190,12 +190,10 @@ class GradientEngine:
         for n, p in params.items():
             shared[n][...] = p
         # part s goes to worker s % workers; worker 0 is this process
-        mine = [s for s in range(len(parts)) if s % self.workers == 0]
         for w, conn in enumerate(self._conns, start=1):
-            conn.send((kind, denom, [(s, parts[s]) for s in range(len(parts))
-                                     if s % self.workers == w]))
+            conn.send((kind, denom, [(s, parts[s]) for s in range(w, len(parts), self.workers)]))
         results = [None] * len(parts)
-        for s in mine:
+        for s in range(0, len(parts), self.workers):
             results[s] = (self.model.batch_loss(params, parts[s]) if kind == "loss" else
                           self.model.loss_and_grads(params, parts[s], denom=denom))
         for w, conn in enumerate(self._conns, start=1):
