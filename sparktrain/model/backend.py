@@ -410,8 +410,7 @@ class Device:
 
     def to_host(self, tensors: dict) -> dict[str, np.ndarray]:
         """Arrays on this device -> host numpy (the weights file, the optimizer state)."""
-        ops = self.ops
-        return {n: np.ascontiguousarray(ops.to_host(a)) for n, a in tensors.items()}
+        return {n: np.ascontiguousarray(self.ops.to_host(a)) for n, a in tensors.items()}
 
     @property
     def host(self) -> bool:
