@@ -521,11 +521,8 @@ def _gpu(torch, xp, kind: str, auto: bool = False) -> Device:
     torch.backends.cuda.matmul.allow_tf32 = False    # full float32 matmuls: CPU-close losses
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cudnn.benchmark = False
-    if kind == "cuda":
-        name = f"cuda:{torch.cuda.get_device_name(0)}"
-        sync = torch.cuda.synchronize
-    else:
-        name, sync = "mps", torch.mps.synchronize
+    name, sync = ((f"cuda:{torch.cuda.get_device_name(0)}", torch.cuda.synchronize)
+                  if kind == "cuda" else ("mps", torch.mps.synchronize))
     return Device(kind, name, xp, note=f"device: {name}" + (" (auto)" if auto else ""),
                   torch_device=torch.device(kind), sync=sync)
 
