@@ -42,7 +42,7 @@ class ModelConfig:
 
     def validate(self) -> "ModelConfig":
         """Raise SparkError (one line) for an architecture we cannot build."""
-        for f in ("dim", "n_layer", "n_head", "n_kv_head", "seq_len"):
+        for f in ARCH_KEYS:
             v = getattr(self, f)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise SparkError(f"{f} must be a positive integer, got {v!r}")
