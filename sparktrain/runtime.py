@@ -1,9 +1,5 @@
-"""The process set-up that must come before numpy loads: one `start()`.
-
-Every entry point calls `start()` first (importing the package changes nothing): it
-picks the BLAS kernel family, pins the BLAS threads and keeps freed memory, once per
-process. See docs/portability.md (the kernel) and docs/training.md ("Threads and shards").
-"""
+"""The process set-up every entry point runs before numpy loads: `start()` (the kernel:
+docs/portability.md; the threads: docs/training.md, "Threads and shards")."""
 from __future__ import annotations
 
 import functools

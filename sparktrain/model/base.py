@@ -1,10 +1,5 @@
-"""The model interface: what training, eval and generation ask of a model kind.
-
-build.Transformer and build.MeanPool implement it over their architecture (config.py);
-build.build_model makes the one a config names. The params, grads and
-optimizer state share the safetensors names of param_shapes. Init: docs/training.md.
-What it eats: padded batches of tokenised rows (TokenBatch, PoolBatch; PAD).
-"""
+"""The interface training, eval and generation ask of a model kind (docs/training.md, "The
+model", "Init"), and what it eats: right-padded batches of tokenised rows."""
 from __future__ import annotations
 
 import hashlib
