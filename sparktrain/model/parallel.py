@@ -154,8 +154,7 @@ class GradientEngine:
             raise SparkError(f"workers must be in [1, {MAX_WORKERS}], got {workers:,}")
         self.model, self.shards = model, shards
         self.workers = max(1, min(workers or default_workers(), shards))
-        self._procs, self._conns, self._block = [], [], None
-        self._finalizer = None
+        self._procs, self._conns, self._block, self._finalizer = [], [], None, None
 
     def loss_and_grads(self, params, batch) -> tuple[float, dict[str, np.ndarray]]:
         if self.shards == 1:
