@@ -17,6 +17,7 @@ try:  # the `gpu` extra: PyTorch / CuPy arrays get their namespace from it
     import array_api_compat
 except ImportError:  # pragma: no cover - the default install
     array_api_compat = None
+INSTALL = "install the gpu extra: pip install -e '.[gpu]'"
 
 
 class NumpyOps:
@@ -358,8 +359,7 @@ def namespace(x):
     if hasattr(x, "__array_namespace__"):
         return x.__array_namespace__()
     if array_api_compat is None:
-        raise TypeError(f"no array namespace for {type(x).__name__}: "
-                        "install the gpu extra: pip install -e '.[gpu]'")
+        raise TypeError(f"no array namespace for {type(x).__name__}: {INSTALL}")
     return array_api_compat.array_namespace(x)
 
 
@@ -384,7 +384,6 @@ def of_params(params: dict):
 
 
 DEVICES = ("cpu", "cuda", "mps", "auto")
-INSTALL = "install the gpu extra: pip install -e '.[gpu]'"
 CUBLAS_WORKSPACE = ":4096:8"  # what PyTorch's deterministic cuBLAS needs set before its first call
 
 
