@@ -84,7 +84,7 @@ def load_weights(path: str | os.PathLike) -> tuple[dict[str, np.ndarray], dict]:
     try:
         tensors = read_tensors(data, path)
         meta = _metadata(data)
-    except (SafetensorError, ValueError, json.JSONDecodeError, UnicodeDecodeError) as err:
+    except (SafetensorError, ValueError) as err:  # JSON and UTF-8 errors are ValueErrors
         raise SparkError(f"{path} is not a safetensors file ({first_line(err)})") from None
     if META_KEY not in meta:
         raise SparkError(f"{path} is a safetensors file but not Spark weights "
