@@ -58,22 +58,18 @@ def scale_label(arch) -> str | None:
     return f"dim {cfg.dim}, {cfg.n_layer} layers, seq {cfg.seq_len}"
 
 
-def loss_axes(title: str, ys: Sequence[float]):
-    """(Figure, Axes) of a loss-per-outer-pass picture: title, labelled axes, grid,
-    log y when the losses span more than LOG_Y_RATIO. Call inside a style context."""
-    fig = Figure(figsize=SIZE_IN, dpi=DPI)
-    FigureCanvasAgg(fig)
-    ax = fig.add_subplot()
-    ax.set_title(title, fontsize=14)
-    ax.set_xlabel("outer pass (0 = before training)", fontsize=12)
-    ax.set_ylabel("loss (cross-entropy, nats per token)", fontsize=12)
-    ax.tick_params(labelsize=11)
+def style_axes(ax, title: str, ylabel: str, ys: Sequence[float], sizes: tuple) -> None:
+    """Title, labelled axes (font `sizes`: title, labels, ticks), integer outer passes, a
+    grid, and a log y when the values span more than LOG_Y_RATIO."""
+    ax.set_title(title, fontsize=sizes[0])
+    ax.set_xlabel("outer pass (0 = before training)", fontsize=sizes[1])
+    ax.set_ylabel(ylabel, fontsize=sizes[1])
+    ax.tick_params(labelsize=sizes[2])
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    if min(ys) > 0 and max(ys) / min(ys) > LOG_Y_RATIO:
+    if ys and min(ys) > 0 and max(ys) / min(ys) > LOG_Y_RATIO:
         ax.set_yscale("log")
     ax.grid(True, which="major", color="0.88", linewidth=0.8)
     ax.set_axisbelow(True)
-    return fig, ax
 
 
 def render(loss_curve: Sequence, heldout: Sequence | None = None, *,
@@ -87,7 +83,11 @@ def render(loss_curve: Sequence, heldout: Sequence | None = None, *,
 
     with matplotlib.style.context("default"):
         title = [p for p in (job, f"scale {scale}" if scale else None) if p]
-        fig, ax = loss_axes(" · ".join(title + ["loss per outer pass"]), ys)
+        fig = Figure(figsize=SIZE_IN, dpi=DPI)
+        FigureCanvasAgg(fig)
+        ax = fig.add_subplot()
+        style_axes(ax, " · ".join(title + ["loss per outer pass"]),
+                   "loss (cross-entropy, nats per token)", ys, (14, 12, 11))
         tx, ty = zip(*train)
         ax.plot(tx, ty, color=TRAIN_COLOR, linewidth=2, marker="o", markersize=6,
                 label=f"training loss, whole dataset (last {ty[-1]:.4g})")
@@ -109,10 +109,11 @@ def render(loss_curve: Sequence, heldout: Sequence | None = None, *,
     return fig
 
 
-def png_bytes(fig: Figure) -> bytes:
-    """A Figure as PNG bytes, with no Software/version text in the file."""
+def write_figure(path: str | os.PathLike, fig: Figure) -> bytes:
+    """A Figure as PNG (no Software/version text in the file), written atomically; its bytes."""
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=DPI, metadata={"Software": None})
+    atomic_write_bytes(path, buf.getvalue())
     return buf.getvalue()
 
 
@@ -121,9 +122,7 @@ def write_loss_png(path: str | os.PathLike, loss_curve: Sequence,
                    job: str | None = None, scale: str | None = None) -> bytes:
     """The training curve (blue) and held-out loss (red; both [{"outer": k, "loss": x}, ...]
     or [(k, x), ...]) as a PNG, titled with job and scale, written atomically; its bytes."""
-    data = png_bytes(render(loss_curve, heldout, job=job, scale=scale))
-    atomic_write_bytes(path, data)
-    return data
+    return write_figure(path, render(loss_curve, heldout, job=job, scale=scale))
 
 
 def heldout_points(ev, curve: Sequence, path) -> list:
