@@ -17,9 +17,8 @@ from sparktrain.core.jobfiles import CHECKPOINT
 from sparktrain.core.safeload import load_yaml
 from sparktrain.eval.headline import HEADLINE_KEYS
 from sparktrain.params import MAX_OUTER, Defaults
-from sparktrain.repro import experiments
 from sparktrain.repro.experiments import (DvcExperiments, Experiments, ExpRecord, ExpRow,
-                                         read_params, read_record)
+                                         read_json, read_params, read_record)
 
 # values in one experiment's checkpoint.json: 3 a curve point, outer + 1 points at most
 CHECKPOINT_ITEMS = 4 * (MAX_OUTER + 1) + 10_000
@@ -120,7 +119,7 @@ def read_checkpoint(exp: Experiment, source: Experiments) -> dict:
     path = exp.source.job_file(CHECKPOINT)
     try:
         # a checkpoint holds outer + 1 points (step.outer is capped): far below this bound
-        ckpt = experiments.read_checkpoint(source, exp.source, CHECKPOINT_ITEMS)
+        ckpt = read_json(source, path, exp.rev, max_items=CHECKPOINT_ITEMS)
     except SparkError as err:
         raise SparkError(f"experiment {exp.name}: its {path} is not readable ({err})") from None
     if ckpt is None:
