@@ -1,11 +1,6 @@
-"""Hugging Face Llama folders: export Spark weights to one (what transformers reads with no
-network, and the model card), import one as Spark weights; config.json carries the `spark`
-metadata, so export then import gives back the same bytes. See docs/export.md. Here too the
-one table of tensor names, Spark <-> Hugging Face Llama <-> GGUF (llama.cpp), read by export
-and import alike (nothing else spells a foreign tensor name; `{L}` is the layer). The model
-card (README.md), made only from the job's records (docs/export.md "The model card"), and
-the publisher: outputs appear whole or not at all (checked, written aside, renamed in).
-"""
+"""Hugging Face Llama folders: export (config.json carries the `spark` metadata) and import,
+which gives back the same bytes; the one table of tensor names (Spark, HF, GGUF); the model
+card; the publisher: outputs appear whole or not at all. See docs/export.md."""
 from __future__ import annotations
 
 import contextlib
@@ -26,7 +21,7 @@ from safetensors.numpy import save as save_safetensors
 from tokenizers import Tokenizer
 
 from sparktrain.core.errors import SparkError, printable
-from sparktrain.core.fsutil import canonical_json, folder_fd, read_input, write_at
+from sparktrain.core.fsutil import canonical_json, folder_fd, read_input, write_at, write_error
 from sparktrain.core.gate import check_output
 from sparktrain.core.jobfiles import CHECKPOINT, TOKENIZER
 from sparktrain.core.safeload import load_json
@@ -43,7 +38,6 @@ META_FIELD = "spark_metadata"   # config.json key holding the weights' `spark` m
 MODEL_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
 IGNORED_SUFFIX = "rotary_emb.inv_freq"   # a buffer some checkpoints save; derived, not learned
-READABLE_DTYPES = ("float32", "float16")
 MAX_SHARDS = 1024
 
 
@@ -308,10 +302,7 @@ def _spark_params(hf_tensors: dict[str, np.ndarray], cfg: ModelConfig,
     for spark, hf in names.items():
         if hf not in hf_tensors:
             raise SparkError(f"{os.fspath(folder)} lacks tensor {hf}")
-        a = hf_tensors[hf]
-        if a.dtype.name not in READABLE_DTYPES:
-            raise SparkError(f"{os.fspath(folder)}: tensor {hf} is {a.dtype.name}; "
-                             f"{' and '.join(READABLE_DTYPES)} are read")
+        a = hf_tensors[hf]  # float32: read_tensors converts F16 and BF16 exactly
         if tuple(a.shape) != shapes[spark]:
             raise SparkError(f"{os.fspath(folder)}: tensor {hf} has shape {tuple(a.shape)}, "
                              f"config.json implies {shapes[spark]}")
@@ -514,11 +505,10 @@ def _one_line(out: Path):
     try:
         yield
     except OSError as err:
-        if err.errno:
-            why = f"{err.strerror or err} ({errno.errorcode.get(err.errno, err.errno)})"
-        else:  # a writer that reports a short write without an errno
-            why = f"{err}: a short write (the disk is full or the file-size limit is reached)"
-        raise SparkError(f"cannot write {os.fspath(out)}: {why}; nothing was replaced") from None
+        why = write_error(out, err) if err.errno else (  # a short write reported without errno
+            f"cannot write {os.fspath(out)}: {err}: a short write (the disk is full or the "
+            "file-size limit is reached)")
+        raise SparkError(f"{why}; nothing was replaced") from None
 
 
 def _temp_name(out: Path, fd: int, suffix: str, folder: bool) -> str:
@@ -538,11 +528,10 @@ def _temp_name(out: Path, fd: int, suffix: str, folder: bool) -> str:
     raise FileExistsError(errno.EEXIST, "no free temp name", os.fspath(out))
 
 
-def remove_stale(out: Path, fd: int) -> list[str]:
+def remove_stale(out: Path, fd: int) -> None:
     """Temp files and folders of earlier runs writing this OUT that were killed (their
     process is gone): only our own name pattern, only beside OUT (the folder `fd`)."""
     pattern = re.compile(re.escape(f".{out.name}.") + r"(\d+)\.[A-Za-z0-9_]+\.(tmp|old)$")
-    removed = []
     for entry in os.scandir(fd):
         match = pattern.match(entry.name)
         if not match or _alive(int(match.group(1))):
@@ -552,8 +541,6 @@ def remove_stale(out: Path, fd: int) -> list[str]:
         else:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(entry.name, dir_fd=fd)
-        removed.append(entry.name)
-    return removed
 
 
 def _alive(pid: int) -> bool:
