@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import io
-import math
 import os
 from dataclasses import replace
 from typing import Sequence
@@ -16,6 +15,7 @@ from matplotlib.ticker import MaxNLocator
 
 from sparktrain.core.errors import SparkError
 from sparktrain.core.fsutil import atomic_write_bytes
+from sparktrain.eval.headline import is_finite, is_number
 from sparktrain.model.config import SCALES, ModelConfig
 
 SIZE_IN, DPI = (8.0, 5.0), 100   # 800 x 500 pixels
@@ -35,7 +35,7 @@ def _points(curve, what: str) -> list[tuple[float, float]]:
             x, y = item
         else:
             raise SparkError(f"{what}[{i}] is neither {{'outer', 'loss'}} nor an (x, y) pair")
-        if not all(_is_number(v) and math.isfinite(v) for v in (x, y)):
+        if not all(is_finite(v) for v in (x, y)):
             raise SparkError(f"{what}[{i}] needs finite numbers, got outer={x!r} loss={y!r}")
         if max(abs(x), abs(y)) > LIMIT:
             raise SparkError(f"{what}[{i}] is out of the plottable range (|value| <= {LIMIT:g}), "
@@ -138,14 +138,10 @@ def heldout_points(ev, curve: Sequence, path) -> list:
     if isinstance(ev, dict):
         if isinstance(ev.get("heldout"), list):
             return ev["heldout"]
-        if _is_number(ev.get("loss")):
+        if is_number(ev.get("loss")):
             return [{"outer": last, "loss": ev["loss"]}]
         nested = [v["loss"] for _, v in sorted(ev.items())
-                  if isinstance(v, dict) and _is_number(v.get("loss"))]
+                  if isinstance(v, dict) and is_number(v.get("loss"))]
         if nested:
             return [{"outer": last, "loss": x} for x in nested]
     raise SparkError(f"eval file {path} has no held-out 'loss' to plot")
-
-
-def _is_number(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)

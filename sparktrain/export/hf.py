@@ -26,6 +26,7 @@ from sparktrain.core.gate import check_output
 from sparktrain.core.jobfiles import CHECKPOINT, TOKENIZER
 from sparktrain.core.safeload import load_json
 from sparktrain.core.textout import first_line
+from sparktrain.eval.headline import is_finite, is_number
 from sparktrain.export.tokenizer import model_tokenizer_json, special_ids, tokenizer_config
 from sparktrain.model.config import ModelConfig, n_params, param_shapes, weights_fits
 from sparktrain.model.layers import RMS_EPS, ROPE_BASE
@@ -142,7 +143,7 @@ def spark_config(conf: dict, where: str) -> ModelConfig:
 def _close(value, want: float) -> bool:
     """A finite JSON number within 1e-12 of `want` (NaN compares false: isfinite first;
     an integer past float range is not close to anything)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if not is_number(value):
         return False
     try:
         return math.isfinite(value) and abs(value - want) <= 1e-12
@@ -153,7 +154,7 @@ def _close(value, want: float) -> bool:
 def _integer(value) -> int:
     """An integer field: an int, or a float with an integer value (some writers emit
     4096.0); anything else, NaN and infinities included, is a ValueError."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if not is_number(value):
         raise TypeError(value)
     if isinstance(value, float) and not (math.isfinite(value) and value.is_integer()):
         raise ValueError(value)
@@ -334,13 +335,8 @@ def job_records(weights: str | os.PathLike) -> dict:
     return {"checkpoint": ckpt, "state": state}
 
 
-def _ok(v) -> bool:
-    """A number the card may write: a finite int or float, not a bool."""
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-
 def _num(v) -> str:
-    return "unknown" if not _ok(v) else f"{v:.4f}" if isinstance(v, float) else str(v)
+    return "unknown" if not is_finite(v) else f"{v:.4f}" if isinstance(v, float) else str(v)
 
 
 def _text(v) -> str:
@@ -365,7 +361,7 @@ def model_card(meta: dict, cfg: ModelConfig, tok_kind: str, records: dict) -> st
     ckpt, state = records.get("checkpoint", {}), records.get("state", {})
     job = str(meta.get("job") or ckpt.get("job") or "spark-model")
     metrics = {k: state["eval"][k] for k in METRICS
-               if k in state.get("eval", {}) and _ok(state["eval"][k])}
+               if k in state.get("eval", {}) and is_finite(state["eval"][k])}
     corpus = "corpus" if ckpt.get("dataset_kind") or "bpb" in metrics else "pairs"
     tags = ["spark-train", "llama", "causal-lm", "numpy-trained", corpus]
     out = _front_matter(job, tags, metrics)
@@ -383,7 +379,7 @@ def model_card(meta: dict, cfg: ModelConfig, tok_kind: str, records: dict) -> st
     if ckpt:
         knobs = {k: ckpt[k] for k in KNOBS if k in ckpt}
         seen = ckpt.get("tokens_seen")
-        seen = f"{seen:,}" if _ok(seen) else "an unknown number of"
+        seen = f"{seen:,}" if is_finite(seen) else "an unknown number of"
         out += [f"Job `{_text(job)}`, step {_num(ckpt.get('step_n'))}, "
                 f"{_num(ckpt.get('micro_steps'))} micro-steps on {seen} training tokens "
                 f"(dataset `{_text(ckpt.get('dataset'))}`, sha256 "
@@ -408,7 +404,7 @@ def model_card(meta: dict, cfg: ModelConfig, tok_kind: str, records: dict) -> st
                 "On rows (or files) never trained on, from the job's eval.json:", "",
                 "| metric | value |", "|---|---|"]
         out += [f"| {k} | {_num(v)} |" for k, v in metrics.items()]
-        out += [f"| {k} | {_num(detail[k])} |" for k in BASELINES if _ok(detail.get(k))] + [""]
+        out += [f"| {k} | {_num(detail[k])} |" for k in BASELINES if is_finite(detail.get(k))] + [""]
     out += ["## Tokenizer", "", tok_kind, "",
             "## Use it", "", "```python",
             "from transformers import AutoModelForCausalLM, AutoTokenizer",

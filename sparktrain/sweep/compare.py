@@ -8,6 +8,7 @@ from __future__ import annotations
 from sparktrain.core.errors import SparkError
 from sparktrain.core.safeload import load_yaml
 from sparktrain.eval.compare.table import render
+from sparktrain.eval.headline import is_number
 from sparktrain.repro.experiments import Experiments, read_record
 from sparktrain.repro.lock import LOCK, outputs
 from sparktrain.sweep.grid import Point
@@ -78,7 +79,7 @@ def headline(metrics: dict) -> dict[str, float]:
     flat = {}
     for data in metrics.values():
         for key, value in data.items():
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
+            if is_number(value):
                 flat.setdefault(key, value)
     return flat
 

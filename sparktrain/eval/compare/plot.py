@@ -10,7 +10,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from sparktrain.eval.compare.runs import UNITS, Experiment, is_finite
+from sparktrain.eval.compare.runs import UNITS, Experiment
+from sparktrain.eval.headline import is_finite
 from sparktrain.eval.plot import DPI, style_axes, write_figure
 
 FIG_WIDTH_IN, BASE_HEIGHT_IN = 8.0, 4.76   # 800 x 500 px with one legend row; each row adds height
