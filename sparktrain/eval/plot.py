@@ -1,6 +1,5 @@
-"""The loss picture: training loss per outer pass and the held-out loss, drawn with matplotlib
-(only this module loads it: slow to import). See docs/outputs.md (loss.png).
-"""
+"""The loss picture (docs/outputs.md, loss.png) and the axes and PNG writer `spark compare`'s
+shares; only eval's plots load matplotlib (slow to import)."""
 from __future__ import annotations
 
 import io

@@ -377,7 +377,6 @@ def model_card(meta: dict, cfg: ModelConfig, tok_kind: str, records: dict) -> st
             "RMSNorm, RoPE, grouped-query causal attention, SwiGLU; float32 weights, "
             "untied embeddings.", "", "## Training", ""]
     if ckpt:
-        knobs = {k: ckpt[k] for k in KNOBS if k in ckpt}
         seen = ckpt.get("tokens_seen")
         seen = f"{seen:,}" if is_finite(seen) else "an unknown number of"
         out += [f"Job `{_text(job)}`, step {_num(ckpt.get('step_n'))}, "
@@ -388,8 +387,8 @@ def model_card(meta: dict, cfg: ModelConfig, tok_kind: str, records: dict) -> st
                 f"Training loss {_num(ckpt.get('loss_before'))} -> "
                 f"{_num(ckpt.get('loss_after'))} (whole training set, nats per token).", "",
                 "| knob | value |", "|---|---|"]
-        out += [f"| {k} | {_text(json.dumps(v))} |" for k, v in knobs.items()
-                if not isinstance(v, float) or math.isfinite(v)]
+        out += [f"| {k} | {_text(json.dumps(ckpt[k]))} |" for k in KNOBS
+                if k in ckpt and (not isinstance(ckpt[k], float) or math.isfinite(ckpt[k]))]
         if ckpt.get("sparkbc_sha256"):
             out += ["", f"Program `{_text(ckpt.get('program'))}` "
                     f"(sha256 `{_text(ckpt['sparkbc_sha256'])}`)."]

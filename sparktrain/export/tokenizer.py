@@ -1,7 +1,5 @@
-"""The tokenizer that travels with an exported model, built with the `tokenizers` library:
-the byte tokenizer (id = byte value), or the job's own tokenizer.json checked by its
-sha256. See docs/export.md ("The byte tokenizer", "A BPE tokenizer").
-"""
+"""The tokenizer an exported model travels with: the byte tokenizer (id = byte value), or
+the job's own tokenizer.json checked by its sha256. See docs/export.md."""
 from __future__ import annotations
 
 import os

@@ -1,8 +1,6 @@
-"""The comparison a sweep prints and writes: each point's params, metrics and output
-hashes, read through the experiments reader (sparktrain/repro/experiments.py: git's
-refs for the names, each experiment's params.yaml, eval.json and dvc.lock at its rev).
-Only what the inputs decide goes into it (no timings, hosts or absolute paths): the same
-sweep gives the same JSON bytes however it was scheduled."""
+"""The comparison a sweep prints and writes: each point's params, metrics and output hashes
+(repro/experiments.py reads them). Only what the inputs decide goes into it (no timings, hosts
+or absolute paths): the same sweep gives the same JSON bytes however it was scheduled."""
 from __future__ import annotations
 
 from sparktrain.core.errors import SparkError
