@@ -273,10 +273,8 @@ def _shard_files(folder: Path) -> list[Path]:
 
 def _read_tensors(folder: Path) -> dict[str, np.ndarray]:
     """All tensors of model.safetensors, or of the shards an index names."""
-    if (folder / MODEL_FILE).exists() or not (folder / INDEX_FILE).exists():
-        files = [folder / MODEL_FILE]
-    else:
-        files = _shard_files(folder)
+    sharded = (folder / INDEX_FILE).exists() and not (folder / MODEL_FILE).exists()
+    files = _shard_files(folder) if sharded else [folder / MODEL_FILE]
     tensors: dict[str, np.ndarray] = {}
     for path in files:
         data = read_input(path, "weights file")

@@ -100,11 +100,8 @@ def tokenizer_json(cfg: ModelConfig, path: str | os.PathLike | None) -> str:
 def special_ids(tok_text: str) -> dict[str, int]:
     """bos/sep/eos ids: the tokenizer's `<|bos|>`-style tokens, else the byte values."""
     tok = Tokenizer.from_str(tok_text)
-    ids = {}
-    for name, byte in (("bos", BOS), ("sep", SEP), ("eos", EOS)):
-        found = tok.token_to_id(SPECIALS[byte])
-        ids[name] = byte if found is None else found
-    return ids
+    return {name: byte if (found := tok.token_to_id(SPECIALS[byte])) is None else found
+            for name, byte in (("bos", BOS), ("sep", SEP), ("eos", EOS))}
 
 
 def tokenizer_config(tok_text: str, cfg: ModelConfig) -> dict:
