@@ -29,8 +29,6 @@ LEGEND_TITLES = {"loss": "loss: ● training  ■ held-out",
 
 def run_styles(n: int) -> list[tuple[str, str]]:
     """(colour, line style) of each of n runs, no two alike up to 80 (tab20, dark first)."""
-    import matplotlib
-
     tab = matplotlib.colormaps["tab20" if n > 10 else "tab10"].colors
     colours = [matplotlib.colors.to_hex(c) for c in (tab[0::2] + tab[1::2] if n > 10 else tab)]
     return [(colours[i % len(colours)], LINE_STYLES[(i + i // len(colours)) % len(LINE_STYLES)])
