@@ -401,7 +401,8 @@ def model_card(meta: dict, cfg: ModelConfig, tok_kind: str, records: dict) -> st
                 "On rows (or files) never trained on, from the job's eval.json:", "",
                 "| metric | value |", "|---|---|"]
         out += [f"| {k} | {_num(v)} |" for k, v in metrics.items()]
-        out += [f"| {k} | {_num(detail[k])} |" for k in BASELINES if is_finite(detail.get(k))] + [""]
+        out += [f"| {k} | {_num(detail[k])} |" for k in BASELINES
+                if is_finite(detail.get(k))] + [""]
     out += ["## Tokenizer", "", tok_kind, "",
             "## Use it", "", "```python",
             "from transformers import AutoModelForCausalLM, AutoTokenizer",
