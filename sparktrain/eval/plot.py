@@ -1,10 +1,8 @@
-"""The loss picture: training loss per outer pass and the held-out loss, drawn with matplotlib
-(only this module loads it: slow to import). See docs/outputs.md (loss.png).
-"""
+"""The loss picture (docs/outputs.md, loss.png) and the axes and PNG writer `spark compare`'s
+shares; only eval's plots load matplotlib (slow to import)."""
 from __future__ import annotations
 
 import io
-import math
 import os
 from dataclasses import replace
 from typing import Sequence
@@ -16,6 +14,7 @@ from matplotlib.ticker import MaxNLocator
 
 from sparktrain.core.errors import SparkError
 from sparktrain.core.fsutil import atomic_write_bytes
+from sparktrain.eval.headline import is_finite, is_number
 from sparktrain.model.config import SCALES, ModelConfig
 
 SIZE_IN, DPI = (8.0, 5.0), 100   # 800 x 500 pixels
@@ -35,7 +34,7 @@ def _points(curve, what: str) -> list[tuple[float, float]]:
             x, y = item
         else:
             raise SparkError(f"{what}[{i}] is neither {{'outer', 'loss'}} nor an (x, y) pair")
-        if not all(_is_number(v) and math.isfinite(v) for v in (x, y)):
+        if not all(is_finite(v) for v in (x, y)):
             raise SparkError(f"{what}[{i}] needs finite numbers, got outer={x!r} loss={y!r}")
         if max(abs(x), abs(y)) > LIMIT:
             raise SparkError(f"{what}[{i}] is out of the plottable range (|value| <= {LIMIT:g}), "
@@ -58,22 +57,18 @@ def scale_label(arch) -> str | None:
     return f"dim {cfg.dim}, {cfg.n_layer} layers, seq {cfg.seq_len}"
 
 
-def loss_axes(title: str, ys: Sequence[float]):
-    """(Figure, Axes) of a loss-per-outer-pass picture: title, labelled axes, grid,
-    log y when the losses span more than LOG_Y_RATIO. Call inside a style context."""
-    fig = Figure(figsize=SIZE_IN, dpi=DPI)
-    FigureCanvasAgg(fig)
-    ax = fig.add_subplot()
-    ax.set_title(title, fontsize=14)
-    ax.set_xlabel("outer pass (0 = before training)", fontsize=12)
-    ax.set_ylabel("loss (cross-entropy, nats per token)", fontsize=12)
-    ax.tick_params(labelsize=11)
+def style_axes(ax, title: str, ylabel: str, ys: Sequence[float], sizes: tuple) -> None:
+    """Title, labelled axes (font `sizes`: title, labels, ticks), integer outer passes, a
+    grid, and a log y when the values span more than LOG_Y_RATIO."""
+    ax.set_title(title, fontsize=sizes[0])
+    ax.set_xlabel("outer pass (0 = before training)", fontsize=sizes[1])
+    ax.set_ylabel(ylabel, fontsize=sizes[1])
+    ax.tick_params(labelsize=sizes[2])
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    if min(ys) > 0 and max(ys) / min(ys) > LOG_Y_RATIO:
+    if ys and min(ys) > 0 and max(ys) / min(ys) > LOG_Y_RATIO:
         ax.set_yscale("log")
     ax.grid(True, which="major", color="0.88", linewidth=0.8)
     ax.set_axisbelow(True)
-    return fig, ax
 
 
 def render(loss_curve: Sequence, heldout: Sequence | None = None, *,
@@ -87,7 +82,11 @@ def render(loss_curve: Sequence, heldout: Sequence | None = None, *,
 
     with matplotlib.style.context("default"):
         title = [p for p in (job, f"scale {scale}" if scale else None) if p]
-        fig, ax = loss_axes(" · ".join(title + ["loss per outer pass"]), ys)
+        fig = Figure(figsize=SIZE_IN, dpi=DPI)
+        FigureCanvasAgg(fig)
+        ax = fig.add_subplot()
+        style_axes(ax, " · ".join(title + ["loss per outer pass"]),
+                   "loss (cross-entropy, nats per token)", ys, (14, 12, 11))
         tx, ty = zip(*train)
         ax.plot(tx, ty, color=TRAIN_COLOR, linewidth=2, marker="o", markersize=6,
                 label=f"training loss, whole dataset (last {ty[-1]:.4g})")
@@ -109,10 +108,11 @@ def render(loss_curve: Sequence, heldout: Sequence | None = None, *,
     return fig
 
 
-def png_bytes(fig: Figure) -> bytes:
-    """A Figure as PNG bytes, with no Software/version text in the file."""
+def write_figure(path: str | os.PathLike, fig: Figure) -> bytes:
+    """A Figure as PNG (no Software/version text in the file), written atomically; its bytes."""
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=DPI, metadata={"Software": None})
+    atomic_write_bytes(path, buf.getvalue())
     return buf.getvalue()
 
 
@@ -121,9 +121,7 @@ def write_loss_png(path: str | os.PathLike, loss_curve: Sequence,
                    job: str | None = None, scale: str | None = None) -> bytes:
     """The training curve (blue) and held-out loss (red; both [{"outer": k, "loss": x}, ...]
     or [(k, x), ...]) as a PNG, titled with job and scale, written atomically; its bytes."""
-    data = png_bytes(render(loss_curve, heldout, job=job, scale=scale))
-    atomic_write_bytes(path, data)
-    return data
+    return write_figure(path, render(loss_curve, heldout, job=job, scale=scale))
 
 
 def heldout_points(ev, curve: Sequence, path) -> list:
@@ -139,14 +137,10 @@ def heldout_points(ev, curve: Sequence, path) -> list:
     if isinstance(ev, dict):
         if isinstance(ev.get("heldout"), list):
             return ev["heldout"]
-        if _is_number(ev.get("loss")):
+        if is_number(ev.get("loss")):
             return [{"outer": last, "loss": ev["loss"]}]
         nested = [v["loss"] for _, v in sorted(ev.items())
-                  if isinstance(v, dict) and _is_number(v.get("loss"))]
+                  if isinstance(v, dict) and is_number(v.get("loss"))]
         if nested:
             return [{"outer": last, "loss": x} for x in nested]
     raise SparkError(f"eval file {path} has no held-out 'loss' to plot")
-
-
-def _is_number(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)

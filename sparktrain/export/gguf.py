@@ -1,7 +1,5 @@
-"""GGUF for llama.cpp, written by the `gguf` package (llama.cpp's own writer): architecture
-`llama`, float32 tensors, q/k rows in llama.cpp's rope order, tokenizer.json as a `gpt2`
-vocabulary. See docs/export.md ("The GGUF file").
-"""
+"""GGUF for llama.cpp through the `gguf` package: float32 `llama` tensors, q/k rows in its
+rope order, a `gpt2` vocabulary. See docs/export.md ("The GGUF file")."""
 from __future__ import annotations
 
 import json

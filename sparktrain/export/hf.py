@@ -1,11 +1,6 @@
-"""Hugging Face Llama folders: export Spark weights to one (what transformers reads with no
-network, and the model card), import one as Spark weights; config.json carries the `spark`
-metadata, so export then import gives back the same bytes. See docs/export.md. Here too the
-one table of tensor names, Spark <-> Hugging Face Llama <-> GGUF (llama.cpp), read by export
-and import alike (nothing else spells a foreign tensor name; `{L}` is the layer). The model
-card (README.md), made only from the job's records (docs/export.md "The model card"), and
-the publisher: outputs appear whole or not at all (checked, written aside, renamed in).
-"""
+"""Hugging Face Llama folders: export (config.json carries the `spark` metadata) and import,
+which gives back the same bytes; the one table of tensor names (Spark, HF, GGUF); the model
+card; the publisher: outputs appear whole or not at all. See docs/export.md."""
 from __future__ import annotations
 
 import contextlib
@@ -26,11 +21,12 @@ from safetensors.numpy import save as save_safetensors
 from tokenizers import Tokenizer
 
 from sparktrain.core.errors import SparkError, printable
-from sparktrain.core.fsutil import canonical_json, folder_fd, read_input, write_at
+from sparktrain.core.fsutil import canonical_json, folder_fd, read_input, write_at, write_error
 from sparktrain.core.gate import check_output
 from sparktrain.core.jobfiles import CHECKPOINT, TOKENIZER
 from sparktrain.core.safeload import load_json
 from sparktrain.core.textout import first_line
+from sparktrain.eval.headline import is_finite, is_number
 from sparktrain.export.tokenizer import model_tokenizer_json, special_ids, tokenizer_config
 from sparktrain.model.config import ModelConfig, n_params, param_shapes, weights_fits
 from sparktrain.model.layers import RMS_EPS, ROPE_BASE
@@ -43,7 +39,6 @@ META_FIELD = "spark_metadata"   # config.json key holding the weights' `spark` m
 MODEL_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
 IGNORED_SUFFIX = "rotary_emb.inv_freq"   # a buffer some checkpoints save; derived, not learned
-READABLE_DTYPES = ("float32", "float16")
 MAX_SHARDS = 1024
 
 
@@ -148,7 +143,7 @@ def spark_config(conf: dict, where: str) -> ModelConfig:
 def _close(value, want: float) -> bool:
     """A finite JSON number within 1e-12 of `want` (NaN compares false: isfinite first;
     an integer past float range is not close to anything)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if not is_number(value):
         return False
     try:
         return math.isfinite(value) and abs(value - want) <= 1e-12
@@ -159,7 +154,7 @@ def _close(value, want: float) -> bool:
 def _integer(value) -> int:
     """An integer field: an int, or a float with an integer value (some writers emit
     4096.0); anything else, NaN and infinities included, is a ValueError."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if not is_number(value):
         raise TypeError(value)
     if isinstance(value, float) and not (math.isfinite(value) and value.is_integer()):
         raise ValueError(value)
@@ -278,10 +273,8 @@ def _shard_files(folder: Path) -> list[Path]:
 
 def _read_tensors(folder: Path) -> dict[str, np.ndarray]:
     """All tensors of model.safetensors, or of the shards an index names."""
-    if (folder / MODEL_FILE).exists() or not (folder / INDEX_FILE).exists():
-        files = [folder / MODEL_FILE]
-    else:
-        files = _shard_files(folder)
+    sharded = (folder / INDEX_FILE).exists() and not (folder / MODEL_FILE).exists()
+    files = _shard_files(folder) if sharded else [folder / MODEL_FILE]
     tensors: dict[str, np.ndarray] = {}
     for path in files:
         data = read_input(path, "weights file")
@@ -308,10 +301,7 @@ def _spark_params(hf_tensors: dict[str, np.ndarray], cfg: ModelConfig,
     for spark, hf in names.items():
         if hf not in hf_tensors:
             raise SparkError(f"{os.fspath(folder)} lacks tensor {hf}")
-        a = hf_tensors[hf]
-        if a.dtype.name not in READABLE_DTYPES:
-            raise SparkError(f"{os.fspath(folder)}: tensor {hf} is {a.dtype.name}; "
-                             f"{' and '.join(READABLE_DTYPES)} are read")
+        a = hf_tensors[hf]  # float32: read_tensors converts F16 and BF16 exactly
         if tuple(a.shape) != shapes[spark]:
             raise SparkError(f"{os.fspath(folder)}: tensor {hf} has shape {tuple(a.shape)}, "
                              f"config.json implies {shapes[spark]}")
@@ -343,13 +333,8 @@ def job_records(weights: str | os.PathLike) -> dict:
     return {"checkpoint": ckpt, "state": state}
 
 
-def _ok(v) -> bool:
-    """A number the card may write: a finite int or float, not a bool."""
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-
 def _num(v) -> str:
-    return "unknown" if not _ok(v) else f"{v:.4f}" if isinstance(v, float) else str(v)
+    return "unknown" if not is_finite(v) else f"{v:.4f}" if isinstance(v, float) else str(v)
 
 
 def _text(v) -> str:
@@ -374,7 +359,7 @@ def model_card(meta: dict, cfg: ModelConfig, tok_kind: str, records: dict) -> st
     ckpt, state = records.get("checkpoint", {}), records.get("state", {})
     job = str(meta.get("job") or ckpt.get("job") or "spark-model")
     metrics = {k: state["eval"][k] for k in METRICS
-               if k in state.get("eval", {}) and _ok(state["eval"][k])}
+               if k in state.get("eval", {}) and is_finite(state["eval"][k])}
     corpus = "corpus" if ckpt.get("dataset_kind") or "bpb" in metrics else "pairs"
     tags = ["spark-train", "llama", "causal-lm", "numpy-trained", corpus]
     out = _front_matter(job, tags, metrics)
@@ -390,9 +375,8 @@ def model_card(meta: dict, cfg: ModelConfig, tok_kind: str, records: dict) -> st
             "RMSNorm, RoPE, grouped-query causal attention, SwiGLU; float32 weights, "
             "untied embeddings.", "", "## Training", ""]
     if ckpt:
-        knobs = {k: ckpt[k] for k in KNOBS if k in ckpt}
         seen = ckpt.get("tokens_seen")
-        seen = f"{seen:,}" if _ok(seen) else "an unknown number of"
+        seen = f"{seen:,}" if is_finite(seen) else "an unknown number of"
         out += [f"Job `{_text(job)}`, step {_num(ckpt.get('step_n'))}, "
                 f"{_num(ckpt.get('micro_steps'))} micro-steps on {seen} training tokens "
                 f"(dataset `{_text(ckpt.get('dataset'))}`, sha256 "
@@ -401,8 +385,8 @@ def model_card(meta: dict, cfg: ModelConfig, tok_kind: str, records: dict) -> st
                 f"Training loss {_num(ckpt.get('loss_before'))} -> "
                 f"{_num(ckpt.get('loss_after'))} (whole training set, nats per token).", "",
                 "| knob | value |", "|---|---|"]
-        out += [f"| {k} | {_text(json.dumps(v))} |" for k, v in knobs.items()
-                if not isinstance(v, float) or math.isfinite(v)]
+        out += [f"| {k} | {_text(json.dumps(ckpt[k]))} |" for k in KNOBS
+                if k in ckpt and (not isinstance(ckpt[k], float) or math.isfinite(ckpt[k]))]
         if ckpt.get("sparkbc_sha256"):
             out += ["", f"Program `{_text(ckpt.get('program'))}` "
                     f"(sha256 `{_text(ckpt['sparkbc_sha256'])}`)."]
@@ -417,7 +401,8 @@ def model_card(meta: dict, cfg: ModelConfig, tok_kind: str, records: dict) -> st
                 "On rows (or files) never trained on, from the job's eval.json:", "",
                 "| metric | value |", "|---|---|"]
         out += [f"| {k} | {_num(v)} |" for k, v in metrics.items()]
-        out += [f"| {k} | {_num(detail[k])} |" for k in BASELINES if _ok(detail.get(k))] + [""]
+        out += [f"| {k} | {_num(detail[k])} |" for k in BASELINES
+                if is_finite(detail.get(k))] + [""]
     out += ["## Tokenizer", "", tok_kind, "",
             "## Use it", "", "```python",
             "from transformers import AutoModelForCausalLM, AutoTokenizer",
@@ -514,11 +499,10 @@ def _one_line(out: Path):
     try:
         yield
     except OSError as err:
-        if err.errno:
-            why = f"{err.strerror or err} ({errno.errorcode.get(err.errno, err.errno)})"
-        else:  # a writer that reports a short write without an errno
-            why = f"{err}: a short write (the disk is full or the file-size limit is reached)"
-        raise SparkError(f"cannot write {os.fspath(out)}: {why}; nothing was replaced") from None
+        why = write_error(out, err) if err.errno else (  # a short write reported without errno
+            f"cannot write {os.fspath(out)}: {err}: a short write (the disk is full or the "
+            "file-size limit is reached)")
+        raise SparkError(f"{why}; nothing was replaced") from None
 
 
 def _temp_name(out: Path, fd: int, suffix: str, folder: bool) -> str:
@@ -538,11 +522,10 @@ def _temp_name(out: Path, fd: int, suffix: str, folder: bool) -> str:
     raise FileExistsError(errno.EEXIST, "no free temp name", os.fspath(out))
 
 
-def remove_stale(out: Path, fd: int) -> list[str]:
+def remove_stale(out: Path, fd: int) -> None:
     """Temp files and folders of earlier runs writing this OUT that were killed (their
     process is gone): only our own name pattern, only beside OUT (the folder `fd`)."""
     pattern = re.compile(re.escape(f".{out.name}.") + r"(\d+)\.[A-Za-z0-9_]+\.(tmp|old)$")
-    removed = []
     for entry in os.scandir(fd):
         match = pattern.match(entry.name)
         if not match or _alive(int(match.group(1))):
@@ -552,8 +535,6 @@ def remove_stale(out: Path, fd: int) -> list[str]:
         else:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(entry.name, dir_fd=fd)
-        removed.append(entry.name)
-    return removed
 
 
 def _alive(pid: int) -> bool:

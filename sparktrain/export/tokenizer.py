@@ -1,7 +1,5 @@
-"""The tokenizer that travels with an exported model, built with the `tokenizers` library:
-the byte tokenizer (id = byte value), or the job's own tokenizer.json checked by its
-sha256. See docs/export.md ("The byte tokenizer", "A BPE tokenizer").
-"""
+"""The tokenizer an exported model travels with: the byte tokenizer (id = byte value), or
+the job's own tokenizer.json checked by its sha256. See docs/export.md."""
 from __future__ import annotations
 
 import os
@@ -17,6 +15,7 @@ from sparktrain.core.fsutil import read_input
 from sparktrain.core.jobfiles import TOKENIZER
 from sparktrain.model.config import ModelConfig
 from sparktrain.core.safeload import load_json
+from sparktrain.core.textout import first_line
 
 SPECIALS = {BOS: "<|bos|>", SEP: "<|sep|>", EOS: "<|eos|>"}
 # One merge that never fires (0xFD twice; UTF-8 text never holds 0xFD): the gguf writer
@@ -40,10 +39,7 @@ def byte_tokenizer() -> Tokenizer:
     tok.normalizer = normalizers.ByteLevel()
     tok.decoder = decoders.ByteLevel()
     tok.add_special_tokens([AddedToken(SPECIALS[b], special=True) for b in sorted(SPECIALS)])
-    tok.post_processor = processors.TemplateProcessing(
-        single=f"{SPECIALS[BOS]} $A {SPECIALS[SEP]}",
-        special_tokens=[(SPECIALS[BOS], BOS), (SPECIALS[SEP], SEP)])
-    return tok
+    return _spark_template(tok, pairs=True)
 
 
 def model_tokenizer_json(weights: str | os.PathLike, meta: dict, cfg: ModelConfig,
@@ -72,12 +68,15 @@ def model_tokenizer_json(weights: str | os.PathLike, meta: dict, cfg: ModelConfi
 def with_spark_template(tok_text: str, *, pairs: bool) -> str:
     """A job's BPE tokenizer.json with the ids `spark generate` puts around a prompt as its
     post-processor ([BOS] prompt [SEP] for a pairs model, [BOS] prompt for a corpus model)."""
-    tok = Tokenizer.from_str(tok_text)
+    return _spark_template(Tokenizer.from_str(tok_text), pairs=pairs).to_str(pretty=True) + "\n"
+
+
+def _spark_template(tok: Tokenizer, *, pairs: bool) -> Tokenizer:
     bos, sep = SPECIALS[BOS], SPECIALS[SEP]
     tok.post_processor = processors.TemplateProcessing(
         single=f"{bos} $A {sep}" if pairs else f"{bos} $A",
         special_tokens=[(bos, tok.token_to_id(bos)), (sep, tok.token_to_id(sep))])
-    return tok.to_str(pretty=True) + "\n"
+    return tok
 
 
 def tokenizer_json(cfg: ModelConfig, path: str | os.PathLike | None) -> str:
@@ -90,8 +89,7 @@ def tokenizer_json(cfg: ModelConfig, path: str | os.PathLike | None) -> str:
         tok = Tokenizer.from_str(text)
     except Exception as err:  # the library raises its own types for every parse error
         raise SparkError(f"{os.fspath(path)} is not a tokenizers tokenizer.json "
-                         f"({str(err).splitlines()[0] if str(err) else type(err).__name__})"
-                         ) from None
+                         f"({first_line(err)})") from None
     size = tok.get_vocab_size(with_added_tokens=True)
     if size != cfg.vocab:
         raise SparkError(f"{os.fspath(path)} has {size} tokens but the weights' vocab is "
@@ -102,11 +100,8 @@ def tokenizer_json(cfg: ModelConfig, path: str | os.PathLike | None) -> str:
 def special_ids(tok_text: str) -> dict[str, int]:
     """bos/sep/eos ids: the tokenizer's `<|bos|>`-style tokens, else the byte values."""
     tok = Tokenizer.from_str(tok_text)
-    ids = {}
-    for name, byte in (("bos", BOS), ("sep", SEP), ("eos", EOS)):
-        found = tok.token_to_id(SPECIALS[byte])
-        ids[name] = byte if found is None else found
-    return ids
+    return {name: byte if (found := tok.token_to_id(SPECIALS[byte])) is None else found
+            for name, byte in (("bos", BOS), ("sep", SEP), ("eos", EOS))}
 
 
 def tokenizer_config(tok_text: str, cfg: ModelConfig) -> dict:

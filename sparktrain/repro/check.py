@@ -17,6 +17,7 @@ from sparktrain.core.errors import SparkError
 from sparktrain.core.fsutil import read_input
 from sparktrain.core.textout import first_line
 from sparktrain.core.jobfiles import CHECKPOINT, EVAL, EVAL_DETAIL, WEIGHTS
+from sparktrain.eval.headline import is_number
 from sparktrain.repro.lock import (LOCK, Output, cache_dir, cached_blob, git, git_blob, outputs,
                                    read_lock)
 from sparktrain.repro.workspace import tool_env
@@ -54,12 +55,9 @@ class Verdict:
 def inputs(lock: dict) -> dict[str, dict]:
     """Per stage, what the run was made from: cmd, params and the deps no stage writes."""
     written = set(outputs(lock))
-    found = {}
-    for stage, entry in (lock.get("stages") or {}).items():
-        made_from = {k: v for k, v in entry.items() if k not in ("outs", "deps")}
-        made_from["deps"] = [d for d in entry.get("deps") or [] if d["path"] not in written]
-        found[stage] = made_from
-    return found
+    return {stage: {**{k: v for k, v in entry.items() if k not in ("outs", "deps")},
+                    "deps": [d for d in entry.get("deps") or [] if d["path"] not in written]}
+            for stage, entry in (lock.get("stages") or {}).items()}
 
 
 def moved_inputs(old: dict, new: dict) -> list[str]:
@@ -88,9 +86,7 @@ def relative_error(a: float, b: float) -> float:
 
 def compare_json(old, new, where: str = "") -> tuple[float, list[str]]:
     """(largest relative error over the numbers, the non-numeric differences)."""
-    number = (int, float)
-    if (isinstance(old, number) and isinstance(new, number)
-            and not isinstance(old, bool) and not isinstance(new, bool)):
+    if is_number(old) and is_number(new):
         return relative_error(float(old), float(new)), []
     if isinstance(old, dict) and isinstance(new, dict):
         if set(old) != set(new):
@@ -171,28 +167,25 @@ def compare_locks(old: dict, new: dict, tolerance: float,
         head = f"drifted: {path} (stage {now.stage}) md5 {was.md5} -> {now.md5}"
         if path.endswith(PICTURE_SUFFIXES):
             verdict.drift(f"{head}: a picture of the numbers, follows them")
-            continue
-        if not path.endswith(FLOAT_OUTPUT_NAMES):
+        elif not path.endswith(FLOAT_OUTPUT_NAMES):
             verdict.fail(f"{head}: not a float output, it must not move")
-            continue
-        old_bytes = read_old(was)
-        if old_bytes is None:
+        elif (old_bytes := read_old(was)) is None:
             verdict.fail(f"{head}: the committed copy is not in the DVC cache, so its numbers "
                          f"cannot be compared (`dvc pull` before the check)")
-            continue
-        worst, other = compare_output(path, old_bytes, read_new(now))
-        if other:
-            verdict.fail(f"{head}: non-numeric change {other[0]}"
-                         + (f" (and {len(other) - 1} more)" if len(other) > 1 else ""))
-        elif worst == 0:
-            verdict.fail(f"{head}: the bytes moved but no number did (formatting or key "
-                         f"order is not deterministic)")
-        elif worst > tolerance:
-            verdict.fail(f"{head}: numbers beyond tolerance {tolerance:g} "
-                         f"(max relative error {worst:.3g})")
         else:
-            verdict.drift(f"{head}: numbers within tolerance {tolerance:g} "
-                          f"(max relative error {worst:.3g})")
+            worst, other = compare_output(path, old_bytes, read_new(now))
+            if other:
+                verdict.fail(f"{head}: non-numeric change {other[0]}"
+                             + (f" (and {len(other) - 1} more)" if len(other) > 1 else ""))
+            elif worst == 0:
+                verdict.fail(f"{head}: the bytes moved but no number did (formatting or key "
+                             f"order is not deterministic)")
+            elif worst > tolerance:
+                verdict.fail(f"{head}: numbers beyond tolerance {tolerance:g} "
+                             f"(max relative error {worst:.3g})")
+            else:
+                verdict.drift(f"{head}: numbers within tolerance {tolerance:g} "
+                              f"(max relative error {worst:.3g})")
     return verdict
 
 

@@ -9,7 +9,7 @@ from typing import Protocol
 
 from sparktrain.core.textout import first_line
 from sparktrain.core.errors import SparkError
-from sparktrain.core.jobfiles import CHECKPOINT, EVAL, job_dir
+from sparktrain.core.jobfiles import EVAL, job_dir
 from sparktrain.core.project import PARAMS_FILE
 from sparktrain.core.safeload import MAX_ITEMS, load_json, load_yaml
 from sparktrain.repro.lock import LOCK, MAX_BLOB_BYTES, git, git_blob
@@ -148,8 +148,3 @@ def read_record(source: Experiments, row: ExpRow) -> ExpRecord:
     except SparkError as err:
         metrics, error = None, str(err)
     return ExpRecord(row, params, path, metrics if error is None else None, error)
-
-
-def read_checkpoint(source: Experiments, record: ExpRecord, max_items: int) -> dict | None:
-    """The experiment's checkpoint.json (from the DVC cache); None when it has none."""
-    return read_json(source, record.job_file(CHECKPOINT), record.row.rev, max_items=max_items)

@@ -1,18 +1,17 @@
-"""The comparison a sweep prints and writes: each point's params, metrics and output
-hashes, read through the experiments reader (sparktrain/repro/experiments.py: git's
-refs for the names, each experiment's params.yaml, eval.json and dvc.lock at its rev).
-Only what the inputs decide goes into it (no timings, hosts or absolute paths): the same
-sweep gives the same JSON bytes however it was scheduled."""
+"""The comparison a sweep prints and writes: each point's params, metrics and output hashes
+(repro/experiments.py reads them). Only what the inputs decide goes into it (no timings, hosts
+or absolute paths): the same sweep gives the same JSON bytes however it was scheduled."""
 from __future__ import annotations
 
 from sparktrain.core.errors import SparkError
 from sparktrain.core.safeload import load_yaml
 from sparktrain.eval.compare.table import render
+from sparktrain.eval.headline import is_number
 from sparktrain.repro.experiments import Experiments, read_record
+from sparktrain.repro.lock import LOCK, outputs
 from sparktrain.sweep.grid import Point
 
 WEIGHTS_SUFFIX = ".safetensors"  # the output the table shows a hash of
-LOCK = "dvc.lock"
 
 
 def experiments_of(source: Experiments, baseline: str) -> dict[str, dict]:
@@ -31,13 +30,8 @@ def experiments_of(source: Experiments, baseline: str) -> dict[str, dict]:
 
 
 def lock_outputs(lock_text: str | bytes) -> dict[str, str]:
-    """path -> md5 of every output in a dvc.lock (outs, metrics and plots alike)."""
-    lock = load_yaml(lock_text, LOCK) or {}
-    stages = lock.get("stages") if isinstance(lock, dict) else None
-    entries = [e for e in (stages.values() if isinstance(stages, dict) else ())
-               if isinstance(e, dict) and isinstance(e.get("outs"), list)]
-    return {out["path"]: out.get("md5", "") for entry in entries for out in entry["outs"]
-            if isinstance(out, dict) and isinstance(out.get("path"), str)}
+    """path -> md5 of every output in a dvc.lock (outs, metrics and plots alike; "" unrecorded)."""
+    return {path: out.md5 or "" for path, out in outputs(load_yaml(lock_text, LOCK)).items()}
 
 
 def _lookup(tree, dotted: str):
@@ -83,7 +77,7 @@ def headline(metrics: dict) -> dict[str, float]:
     flat = {}
     for data in metrics.values():
         for key, value in data.items():
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
+            if is_number(value):
                 flat.setdefault(key, value)
     return flat
 

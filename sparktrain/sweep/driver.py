@@ -1,8 +1,6 @@
-"""`spark sweep`'s driver: plan the grid at HEAD, run each point as a Dask task (a
-LocalCluster or `--scheduler`): run_point clones the shared git remote at the sweep's
-commit, `dvc exp run -n NAME -S ...`, `dvc exp push`, and returns a small record (a
-failure is its one line, never an exception); then `dvc exp pull` them back and
-compare. See docs/pipeline.md and README "Sweeping on a cluster"."""
+"""`spark sweep`'s driver: plan the grid at HEAD, run each point as a Dask task (clone the
+shared git remote, `dvc exp run`, `dvc exp push`; a failure is its one line), `dvc exp pull`
+them back, compare. See docs/pipeline.md and README "Sweeping on a cluster"."""
 from __future__ import annotations
 
 import logging

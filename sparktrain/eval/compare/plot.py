@@ -4,23 +4,22 @@ from __future__ import annotations
 
 import os
 import textwrap
-from pathlib import Path
 
 import matplotlib.style
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
-from matplotlib.ticker import MaxNLocator
 
-from sparktrain.core.fsutil import atomic_write_bytes
-from sparktrain.eval.compare.runs import UNITS, Experiment, is_finite
-from sparktrain.eval.plot import DPI, LOG_Y_RATIO, png_bytes
+from sparktrain.eval.compare.runs import UNITS, Experiment
+from sparktrain.eval.headline import is_finite
+from sparktrain.eval.plot import DPI, style_axes, write_figure
 
 FIG_WIDTH_IN, BASE_HEIGHT_IN = 8.0, 4.76   # 800 x 500 px with one legend row; each row adds height
 LEGEND_ROW_IN = 0.24      # one legend entry of one line
 LEGEND_LINE_IN = 0.155    # each further line of a wrapped entry
 LEGEND_CHARS = 100        # characters of legend text one row holds at LEGEND_FONT
 LEGEND_FONT = 9
+AXIS_FONTS = (11, 10, 9)   # title, axis labels, ticks
 MAX_LEGEND_COLUMNS = 4
 REFERENCES = (("zlib9_bpb", "zlib-9", (0, (5, 3))), ("lzma9e_bpb", "lzma-9e", (0, (1, 2))))
 LINE_STYLES = ("-", "--", "-.", ":")
@@ -30,8 +29,6 @@ LEGEND_TITLES = {"loss": "loss: ● training  ■ held-out",
 
 def run_styles(n: int) -> list[tuple[str, str]]:
     """(colour, line style) of each of n runs, no two alike up to 80 (tab20, dark first)."""
-    import matplotlib
-
     tab = matplotlib.colormaps["tab20" if n > 10 else "tab10"].colors
     colours = [matplotlib.colors.to_hex(c) for c in (tab[0::2] + tab[1::2] if n > 10 else tab)]
     return [(colours[i % len(colours)], LINE_STYLES[(i + i // len(colours)) % len(LINE_STYLES)])
@@ -82,18 +79,6 @@ def render(sweep: dict) -> Figure:
     return fig
 
 
-def _style_axes(ax, title: str, ylabel: str, ys: list[float]) -> None:
-    ax.set_title(title, fontsize=11)
-    ax.set_xlabel("outer pass (0 = before training)", fontsize=10)
-    ax.set_ylabel(ylabel, fontsize=10)
-    ax.tick_params(labelsize=9)
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    if ys and min(ys) > 0 and max(ys) / min(ys) > LOG_Y_RATIO:
-        ax.set_yscale("log")
-    ax.grid(True, which="major", color="0.88", linewidth=0.8)
-    ax.set_axisbelow(True)
-
-
 def _end_number(ax, exp: Experiment, xs: list, ys: list, colour: str) -> None:
     """The run's number at the end of its curve, so a line is found without the legend."""
     ax.annotate(str(exp.number), (xs[-1], ys[-1]), xytext=(5, 0), textcoords="offset points",
@@ -102,7 +87,7 @@ def _end_number(ax, exp: Experiment, xs: list, ys: list, colour: str) -> None:
 
 def _loss_panel(ax, exps: list[Experiment], styles: dict) -> None:
     ys = [p["loss"] for e in exps for p in e.loss_curve + e.heldout]
-    _style_axes(ax, *UNITS["loss"], ys)
+    style_axes(ax, *UNITS["loss"], ys, AXIS_FONTS)
     for exp in exps:
         colour, style = styles[exp.name]
         xs, ys = [p["outer"] for p in exp.loss_curve], [p["loss"] for p in exp.loss_curve]
@@ -125,7 +110,7 @@ def _references(exps: list[Experiment]) -> list[tuple[float, str, object]]:
 
 def _bpb_panel(ax, exps: list[Experiment], styles: dict, refs: list) -> None:
     ys = [p["bpb"] for e in exps for p in e.heldout_bpb] + [v for v, _, _ in refs]
-    _style_axes(ax, *UNITS["bpb"], ys)
+    style_axes(ax, *UNITS["bpb"], ys, AXIS_FONTS)
     for exp in exps:
         colour, style = styles[exp.name]
         xs, ys = [p["outer"] for p in exp.heldout_bpb], [p["bpb"] for p in exp.heldout_bpb]
@@ -136,7 +121,4 @@ def _bpb_panel(ax, exps: list[Experiment], styles: dict, refs: list) -> None:
 
 
 def write_png(path: str | os.PathLike, sweep: dict) -> bytes:
-    data = png_bytes(render(sweep))
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_bytes(path, data)
-    return data
+    return write_figure(path, render(sweep))

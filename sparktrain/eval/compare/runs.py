@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import os
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
@@ -15,11 +14,10 @@ from sparktrain.core import compat
 from sparktrain.core.errors import SparkError
 from sparktrain.core.jobfiles import CHECKPOINT
 from sparktrain.core.safeload import load_yaml
-from sparktrain.eval.headline import HEADLINE_KEYS
+from sparktrain.eval.headline import HEADLINE_KEYS, is_finite, is_number
 from sparktrain.params import MAX_OUTER, Defaults
-from sparktrain.repro import experiments
 from sparktrain.repro.experiments import (DvcExperiments, Experiments, ExpRecord, ExpRow,
-                                         read_params, read_record)
+                                         read_json, read_params, read_record)
 
 # values in one experiment's checkpoint.json: 3 a curve point, outer + 1 points at most
 CHECKPOINT_ITEMS = 4 * (MAX_OUTER + 1) + 10_000
@@ -55,11 +53,10 @@ class Experiment:
 def flatten(tree: dict, prefix: str = "") -> dict:
     flat = {}
     for key, value in tree.items():
-        name = f"{prefix}{key}"
         if isinstance(value, dict) and value:
-            flat.update(flatten(value, f"{name}."))
+            flat.update(flatten(value, f"{prefix}{key}."))
         else:
-            flat[name] = value
+            flat[f"{prefix}{key}"] = value
     return flat
 
 
@@ -120,7 +117,7 @@ def read_checkpoint(exp: Experiment, source: Experiments) -> dict:
     path = exp.source.job_file(CHECKPOINT)
     try:
         # a checkpoint holds outer + 1 points (step.outer is capped): far below this bound
-        ckpt = experiments.read_checkpoint(source, exp.source, CHECKPOINT_ITEMS)
+        ckpt = read_json(source, path, exp.rev, max_items=CHECKPOINT_ITEMS)
     except SparkError as err:
         raise SparkError(f"experiment {exp.name}: its {path} is not readable ({err})") from None
     if ckpt is None:
@@ -140,14 +137,12 @@ def add_curves(exp: Experiment, ckpt: dict) -> None:
             raise SparkError(f"experiment {exp.name}: loss_curve[{i}] is not "
                              f"{{outer, loss}} with finite numbers")
         exp.loss_curve.append({"outer": outer, "loss": item["loss"]})
-        if is_finite(item.get("heldout_loss")):
-            exp.heldout.append({"outer": outer, "loss": item["heldout_loss"]})
-        if is_finite(item.get("heldout_bpb")):
-            exp.heldout_bpb.append({"outer": outer, "bpb": item["heldout_bpb"]})
-    if not exp.heldout and is_finite(exp.metrics.get("loss")):
-        exp.heldout.append({"outer": exp.loss_curve[-1]["outer"], "loss": exp.metrics["loss"]})
-    if not exp.heldout_bpb and is_finite(exp.metrics.get("bpb")):
-        exp.heldout_bpb.append({"outer": exp.loss_curve[-1]["outer"], "bpb": exp.metrics["bpb"]})
+        for held, key in ((exp.heldout, "loss"), (exp.heldout_bpb, "bpb")):
+            if is_finite(item.get(f"heldout_{key}")):
+                held.append({"outer": outer, key: item[f"heldout_{key}"]})
+    for held, key in ((exp.heldout, "loss"), (exp.heldout_bpb, "bpb")):
+        if not held and is_finite(exp.metrics.get(key)):
+            held.append({"outer": exp.loss_curve[-1]["outer"], key: exp.metrics[key]})
 
 
 def _differ(exps: list[Experiment], keys: list[str]) -> list[str]:
@@ -178,13 +173,9 @@ def where_filter(specs: Sequence[str]):
             value = text
         tests.append((key, text, value))
 
-    def keep(exp: Experiment) -> bool:
-        for key, text, value in tests:
-            found = [k for k in exp.params if k == key or k.rsplit(".", 1)[-1] == key]
-            if not any(exp.params[k] == value or short_value(exp.params[k]) == text
-                       for k in found):
-                return False
-        return True
+    def keep(exp: Experiment) -> bool:  # every test met by a key named so or ending so
+        return all(any(v == value or short_value(v) == text for k, v in exp.params.items()
+                       if k == key or k.rsplit(".", 1)[-1] == key) for key, text, value in tests)
     return keep
 
 
@@ -248,16 +239,9 @@ def short_values(values: list) -> list[str]:
                 for t in texts]
     prefix = len(os.path.commonprefix(texts))
     suffix = len(os.path.commonprefix([t[prefix:][::-1] for t in texts]))
-    keep = 3   # shared characters kept beside the distinct part, for context
-    out = []
-    for t in texts:
-        start, end = max(0, prefix - keep), len(t) - max(0, suffix - keep)
-        if len(t) <= LABEL_VALUE_CHARS:
-            out.append(t)
-            continue
-        part = t[start:end]
-        out.append(("…" if start > 0 else "") + part + ("…" if end < len(t) else ""))
-    return out
+    start, cut = max(0, prefix - 3), max(0, suffix - 3)  # 3 shared characters kept, for context
+    return [t if len(t) <= LABEL_VALUE_CHARS else
+            ("…" if start else "") + t[start:len(t) - cut] + ("…" if cut else "") for t in texts]
 
 
 def label_texts(exps: list[Experiment], keys: list[str]) -> list[str]:
@@ -276,11 +260,3 @@ def as_json(sweep: dict) -> dict:
                 "metrics": e.metrics, "old_layout": e.old_layout, "unit": e.unit,
                 "loss_curve": e.loss_curve, "heldout": e.heldout, "heldout_bpb": e.heldout_bpb,
             } for e in sweep["experiments"]]}
-
-
-def is_number(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
-def is_finite(v) -> bool:
-    return is_number(v) and math.isfinite(v)

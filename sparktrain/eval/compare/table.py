@@ -107,14 +107,10 @@ def _curve_block(title: str, exps: list[Experiment], curve, key: str, tty) -> li
         title += f" ({len(shown)} of {len(outers)} passes)"
     rows = [[str(e.number), *(cells.get((e.number, o), "-") for o in shown)] for e in exps]
     return ["", f"{title}, a row per run", "",
-            *render(["run", *(_value(o) for o in shown)], rows, tty=tty)]
+            *render(["run", *(json.dumps(o) for o in shown)], rows, tty=tty)]  # finite numbers
 
 
 def _metric(key: str, v) -> str:
     """Losses to 4 decimals, perplexity to 1, rates (accuracy, match, recall) to 3."""
     digits = 4 if key in ("loss", "bpb") else 1 if key == "perplexity" else 3
     return "-" if v is None else f"{v:.{digits}f}"
-
-
-def _value(v) -> str:
-    return v if isinstance(v, str) else json.dumps(v)
