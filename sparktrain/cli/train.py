@@ -90,10 +90,10 @@ def register(sub) -> None:
 
 def read_source(path: str | os.PathLike) -> str:
     """A .spark file's text; unreadable or non-UTF-8 input is a one-line error."""
-    from sparktrain.bc.codec import read_bytes
     from sparktrain.core.errors import SourceError
+    from sparktrain.core.fsutil import read_input
 
-    raw = read_bytes(path)
+    raw = read_input(path, "program")
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as err:

@@ -2,6 +2,7 @@
 judged at the resolved place (docs/outputs.md, "The output gate" and "Links")."""
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import stat
@@ -91,17 +92,14 @@ def _check(path: Path, name: str, kind: str, inputs: list[Path]) -> Path:
                                       "elsewhere")
     if st is not None:
         _check_existing(real, name, kind, st)
-        return path if Path(os.path.abspath(path)) == real else real
-    ancestor = real.parent  # a new path: its nearest existing folder is a real folder
-    while True:
-        try:
-            up = os.stat(ancestor)
-            break
-        except (FileNotFoundError, NotADirectoryError):
-            ancestor = ancestor.parent
-    if not stat.S_ISDIR(up.st_mode):
-        raise SparkError(f"cannot write {name}: {printable(os.fspath(ancestor))} is "
-                         f"{kind_of(up.st_mode)}, not a folder")
+    else:  # a new path: its nearest existing folder is a real folder
+        for ancestor in real.parents:
+            with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+                up = os.stat(ancestor)
+                break
+        if not stat.S_ISDIR(up.st_mode):
+            raise SparkError(f"cannot write {name}: {printable(os.fspath(ancestor))} is "
+                             f"{kind_of(up.st_mode)}, not a folder")
     return path if Path(os.path.abspath(path)) == real else real
 
 
@@ -221,15 +219,14 @@ _KIND_WORDS = {"png": "PNG", "gguf": "GGUF file", "sparkbc": "SPARK_BC program",
 def _check_project(real: Path, name: str, kind: str, inputs: list[Path]) -> None:
     """Not a project's machinery or root, not git-tracked (file, tree, submodule), and a
     job folder not inside another job folder."""
-    inner = root_of(real.parent, git=True)
-    if inner is not None:
-        for part in real.relative_to(inner).parts:
-            if part in INTERNALS:
-                raise SparkError(f"refusing to write {name}: it is inside a {part}/ folder "
-                                 "(the project's machinery)")
+    roots = _enclosing_roots(real)  # the innermost first
+    for part in real.relative_to(roots[0]).parts if roots else ():
+        if part in INTERNALS:
+            raise SparkError(f"refusing to write {name}: it is inside a {part}/ folder "
+                             "(the project's machinery)")
     if os.path.isdir(real) and root_of(real, git=True) == real:
         raise SparkError(f"refusing to write {name}: it is (or holds) the project folder")
-    for top in _enclosing_roots(real):
+    for top in roots:
         rel = real.relative_to(top).as_posix()
         files, links = _git_index(top)
         link = next((g for g in links if rel == g or rel.startswith(g + "/")), None)
@@ -259,15 +256,11 @@ def _check_project(real: Path, name: str, kind: str, inputs: list[Path]) -> None
 def _enclosing_roots(real: Path) -> list[Path]:
     """Every project folder at or above `real`'s folder, innermost first (a submodule's
     superproject too)."""
-    roots, start = [], real.parent
-    while True:
-        top = root_of(start, git=True)
-        if top is None:
-            return roots
+    roots, top = [], root_of(real.parent, git=True)
+    while top is not None:
         roots.append(top)
-        if top.parent == top:
-            return roots
-        start = top.parent
+        top = root_of(top.parent, git=True) if top.parent != top else None
+    return roots
 
 
 @functools.lru_cache(maxsize=16)
