@@ -294,12 +294,12 @@ def cmd_plot(args) -> int:
 def cmd_compare(args) -> int:
     from sparktrain.core.fsutil import canonical_json
     from sparktrain.core.gate import check_output
-    from sparktrain.core.project import out_path
+    from sparktrain.core.project import OUT, find_root
     from sparktrain.eval.compare.plot import write_png
     from sparktrain.eval.compare.runs import as_json, compare
     from sparktrain.eval.compare.table import format_table
 
-    args.out = args.out or os.path.relpath(out_path("compare.png"))
+    args.out = args.out or os.path.relpath(find_root() / OUT / "compare.png")
     out = check_output(args.out, "png")
     sweep = compare(args.experiments, where=args.where, last=args.last)
     for exp in sweep["experiments"]:

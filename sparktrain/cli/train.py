@@ -110,10 +110,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
     out = Path(args.output) if args.output else Path(args.source).with_suffix(".sparkbc")
     target = check_output(out, "sparkbc", (args.source,))
     data = compile_source(read_source(args.source), args.source)   # raises before any write
-    try:
-        atomic_write_bytes(target, data)
-    except OSError as err:
-        raise SparkError(f"cannot write {out}: {err.strerror or err}") from None
+    atomic_write_bytes(target, data)  # an OSError is its one line (fsutil.write_error)
     print(f"wrote {out} ({len(data)} bytes, sha256 {sha256_bytes(data)})")
     return 0
 

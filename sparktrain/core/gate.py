@@ -11,17 +11,11 @@ from pathlib import Path
 
 from sparktrain.core.errors import SparkError, printable
 from sparktrain.core.fsutil import canonical_json, folder_fd, kind_of
-from sparktrain.core.jobfiles import (ARTIFACT, CHECKPOINT, CODER_PROOF, CORPUS, DVC_IGNORE, EVAL,
-                                      EVAL_DETAIL, FAILED, JOURNAL, LIVE_DIR, LIVE_PENDING, LOCK,
-                                      LOSS_PNG, PERF, PROGRAM, RESUME_STATE, RESUME_TENSORS,
-                                      STATUS, TOKENIZER, WEIGHTS)
+from sparktrain.core.jobfiles import (ARTIFACT, CHECKPOINT, CORPUS, JOB_NAMES, LIVE_DIR, LOCK,
+                                      PROGRAM, STATUS, TOKENIZER, WEIGHTS)
 from sparktrain.core.project import root_of
 
 NAME_MAX = 255  # bytes of one path component on the file systems we run on
-# a job folder holds these (and the commit journal's dot files): jobfiles.py's table
-JOB_NAMES = frozenset({PROGRAM, TOKENIZER, CORPUS, STATUS, WEIGHTS, CHECKPOINT, ARTIFACT, PERF,
-                       FAILED, RESUME_STATE, RESUME_TENSORS, EVAL, EVAL_DETAIL, LOSS_PNG,
-                       LIVE_DIR, LIVE_PENDING, LOCK, JOURNAL, CODER_PROOF, DVC_IGNORE})
 JOB_MARKERS = (CHECKPOINT, ARTIFACT)
 # a folder holding one of these was made by a spark command (the stage or job writers)
 JOB_OWNED = frozenset({PROGRAM, TOKENIZER, STATUS, WEIGHTS, CHECKPOINT, ARTIFACT, LOCK})
