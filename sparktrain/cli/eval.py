@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import importlib
 import json
-import math
 import os
 import sys
 
@@ -272,6 +271,7 @@ def cmd_make_data(args) -> int:
 def cmd_plot(args) -> int:
     from sparktrain.core.gate import check_output
     from sparktrain.eval.plot import heldout_points, scale_label, write_loss_png
+    from sparktrain.train.outputs import number
 
     out = check_output(args.out, "png", (args.checkpoint, args.eval))
     ckpt = _read_json(args.checkpoint, "checkpoint")
@@ -279,8 +279,7 @@ def cmd_plot(args) -> int:
     if not isinstance(curve, list) or not curve:
         raise SparkError(f"checkpoint {args.checkpoint} has no 'loss_curve' list")
     for i, point in enumerate(curve):
-        loss = point.get("loss") if isinstance(point, dict) else None
-        if isinstance(loss, bool) or not isinstance(loss, (int, float)) or not math.isfinite(loss):
+        if number(point.get("loss") if isinstance(point, dict) else None) is None:
             raise SparkError(f"checkpoint {args.checkpoint}: loss_curve[{i}] has no finite "
                              "'loss' number")
     heldout = heldout_points(_read_json(args.eval, "eval file"), curve, args.eval) \

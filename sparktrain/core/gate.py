@@ -54,10 +54,9 @@ def _check(path: Path, name: str, kind: str, inputs: list[Path]) -> Path:
     if long is not None:
         raise SparkError(f"cannot write {name[:80]}...: a name of {len(os.fsencode(long))} "
                          f"bytes, above the {NAME_MAX}-byte file-name limit")
-    try:
+    st = None  # missing, or an ancestor that is a file: below
+    with contextlib.suppress(FileNotFoundError, NotADirectoryError):
         st = os.lstat(path)
-    except (FileNotFoundError, NotADirectoryError):  # an ancestor that is a file: below
-        st = None
     if st is not None and stat.S_ISLNK(st.st_mode):  # the output itself: never followed
         raise SparkError(f"refusing to write {name}: it is a symbolic link (to "
                          f"{printable(os.readlink(path))}); name the real path")
@@ -74,10 +73,9 @@ def _check(path: Path, name: str, kind: str, inputs: list[Path]) -> Path:
     _check_project(real, name, kind, inputs)
     for item in inputs:
         source = Path(os.path.realpath(item))
-        try:
+        same = False
+        with contextlib.suppress(OSError):
             same = os.path.samefile(item, real)
-        except OSError:
-            same = False
         if source == real or real in source.parents or same:
             raise SparkError(f"refusing to write {name}: it is (or holds) "
                              f"{printable(os.fspath(item))}, which this command reads")
@@ -292,13 +290,12 @@ def replace_owned_folder(new: Path, dest: Path) -> None:
     import shutil
 
     with folder_fd(new.parent) as src, folder_fd(dest.parent) as fd:
-        try:
+        st = None
+        with contextlib.suppress(FileNotFoundError):
             st = os.stat(dest.name, dir_fd=fd, follow_symlinks=False)
-        except FileNotFoundError:
-            st = None
-        if st is not None and not stat.S_ISDIR(st.st_mode):
-            raise SparkError(f"refusing to replace {printable(os.fspath(dest))}: not a folder "
-                             "this tool made")
         if st is not None:
+            if not stat.S_ISDIR(st.st_mode):
+                raise SparkError(f"refusing to replace {printable(os.fspath(dest))}: not a "
+                                 "folder this tool made")
             shutil.rmtree(dest.name, dir_fd=fd)
         os.rename(new.name, dest.name, src_dir_fd=src, dst_dir_fd=fd)
