@@ -43,28 +43,6 @@ class UInt(struct.Struct):
 U8, U16, U32 = UInt("<B"), UInt("<H"), UInt("<I")
 
 
-def decode_magic(cur: Cursor) -> None:
-    head = cur.data[:len(MAGIC)]
-    if head != MAGIC[:len(head)]:
-        raise BytecodeError(f"not a SPARK_BC file (magic {head!r} at offset 0); "
-                            "compile a .spark source with `spark compile`", 0)
-    cur.take(len(MAGIC), "magic")
-
-
-def decode_version(cur: Cursor) -> int:
-    at = cur.pos
-    version = U8.decode(cur, "version byte")
-    if version != VERSION:
-        raise BytecodeError(f"unsupported SPARK_BC version {version} (this spark reads "
-                            f"version {VERSION}); {RECOMPILE}", at)
-    return version
-
-
-def encode_string(text: str) -> bytes:
-    raw = text.encode("utf-8")
-    return U16.pack(len(raw)) + raw
-
-
 def decode_string(cur: Cursor, index: int) -> str:
     nbytes = U16.decode(cur, f"length of string {index}")
     at = cur.pos
@@ -74,11 +52,6 @@ def decode_string(cur: Cursor, index: int) -> str:
     except UnicodeDecodeError as err:
         raise BytecodeError(f"string {index} is not valid UTF-8 ({err.reason}); "
                             f"{RECOMPILE}", at + err.start) from None
-
-
-def encode_const(const: tuple[int, int]) -> bytes:
-    kind, payload = const
-    return U8.pack(kind) + U16.pack(payload)
 
 
 def decode_const(cur: Cursor, index: int, nstrings: int) -> tuple[int, int]:
@@ -125,14 +98,6 @@ def iter_instructions(code: bytes, base: int = 0) -> Iterator[Instruction]:
         offset += ins.size
 
 
-def _check_operands(ins: Instruction, nconsts: int, base: int) -> None:
-    for k, index in enumerate(ins.operands):
-        if index >= nconsts:
-            raise BytecodeError(f"{ins.name} at code+{ins.offset} uses const {index}, but the "
-                                f"pool has {nconsts} const(s); {RECOMPILE}",
-                                base + ins.offset + 1 + U16.size * k)
-
-
 def _decode_code(code: bytes, base: int, nconsts: int) -> tuple[Instruction, ...]:
     if not code:
         raise BytecodeError(f"code section is empty; a program must end with HALT; {RECOMPILE}",
@@ -142,7 +107,11 @@ def _decode_code(code: bytes, base: int, nconsts: int) -> tuple[Instruction, ...
         if len(out) == MAX_INSTRUCTIONS:
             raise BytecodeError(f"more than {MAX_INSTRUCTIONS} instructions; spark does not "
                                 f"decode programs that long", base + ins.offset)
-        _check_operands(ins, nconsts, base)
+        for k, index in enumerate(ins.operands):
+            if index >= nconsts:
+                raise BytecodeError(f"{ins.name} at code+{ins.offset} uses const {index}, but "
+                                    f"the pool has {nconsts} const(s); {RECOMPILE}",
+                                    base + ins.offset + 1 + U16.size * k)
         out.append(ins)
         # checked before decoding further: junk after HALT is reported as such
         if ins.opcode == HALT and ins.offset + ins.size != len(code):
@@ -157,8 +126,15 @@ def _decode_code(code: bytes, base: int, nconsts: int) -> tuple[Instruction, ...
 
 def decode(data: bytes) -> Program:
     cur = Cursor(bytes(data))
-    decode_magic(cur)
-    version = decode_version(cur)
+    head = cur.data[:len(MAGIC)]
+    if head != MAGIC[:len(head)]:
+        raise BytecodeError(f"not a SPARK_BC file (magic {head!r} at offset 0); "
+                            "compile a .spark source with `spark compile`", 0)
+    cur.take(len(MAGIC), "magic")
+    version = U8.decode(cur, "version byte")
+    if version != VERSION:
+        raise BytecodeError(f"unsupported SPARK_BC version {version} (this spark reads "
+                            f"version {VERSION}); {RECOMPILE}", len(MAGIC))
     nstrings = U16.decode(cur, "string count")
     strings = tuple(decode_string(cur, i) for i in range(nstrings))
     nconsts = U16.decode(cur, "const count")
@@ -172,14 +148,9 @@ def decode(data: bytes) -> Program:
     return Program(version, strings, consts, code)
 
 
-def read_bytes(path: str | os.PathLike) -> bytes:
-    """A program file's bytes; a missing or unreadable file is a one-line SparkError."""
-    return read_input(path, "program")
-
-
 def read_program(path: str | os.PathLike) -> tuple[Program, bytes]:
     """decode() a .sparkbc file; the error message is prefixed with the path."""
-    data = read_bytes(path)
+    data = read_input(path, "program")
     try:
         return decode(data), data
     except BytecodeError as err:
@@ -190,9 +161,9 @@ def read_program(path: str | os.PathLike) -> tuple[Program, bytes]:
 
 def encode(program: Program) -> bytes:
     parts = [MAGIC, U8.pack(program.version), U16.pack(len(program.strings))]
-    parts.extend(encode_string(s) for s in program.strings)
+    parts.extend(U16.pack(len(raw)) + raw for raw in (s.encode("utf-8") for s in program.strings))
     parts.append(U16.pack(len(program.consts)))
-    parts.extend(encode_const(c) for c in program.consts)
+    parts.extend(U8.pack(kind) + U16.pack(payload) for kind, payload in program.consts)
     code = b"".join(encode_instruction(ins) for ins in program.code)
     parts.append(U32.pack(len(code)) + code)
     return b"".join(parts)

@@ -52,9 +52,8 @@ def _read_string(line: str, start: int, where: Where) -> tuple[str, int]:
                 shown = f"\\{nxt}" if nxt else "\\ at end of line"
                 raise _error(where, i + 1, f'bad escape {shown}; only \\" and \\\\ are escapes '
                                            "in a string")
-            out.append(_ESCAPES[nxt])
-            i += 2
-            continue
+            ch = _ESCAPES[nxt]
+            i += 1
         out.append(ch)
         i += 1
     raise _error(where, start + 1, 'unterminated string; close it with " on the same line')
@@ -211,10 +210,9 @@ class Pool:
 
     def operands(self, opcode: str, values: tuple[str, ...], where: Where) -> tuple[int, ...]:
         order = range(len(values))
-        if opcode in INTERN_LAST_TO_FIRST:
-            order = reversed(order)
-        indices = {k: self.intern(values[k], where) for k in order}
-        return tuple(indices[k] for k in range(len(values)))
+        interning = reversed(order) if opcode in INTERN_LAST_TO_FIRST else order
+        indices = {k: self.intern(values[k], where) for k in interning}
+        return tuple(indices[k] for k in order)
 
 
 def compile_program(text: str, filename: str = "<source>") -> Program:

@@ -1,7 +1,6 @@
-"""The interpreter of SPARK_BC's executable subset (docs/sparkbc.md): HALT, MODEL, LET and
-PRINT run here; TRAIN, STEP and TRAIN_STATUS go to `handlers[name](ins, values)`, whose
-dict result is bound to `bind` and printed as one JSON line. The whole program is
-checked first, so one that would fail does so before a handler touches a file."""
+"""The interpreter of SPARK_BC's executable subset (docs/sparkbc.md): a HANDLED op's
+`handlers[name](ins, values)` dict is bound to `bind` and printed as one JSON line. The
+whole program is checked first, so one that would fail does so before a handler touches a file."""
 from __future__ import annotations
 
 import json

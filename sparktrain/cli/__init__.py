@@ -14,9 +14,7 @@ from sparktrain import __version__
 from sparktrain.core.errors import SparkError, printable
 from sparktrain.core.textout import did_you_mean
 
-# train: compile, dump, train, run, status; original: apply-step, code train (the
-# original's commands); bench; eval: eval, generate, make-data, plot, compare, repro-check,
-# export, import; sweep
+# each registers the commands its docstring names, listed in --help in this order
 COMMAND_MODULES = tuple(f"sparktrain.cli.{name}" for name in (
     "train", "original", "bench", "eval", "sweep"))
 # One example per subcommand, shown as its --help's last line.

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import importlib
 import json
-import math
 import os
 import sys
 
@@ -272,6 +271,7 @@ def cmd_make_data(args) -> int:
 def cmd_plot(args) -> int:
     from sparktrain.core.gate import check_output
     from sparktrain.eval.plot import heldout_points, scale_label, write_loss_png
+    from sparktrain.train.outputs import number
 
     out = check_output(args.out, "png", (args.checkpoint, args.eval))
     ckpt = _read_json(args.checkpoint, "checkpoint")
@@ -279,8 +279,7 @@ def cmd_plot(args) -> int:
     if not isinstance(curve, list) or not curve:
         raise SparkError(f"checkpoint {args.checkpoint} has no 'loss_curve' list")
     for i, point in enumerate(curve):
-        loss = point.get("loss") if isinstance(point, dict) else None
-        if isinstance(loss, bool) or not isinstance(loss, (int, float)) or not math.isfinite(loss):
+        if number(point.get("loss") if isinstance(point, dict) else None) is None:
             raise SparkError(f"checkpoint {args.checkpoint}: loss_curve[{i}] has no finite "
                              "'loss' number")
     heldout = heldout_points(_read_json(args.eval, "eval file"), curve, args.eval) \
@@ -294,12 +293,12 @@ def cmd_plot(args) -> int:
 def cmd_compare(args) -> int:
     from sparktrain.core.fsutil import canonical_json
     from sparktrain.core.gate import check_output
-    from sparktrain.core.project import out_path
+    from sparktrain.core.project import OUT, find_root
     from sparktrain.eval.compare.plot import write_png
     from sparktrain.eval.compare.runs import as_json, compare
     from sparktrain.eval.compare.table import format_table
 
-    args.out = args.out or os.path.relpath(out_path("compare.png"))
+    args.out = args.out or os.path.relpath(find_root() / OUT / "compare.png")
     out = check_output(args.out, "png")
     sweep = compare(args.experiments, where=args.where, last=args.last)
     for exp in sweep["experiments"]:

@@ -53,7 +53,7 @@ def cmd_sweep(args) -> int:
     from sparktrain.core.fsutil import canonical_json, write_json
     from sparktrain.core.gate import check_output
     from sparktrain.core.progress import Progress
-    from sparktrain.core.project import find_root
+    from sparktrain.core.project import OUT, find_root
     from sparktrain.sweep.compare import format_table
 
     if args.scheduler and args.workers:
@@ -64,7 +64,7 @@ def cmd_sweep(args) -> int:
         print(f"sweep: {printable(line)}", file=sys.stderr, flush=True)
 
     root = find_root()
-    out = args.out or os.path.relpath(root / "out" / "sweep.json")
+    out = args.out or os.path.relpath(root / OUT / "sweep.json")
     target = check_output(out, "json")  # before the grid runs, not after
     plan = driver.plan_sweep(root, args.specs, args.git_remote, args.dvc_remote,
                              one_machine=args.scheduler is None, say=say)

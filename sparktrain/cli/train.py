@@ -90,10 +90,10 @@ def register(sub) -> None:
 
 def read_source(path: str | os.PathLike) -> str:
     """A .spark file's text; unreadable or non-UTF-8 input is a one-line error."""
-    from sparktrain.bc.codec import read_bytes
     from sparktrain.core.errors import SourceError
+    from sparktrain.core.fsutil import read_input
 
-    raw = read_bytes(path)
+    raw = read_input(path, "program")
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as err:
@@ -110,10 +110,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
     out = Path(args.output) if args.output else Path(args.source).with_suffix(".sparkbc")
     target = check_output(out, "sparkbc", (args.source,))
     data = compile_source(read_source(args.source), args.source)   # raises before any write
-    try:
-        atomic_write_bytes(target, data)
-    except OSError as err:
-        raise SparkError(f"cannot write {out}: {err.strerror or err}") from None
+    atomic_write_bytes(target, data)  # an OSError is its one line (fsutil.write_error)
     print(f"wrote {out} ({len(data)} bytes, sha256 {sha256_bytes(data)})")
     return 0
 
@@ -159,37 +156,33 @@ def cmd_train(args) -> int:
         job = adhoc_job(args.dataset, args.out, args.base)
     knobs, step, cfg, heldout = resolve_configs(args, args.params, default_params=False)
     first = knobs_line(args.params, step, cfg, heldout)
-    from sparktrain.train.outputs import job_writes
-
-    with job_writes(job.out_dir):  # a write error is one line; a new folder goes on failure
-        prepare_streamed(job, knobs, step, cfg, heldout)
-        summary = run_and_record(job, knobs, step, cfg, heldout=heldout, first_line=first)
-    print(json.dumps(summary, sort_keys=True))
+    print(json.dumps(train_job(job, knobs, step, cfg, heldout, first), sort_keys=True))
     return 0
 
 
-def prepare_streamed(job, knobs, step, cfg, heldout) -> None:
-    """A corpus or text-rows job trains from corpus/: outside the pipeline, the tokenizer
-    and prepare stages run first (as `spark code train` does), after every check."""
+def train_job(job, knobs, step, cfg, heldout, first_line: str | None = None) -> dict:
+    """`spark train` and a STEP of `spark run`: a corpus or text-rows job trains from
+    corpus/, so outside the pipeline the tokenizer and prepare stages run first (as `spark
+    code train` does), after every check; then `run_and_record`."""
     from sparktrain.data.source import prepare_job, source_for
-    from sparktrain.train.outputs import lock_job
+    from sparktrain.train.outputs import job_writes, lock_job
     from sparktrain.train.plan import preflight
 
-    source = source_for(job.dataset, knobs, heldout)
-    if source.streamed:
-        preflight(step, cfg, source, knobs.vocab_size if knobs.tokenizer != "byte" else None)
-        lock_job(job.out_dir)  # the only writer from prepare on
-        prepare_job(job.out_dir, source, knobs.tokenizer, knobs.vocab_size)
+    with job_writes(job.out_dir):  # a write error is one line; a new folder goes on failure
+        source = source_for(job.dataset, knobs, heldout)
+        if source.streamed:
+            preflight(step, cfg, source, knobs.vocab_size if knobs.tokenizer != "byte" else None)
+            lock_job(job.out_dir)  # the only writer from prepare on
+            prepare_job(job.out_dir, source, knobs.tokenizer, knobs.vocab_size)
+        return run_and_record(job, knobs, step, cfg, heldout=heldout, first_line=first_line)
 
 
 def run_and_record(job, knobs, step, cfg, labels: dict | None = None,
                    heldout: str | None = None, first_line: str | None = None) -> dict:
-    """STEP `job` on its data source (`knobs`: the params or defaults it reads; a
-    failure is recorded beside the previous outputs, then raised); the one-line
-    JSON summary every train command prints (its caller holds `outputs.job_writes` around
-    the job's prepare and this). The loop's lines go to stderr, `first_line`
-    before them (a bad input, refused before training, stays the only line); on a
-    terminal, the loop's bar (train/live.py)."""
+    """STEP `job` (a failure is recorded beside the previous outputs, then raised) -> the
+    JSON summary every train command prints; its caller holds `outputs.job_writes`. The
+    loop's lines go to stderr (a bar on a terminal, train/live.py), `first_line` before
+    them: a bad input, refused before training, stays the only line."""
     from sparktrain.data.source import source_for
     from sparktrain.train.attempt import step_job
     from sparktrain.train.live import StderrLines
@@ -237,12 +230,7 @@ def cmd_run(args) -> int:
         return line
 
     def on_step(ins, ops):
-        from sparktrain.train.outputs import job_writes
-
-        job = job_of(ops[0])
-        with job_writes(job.out_dir):  # a write error is one line; a new folder goes on failure
-            prepare_streamed(job, knobs, step, cfg, heldout)
-            summary = run_and_record(job, knobs, step, cfg, heldout=heldout)
+        summary = train_job(job_of(ops[0]), knobs, step, cfg, heldout)
         # the job's binding follows the job: a `print job` after the STEP says it trained
         bound[ops[0]].update({k: summary[k] for k in ("state", "trained", "not_sgd")
                               if k in summary})
@@ -262,14 +250,11 @@ def cmd_run(args) -> int:
 def cmd_status(args) -> int:
     from sparktrain.core.fsutil import canonical_json
     from sparktrain.core.jobfiles import check_job_id, job_dir
-    from sparktrain.core.project import find_root
+    from sparktrain.core.project import root_of
     from sparktrain.params import PARAMS_FILE, load_params, step_record
     from sparktrain.train import outputs
 
-    try:  # the project root (a subfolder works too); outside a project, the current folder
-        root = find_root()
-    except SparkError:
-        root = Path.cwd()
+    root = root_of() or Path.cwd()  # the project (from a subfolder too), else this folder
     params_file = root / PARAMS_FILE
     job = load_params(params_file).job if args.job is None else args.job
     folder = Path(job)

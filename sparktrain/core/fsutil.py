@@ -50,10 +50,8 @@ def open_folder(path: str | os.PathLike, create: bool = False) -> int:
     path = os.fspath(path)
     fd = os.open("/" if os.path.isabs(path) else ".", _DIR_FLAGS)
     try:
-        for part in Path(path).parts[1 if os.path.isabs(path) else 0:]:
-            if part == ".":
-                continue
-            nxt = _open_component(fd, part, path, create)
+        for part in Path(path).parts[1 if os.path.isabs(path) else 0:]:  # no "." parts
+            nxt = _open_component(fd, part, create)
             os.close(fd)
             fd = nxt
         return fd
@@ -62,17 +60,15 @@ def open_folder(path: str | os.PathLike, create: bool = False) -> int:
         raise
 
 
-def _open_component(fd: int, part: str, path: str, create: bool) -> int:
+def _open_component(fd: int, part: str, create: bool) -> int:
     for attempt in (0, 1):
         try:
             return os.open(part, _DIR_FLAGS | os.O_NOFOLLOW, dir_fd=fd)
         except FileNotFoundError:
             if not create or attempt:
                 raise
-            try:
+            with contextlib.suppress(FileExistsError):
                 os.mkdir(part, 0o777, dir_fd=fd)
-            except FileExistsError:
-                pass
         except OSError as err:
             if err.errno not in (errno.ELOOP, errno.ENOTDIR):
                 raise
@@ -80,7 +76,6 @@ def _open_component(fd: int, part: str, path: str, create: bool) -> int:
             what = "a symbolic link" if stat.S_ISLNK(st.st_mode) else "not a folder"
             raise LinkInPath(err.errno, f"{printable(part)} in its path is {what} (links "
                              "are never followed when writing; name the real path)") from None
-    raise FileNotFoundError(errno.ENOENT, "no such folder", path)
 
 
 @contextlib.contextmanager
@@ -106,11 +101,9 @@ def pinned_folder(path: str | os.PathLike, create: bool = True) -> tuple[int, Pa
 def write_at(fd: int, name: str, data: bytes) -> None:
     """Atomically put `data` at `name` in the folder `fd`: a temp file beside it
     (created O_EXCL | O_NOFOLLOW), fsync, rename; all relative to `fd`."""
-    try:
+    with contextlib.suppress(FileNotFoundError):
         if stat.S_ISDIR(os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode):
             raise IsADirectoryError(errno.EISDIR, "it is a folder")
-    except FileNotFoundError:
-        pass
     tmp, tfd = _temp_at(fd, name)
     try:
         with os.fdopen(tfd, "wb") as f:
@@ -119,10 +112,8 @@ def write_at(fd: int, name: str, data: bytes) -> None:
             os.fsync(f.fileno())
         os.rename(tmp, name, src_dir_fd=fd, dst_dir_fd=fd)
     except BaseException:
-        try:
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp, dir_fd=fd)
-        except FileNotFoundError:
-            pass
         raise
 
 

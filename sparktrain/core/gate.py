@@ -2,6 +2,7 @@
 judged at the resolved place (docs/outputs.md, "The output gate" and "Links")."""
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import stat
@@ -10,17 +11,11 @@ from pathlib import Path
 
 from sparktrain.core.errors import SparkError, printable
 from sparktrain.core.fsutil import canonical_json, folder_fd, kind_of
-from sparktrain.core.jobfiles import (ARTIFACT, CHECKPOINT, CODER_PROOF, CORPUS, DVC_IGNORE, EVAL,
-                                      EVAL_DETAIL, FAILED, JOURNAL, LIVE_DIR, LIVE_PENDING, LOCK,
-                                      LOSS_PNG, PERF, PROGRAM, RESUME_STATE, RESUME_TENSORS,
-                                      STATUS, TOKENIZER, WEIGHTS)
+from sparktrain.core.jobfiles import (ARTIFACT, CHECKPOINT, CORPUS, JOB_NAMES, LIVE_DIR, LOCK,
+                                      PROGRAM, STATUS, TOKENIZER, WEIGHTS)
 from sparktrain.core.project import root_of
 
 NAME_MAX = 255  # bytes of one path component on the file systems we run on
-# a job folder holds these (and the commit journal's dot files): jobfiles.py's table
-JOB_NAMES = frozenset({PROGRAM, TOKENIZER, CORPUS, STATUS, WEIGHTS, CHECKPOINT, ARTIFACT, PERF,
-                       FAILED, RESUME_STATE, RESUME_TENSORS, EVAL, EVAL_DETAIL, LOSS_PNG,
-                       LIVE_DIR, LIVE_PENDING, LOCK, JOURNAL, CODER_PROOF, DVC_IGNORE})
 JOB_MARKERS = (CHECKPOINT, ARTIFACT)
 # a folder holding one of these was made by a spark command (the stage or job writers)
 JOB_OWNED = frozenset({PROGRAM, TOKENIZER, STATUS, WEIGHTS, CHECKPOINT, ARTIFACT, LOCK})
@@ -59,10 +54,9 @@ def _check(path: Path, name: str, kind: str, inputs: list[Path]) -> Path:
     if long is not None:
         raise SparkError(f"cannot write {name[:80]}...: a name of {len(os.fsencode(long))} "
                          f"bytes, above the {NAME_MAX}-byte file-name limit")
-    try:
+    st = None  # missing, or an ancestor that is a file: below
+    with contextlib.suppress(FileNotFoundError, NotADirectoryError):
         st = os.lstat(path)
-    except (FileNotFoundError, NotADirectoryError):  # an ancestor that is a file: below
-        st = None
     if st is not None and stat.S_ISLNK(st.st_mode):  # the output itself: never followed
         raise SparkError(f"refusing to write {name}: it is a symbolic link (to "
                          f"{printable(os.readlink(path))}); name the real path")
@@ -79,10 +73,9 @@ def _check(path: Path, name: str, kind: str, inputs: list[Path]) -> Path:
     _check_project(real, name, kind, inputs)
     for item in inputs:
         source = Path(os.path.realpath(item))
-        try:
+        same = False
+        with contextlib.suppress(OSError):
             same = os.path.samefile(item, real)
-        except OSError:
-            same = False
         if source == real or real in source.parents or same:
             raise SparkError(f"refusing to write {name}: it is (or holds) "
                              f"{printable(os.fspath(item))}, which this command reads")
@@ -91,17 +84,14 @@ def _check(path: Path, name: str, kind: str, inputs: list[Path]) -> Path:
                                       "elsewhere")
     if st is not None:
         _check_existing(real, name, kind, st)
-        return path if Path(os.path.abspath(path)) == real else real
-    ancestor = real.parent  # a new path: its nearest existing folder is a real folder
-    while True:
-        try:
-            up = os.stat(ancestor)
-            break
-        except (FileNotFoundError, NotADirectoryError):
-            ancestor = ancestor.parent
-    if not stat.S_ISDIR(up.st_mode):
-        raise SparkError(f"cannot write {name}: {printable(os.fspath(ancestor))} is "
-                         f"{kind_of(up.st_mode)}, not a folder")
+    else:  # a new path: its nearest existing folder is a real folder
+        for ancestor in real.parents:
+            with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+                up = os.stat(ancestor)
+                break
+        if not stat.S_ISDIR(up.st_mode):
+            raise SparkError(f"cannot write {name}: {printable(os.fspath(ancestor))} is "
+                             f"{kind_of(up.st_mode)}, not a folder")
     return path if Path(os.path.abspath(path)) == real else real
 
 
@@ -221,15 +211,14 @@ _KIND_WORDS = {"png": "PNG", "gguf": "GGUF file", "sparkbc": "SPARK_BC program",
 def _check_project(real: Path, name: str, kind: str, inputs: list[Path]) -> None:
     """Not a project's machinery or root, not git-tracked (file, tree, submodule), and a
     job folder not inside another job folder."""
-    inner = root_of(real.parent, git=True)
-    if inner is not None:
-        for part in real.relative_to(inner).parts:
-            if part in INTERNALS:
-                raise SparkError(f"refusing to write {name}: it is inside a {part}/ folder "
-                                 "(the project's machinery)")
+    roots = _enclosing_roots(real)  # the innermost first
+    for part in real.relative_to(roots[0]).parts if roots else ():
+        if part in INTERNALS:
+            raise SparkError(f"refusing to write {name}: it is inside a {part}/ folder "
+                             "(the project's machinery)")
     if os.path.isdir(real) and root_of(real, git=True) == real:
         raise SparkError(f"refusing to write {name}: it is (or holds) the project folder")
-    for top in _enclosing_roots(real):
+    for top in roots:
         rel = real.relative_to(top).as_posix()
         files, links = _git_index(top)
         link = next((g for g in links if rel == g or rel.startswith(g + "/")), None)
@@ -259,15 +248,11 @@ def _check_project(real: Path, name: str, kind: str, inputs: list[Path]) -> None
 def _enclosing_roots(real: Path) -> list[Path]:
     """Every project folder at or above `real`'s folder, innermost first (a submodule's
     superproject too)."""
-    roots, start = [], real.parent
-    while True:
-        top = root_of(start, git=True)
-        if top is None:
-            return roots
+    roots, top = [], root_of(real.parent, git=True)
+    while top is not None:
         roots.append(top)
-        if top.parent == top:
-            return roots
-        start = top.parent
+        top = root_of(top.parent, git=True) if top.parent != top else None
+    return roots
 
 
 @functools.lru_cache(maxsize=16)
@@ -305,13 +290,12 @@ def replace_owned_folder(new: Path, dest: Path) -> None:
     import shutil
 
     with folder_fd(new.parent) as src, folder_fd(dest.parent) as fd:
-        try:
+        st = None
+        with contextlib.suppress(FileNotFoundError):
             st = os.stat(dest.name, dir_fd=fd, follow_symlinks=False)
-        except FileNotFoundError:
-            st = None
-        if st is not None and not stat.S_ISDIR(st.st_mode):
-            raise SparkError(f"refusing to replace {printable(os.fspath(dest))}: not a folder "
-                             "this tool made")
         if st is not None:
+            if not stat.S_ISDIR(st.st_mode):
+                raise SparkError(f"refusing to replace {printable(os.fspath(dest))}: not a "
+                                 "folder this tool made")
             shutil.rmtree(dest.name, dir_fd=fd)
         os.rename(new.name, dest.name, src_dir_fd=src, dst_dir_fd=fd)

@@ -30,6 +30,10 @@ LOCK = ".lock"                  # the job's flock: one spark process writes a jo
 CORPUS_FILES, TRAIN_BIN, VAL_BIN = "files.json", "train.bin", "val.bin"
 CODER_PROOF = "coder_proof.json"  # tools/coder_proof.py: the coder proof's report
 DVC_IGNORE = ".gitignore"       # DVC writes one beside the outputs it tracks
+# what a job folder holds (and the commit journal's dot files): the output gate's allowlist
+JOB_NAMES = frozenset({PROGRAM, TOKENIZER, CORPUS, STATUS, WEIGHTS, CHECKPOINT, ARTIFACT, PERF,
+                       FAILED, RESUME_STATE, RESUME_TENSORS, EVAL, EVAL_DETAIL, LOSS_PNG,
+                       LIVE_DIR, LIVE_PENDING, LOCK, JOURNAL, CODER_PROOF, DVC_IGNORE})
 
 _JOB_ID = re.compile(r"[A-Za-z0-9._-]+")
 

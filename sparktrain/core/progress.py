@@ -71,10 +71,9 @@ class Progress:
         of = f"/{self.total}" if self.total is not None else ""
         unit = f" {self.unit}" if self.unit else ""
         tail = f", {note}" if note else ""
-        self.stream.write(f"{self.what}: {self.done}{of}{unit}, "
-                          f"{format_seconds(self.elapsed)} elapsed, "
-                          f"ETA {format_seconds(self.eta)}{tail}\n")
-        self.stream.flush()
+        self.log(f"{self.what}: {self.done}{of}{unit}, "
+                 f"{format_seconds(self.elapsed)} elapsed, "
+                 f"ETA {format_seconds(self.eta)}{tail}")
 
     def describe(self, what: str) -> None:
         """A new description (the bar's text, the plain lines' prefix)."""

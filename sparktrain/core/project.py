@@ -30,8 +30,3 @@ def find_root(start: str | Path | None = None) -> Path:
     here = Path(start if start is not None else Path.cwd()).resolve()
     raise SparkError(f"not inside a Spark Train project: no dvc.yaml or .dvc/ in {here} or "
                      f"any folder above it; run this in a clone of the project")
-
-
-def out_path(name: str, start: str | Path | None = None) -> Path:
-    """`out/<name>` under the project root."""
-    return find_root(start) / OUT / name
