@@ -1,6 +1,5 @@
-"""Data sources: the one table SOURCES of the kinds (data/base.py's interface) and
-`source_for`, the only place that asks which kind a dataset is (docs/training.md
-"Data sources and the one loop"); a new kind is one class and one row here."""
+"""SOURCES, the one table of data kinds (data/base.py's interface), and `source_for`, the one
+place that asks which a dataset is (docs/training.md "Data sources and the one loop")."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -20,8 +19,7 @@ SOURCES: tuple[type, ...] = (CorpusSource, TextSource, PairsSource)
 
 
 def source_for(dataset: str, knobs, heldout: str | None = None) -> DataSource:
-    """The data source of a job's dataset. `knobs` is the params (its corpus
-    section); `heldout` a JSONL file of pairs measured after every pass."""
+    """`dataset`'s source; `knobs`: the params, `heldout`: pairs measured after every pass."""
     for kind in SOURCES:
         if kind.claims(dataset):
             return kind.from_knobs(dataset, knobs, heldout)
@@ -30,8 +28,7 @@ def source_for(dataset: str, knobs, heldout: str | None = None) -> DataSource:
 
 
 def trained_on(meta: dict) -> type:
-    """The kind of data a model was trained on, from what its source recorded in the
-    weights' metadata: generate and eval ask it (`.prompted`), never guess it."""
+    """The kind of data a model was trained on, as its weights' metadata record it."""
     return PairsSource if is_pairs_model(meta) else CorpusSource
 
 

@@ -83,8 +83,7 @@ class BpeTokenizer:
         return self.decode(ids) == text
 
     def byte_lengths(self) -> np.ndarray:
-        """Bytes of text each id stands for (0 for the specials): byte-level BPE spells
-        a byte as one character."""
+        """Bytes of text per id (0: specials); byte-level BPE spells a byte as one character."""
         specials = {self.bos, self.sep, self.eos}
         return np.array([0 if i in specials else len(self.tok.id_to_token(i))
                          for i in range(self.vocab)], dtype=np.int64)  # (V,)
@@ -161,8 +160,7 @@ def load_tokenizer(path) -> ByteTokenizer | BpeTokenizer:
 
 
 def job_tokenizer(folder) -> tuple[ByteTokenizer | BpeTokenizer, str | None]:
-    """The tokenizer of a job folder: its tokenizer.json, or bytes (sha256 None)
-    when the folder has none (`spark train --dataset` on a fresh folder)."""
+    """A job folder's tokenizer.json, or bytes (sha256 None) when it has none (a fresh one)."""
     path = Path(folder) / TOKENIZER
     return read_tokenizer(path) if path.exists() else (ByteTokenizer(), None)
 
@@ -174,9 +172,8 @@ def is_pairs_model(meta: dict) -> bool:
 
 
 def tokenizer_for(weights, meta: dict, vocab: int, given=None):
-    """The tokenizer a weights file was trained with, checked, for generate / eval: the
-    tokenizer.json (`given`, else the one beside the weights) with the bytes its
-    `tokenizer_sha256` names; none recorded: bytes (and `given` must be bytes)."""
+    """The checked tokenizer `weights` were trained with: `given` or the tokenizer.json beside
+    them, of the recorded `tokenizer_sha256`; none recorded: bytes (`given` must be too)."""
     recorded = meta.get("tokenizer_sha256")
     if recorded is None:
         if given is not None:

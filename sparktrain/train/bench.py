@@ -27,14 +27,12 @@ GRIND_S = 180  # a CPU run estimated above this is said before it starts
 
 
 def cpu_estimate_s(cfg, tokens: int, peak: float | None = None) -> float:
-    """Seconds a CPU run of `tokens` training tokens should take: model FLOPs over
-    CPU_SHARE_OF_PEAK of this CPU's measured matmul FLOP/s."""
+    """Seconds a CPU run of `tokens` should take: FLOPs over a share of the matmul peak."""
     return flops_per_token(cfg) * tokens / ((peak or CPU.matmul_peak()) * CPU_SHARE_OF_PEAK)
 
 
 def grind_note(device, requested: str, cfg, tokens: int, what: str) -> str | None:
-    """One line when `--device auto` fell back to the CPU for a run estimated above
-    GRIND_S; None otherwise (a GPU, an explicit --device cpu, a short run)."""
+    """One line when `--device auto` fell back to the CPU for a run estimated above GRIND_S."""
     if requested != "auto" or not device.host:
         return None
     seconds = cpu_estimate_s(cfg, tokens)

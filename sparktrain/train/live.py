@@ -40,8 +40,7 @@ def series_path(folder: str | os.PathLike, name: str) -> Path:
 
 
 class StderrLines:
-    """The default `progress`: lines on stderr, `first` before the first of them (a bad
-    input refused before training stays the only line)."""
+    """The default `progress`: stderr lines, `first` only before one (a refusal stays alone)."""
 
     def __init__(self, first: str | None = None):
         self.pending = [first] if first else []
@@ -148,8 +147,7 @@ class Watcher:
 
 
 def _real_folders(pending: Path) -> None:
-    """Right before DVCLive writes by path: its folders are real and its files no links,
-    else LinkInPath (docs/outputs.md)."""
+    """Before DVCLive writes by path: its folders real, its files no links (docs/outputs.md)."""
     for folder, names in ((pending / LIVE_DIR, ("metrics.json",)),
                           (pending / SERIES_DIR, [f"{series_name(m)}.tsv" for m in METRICS])):
         with folder_fd(folder, create=True) as fd:

@@ -1,6 +1,5 @@
-"""STEP: the one training loop, outer passes of inner micro-steps over any data source
-and device (docs/training.md "Data sources and the one loop"). It commits
-`trained=true` only for what happened (train/record.py); else TrainingFailed."""
+"""STEP: the one loop, outer passes of inner micro-steps over any data source and device
+(docs/training.md "Data sources and the one loop"); `trained=true` only for what happened."""
 from __future__ import annotations
 
 import contextlib
@@ -88,8 +87,7 @@ def _set_up(job: Job, step: StepConfig, cfg: ModelConfig, source: DataSource, sa
 
 
 def _point(run: _Run, outer: int, phase: str) -> dict:
-    """A loss_curve entry: the training set's loss, and the held-out set's (and its
-    bits per byte when the source knows the bytes)."""
+    """A loss_curve entry: the training set's loss, the held-out set's (and bpb if known)."""
     data, params = run.data, run.params
     where = f"after outer {outer}" if outer else "at start"
     train = score(run.engine.batch_losses(params, data.train_set.batches), data.train_set)
@@ -161,9 +159,8 @@ def out_of_memory_is_one_line(run: _Run):
 
 def run_step(job: Job, step: StepConfig, cfg: ModelConfig, source: DataSource, *,
              progress=None, labels: dict | None = None) -> StepResult:
-    """Train `job` on `source`, resuming a saved state of this very run, and commit
-    weights + checkpoint.json + ARTIFACT. `progress(line)`: the run's lines (default:
-    stderr, train/live.py); `labels` (LABELS' keys): recorded in weights and checkpoint."""
+    """Train `job` on `source` (resuming this very run) and commit its outputs; `progress`:
+    the lines (default stderr), `labels` (LABELS' keys): recorded in weights and checkpoint."""
     labels = dict(labels or {})
     unknown = sorted(set(labels) - set(LABELS))
     if unknown:

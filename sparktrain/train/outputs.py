@@ -90,9 +90,8 @@ def unlock_job(folder: str | os.PathLike) -> None:
 
 @contextlib.contextmanager
 def job_writes(folder: str | os.PathLike):
-    """A command's work on the job `folder`: an OSError becomes one line naming its errno;
-    on a failure (not TrainingFailed) a folder this process made and committed nothing to
-    goes whole, with the empty parents made for it (docs/outputs.md)."""
+    """A command's work on `folder`: an OSError becomes one line; on a failure (not
+    TrainingFailed) a folder it made and committed nothing to goes whole (docs/outputs.md)."""
     try:
         yield
     except (OSError, SparkError) as err:
@@ -169,12 +168,9 @@ def recover(folder: str | os.PathLike) -> None:
             os.replace(pending, folder / name)
     with contextlib.suppress(OSError), folder_fd(folder) as fd:
         os.fsync(fd)
-    if journal.is_file() or journal.is_symlink():
-        journal.unlink()
-    for name in JOURNALLED:
-        pending = _pending(folder, name)
-        if pending.is_file() or pending.is_symlink():
-            pending.unlink()
+    for path in (journal, *(_pending(folder, name) for name in JOURNALLED)):
+        if path.is_file() or path.is_symlink():
+            path.unlink()
 
 
 def current_file(folder: Path, name: str, journal: list[str]) -> Path:
@@ -258,9 +254,7 @@ def job_state(folder: str | os.PathLike, job_id: str | None = None,
             text = read_input(artifact, "job file").decode("utf-8", errors="replace")
         except SparkError:
             text = ""
-        state["artifact"] = parse_artifact(text)
-        if state["state"] == "absent":
-            state["state"] = "declared"
+        state.update(artifact=parse_artifact(text), state="declared")
     ckpt = _record(current_file(folder, CHECKPOINT, journal))
     weights = current_file(folder, WEIGHTS, journal)
     verified = False

@@ -66,8 +66,8 @@ def save(run, log) -> None:
 
 
 def load(run, log, say) -> None:
-    """Continue from a saved state of this very run, all checked first; another run's is
-    ignored, a torn one discarded (`say` tells why, in one line)."""
+    """Continue a saved state of this very run, checked first; another run's is ignored, a
+    torn one discarded (`say` tells why)."""
     folder = run.job.out_dir
     outputs.recover(folder)
     path = folder / RESUME_STATE
