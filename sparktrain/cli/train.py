@@ -191,7 +191,7 @@ def run_and_record(job, knobs, step, cfg, labels: dict | None = None,
     before them (a bad input, refused before training, stays the only line); on a
     terminal, the loop's bar (train/live.py)."""
     from sparktrain.data.source import source_for
-    from sparktrain.train.attempt import step_job
+    from sparktrain.train.loop import step_job
     from sparktrain.train.live import StderrLines
 
     result = step_job(job, step, cfg, source_for(job.dataset, knobs, heldout),

@@ -57,8 +57,7 @@ class DataSource(Protocol):
 
 
 def measure(losses, batches, byte_lengths=None) -> tuple[float, int, int]:
-    """(summed nats, counted targets, their bytes of text) of each batch's (sum, count),
-    added in batch order."""
+    """(summed nats, counted targets, their bytes of text) of batches' (sum, count), in order."""
     total, count = 0.0, 0
     for s, c in losses:
         total += s

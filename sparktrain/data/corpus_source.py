@@ -1,6 +1,5 @@
-"""The corpus data source: a folder of text files (or the standard library) as one
-token stream per split: seeded train windows, fixed windows after each pass, the whole
-held-out stream scored in bits per byte (docs/training.md "Corpora")."""
+"""The corpus data source: a folder of text files (or the standard library) as a token stream
+per split, trained in seeded windows, scored in bits per byte (docs/training.md "Corpora")."""
 from __future__ import annotations
 
 import math

@@ -1,6 +1,5 @@
-"""A pairs model's held-out metrics (docs/outputs.md "eval.json"): teacher-forced sums
-per row from the training forward, exact match from greedy generation, added in file
-order in float64, so the same weights and rows give the same dict."""
+"""A pairs model's held-out metrics (docs/outputs.md "eval.json"): teacher-forced sums per row
+and greedy exact match, added in file order in float64 (same weights and rows, same dict)."""
 from __future__ import annotations
 
 import math

@@ -1,6 +1,5 @@
-"""Task families (a prompt template and a one-line rule for the answer, so exact match
-is meaningful) and the generated scale datasets (docs/outputs.md "Task families").
-Held-out words are a fixed hash split; draws are sha256 of (seed, counter)."""
+"""Task families (a prompt template and a one-line rule for the answer) and the generated
+scale datasets (docs/outputs.md "Task families"); draws are sha256 of (seed, counter)."""
 from __future__ import annotations
 
 import hashlib

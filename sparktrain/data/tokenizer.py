@@ -1,6 +1,5 @@
-"""Tokenizers: bytes (the default) or byte-level BPE (Hugging Face `tokenizers`), one
-interface: `vocab`, the BOS / SEP / EOS ids, `encode`, `decode`, `to_json()` (the
-bytes of tokenizer.json). BPE starts from the 256 bytes: every text round-trips."""
+"""Tokenizers, bytes (the default) or byte-level BPE (Hugging Face `tokenizers`, from the 256
+bytes: every text round-trips), one interface: `vocab`, BOS / SEP / EOS, `encode`, `to_json`."""
 from __future__ import annotations
 
 from pathlib import Path

@@ -1,5 +1,4 @@
-"""A job: the TRAIN declaration of a program, checked before a file is touched (its
-kind of data is sparktrain/data/source.py's question)."""
+"""A job: a program's TRAIN declaration, checked before a file is touched."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass

@@ -1,6 +1,5 @@
-"""The training loop's watcher: one curve point per outer pass to DVCLive (through a
-pending `.live-run/`), the progress lines and the bar on a terminal
-(docs/training.md "Curves and progress")."""
+"""The loop's watcher: a curve point per outer pass to DVCLive (through a pending `.live-run/`),
+the lines, the bar on a terminal (docs/training.md "Curves and progress")."""
 from __future__ import annotations
 
 import contextlib

@@ -17,7 +17,7 @@ from sparktrain.model.base import Model
 from sparktrain.model.build import build_model
 from sparktrain.model.config import ModelConfig, step_fits
 from sparktrain.model.backend import Device, resolve as resolve_device
-from sparktrain.model.parallel import GradientEngine
+from sparktrain.model.parallel import GradientEngine, quiet_nonfinite
 from sparktrain.params import StepConfig
 from sparktrain.train import live, outputs, record, resume
 from sparktrain.train.job import Job
@@ -180,3 +180,13 @@ def run_step(job: Job, step: StepConfig, cfg: ModelConfig, source: DataSource, *
         if not resume.saved(job.out_dir):  # nothing to resume: no curves either
             live.discard(job.out_dir)
         raise
+
+
+def step_job(job, step, cfg, source, **run_kw):
+    """One attempt at STEP: run_step, non-finite warnings off; TrainingFailed: failed.json."""
+    with quiet_nonfinite():
+        try:
+            return run_step(job, step, cfg, source, **run_kw)
+        except TrainingFailed as err:
+            record.run_failed(job, err, step)
+            raise

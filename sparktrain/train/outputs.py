@@ -1,6 +1,5 @@
-"""The files of a job folder, written so a crash can never leave a mixed set: the
-commit journal, the one-writer lock and the reader of a folder's state
-(docs/outputs.md "The commit journal")."""
+"""A job folder's files, so a crash never leaves a mixed set: the commit journal, the one-writer
+lock, the reader of a folder's state (docs/outputs.md "The commit journal")."""
 from __future__ import annotations
 
 import contextlib
@@ -306,8 +305,7 @@ def write_failure(folder: Path, info: dict) -> None:
 
 
 def failure_is_current(failed: dict, current_step: dict | None) -> bool:
-    """Whether a failed run's knobs (`step`, or an older lr/outer/inner) are `current_step`'s;
-    unknown current knobs: current."""
+    """Whether a failed run's knobs are `current_step`'s (unknown current knobs: yes)."""
     if current_step is None:
         return True
     recorded = failed.get("step")

@@ -127,8 +127,7 @@ def perf(run, log: Log) -> dict:
     if peak:
         # every worker process computed, one BLAS pool each: over the peak of all of them
         processes = run.engine.workers if run.device.host else 1
-        record["matmul_peak_flops_per_s"] = round(peak, 1)
-        record["matmul_peak_processes"] = processes
+        record.update(matmul_peak_flops_per_s=round(peak, 1), matmul_peak_processes=processes)
         mfu = record["model_flops_per_s"] / (peak * processes)
         if mfu <= 1:  # above 1 the peak was mis-measured (a busy machine): no ratio
             record["mfu"] = round(mfu, 4)

@@ -66,8 +66,7 @@ def save(run, log) -> None:
 
 
 def load(run, log, say) -> None:
-    """Continue a saved state of this very run, checked first; another run's is ignored, a
-    torn one discarded (`say` tells why)."""
+    """Continue a saved state of this very run, checked first; else `say` why and start afresh."""
     folder = run.job.out_dir
     outputs.recover(folder)
     path = folder / RESUME_STATE
