@@ -212,11 +212,6 @@ def _chat_row(messages, where: str) -> tuple[str, str]:
     return last["user"], last["assistant"]
 
 
-def decode(tokens: Sequence[int]) -> str:
-    """Byte tokens back to text (a bad UTF-8 byte becomes U+FFFD)."""
-    return bytes(tokens).decode("utf-8", errors="replace")
-
-
 def prompt_tokens(prompt: str, tok=BYTES) -> np.ndarray:
     """[BOS] + prompt + [SEP], what the model sees before the completion, in `tok`'s ids."""
     tokens = np.concatenate([[tok.bos], tok.encode(prompt), [tok.sep]])

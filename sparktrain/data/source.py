@@ -8,7 +8,7 @@ from sparktrain.data.base import DataSource
 from sparktrain.data.corpus_source import CorpusSource
 from sparktrain.data.pairs_source import PairsSource
 from sparktrain.data.text import TextSource
-from sparktrain.data.tokenizer import is_pairs_model, make_tokenizer
+from sparktrain.data.tokenizer import make_tokenizer
 from sparktrain.core.errors import SparkError
 from sparktrain.core.fsutil import atomic_write_text, sha256_bytes
 from sparktrain.core.jobfiles import CORPUS, TOKENIZER
@@ -28,8 +28,10 @@ def source_for(dataset: str, knobs, heldout: str | None = None) -> DataSource:
 
 
 def trained_on(meta: dict) -> type:
-    """The kind of data a model was trained on, as its weights' metadata record it."""
-    return PairsSource if is_pairs_model(meta) else CorpusSource
+    """The kind of data a model was trained on, as its weights' metadata record it: pairs for
+    byte tokens (no tokenizer recorded) or dataset_kind "pairs", else a corpus."""
+    pairs = meta.get("tokenizer_sha256") is None or meta.get("dataset_kind") == "pairs"
+    return PairsSource if pairs else CorpusSource
 
 
 def prepare_job(folder: str | Path, source: DataSource, kind: str, vocab_size: int) -> Path:

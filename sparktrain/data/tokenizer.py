@@ -164,12 +164,6 @@ def job_tokenizer(folder) -> tuple[ByteTokenizer | BpeTokenizer, str | None]:
     return read_tokenizer(path) if path.exists() else (ByteTokenizer(), None)
 
 
-def is_pairs_model(meta: dict) -> bool:
-    """Weights of a pairs job: byte tokens (no tokenizer recorded) or a BPE pairs job
-    (dataset_kind "pairs"); else a corpus model, which continues text."""
-    return meta.get("tokenizer_sha256") is None or meta.get("dataset_kind") == "pairs"
-
-
 def tokenizer_for(weights, meta: dict, vocab: int, given=None):
     """The checked tokenizer `weights` were trained with: `given` or the tokenizer.json beside
     them, of the recorded `tokenizer_sha256`; none recorded: bytes (`given` must be too)."""

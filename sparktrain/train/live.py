@@ -82,11 +82,10 @@ class Watcher:
         self.point, self.first, self.t_start = point, done, time.perf_counter()
         self.progress(f"[{self.job_id}] {'resumed after outer ' + str(done) if done else 'start'}"
                       f"  {losses(point)}  {what}")
-        terminal = sys.stderr if isinstance(self.progress, StderrLines) else None
-        if terminal is not None and terminal.isatty():
+        if isinstance(self.progress, StderrLines) and sys.stderr.isatty():
             self.bar = Progress(self._where(min(done + 1, self.outer)),
                                 total=self.outer * self.inner, done=done * self.inner,
-                                unit="micro-steps", stream=terminal, tty=True)
+                                unit="micro-steps", stream=sys.stderr, tty=True)
         # a dead run's pending curves are never read back: rebuilt in a folder made afresh
         with folder_fd(self.folder, create=True) as fd:  # the job's, locked by now
             _remove_pending(fd)

@@ -162,8 +162,7 @@ def run_step(job: Job, step: StepConfig, cfg: ModelConfig, source: DataSource, *
     """Train `job` on `source` (resuming this very run) and commit its outputs; `progress`:
     the lines (default stderr), `labels` (LABELS' keys): recorded in weights and checkpoint."""
     labels = dict(labels or {})
-    unknown = sorted(set(labels) - set(LABELS))
-    if unknown:
+    if unknown := sorted(set(labels) - set(LABELS)):
         raise SparkError(f"unknown run labels {unknown}; known: {', '.join(LABELS)}")
     watch = live.Watcher(job.id, job.out_dir, step.outer, step.inner, progress)
     run = _set_up(job, step, cfg, source, watch.say)

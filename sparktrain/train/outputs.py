@@ -124,8 +124,7 @@ def _key(folder: Path) -> str:
 
 def commit_files(folder: str | os.PathLike, files: dict[str, bytes]) -> None:
     folder = Path(folder)
-    unknown = sorted(set(files) - set(JOURNALLED))
-    if unknown:
+    if unknown := sorted(set(files) - set(JOURNALLED)):
         raise ValueError(f"commit_files only journals {JOURNALLED}, not {unknown}")
     lock_job(folder)
     recover(folder)
@@ -174,11 +173,8 @@ def recover(folder: str | os.PathLike) -> None:
 
 def current_file(folder: Path, name: str, journal: list[str]) -> Path:
     """Where `name` of a job reads from: its pending file while a journal names it."""
-    if name in journal:
-        pending = _pending(folder, name)
-        if pending.is_file():
-            return pending
-    return folder / name
+    pending = _pending(folder, name)
+    return pending if name in journal and pending.is_file() else folder / name
 
 
 def artifact_text(fields: list[tuple[str, object]], header: str) -> str:

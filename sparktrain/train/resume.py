@@ -29,7 +29,7 @@ def initial_params(job: Job, model: Model, seed: int, salt: bytes,
                          f"this run has train_attn={model.cfg.train_attn}")
     check_params(params, model.cfg, job.base)
     step_n = meta.get("step_n", 0)
-    if not isinstance(step_n, int) or isinstance(step_n, bool) or step_n < 0:
+    if not _count(step_n):
         raise SparkError(f"base {job.base}: metadata step_n {step_n!r} is not a count")
     return params, step_n
 
