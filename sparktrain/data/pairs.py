@@ -65,10 +65,7 @@ class PackedRows(Sequence[Encoded]):
     def __getitem__(self, i):
         if isinstance(i, slice):
             return [self[j] for j in range(*i.indices(len(self)))]
-        if i < 0:
-            i += len(self)
-        if not 0 <= i < len(self):
-            raise IndexError(i)
+        i = range(len(self))[i]  # a negative index counts from the end; IndexError past it
         tokens = self.tokens[self.tok_off[i]:self.tok_off[i + 1]]             # (L,)
         mask = (np.arange(len(tokens) - 1) >= self.counted[i]).astype(np.float32)
         return Encoded(tokens, mask, bool(self.truncated[i]),

@@ -29,12 +29,8 @@ LETTERS = string.ascii_lowercase
 
 def family_of(prompt: str, family: str | None = None) -> str:
     """The row's own family key, else the family whose prefix starts the prompt, else chat."""
-    if family:
-        return family
-    for name, prefix in PREFIXES.items():
-        if prompt.startswith(prefix):
-            return name
-    return "chat"
+    return family or next((name for name, prefix in PREFIXES.items()
+                           if prompt.startswith(prefix)), "chat")
 
 
 def is_heldout(word: str) -> bool:

@@ -181,7 +181,3 @@ def stderr_progress(i, n, loss):
     elif i == n:
         err.write(f"step {i}/{n}  loss {loss:.4f}\n")
     err.flush()
-
-
-def stderr_line(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
