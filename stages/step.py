@@ -12,7 +12,7 @@ from pathlib import Path
 from sparktrain.core.errors import TrainingFailed
 from sparktrain.core.jobfiles import CHECKPOINT
 from sparktrain.repro.lock import restore_outputs
-from sparktrain.train.attempt import step_job
+from sparktrain.train.loop import step_job
 from stages.common import job_source, params, run
 
 STAGE = "step"

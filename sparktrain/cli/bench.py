@@ -57,9 +57,11 @@ def _bench(args) -> int:
     from sparktrain.params import load_params, load_params_or_defaults, model_config, override
     from sparktrain.train.bench import (BENCH_LR, DEFAULT_BATCH, WARMUP_STEPS, format_report,
                                         grind_note, plain_sgd, run_bench, run_scaling,
-                                        stderr_line, stderr_progress)
+                                        stderr_progress)
+    from sparktrain.train.live import StderrLines
     from sparktrain.train.optim import JobUpdates
 
+    stderr_line = StderrLines()  # each line on stderr as it comes
     job = load_params(args.params) if args.params else None
     scale = args.scale or (job.scale if job else "tiny")
     # the built-in scales and those of --params (default: ./params.yaml when it exists)

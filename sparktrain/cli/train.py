@@ -184,7 +184,7 @@ def run_and_record(job, knobs, step, cfg, labels: dict | None = None,
     loop's lines go to stderr (a bar on a terminal, train/live.py), `first_line` before
     them: a bad input, refused before training, stays the only line."""
     from sparktrain.data.source import source_for
-    from sparktrain.train.attempt import step_job
+    from sparktrain.train.loop import step_job
     from sparktrain.train.live import StderrLines
 
     result = step_job(job, step, cfg, source_for(job.dataset, knobs, heldout),

@@ -1,2 +1,1 @@
-"""Data sources behind one interface, tokenizers, token streams, bits per byte
-(docs/README.md "Where the code is")."""
+"""Data sources, tokenizers, token streams, bits per byte (docs/README.md "Where the code is")."""

@@ -13,8 +13,7 @@ from sparktrain.data.bpb import bits_per_byte
 
 @dataclass(frozen=True)
 class EvalSet:
-    """Fixed, re-iterable batches whose loss is measured, and the bytes of text each id
-    stands for when bits per byte are reported."""
+    """Fixed, re-iterable batches to measure, and each id's bytes of text for bits per byte."""
     batches: Iterable
     byte_lengths: np.ndarray | None = None  # (V,)
 
@@ -58,15 +57,13 @@ class DataSource(Protocol):
 
 
 def measure(losses, batches, byte_lengths=None) -> tuple[float, int, int]:
-    """(summed nats, counted targets, their bytes of text) from each batch's (sum, count),
-    added in batch order."""
-    total, count, nbytes = 0.0, 0, 0
+    """(summed nats, counted targets, their bytes of text) of batches' (sum, count), in order."""
+    total, count = 0.0, 0
     for s, c in losses:
         total += s
         count += c
-    if byte_lengths is not None:
-        for batch in batches:
-            nbytes += int(byte_lengths[batch.targets[batch.mask > 0]].sum())
+    nbytes = 0 if byte_lengths is None else sum(
+        int(byte_lengths[batch.targets[batch.mask > 0]].sum()) for batch in batches)
     return total, count, nbytes
 
 

@@ -1,5 +1,4 @@
-"""Bits per byte, one scale for byte models, BPE models and compressors: summed nats
-in bits over the bytes of the original text, whatever the tokenizer."""
+"""Bits per byte, one scale for byte and BPE models and compressors: nats over the text's bytes."""
 from __future__ import annotations
 
 import lzma

@@ -1,6 +1,5 @@
-"""A corpus: the text files under a root that match glob patterns, split into train and
-held-out by a hash of each relative path; only regular files with UTF-8 names are read,
-every bad file is one line naming it (docs/training.md "Corpora")."""
+"""A corpus: the regular text files under a root matching globs, split train / held-out by
+a hash of each relative path; a bad file is one line naming it (docs/training.md "Corpora")."""
 from __future__ import annotations
 
 import hashlib

@@ -1,6 +1,5 @@
-"""The corpus data source: a folder of text files (or the standard library) as one
-token stream per split: seeded train windows, fixed windows after each pass, the whole
-held-out stream scored in bits per byte (docs/training.md "Corpora")."""
+"""The corpus data source: a folder of text files (or the standard library) as a token stream
+per split, trained in seeded windows, scored in bits per byte (docs/training.md "Corpora")."""
 from __future__ import annotations
 
 import math
@@ -88,9 +87,8 @@ class CorpusSource:
             fingerprint={"tokenizer_sha256": tokenizer_sha256, "corpus_sha256": m["sha256"]})
 
     def evaluate(self, folder, params, cfg, tokenizer, tokenizer_sha256, eval_cfg) -> dict:
-        """The whole held-out stream, every target once: loss, and bits per byte beside the
-        compressors, in non-overlapping windows (`bpb`) and every eval.stride tokens
-        (`bpb_sliding`)."""
+        """The whole held-out stream, every target once: loss and bits per byte beside the
+        compressors, in windows apart (`bpb`) and every eval.stride tokens (`bpb_sliding`)."""
         data = read_prepared(Path(folder), tokenizer_sha256)
         model = build_model(cfg)
         stride = sliding_stride(eval_cfg, cfg.seq_len)

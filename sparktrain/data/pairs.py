@@ -1,6 +1,5 @@
-"""Pairs data: JSONL rows -> (prompt, completion) pairs -> tokens, the only place a
-pair becomes token ids, so training and eval agree (docs/training.md "Dataset rows"
-and "Tokens"); and the rows' micro-batches and whole-set loss batches."""
+"""Pairs data: JSONL rows -> (prompt, completion) pairs -> tokens, the one place a pair
+becomes ids (docs/training.md "Dataset rows", "Tokens"); micro-batches and loss batches."""
 from __future__ import annotations
 
 import hashlib
@@ -38,9 +37,8 @@ class Encoded:
 
 
 class PackedRows(Sequence[Encoded]):
-    """Encoded rows in a few flat arrays (a row costs its tokens plus ~40 bytes, not
-    ~900 as numpy objects), an equal Encoded rebuilt on each access; the mask is kept
-    as the index of its first counted target."""
+    """Encoded rows in flat arrays (a row: its tokens plus ~40 bytes, not ~900 as numpy
+    objects), rebuilt on access; the mask is kept as its first counted target's index."""
 
     def __init__(self, rows: Iterator[Encoded], dtype=np.uint8):
         tokens, contexts, counted, truncated, first = bytearray(), bytearray(), [], [], []
@@ -67,10 +65,7 @@ class PackedRows(Sequence[Encoded]):
     def __getitem__(self, i):
         if isinstance(i, slice):
             return [self[j] for j in range(*i.indices(len(self)))]
-        if i < 0:
-            i += len(self)
-        if not 0 <= i < len(self):
-            raise IndexError(i)
+        i = range(len(self))[i]  # a negative index counts from the end; IndexError past it
         tokens = self.tokens[self.tok_off[i]:self.tok_off[i + 1]]             # (L,)
         mask = (np.arange(len(tokens) - 1) >= self.counted[i]).astype(np.float32)
         return Encoded(tokens, mask, bool(self.truncated[i]),
@@ -135,8 +130,7 @@ def _rows(f: BinaryIO, path, digest) -> Iterator[tuple[int, bytes]]:
 
 
 def json_objects(f: BinaryIO, path, digest) -> Iterator[tuple[int, dict]]:
-    """(line number, object) of each non-blank line of a JSONL file; one line naming
-    the row for anything that is not a JSON object of UTF-8 text."""
+    """(line number, object) of each non-blank JSONL line; anything else: one line naming it."""
     for lineno, raw in _rows(f, path, digest):
         try:
             text = raw.decode("utf-8")
@@ -215,11 +209,6 @@ def _chat_row(messages, where: str) -> tuple[str, str]:
     return last["user"], last["assistant"]
 
 
-def decode(tokens: Sequence[int]) -> str:
-    """Byte tokens back to text (a bad UTF-8 byte becomes U+FFFD)."""
-    return bytes(tokens).decode("utf-8", errors="replace")
-
-
 def prompt_tokens(prompt: str, tok=BYTES) -> np.ndarray:
     """[BOS] + prompt + [SEP], what the model sees before the completion, in `tok`'s ids."""
     tokens = np.concatenate([[tok.bos], tok.encode(prompt), [tok.sep]])
@@ -259,8 +248,7 @@ def load_dataset(path: str | os.PathLike, seq_len: int, tok=BYTES) -> Dataset:
 
 
 def iter_batches(rows: Sequence[Encoded], batch_size: int, make_batch) -> Iterator:
-    """Consecutive batches in file order (the last may be smaller) in the model's
-    layout (Model.make_batch): whole-set losses."""
+    """Consecutive batches in file order (the last may be smaller), laid out by make_batch."""
     if batch_size < 1:
         raise SparkError(f"batch_size must be at least 1, got {batch_size}")
     for start in range(0, len(rows), batch_size):
@@ -301,8 +289,7 @@ class MinibatchSampler:
 
 
 class RowBatches(MinibatchSampler):
-    """Micro-batches of rows for the loop: the whole set (laid out once) when one
-    batch holds it, else the sampler's rows laid out in the model's batch kind."""
+    """The loop's micro-batches: the whole set laid out once when one batch holds it."""
 
     def __init__(self, rows: PackedRows, batch_size: int, seed: int, make_batch):
         super().__init__(len(rows), batch_size, seed)
@@ -326,7 +313,6 @@ class _Relaid:
 
 
 def loss_batches(rows: PackedRows, make_batch):
-    """A whole set in file order for every whole-set loss: small sets padded once and
-    reused, large ones laid out batch by batch each time."""
+    """A whole set in file order: small sets padded once and kept, large ones relaid."""
     return _Relaid(rows, make_batch) if len(rows) > KEEP_ROWS \
         else list(iter_batches(rows, LOSS_BATCH, make_batch))

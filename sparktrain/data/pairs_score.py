@@ -1,6 +1,5 @@
-"""A pairs model's held-out metrics (docs/outputs.md "eval.json"): teacher-forced sums
-per row from the training forward, exact match from greedy generation, added in file
-order in float64, so the same weights and rows give the same dict."""
+"""A pairs model's held-out metrics (docs/outputs.md "eval.json"): teacher-forced sums per row
+and greedy exact match, added in file order in float64 (same weights and rows, same dict)."""
 from __future__ import annotations
 
 import math
@@ -14,9 +13,8 @@ from sparktrain.data.tokenizer import BYTES
 from sparktrain.core.errors import SparkError
 from sparktrain.data.tasks import COPY_PREFIX, family_of
 from sparktrain.model.base import Model
-from sparktrain.model.build import build_model
+from sparktrain.model.build import MAX_NEW, build_model, generate_tokens
 from sparktrain.model.config import ModelConfig, check_fits
-from sparktrain.model.build import MAX_NEW, generate_tokens
 from sparktrain.data.pairs import Encoded, Pair, encode_pair
 
 SIG_DIGITS = 8
@@ -35,9 +33,8 @@ class _RowStats:
 
 def evaluate(params, cfg: ModelConfig, pairs: Sequence[Pair], *, batch_size: int = 64,
              max_new: int | None = None, n_samples: int = 3, tokenizer=BYTES) -> dict:
-    """Metrics over `pairs` in `tokenizer`'s ids (a BPE adds `bpb` of the completion
-    text). max_new=None caps a generation at len(expected)+1 tokens, the most that can
-    still be an exact match."""
+    """Metrics over `pairs` in `tokenizer`'s ids (a BPE adds the completions' `bpb`); max_new
+    None caps a generation at len(expected)+1 tokens, the most that can still match."""
     if not pairs:
         raise SparkError("no rows to evaluate")
     if batch_size < 1:

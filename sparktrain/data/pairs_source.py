@@ -1,5 +1,4 @@
-"""The pairs data source: a JSONL file of (prompt, completion) rows (data/pairs.py),
-scored on eval.data's pairs (data/pairs_score.py)."""
+"""The pairs data source: JSONL (prompt, completion) rows, scored on eval.data's pairs."""
 from __future__ import annotations
 
 from sparktrain.data.base import EvalSet, TrainingData
@@ -11,8 +10,7 @@ from sparktrain.model.config import flops_per_token, line_count
 
 
 def tokenizer_record(tokenizer, tokenizer_sha256: str | None) -> dict:
-    """What a pairs model records of its tokenizer: nothing for bytes (what every
-    reader assumes), else its kind and sha256, with dataset_kind "pairs"."""
+    """A pairs model's tokenizer record: none for bytes (every reader's default), else its own."""
     if tokenizer.kind == "byte":
         return {}
     return {"dataset_kind": "pairs", "tokenizer": tokenizer.kind,
@@ -20,8 +18,7 @@ def tokenizer_record(tokenizer, tokenizer_sha256: str | None) -> dict:
 
 
 class PairsSource:
-    """A JSONL file of (prompt, completion) rows; the loss counts completion
-    targets; the held-out set is another JSONL file of pairs (eval.data)."""
+    """JSONL (prompt, completion) rows, the loss on completion targets; held out: eval.data."""
     kind = "pairs"
     prompted = True   # a model of it answers a prompt ([BOS] prompt [SEP] -> completion)
     streamed = False  # its rows are read and encoded in memory by the step itself

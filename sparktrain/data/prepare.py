@@ -1,6 +1,5 @@
-"""A prepared corpus on disk: a job's `corpus/` holds files.json (what was read, the
-token counts, the tokenizer's sha256, the compressor baselines) and the token streams
-train.bin / val.bin (docs/outputs.md)."""
+"""A job's prepared `corpus/`: files.json (what was read, token counts, the tokenizer's
+sha256, the compressor baselines) and the streams train.bin / val.bin (docs/outputs.md)."""
 from __future__ import annotations
 
 import os
@@ -31,8 +30,7 @@ class Prepared:
 
 
 def heldout_bytes(corpus: Corpus) -> bytes:
-    """The held-out text as the files hold it, in path order: what bits per byte are
-    measured on, for the model and the compressors alike."""
+    """The held-out text in path order: what the model's and compressors' bpb measure."""
     return b"".join(f.text.encode("utf-8") for f in corpus.heldout)
 
 

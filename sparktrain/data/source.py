@@ -1,6 +1,5 @@
-"""Data sources: the one table SOURCES of the kinds (data/base.py's interface) and
-`source_for`, the only place that asks which kind a dataset is (docs/training.md
-"Data sources and the one loop"); a new kind is one class and one row here."""
+"""SOURCES, the one table of data kinds (data/base.py's interface), and `source_for`, the one
+place that asks which a dataset is (docs/training.md "Data sources and the one loop")."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -9,7 +8,7 @@ from sparktrain.data.base import DataSource
 from sparktrain.data.corpus_source import CorpusSource
 from sparktrain.data.pairs_source import PairsSource
 from sparktrain.data.text import TextSource
-from sparktrain.data.tokenizer import is_pairs_model, make_tokenizer
+from sparktrain.data.tokenizer import make_tokenizer
 from sparktrain.core.errors import SparkError
 from sparktrain.core.fsutil import atomic_write_text, sha256_bytes
 from sparktrain.core.jobfiles import CORPUS, TOKENIZER
@@ -20,8 +19,7 @@ SOURCES: tuple[type, ...] = (CorpusSource, TextSource, PairsSource)
 
 
 def source_for(dataset: str, knobs, heldout: str | None = None) -> DataSource:
-    """The data source of a job's dataset. `knobs` is the params (its corpus
-    section); `heldout` a JSONL file of pairs measured after every pass."""
+    """`dataset`'s source; `knobs`: the params, `heldout`: pairs measured after every pass."""
     for kind in SOURCES:
         if kind.claims(dataset):
             return kind.from_knobs(dataset, knobs, heldout)
@@ -30,9 +28,10 @@ def source_for(dataset: str, knobs, heldout: str | None = None) -> DataSource:
 
 
 def trained_on(meta: dict) -> type:
-    """The kind of data a model was trained on, from what its source recorded in the
-    weights' metadata: generate and eval ask it (`.prompted`), never guess it."""
-    return PairsSource if is_pairs_model(meta) else CorpusSource
+    """The kind of data a model was trained on, as its weights' metadata record it: pairs for
+    byte tokens (no tokenizer recorded) or dataset_kind "pairs", else a corpus."""
+    pairs = meta.get("tokenizer_sha256") is None or meta.get("dataset_kind") == "pairs"
+    return PairsSource if pairs else CorpusSource
 
 
 def prepare_job(folder: str | Path, source: DataSource, kind: str, vocab_size: int) -> Path:

@@ -1,6 +1,5 @@
-"""Token streams on disk (nanoGPT's train.bin / val.bin): each file of a split as
-[BOS] + tokens + [EOS] in path order, flat little-endian uint8 or uint16, memory-mapped;
-seeded training windows, and whole-stream windows counting every target once."""
+"""Token streams on disk (nanoGPT's train.bin / val.bin: [BOS] + tokens + [EOS] per file, flat
+little-endian uint8 or uint16, memory-mapped); seeded windows, whole-stream windows."""
 from __future__ import annotations
 
 import os
@@ -16,10 +15,8 @@ from sparktrain.model.base import TokenBatch
 
 def stream_of(tokenizer, texts: Sequence[str]) -> np.ndarray:
     """The split's stream: each text framed by BOS and EOS, in the given order."""
-    parts = []
-    for ids in tokenizer.encode_many(texts):
-        parts += [np.array([tokenizer.bos], dtype=np.int64), ids,
-                  np.array([tokenizer.eos], dtype=np.int64)]
+    bos, eos = np.array([tokenizer.bos], dtype=np.int64), np.array([tokenizer.eos], dtype=np.int64)
+    parts = [part for ids in tokenizer.encode_many(texts) for part in (bos, ids, eos)]
     return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)  # (N,)
 
 
@@ -79,8 +76,7 @@ class WindowSampler:
 
 def stream_batches(stream: np.ndarray, seq_len: int, batch_size: int,
                    pad: int) -> Iterator[TokenBatch]:
-    """Non-overlapping windows in order: targets 1..N-1 each counted once, the last
-    window right-padded with mask 0 (sliding_batches at stride seq_len)."""
+    """Non-overlapping windows in order, the last right-padded: sliding_batches at seq_len."""
     if len(stream) < 2:  # no target: no window
         return iter(())
     return sliding_batches(stream, seq_len, seq_len, batch_size, pad)

@@ -1,6 +1,5 @@
-"""Task families (a prompt template and a one-line rule for the answer, so exact match
-is meaningful) and the generated scale datasets (docs/outputs.md "Task families").
-Held-out words are a fixed hash split; draws are sha256 of (seed, counter)."""
+"""Task families (a prompt template and a one-line rule for the answer) and the generated
+scale datasets (docs/outputs.md "Task families"); draws are sha256 of (seed, counter)."""
 from __future__ import annotations
 
 import hashlib
@@ -30,12 +29,8 @@ LETTERS = string.ascii_lowercase
 
 def family_of(prompt: str, family: str | None = None) -> str:
     """The row's own family key, else the family whose prefix starts the prompt, else chat."""
-    if family:
-        return family
-    for name, prefix in PREFIXES.items():
-        if prompt.startswith(prefix):
-            return name
-    return "chat"
+    return family or next((name for name, prefix in PREFIXES.items()
+                           if prompt.startswith(prefix)), "chat")
 
 
 def is_heldout(word: str) -> bool:

@@ -20,8 +20,7 @@ class TextSource(CorpusSource):
 
     @classmethod
     def claims(cls, dataset: str) -> bool:
-        """A file whose first row (read by the rows' own reader) is an object with a
-        string "text" and no pair fields."""
+        """A file whose first row is an object with a string "text" and no pair fields."""
         try:
             with open_input(dataset, "dataset") as f:
                 first = next(json_objects(f, dataset, hashlib.sha256()), None)

@@ -1,6 +1,5 @@
-"""Tokenizers: bytes (the default) or byte-level BPE (Hugging Face `tokenizers`), one
-interface: `vocab`, the BOS / SEP / EOS ids, `encode`, `decode`, `to_json()` (the
-bytes of tokenizer.json). BPE starts from the 256 bytes: every text round-trips."""
+"""Tokenizers, bytes (the default) or byte-level BPE (Hugging Face `tokenizers`, from the 256
+bytes: every text round-trips), one interface: `vocab`, BOS / SEP / EOS, `encode`, `to_json`."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -83,8 +82,7 @@ class BpeTokenizer:
         return self.decode(ids) == text
 
     def byte_lengths(self) -> np.ndarray:
-        """Bytes of text each id stands for (0 for the specials): byte-level BPE spells
-        a byte as one character."""
+        """Bytes of text per id (0: specials); byte-level BPE spells a byte as one character."""
         specials = {self.bos, self.sep, self.eos}
         return np.array([0 if i in specials else len(self.tok.id_to_token(i))
                          for i in range(self.vocab)], dtype=np.int64)  # (V,)
@@ -161,22 +159,14 @@ def load_tokenizer(path) -> ByteTokenizer | BpeTokenizer:
 
 
 def job_tokenizer(folder) -> tuple[ByteTokenizer | BpeTokenizer, str | None]:
-    """The tokenizer of a job folder: its tokenizer.json, or bytes (sha256 None)
-    when the folder has none (`spark train --dataset` on a fresh folder)."""
+    """A job folder's tokenizer.json, or bytes (sha256 None) when it has none (a fresh one)."""
     path = Path(folder) / TOKENIZER
     return read_tokenizer(path) if path.exists() else (ByteTokenizer(), None)
 
 
-def is_pairs_model(meta: dict) -> bool:
-    """Weights of a pairs job: byte tokens (no tokenizer recorded) or a BPE pairs job
-    (dataset_kind "pairs"); else a corpus model, which continues text."""
-    return meta.get("tokenizer_sha256") is None or meta.get("dataset_kind") == "pairs"
-
-
 def tokenizer_for(weights, meta: dict, vocab: int, given=None):
-    """The tokenizer a weights file was trained with, checked, for generate / eval: the
-    tokenizer.json (`given`, else the one beside the weights) with the bytes its
-    `tokenizer_sha256` names; none recorded: bytes (and `given` must be bytes)."""
+    """The checked tokenizer `weights` were trained with: `given` or the tokenizer.json beside
+    them, of the recorded `tokenizer_sha256`; none recorded: bytes (`given` must be too)."""
     recorded = meta.get("tokenizer_sha256")
     if recorded is None:
         if given is not None:

@@ -1,6 +1,5 @@
-"""`spark bench`: time the training loop's micro-step (loss_and_grads on a full batch
-of random tokens, then plain SGD or a job's own update) and report model FLOP/s over
-the float32 matmul peak measured just before, on the CPU or a device (docs/gpu.md)."""
+"""`spark bench`: time the loop's micro-step (gradients of random tokens, then plain SGD or a
+job's update) against the float32 matmul peak measured just before (docs/gpu.md)."""
 from __future__ import annotations
 
 import sys
@@ -27,14 +26,12 @@ GRIND_S = 180  # a CPU run estimated above this is said before it starts
 
 
 def cpu_estimate_s(cfg, tokens: int, peak: float | None = None) -> float:
-    """Seconds a CPU run of `tokens` training tokens should take: model FLOPs over
-    CPU_SHARE_OF_PEAK of this CPU's measured matmul FLOP/s."""
+    """Seconds a CPU run of `tokens` should take: FLOPs over a share of the matmul peak."""
     return flops_per_token(cfg) * tokens / ((peak or CPU.matmul_peak()) * CPU_SHARE_OF_PEAK)
 
 
 def grind_note(device, requested: str, cfg, tokens: int, what: str) -> str | None:
-    """One line when `--device auto` fell back to the CPU for a run estimated above
-    GRIND_S; None otherwise (a GPU, an explicit --device cpu, a short run)."""
+    """One line when `--device auto` fell back to the CPU for a run estimated above GRIND_S."""
     if requested != "auto" or not device.host:
         return None
     seconds = cpu_estimate_s(cfg, tokens)
@@ -102,11 +99,9 @@ def run_bench(scale: str, batch_size: int | None = None, steps: int = 10,
                 progress(i + 1, WARMUP_STEPS + steps, loss)
         workers = engine.workers
     step_s = float(np.median(times))
-    tokens = batch_size * cfg.seq_len
-    tok_s = tokens / step_s
+    tok_s = batch_size * cfg.seq_len / step_s
     model_flops = tok_s * model.flops_per_token()
     processes = workers if device.host else 1  # each worker process has a pool of its own
-    host = device.to_host(params)
     return {
         "scale": scale, "device": device.name, "arch": cfg.to_dict(), "vocab": cfg.vocab,
         "n_params": model.n_params, "batch_size": batch_size, "seq_len": cfg.seq_len,
@@ -116,8 +111,8 @@ def run_bench(scale: str, batch_size: int | None = None, steps: int = 10,
         "tokens_per_s": tok_s, "flops_per_token": model.flops_per_token(),
         "model_flops_per_s": model_flops, "matmul_peak_flops_per_s": peak,
         "matmul_peak_processes": processes, "utilisation": model_flops / (peak * processes),
-        "final_loss": float(loss), "params_sha256": sha256_bytes(b"".join(p.tobytes()
-                                                                          for p in host.values())),
+        "final_loss": float(loss), "params_sha256": sha256_bytes(
+            b"".join(p.tobytes() for p in device.to_host(params).values())),
     }
 
 
@@ -186,7 +181,3 @@ def stderr_progress(i, n, loss):
     elif i == n:
         err.write(f"step {i}/{n}  loss {loss:.4f}\n")
     err.flush()
-
-
-def stderr_line(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)

@@ -1,5 +1,4 @@
-"""A job: the TRAIN declaration of a program, checked before a file is touched (its
-kind of data is sparktrain/data/source.py's question)."""
+"""A job: a program's TRAIN declaration, checked before a file is touched."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
@@ -49,7 +48,7 @@ class Job:
         return cls(id=d.pop("job"), **d)
 
 
-def check_out(out: str, root: Path | None = None) -> str:
+def check_out(out: str, root: Path | None = None) -> None:
     """`out` must resolve inside the project's out/ folder."""
     if len(out) > MAX_OUT_CHARS or any(len(part.encode("utf-8")) > 255 for part in out.split("/")):
         raise SparkError(f"out path of {len(out)} characters is too long (at most "
@@ -62,14 +61,12 @@ def check_out(out: str, root: Path | None = None) -> str:
     out_root = root / JOBS_ROOT.parts[0]
     if target == out_root or out_root not in target.parents:
         raise SparkError(f"out {out!r} resolves outside the project's out/ folder")
-    return out
 
 
-def check_dataset(dataset: str) -> str:
+def check_dataset(dataset: str) -> None:
     """A folder of text files, the interpreter's standard library, or a regular file."""
     if dataset != STDLIB and not Path(dataset).is_dir():
         check_regular(dataset, "dataset")
-    return dataset
 
 
 def job_from_program(program_path: str, job_id: str, program=None) -> Job:
@@ -77,9 +74,7 @@ def job_from_program(program_path: str, job_id: str, program=None) -> Job:
     from sparktrain.bc.program import train_decls
 
     check_job_id(job_id)
-    if program is None:
-        program = read_program(program_path)
-    decls = train_decls(program)
+    decls = train_decls(program if program is not None else read_program(program_path))
     matches = [d for d in decls if d.job == job_id]
     if not matches:
         known = ", ".join(sorted({d.job for d in decls})) or "none"
@@ -136,5 +131,4 @@ def adhoc_job(dataset: str, out: str, base: str | None) -> Job:
 
     name = check_job_id(job_of(out))
     check_dataset(dataset)
-    job = Job(id=name, dataset=dataset, base=base or FRESH_INIT, out=out)
-    return gate_job(job)
+    return gate_job(Job(id=name, dataset=dataset, base=base or FRESH_INIT, out=out))

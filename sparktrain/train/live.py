@@ -1,6 +1,5 @@
-"""The training loop's watcher: one curve point per outer pass to DVCLive (through a
-pending `.live-run/`), the progress lines and the bar on a terminal
-(docs/training.md "Curves and progress")."""
+"""The loop's watcher: a curve point per outer pass to DVCLive (through a pending `.live-run/`),
+the lines, the bar on a terminal (docs/training.md "Curves and progress")."""
 from __future__ import annotations
 
 import contextlib
@@ -40,8 +39,7 @@ def series_path(folder: str | os.PathLike, name: str) -> Path:
 
 
 class StderrLines:
-    """The default `progress`: lines on stderr, `first` before the first of them (a bad
-    input refused before training stays the only line)."""
+    """The default `progress`: stderr lines, `first` only before one (a refusal stays alone)."""
 
     def __init__(self, first: str | None = None):
         self.pending = [first] if first else []
@@ -84,11 +82,10 @@ class Watcher:
         self.point, self.first, self.t_start = point, done, time.perf_counter()
         self.progress(f"[{self.job_id}] {'resumed after outer ' + str(done) if done else 'start'}"
                       f"  {losses(point)}  {what}")
-        terminal = sys.stderr if isinstance(self.progress, StderrLines) else None
-        if terminal is not None and terminal.isatty():
+        if isinstance(self.progress, StderrLines) and sys.stderr.isatty():
             self.bar = Progress(self._where(min(done + 1, self.outer)),
                                 total=self.outer * self.inner, done=done * self.inner,
-                                unit="micro-steps", stream=terminal, tty=True)
+                                unit="micro-steps", stream=sys.stderr, tty=True)
         # a dead run's pending curves are never read back: rebuilt in a folder made afresh
         with folder_fd(self.folder, create=True) as fd:  # the job's, locked by now
             _remove_pending(fd)
@@ -148,8 +145,7 @@ class Watcher:
 
 
 def _real_folders(pending: Path) -> None:
-    """Right before DVCLive writes by path: its folders are real and its files no links,
-    else LinkInPath (docs/outputs.md)."""
+    """Before DVCLive writes by path: its folders real, its files no links (docs/outputs.md)."""
     for folder, names in ((pending / LIVE_DIR, ("metrics.json",)),
                           (pending / SERIES_DIR, [f"{series_name(m)}.tsv" for m in METRICS])):
         with folder_fd(folder, create=True) as fd:

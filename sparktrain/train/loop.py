@@ -1,6 +1,5 @@
-"""STEP: the one training loop, outer passes of inner micro-steps over any data source
-and device (docs/training.md "Data sources and the one loop"). It commits
-`trained=true` only for what happened (train/record.py); else TrainingFailed."""
+"""STEP: the one loop, outer passes of inner micro-steps over any data source and device
+(docs/training.md "Data sources and the one loop"); `trained=true` only for what happened."""
 from __future__ import annotations
 
 import contextlib
@@ -18,7 +17,7 @@ from sparktrain.model.base import Model
 from sparktrain.model.build import build_model
 from sparktrain.model.config import ModelConfig, step_fits
 from sparktrain.model.backend import Device, resolve as resolve_device
-from sparktrain.model.parallel import GradientEngine
+from sparktrain.model.parallel import GradientEngine, quiet_nonfinite
 from sparktrain.params import StepConfig
 from sparktrain.train import live, outputs, record, resume
 from sparktrain.train.job import Job
@@ -88,8 +87,7 @@ def _set_up(job: Job, step: StepConfig, cfg: ModelConfig, source: DataSource, sa
 
 
 def _point(run: _Run, outer: int, phase: str) -> dict:
-    """A loss_curve entry: the training set's loss, and the held-out set's (and its
-    bits per byte when the source knows the bytes)."""
+    """A loss_curve entry: the training set's loss, the held-out set's (and bpb if known)."""
     data, params = run.data, run.params
     where = f"after outer {outer}" if outer else "at start"
     train = score(run.engine.batch_losses(params, data.train_set.batches), data.train_set)
@@ -161,12 +159,10 @@ def out_of_memory_is_one_line(run: _Run):
 
 def run_step(job: Job, step: StepConfig, cfg: ModelConfig, source: DataSource, *,
              progress=None, labels: dict | None = None) -> StepResult:
-    """Train `job` on `source`, resuming a saved state of this very run, and commit
-    weights + checkpoint.json + ARTIFACT. `progress(line)`: the run's lines (default:
-    stderr, train/live.py); `labels` (LABELS' keys): recorded in weights and checkpoint."""
+    """Train `job` on `source` (resuming this very run) and commit its outputs; `progress`:
+    the lines (default stderr), `labels` (LABELS' keys): recorded in weights and checkpoint."""
     labels = dict(labels or {})
-    unknown = sorted(set(labels) - set(LABELS))
-    if unknown:
+    if unknown := sorted(set(labels) - set(LABELS)):
         raise SparkError(f"unknown run labels {unknown}; known: {', '.join(LABELS)}")
     watch = live.Watcher(job.id, job.out_dir, step.outer, step.inner, progress)
     run = _set_up(job, step, cfg, source, watch.say)
@@ -183,3 +179,13 @@ def run_step(job: Job, step: StepConfig, cfg: ModelConfig, source: DataSource, *
         if not resume.saved(job.out_dir):  # nothing to resume: no curves either
             live.discard(job.out_dir)
         raise
+
+
+def step_job(job, step, cfg, source, **run_kw):
+    """One attempt at STEP: run_step, non-finite warnings off; TrainingFailed: failed.json."""
+    with quiet_nonfinite():
+        try:
+            return run_step(job, step, cfg, source, **run_kw)
+        except TrainingFailed as err:
+            record.run_failed(job, err, step)
+            raise

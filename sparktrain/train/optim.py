@@ -1,7 +1,6 @@
-"""The optimizers (heavy-ball SGD, AdamW, Muon), the learning-rate schedules and the
-global-norm clip, keyed by the safetensors names (docs/training.md "Optimizers").
-State lives where the params live (model/backend.py); `state()` returns those
-arrays, `load_state` takes host ones, so a resumed run continues bit for bit."""
+"""The optimizers (heavy-ball SGD, AdamW, Muon), lr schedules and the global-norm clip, keyed
+by safetensors names (docs/training.md "Optimizers"); state lives where the params live,
+`load_state` takes host arrays, so a resumed run continues bit for bit."""
 from __future__ import annotations
 
 import math
@@ -100,10 +99,9 @@ class AdamW:
             params[n] -= lr32 * (m / c1) / (xp.sqrt(v / c2) + eps)
 
     def state(self) -> dict[str, np.ndarray]:
-        out = {f"m.{n}": a for n, a in self.m.items()}
-        out.update({f"v.{n}": a for n, a in self.v.items()})
-        out["t"] = np.array([self.t], dtype=np.float32)  # exact below 2**24 steps
-        return out
+        return {**{f"m.{n}": a for n, a in self.m.items()},
+                **{f"v.{n}": a for n, a in self.v.items()},
+                "t": np.array([self.t], dtype=np.float32)}  # exact below 2**24 steps
 
     def load_state(self, tensors: dict) -> None:
         for n in self.m:
@@ -126,8 +124,7 @@ def orthogonalise(be, g):
 
 
 class Muon:
-    """Muon on the hidden matrices (torch.optim.Muon, nesterov=True; docs/training.md
-    has the update), AdamW at its own rate on everything else."""
+    """Muon (torch.optim.Muon's, nesterov) on hidden matrices, AdamW on the rest (training.md)."""
     name = "muon"
 
     def __init__(self, params: dict, names, step):
@@ -153,9 +150,7 @@ class Muon:
         self.adam.update(params, grads, lr * self.adam_lr / self.lr, scale)
 
     def state(self) -> dict[str, np.ndarray]:
-        out = {f"momentum.{n}": b for n, b in self.buf.items()}
-        out.update(self.adam.state())
-        return out
+        return {**{f"momentum.{n}": b for n, b in self.buf.items()}, **self.adam.state()}
 
     def load_state(self, tensors: dict) -> None:
         for n in self.buf:

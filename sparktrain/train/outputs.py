@@ -1,6 +1,5 @@
-"""The files of a job folder, written so a crash can never leave a mixed set: the
-commit journal, the one-writer lock and the reader of a folder's state
-(docs/outputs.md "The commit journal")."""
+"""A job folder's files, so a crash never leaves a mixed set: the commit journal, the one-writer
+lock, the reader of a folder's state (docs/outputs.md "The commit journal")."""
 from __future__ import annotations
 
 import contextlib
@@ -90,9 +89,8 @@ def unlock_job(folder: str | os.PathLike) -> None:
 
 @contextlib.contextmanager
 def job_writes(folder: str | os.PathLike):
-    """A command's work on the job `folder`: an OSError becomes one line naming its errno;
-    on a failure (not TrainingFailed) a folder this process made and committed nothing to
-    goes whole, with the empty parents made for it (docs/outputs.md)."""
+    """A command's work on `folder`: an OSError becomes one line; on a failure (not
+    TrainingFailed) a folder it made and committed nothing to goes whole (docs/outputs.md)."""
     try:
         yield
     except (OSError, SparkError) as err:
@@ -126,8 +124,7 @@ def _key(folder: Path) -> str:
 
 def commit_files(folder: str | os.PathLike, files: dict[str, bytes]) -> None:
     folder = Path(folder)
-    unknown = sorted(set(files) - set(JOURNALLED))
-    if unknown:
+    if unknown := sorted(set(files) - set(JOURNALLED)):
         raise ValueError(f"commit_files only journals {JOURNALLED}, not {unknown}")
     lock_job(folder)
     recover(folder)
@@ -169,21 +166,15 @@ def recover(folder: str | os.PathLike) -> None:
             os.replace(pending, folder / name)
     with contextlib.suppress(OSError), folder_fd(folder) as fd:
         os.fsync(fd)
-    if journal.is_file() or journal.is_symlink():
-        journal.unlink()
-    for name in JOURNALLED:
-        pending = _pending(folder, name)
-        if pending.is_file() or pending.is_symlink():
-            pending.unlink()
+    for path in (journal, *(_pending(folder, name) for name in JOURNALLED)):
+        if path.is_file() or path.is_symlink():
+            path.unlink()
 
 
 def current_file(folder: Path, name: str, journal: list[str]) -> Path:
     """Where `name` of a job reads from: its pending file while a journal names it."""
-    if name in journal:
-        pending = _pending(folder, name)
-        if pending.is_file():
-            return pending
-    return folder / name
+    pending = _pending(folder, name)
+    return pending if name in journal and pending.is_file() else folder / name
 
 
 def artifact_text(fields: list[tuple[str, object]], header: str) -> str:
@@ -258,9 +249,7 @@ def job_state(folder: str | os.PathLike, job_id: str | None = None,
             text = read_input(artifact, "job file").decode("utf-8", errors="replace")
         except SparkError:
             text = ""
-        state["artifact"] = parse_artifact(text)
-        if state["state"] == "absent":
-            state["state"] = "declared"
+        state.update(artifact=parse_artifact(text), state="declared")
     ckpt = _record(current_file(folder, CHECKPOINT, journal))
     weights = current_file(folder, WEIGHTS, journal)
     verified = False
@@ -312,8 +301,7 @@ def write_failure(folder: Path, info: dict) -> None:
 
 
 def failure_is_current(failed: dict, current_step: dict | None) -> bool:
-    """Whether a failed run's knobs (`step`, or an older lr/outer/inner) are `current_step`'s;
-    unknown current knobs: current."""
+    """Whether a failed run's knobs are `current_step`'s (unknown current knobs: yes)."""
     if current_step is None:
         return True
     recorded = failed.get("step")

@@ -40,7 +40,6 @@ def write_status(job: Job, plan: dict, path: str | Path | None = None) -> Path:
 def dry_accept(job: Job, cfg: ModelConfig, batch_size: int, source: DataSource) -> dict:
     """`spark run`'s TRAIN: status.json, and an ARTIFACT stub unless the job is trained."""
     plan = job_plan(job, cfg, batch_size, source)
-    outputs.lock_job(job.out_dir)
     write_status(job, plan)
     state = outputs.job_state(job.out_dir, job.id)
     if state["state"] != "trained":
@@ -49,8 +48,7 @@ def dry_accept(job: Job, cfg: ModelConfig, batch_size: int, source: DataSource) 
 
 
 def preflight(step, cfg: ModelConfig, source: DataSource, vocab: int | None = None) -> None:
-    """What the loop would refuse (every knob, the memory estimate), refused before a
-    command's first write (its tokenizer and prepare steps write the job folder)."""
+    """What the loop would refuse (every knob, the memory estimate), before a first write."""
     from sparktrain.model.parallel import MAX_SHARDS, MAX_WORKERS, default_workers
     from sparktrain.core.errors import SparkError
 

@@ -59,8 +59,7 @@ UNIFORM_MARGIN = 0.99  # the loss must end below 99% of ln(vocab), the uniform g
 
 
 def check_learned(curve: list[dict], vocab: int) -> None:
-    """What a run must show before `trained=true` (docs/training.md "The learned-check"):
-    no pass above BLOWUP x the start, the loss fell, and ends below the uniform guess's."""
+    """What a run must show before `trained=true` (docs/training.md "The learned-check")."""
     loss_before, loss_after = curve[0]["loss"], curve[-1]["loss"]
     for point in curve[1:]:
         if point["loss"] > BLOWUP * loss_before:
@@ -95,8 +94,7 @@ def weights_meta(run, log: Log, labels: dict) -> dict:
 
 
 def checkpoint(run, log: Log, changed: list[str], weights_sha256: str, labels: dict) -> dict:
-    """checkpoint.json, a contract (docs/outputs.md); trained/not_sgd/sgd/claim are the
-    original's fixed fields of a real SGD step."""
+    """checkpoint.json (docs/outputs.md); trained/not_sgd/sgd/claim: the original's fixed fields."""
     job, step, cfg = run.job, run.step, run.model.cfg
     return {
         "job": job.id, "step_n": run.step_n, "loss_before": log.curve[0]["loss"],
@@ -129,8 +127,7 @@ def perf(run, log: Log) -> dict:
     if peak:
         # every worker process computed, one BLAS pool each: over the peak of all of them
         processes = run.engine.workers if run.device.host else 1
-        record["matmul_peak_flops_per_s"] = round(peak, 1)
-        record["matmul_peak_processes"] = processes
+        record.update(matmul_peak_flops_per_s=round(peak, 1), matmul_peak_processes=processes)
         mfu = record["model_flops_per_s"] / (peak * processes)
         if mfu <= 1:  # above 1 the peak was mis-measured (a busy machine): no ratio
             record["mfu"] = round(mfu, 4)

@@ -29,7 +29,7 @@ def initial_params(job: Job, model: Model, seed: int, salt: bytes,
                          f"this run has train_attn={model.cfg.train_attn}")
     check_params(params, model.cfg, job.base)
     step_n = meta.get("step_n", 0)
-    if not isinstance(step_n, int) or isinstance(step_n, bool) or step_n < 0:
+    if not _count(step_n):
         raise SparkError(f"base {job.base}: metadata step_n {step_n!r} is not a count")
     return params, step_n
 
@@ -66,8 +66,7 @@ def save(run, log) -> None:
 
 
 def load(run, log, say) -> None:
-    """Continue from a saved state of this very run, all checked first; another run's is
-    ignored, a torn one discarded (`say` tells why, in one line)."""
+    """Continue a saved state of this very run, checked first; else `say` why and start afresh."""
     folder = run.job.out_dir
     outputs.recover(folder)
     path = folder / RESUME_STATE

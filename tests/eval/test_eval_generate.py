@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from sparktrain.core.errors import SparkError
-from sparktrain.data.pairs import decode
+from sparktrain.data.tokenizer import BYTES
 from sparktrain.eval.generate import generate, prompt_context
 from sparktrain.model.build import build_model, generate_tokens, pick_next
 from sparktrain.data.pairs import BOS, EOS, SEP
@@ -49,7 +49,7 @@ def test_long_prompt_keeps_its_last_tokens():
     assert not prompt_context("short", SMALL.seq_len)[1]
     params = build_model(SMALL).init_params(seed=6)
     [tokens] = generate_tokens(params, SMALL, [ctx], [4], eos=EOS)
-    assert generate(params, SMALL, [prompt], max_new=4) == [decode(tokens)]
+    assert generate(params, SMALL, [prompt], max_new=4) == [BYTES.completion_text(tokens)]
 
 
 def test_sampling_is_seeded_and_top_k_one_is_greedy():
