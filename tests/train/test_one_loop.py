@@ -11,10 +11,8 @@ import pytest
 import sparktrain.train.loop as loop
 import sparktrain.train.record as record
 from sparkhelp import ROOT
-from sparktrain.data.corpus_source import CorpusSource
-from sparktrain.data.pairs_source import PairsSource
-from sparktrain.data.source import SOURCES, prepare_job, source_for
-from sparktrain.data.text import TextSource
+from sparktrain.data.source import (SOURCES, CorpusSource, PairsSource, TextSource, prepare_job,
+                                    source_for)
 from sparktrain.core.errors import SparkError
 from sparktrain.model.config import SCALES
 from sparktrain.params import CorpusConfig, Defaults, StepConfig
