@@ -31,7 +31,7 @@ runtime.start()
 import numpy as np
 
 from coder_proof import with_overrides
-from sparktrain.data.bpb import bits_per_byte
+from sparktrain.data.base import bits_per_byte
 from sparktrain.data.prepare import read_prepared
 from sparktrain.data.source import prepare_job, source_for
 from sparktrain.data.stream import WindowSampler, stream_batches

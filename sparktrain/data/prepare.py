@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sparktrain.data.bpb import compressor_bpb
+from sparktrain.data.base import compressor_bpb
 from sparktrain.data.corpus import Corpus
 from sparktrain.data.stream import read_stream, stream_of, write_stream
 from sparktrain.vocab import token_dtype

@@ -9,8 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sparktrain.data.base import DataSource, EvalSet, TrainingData, measure
-from sparktrain.data.bpb import bits_per_byte
+from sparktrain.data.base import DataSource, EvalSet, TrainingData, bits_per_byte, measure
 from sparktrain.data.corpus import (MAX_FILES, STDLIB, Corpus, CorpusFile, check_splits,
                                     is_heldout, read_corpus)
 from sparktrain.data.pairs import (LOSS_BATCH, RowBatches, json_objects, load_dataset,

@@ -6,7 +6,7 @@ import zlib
 import numpy as np
 import pytest
 
-from sparktrain.data.bpb import bits_per_byte, compressor_bpb
+from sparktrain.data.base import bits_per_byte, compressor_bpb
 from sparktrain.data.stream import (WindowSampler, read_stream, sliding_batches, stream_batches,
                                     stream_of,
                                     write_stream)
