@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 import sparktrain.train.loop as loop
-import sparktrain.train.record as record
 from sparkhelp import ROOT
 from sparktrain.data.source import (SOURCES, CorpusSource, PairsSource, TextSource, prepare_job,
                                     source_for)
@@ -36,7 +35,7 @@ def _calls(monkeypatch) -> dict:
     """Count the calls of the loop's one set-up, micro-step, check and commit."""
     counts = {}
     for module, name in ((loop, "_set_up"), (loop, "apply_update"),
-                         (record, "check_learned"), (record, "commit")):
+                         (loop, "check_learned"), (loop, "commit")):
         real = getattr(module, name)
 
         def wrapped(*a, _real=real, _name=name, **k):
