@@ -30,7 +30,7 @@ runtime.start()
 import numpy as np
 
 from sparktrain.data.base import compressor_bpb
-from sparktrain.data.prepare import heldout_bytes
+from sparktrain.data.corpus import heldout_bytes
 from sparktrain.data.source import prepare_job, source_for
 from sparktrain.data.tokenizer import read_tokenizer
 from sparktrain.core.errors import SparkError

@@ -10,14 +10,13 @@ from pathlib import Path
 import numpy as np
 
 from sparktrain.data.base import DataSource, EvalSet, TrainingData, bits_per_byte, measure
-from sparktrain.data.corpus import (MAX_FILES, STDLIB, Corpus, CorpusFile, check_splits,
-                                    is_heldout, read_corpus)
+from sparktrain.data.corpus import (MAX_FILES, STDLIB, Corpus, CorpusFile, WindowSampler,
+                                    check_splits, is_heldout, read_corpus, read_prepared,
+                                    sliding_batches, stream_batches, windows_batch,
+                                    write_pairs_note, write_prepared)
 from sparktrain.data.pairs import (LOSS_BATCH, RowBatches, json_objects, load_dataset,
                                    load_pairs, loss_batches)
 from sparktrain.data.pairs_score import evaluate
-from sparktrain.data.prepare import read_prepared, write_pairs_note, write_prepared
-from sparktrain.data.stream import (WindowSampler, sliding_batches, stream_batches,
-                                    windows_batch)
 from sparktrain.data.tokenizer import make_tokenizer
 from sparktrain.core.errors import SparkError
 from sparktrain.core.fsutil import atomic_write_text, open_input, read_input, sha256_bytes
