@@ -1,9 +1,7 @@
 """STEP: the one loop, outer passes of inner micro-steps over any data source and device
-(docs/training.md "Data sources and the one loop"); where a run starts (a base's weights or a
-fresh init) and resumes (a saved state of this very run, used only whole and when its
-fingerprint is this run's); what it records (docs/outputs.md): the claims it must show, then
-weights, checkpoint.json and ARTIFACT as one commit and perf.json, or failed.json;
-`trained=true` only for what happened."""
+(docs/training.md "Data sources and the one loop"), from a base, a fresh init or a saved state
+of this very run (used whole, when its fingerprint is this run's); then the claims it must
+show (`trained=true` only for what happened) and one commit, or failed.json (docs/outputs.md)."""
 from __future__ import annotations
 
 import contextlib
@@ -186,7 +184,7 @@ def run_step(job: Job, step: StepConfig, cfg: ModelConfig, source: DataSource, *
         check_learned(log.curve, run.model.cfg.vocab)
         return commit(run, log, changed, labels)
     except BaseException:
-        if not has_state(job.out_dir):  # nothing to resume: no curves either
+        if not (job.out_dir / RESUME_STATE).is_file():  # nothing to resume: no curves either
             live.discard(job.out_dir)
         raise
 
@@ -429,7 +427,7 @@ def _count(value) -> bool:
 
 
 def _check_state(state: dict, run) -> None:
-    """resume.json's fields as `save_state` writes them, else ValueError naming the first wrong one."""
+    """resume.json's fields as save_state writes them, else ValueError naming the first bad one."""
     done, curve = state.get("done"), state.get("curve")
     if not _count(done) or not 1 <= done < run.step.outer:
         raise ValueError(f"done {done!r} is not a pass of this run")
@@ -449,10 +447,6 @@ def _check_state(state: dict, run) -> None:
         raise ValueError("its sampler state is not of this run's sampler") from None
     finally:
         sampler.set_state(fresh)
-
-
-def has_state(folder) -> bool:
-    return (folder / RESUME_STATE).is_file()
 
 
 def clear_state(folder) -> None:
