@@ -29,8 +29,8 @@ from sparktrain import runtime  # first: the BLAS kernel and threads before nump
 runtime.start()
 import numpy as np
 
-from sparktrain.data.bpb import compressor_bpb
-from sparktrain.data.prepare import heldout_bytes
+from sparktrain.data.base import compressor_bpb
+from sparktrain.data.corpus import heldout_bytes
 from sparktrain.data.source import prepare_job, source_for
 from sparktrain.data.tokenizer import read_tokenizer
 from sparktrain.core.errors import SparkError

@@ -31,10 +31,9 @@ runtime.start()
 import numpy as np
 
 from coder_proof import with_overrides
-from sparktrain.data.bpb import bits_per_byte
-from sparktrain.data.prepare import read_prepared
+from sparktrain.data.base import bits_per_byte
+from sparktrain.data.corpus import WindowSampler, read_prepared, stream_batches
 from sparktrain.data.source import prepare_job, source_for
-from sparktrain.data.stream import WindowSampler, stream_batches
 from sparktrain.data.tokenizer import load_tokenizer
 from sparktrain.core.errors import SparkError
 from sparktrain.core.fsutil import read_input, sha256_file

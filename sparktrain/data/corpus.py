@@ -1,5 +1,8 @@
-"""A corpus: the regular text files under a root matching globs, split train / held-out by
-a hash of each relative path; a bad file is one line naming it (docs/training.md "Corpora")."""
+"""A corpus: the regular text files under a root matching globs, split train / held-out by a
+hash of each relative path, a bad file one line naming it (docs/training.md "Corpora"); its
+token streams (nanoGPT's train.bin / val.bin: [BOS] + tokens + [EOS] per file, flat uint8 or
+uint16, little-endian, memory-mapped) and their windows; a job's prepared `corpus/`: files.json
+(what was read, token counts, the tokenizer's sha256, the compressor baselines) and the streams."""
 from __future__ import annotations
 
 import hashlib
@@ -8,9 +11,19 @@ import stat
 import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator, Sequence
 
+import numpy as np
+
+from sparktrain.data.base import compressor_bpb
+from sparktrain.vocab import token_dtype
 from sparktrain.core.errors import SparkError, printable
-from sparktrain.core.fsutil import sha256_bytes, size_cap, utf8_name
+from sparktrain.core.fsutil import (atomic_write_bytes, read_input, sha256_bytes, size_cap,
+                                    utf8_name, write_json)
+from sparktrain.core.jobfiles import CORPUS_FILES, TRAIN_BIN, VAL_BIN
+from sparktrain.core.progress import Progress
+from sparktrain.core.safeload import load_json
+from sparktrain.model.base import TokenBatch
 
 STDLIB = "@stdlib"  # the default proof corpus: the running interpreter's standard library
 MAX_FILE_BYTES = 64 << 20  # one source file above this is a mistake, not code
@@ -172,3 +185,162 @@ def check_splits(corpus: Corpus, what: str, unit: str, fix: str) -> Corpus:
             raise SparkError(f"{what}: the {split} split is empty ({len(corpus.files)} "
                              f"{unit}); {fix}")
     return corpus
+
+
+def stream_of(tokenizer, texts: Sequence[str]) -> np.ndarray:
+    """The split's stream: each text framed by BOS and EOS, in the given order."""
+    bos, eos = np.array([tokenizer.bos], dtype=np.int64), np.array([tokenizer.eos], dtype=np.int64)
+    parts = [part for ids in tokenizer.encode_many(texts) for part in (bos, ids, eos)]
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)  # (N,)
+
+
+def write_stream(path: str | os.PathLike, tokens: np.ndarray, vocab: int) -> None:
+    dtype = token_dtype(vocab).newbyteorder("<")
+    if tokens.size and (tokens.min() < 0 or tokens.max() >= vocab):
+        raise ValueError(f"token id outside [0, {vocab})")
+    atomic_write_bytes(path, tokens.astype(dtype).tobytes())
+
+
+def read_stream(path: str | os.PathLike, vocab: int) -> np.ndarray:
+    """The stream memory-mapped (read-only): a multi-GB corpus costs no RAM."""
+    dtype = token_dtype(vocab).newbyteorder("<")
+    try:
+        size = os.stat(path).st_size
+    except OSError as err:
+        raise SparkError(f"cannot read token stream {os.fspath(path)}: "
+                         f"{err.strerror or err}; run the prepare stage") from None
+    if size % dtype.itemsize:
+        raise SparkError(f"token stream {os.fspath(path)} has {size} bytes, not a whole "
+                         f"number of {dtype.name} tokens; run the prepare stage again")
+    return np.memmap(path, dtype=dtype, mode="r") if size else np.zeros(0, dtype=dtype)
+
+
+def window_index(starts, seq_len: int) -> np.ndarray:
+    """Positions s .. s + seq_len of each start s: one gather reads every window."""
+    return np.asarray(starts, dtype=np.int64)[:, None] + np.arange(seq_len + 1)  # (B, T+1)
+
+
+def windows_batch(stream: np.ndarray, starts, seq_len: int) -> TokenBatch:
+    """The windows stream[s : s + seq_len + 1]: inputs, next-token targets, all counted."""
+    rows = np.asarray(stream)[window_index(starts, seq_len)].astype(np.int64)  # (B, T+1)
+    return TokenBatch(rows[:, :-1], rows[:, 1:], np.ones((len(rows), seq_len), np.float32))
+
+
+class WindowSampler:
+    """Seeded windows of seq_len + 1 tokens anywhere in the stream, every target counted."""
+
+    def __init__(self, stream: np.ndarray, seq_len: int, batch_size: int, seed: int):
+        if len(stream) < seq_len + 1:
+            raise SparkError(f"the train stream has {len(stream)} tokens, fewer than seq_len + 1 "
+                             f"= {seq_len + 1}; use a larger corpus or a smaller seq_len")
+        self.stream, self.seq_len, self.batch_size = stream, seq_len, batch_size
+        self.rng = np.random.default_rng([seed, 0x57E4])
+
+    def next(self) -> TokenBatch:
+        starts = self.rng.integers(0, len(self.stream) - self.seq_len, size=self.batch_size)
+        return windows_batch(self.stream, starts, self.seq_len)
+
+    def state(self) -> dict:
+        """The generator's state, so a resumed run draws the same windows."""
+        return self.rng.bit_generator.state
+
+    def set_state(self, state: dict) -> None:
+        self.rng.bit_generator.state = state
+
+
+def stream_batches(stream: np.ndarray, seq_len: int, batch_size: int,
+                   pad: int) -> Iterator[TokenBatch]:
+    """Non-overlapping windows in order, the last right-padded: sliding_batches at seq_len."""
+    if len(stream) < 2:  # no target: no window
+        return iter(())
+    return sliding_batches(stream, seq_len, seq_len, batch_size, pad)
+
+
+def sliding_batches(stream: np.ndarray, seq_len: int, stride: int, batch_size: int,
+                    pad: int) -> Iterator[TokenBatch]:
+    """Windows every `stride` tokens, each target counted once: the first window counts
+    all, every later one its last `stride` (seeing >= seq_len - stride tokens of context)."""
+    flat, n = np.asarray(stream), len(stream)
+    starts = np.arange(0, max(n - 1 - seq_len, 0) + stride, stride)
+    starts = starts[(starts == 0) | (starts + seq_len - stride + 1 < n)]
+    fresh = np.arange(seq_len)[None, :] >= seq_len - stride                     # (1, T)
+    for b0 in range(0, len(starts), batch_size):
+        s = starts[b0:b0 + batch_size]
+        idx = window_index(s, seq_len)                                         # (B, T+1)
+        real = idx[:, 1:] < n                                                  # (B, T)
+        counted = real & (fresh | (s[:, None] == 0))                           # (B, T)
+        rows = flat[np.minimum(idx, n - 1)].astype(np.int64)                   # (B, T+1)
+        # the context before a window's counted targets is kept: only padding replaced
+        yield TokenBatch(np.where(real, rows[:, :-1], pad),
+                         np.where(counted, rows[:, 1:], pad), counted.astype(np.float32))
+
+
+@dataclass(frozen=True)
+class Prepared:
+    manifest: dict
+    train: np.ndarray   # (N_train,) memory-mapped token ids
+    val: np.ndarray     # (N_val,)
+
+    @property
+    def heldout_bytes(self) -> int:
+        return self.manifest["heldout_bytes"]
+
+
+def heldout_bytes(corpus: Corpus) -> bytes:
+    """The held-out text in path order: what the model's and compressors' bpb measure."""
+    return b"".join(f.text.encode("utf-8") for f in corpus.heldout)
+
+
+def write_prepared(folder: str | Path, corpus: Corpus, tokenizer, tokenizer_sha256: str) -> Path:
+    folder = Path(folder)
+    with Progress("prepare", total=4, unit="steps") as bar:
+        train = stream_of(tokenizer, [f.text for f in corpus.train])  # (N_train,)
+        bar.advance(note=f"train split: {len(corpus.train)} files, {train.size:,} tokens")
+        val = stream_of(tokenizer, [f.text for f in corpus.heldout])  # (N_val,)
+        bar.advance(note=f"held-out split: {len(corpus.heldout)} files, {val.size:,} tokens")
+        write_stream(folder / TRAIN_BIN, train, tokenizer.vocab)
+        write_stream(folder / VAL_BIN, val, tokenizer.vocab)
+        bar.advance(note=f"wrote {TRAIN_BIN}, {VAL_BIN}")
+        baselines = compressor_bpb(heldout_bytes(corpus))
+        bar.advance(note=f"zlib-9 {baselines['zlib9_bpb']:.3f} bpb, "
+                         f"lzma-9e {baselines['lzma9e_bpb']:.3f} bpb on the held-out bytes")
+    manifest = {**corpus.manifest(), "kind": "corpus", "tokenizer": tokenizer.kind,
+                "tokenizer_sha256": tokenizer_sha256, "vocab": tokenizer.vocab,
+                "dtype": token_dtype(tokenizer.vocab).newbyteorder("<").str,
+                "train_tokens": int(train.size), "heldout_tokens": int(val.size),
+                "heldout_baselines": baselines}
+    write_json(folder / CORPUS_FILES, manifest)
+    return folder / CORPUS_FILES
+
+
+def write_pairs_note(folder: str | Path, dataset: str, dataset_bytes: bytes) -> Path:
+    """A pairs job has no streams: files.json only says which file the rows come from."""
+    path = Path(folder) / CORPUS_FILES
+    write_json(path, {"kind": "pairs", "dataset": dataset,
+                      "dataset_sha256": sha256_bytes(dataset_bytes)})
+    return path
+
+
+def read_prepared(folder: str | Path, tokenizer_sha256: str | None = None) -> Prepared:
+    """The prepared corpus, checked against the tokenizer that will read it."""
+    folder = Path(folder)
+    files = folder / CORPUS_FILES
+    try:
+        manifest = load_json(read_input(files, "prepared corpus list"), os.fspath(files))
+    except SparkError:
+        raise SparkError(f"{files} is not JSON; run the prepare stage again") from None
+    if not isinstance(manifest, dict) or manifest.get("kind") != "corpus":
+        raise SparkError(f"{files} is not a prepared corpus (the job's dataset is "
+                         f"not a corpus folder)")
+    if tokenizer_sha256 is not None and manifest.get("tokenizer_sha256") != tokenizer_sha256:
+        raise SparkError(f"{files} was tokenized with another tokenizer.json "
+                         f"(sha256 {str(manifest.get('tokenizer_sha256'))[:12]}...); run the "
+                         f"prepare stage again")
+    vocab = manifest["vocab"]
+    train, val = read_stream(folder / TRAIN_BIN, vocab), read_stream(folder / VAL_BIN, vocab)
+    for name, stream, key in (("train", train, "train_tokens"),
+                              ("held-out", val, "heldout_tokens")):
+        if len(stream) != manifest[key]:
+            raise SparkError(f"the {name} stream of {folder} has {len(stream)} tokens, "
+                             f"{CORPUS_FILES} says {manifest[key]}; run the prepare stage again")
+    return Prepared(manifest, train, val)

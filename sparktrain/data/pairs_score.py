@@ -8,7 +8,7 @@ from typing import Sequence
 
 import numpy as np
 
-from sparktrain.data.bpb import bits_per_byte
+from sparktrain.data.base import bits_per_byte
 from sparktrain.data.tokenizer import BYTES
 from sparktrain.core.errors import SparkError
 from sparktrain.data.tasks import COPY_PREFIX, family_of

@@ -1,17 +1,261 @@
-"""SOURCES, the one table of data kinds (data/base.py's interface), and `source_for`, the one
-place that asks which a dataset is (docs/training.md "Data sources and the one loop")."""
+"""The data sources behind data/base.py's interface (corpus folders, JSONL text rows, pairs),
+SOURCES, the one table of them, and `source_for`, the one place that asks which a dataset is
+(docs/training.md "Data sources and the one loop", "Corpora")."""
 from __future__ import annotations
 
+import hashlib
+import math
 from pathlib import Path
 
-from sparktrain.data.base import DataSource
-from sparktrain.data.corpus_source import CorpusSource
-from sparktrain.data.pairs_source import PairsSource
-from sparktrain.data.text import TextSource
+import numpy as np
+
+from sparktrain.data.base import DataSource, EvalSet, TrainingData, bits_per_byte, measure
+from sparktrain.data.corpus import (MAX_FILES, STDLIB, Corpus, CorpusFile, WindowSampler,
+                                    check_splits, is_heldout, read_corpus, read_prepared,
+                                    sliding_batches, stream_batches, windows_batch,
+                                    write_pairs_note, write_prepared)
+from sparktrain.data.pairs import (LOSS_BATCH, RowBatches, json_objects, load_dataset,
+                                   load_pairs, loss_batches)
+from sparktrain.data.pairs_score import evaluate
 from sparktrain.data.tokenizer import make_tokenizer
 from sparktrain.core.errors import SparkError
-from sparktrain.core.fsutil import atomic_write_text, sha256_bytes
+from sparktrain.core.fsutil import atomic_write_text, open_input, read_input, sha256_bytes
 from sparktrain.core.jobfiles import CORPUS, TOKENIZER
+from sparktrain.model.build import build_model
+from sparktrain.model.config import flops_per_token, line_count
+
+STREAM_BATCH = 16     # windows per forward when measuring a stream's loss
+PROBE_WINDOWS = 32    # fixed train windows: the curve's training loss
+HELDOUT_WINDOWS = 64  # fixed held-out windows: the curve's held-out loss and bpb
+CORPUS_RECORD = ("patterns", "heldout_fraction", "train_files", "heldout_files",
+                 "train_bytes", "heldout_bytes", "train_tokens", "heldout_tokens")
+
+
+def spread_windows(stream, seq_len: int, n: int) -> list:
+    """n windows spread evenly over a stream: a fixed sample, comparable pass to pass."""
+    last = len(stream) - seq_len - 1
+    starts = np.unique(np.linspace(0, max(last, 0), n).astype(np.int64))
+    return [windows_batch(stream, starts[i:i + STREAM_BATCH], seq_len)
+            for i in range(0, len(starts), STREAM_BATCH)]
+
+
+class CorpusSource:
+    """Text files under a root matched by globs, split by a hash of each path."""
+    kind = "corpus"
+    prompted = False  # a model of it continues text
+    streamed = True   # it trains from corpus/: the tokenizer and prepare steps come first
+    loss_rows = STREAM_BATCH
+
+    def __init__(self, dataset: str, patterns, heldout_fraction: float):
+        self.dataset, self.patterns, self.heldout_fraction = dataset, patterns, heldout_fraction
+
+    @classmethod
+    def claims(cls, dataset: str) -> bool:
+        return dataset == STDLIB or Path(dataset).is_dir()
+
+    @classmethod
+    def from_knobs(cls, dataset: str, knobs, heldout: str | None):
+        return cls(dataset, knobs.corpus.glob, knobs.corpus.heldout)
+
+    def row_bound(self) -> int | None:
+        return None  # windows anywhere in the stream: batch_size of them
+
+    def read(self) -> Corpus:
+        return read_corpus(self.dataset, self.patterns, self.heldout_fraction)
+
+    def tokenizer_texts(self) -> list[str]:
+        return [f.text for f in self.read().train]
+
+    def prepare(self, folder, tokenizer, tokenizer_sha256: str):
+        return write_prepared(folder, self.read(), tokenizer, tokenizer_sha256)
+
+    def plan(self, cfg, batch_size: int, tokenizer, tokenizer_sha256: str | None) -> dict:
+        tokens = batch_size * cfg.seq_len
+        return {"dataset_kind": self.kind, "windows_per_micro_step": batch_size,
+                "tokens_per_micro_step": tokens,
+                "flops_per_micro_step": flops_per_token(cfg) * tokens}
+
+    def training_data(self, folder, model, tokenizer, tokenizer_sha256, step) -> TrainingData:
+        if not model.cfg.train_attn:
+            raise SparkError(f"a {self.kind} job needs the attention model (train_attn: true)")
+        data = read_prepared(Path(folder), tokenizer_sha256)
+        m, seq_len = data.manifest, model.cfg.seq_len
+        return TrainingData(
+            describe=f"{m['train_tokens']:,} train tokens",
+            sampler=WindowSampler(data.train, seq_len, step.batch_size, step.seed),
+            train_set=EvalSet(spread_windows(data.train, seq_len, PROBE_WINDOWS)),
+            heldout_set=EvalSet(spread_windows(data.val, seq_len, HELDOUT_WINDOWS),
+                                tokenizer.byte_lengths()),
+            checkpoint={"dataset_sha256": m["sha256"], "dataset_kind": self.kind,
+                        "corpus": {k: m[k] for k in CORPUS_RECORD},
+                        "tokenizer": tokenizer.kind, "tokenizer_sha256": tokenizer_sha256,
+                        "heldout_baselines": m["heldout_baselines"]},
+            weights_meta={"dataset_sha256": m["sha256"], "tokenizer_sha256": tokenizer_sha256},
+            fingerprint={"tokenizer_sha256": tokenizer_sha256, "corpus_sha256": m["sha256"]})
+
+    def evaluate(self, folder, params, cfg, tokenizer, tokenizer_sha256, eval_cfg) -> dict:
+        """The whole held-out stream, every target once: loss and bits per byte beside the
+        compressors, in windows apart (`bpb`) and every eval.stride tokens (`bpb_sliding`)."""
+        data = read_prepared(Path(folder), tokenizer_sha256)
+        model = build_model(cfg)
+        stride = sliding_stride(eval_cfg, cfg.seq_len)
+        total, count = self._stream_score(model, params, data, tokenizer, stream_batches(
+            data.val, cfg.seq_len, STREAM_BATCH, tokenizer.eos))
+        sliding, _ = self._stream_score(model, params, data, tokenizer, sliding_batches(
+            data.val, cfg.seq_len, stride, STREAM_BATCH, tokenizer.eos))
+        loss, nbytes = total / count, data.heldout_bytes
+        base = data.manifest["heldout_baselines"]
+        return {"mode": self.kind, "loss": loss, "perplexity": math.exp(loss),
+                "bpb": bits_per_byte(total, nbytes), "zlib9_bpb": base["zlib9_bpb"],
+                "bpb_sliding": bits_per_byte(sliding, nbytes), "sliding_stride": stride,
+                "lzma9e_bpb": base["lzma9e_bpb"], "heldout_bytes": base["bytes"],
+                "heldout_targets": count, "tokenizer": tokenizer.kind, "vocab": tokenizer.vocab}
+
+    @staticmethod
+    def _stream_score(model, params, data, tokenizer, batches) -> tuple[float, int]:
+        """(summed nats, targets) of batches that count every held-out target once."""
+        batches = list(batches)
+        total, count, nbytes = measure([model.batch_loss(params, b) for b in batches], batches,
+                                       tokenizer.byte_lengths())
+        if nbytes != data.heldout_bytes:
+            raise SparkError(f"held-out tokens stand for {nbytes} bytes, the corpus has "
+                             f"{data.heldout_bytes}; run the prepare stage again")
+        return total, count
+
+
+def sliding_stride(eval_cfg, seq_len: int) -> int:
+    """eval.stride, default a quarter of the window; at most seq_len."""
+    stride = eval_cfg.stride or max(seq_len // 4, 1)
+    if stride > seq_len:
+        raise SparkError(f"eval.stride {stride} is above seq_len {seq_len}")
+    return stride
+
+
+class TextSource(CorpusSource):
+    """JSONL rows `{"text": ...}`, each a document split by a hash of its text, then a corpus."""
+    kind = "text"
+
+    def __init__(self, dataset: str, heldout_fraction: float):
+        super().__init__(dataset, (), heldout_fraction)
+
+    @classmethod
+    def claims(cls, dataset: str) -> bool:
+        """A file whose first row is an object with a string "text" and no pair fields."""
+        try:
+            with open_input(dataset, "dataset") as f:
+                first = next(json_objects(f, dataset, hashlib.sha256()), None)
+        except SparkError:
+            return False
+        return first is not None and isinstance(first[1].get("text"), str) \
+            and not {"prompt", "completion", "messages"} & set(first[1])
+
+    @classmethod
+    def from_knobs(cls, dataset: str, knobs, heldout: str | None):
+        return cls(dataset, knobs.corpus.heldout)
+
+    def read(self) -> Corpus:
+        if not 0 < self.heldout_fraction < 1:
+            raise SparkError(f"heldout fraction must be in (0, 1), got {self.heldout_fraction}")
+        files = []
+        with open_input(self.dataset, "dataset") as f:
+            for lineno, row in json_objects(f, self.dataset, hashlib.sha256()):
+                if len(files) == MAX_FILES:  # one row is one file of files.json, as a corpus's
+                    raise SparkError(f"{self.dataset}: over {MAX_FILES:,} text rows, the limit "
+                                     f"a corpus has for its files (prepare and step read "
+                                     f"files.json at their cap); join short rows")
+                text = row.get("text")
+                if not isinstance(text, str):
+                    raise SparkError(f"{self.dataset}:{lineno}: 'text' must be a string")
+                try:
+                    data = text.encode("utf-8")
+                except UnicodeEncodeError as err:
+                    raise SparkError(f"{self.dataset}:{lineno}: the text holds a lone "
+                                     f"surrogate at character {err.start}") from None
+                digest = sha256_bytes(data)
+                files.append(CorpusFile(f"row-{lineno:09d}", len(data), digest,
+                                        is_heldout(digest, self.heldout_fraction), text))
+        return check_splits(Corpus(Path(self.dataset).as_posix(), (), self.heldout_fraction,
+                                   tuple(files)),
+                            f"dataset {self.dataset}", "rows",
+                            "add rows or change corpus.heldout")
+
+
+def tokenizer_record(tokenizer, tokenizer_sha256: str | None) -> dict:
+    """A pairs model's tokenizer record: none for bytes (every reader's default), else its own."""
+    if tokenizer.kind == "byte":
+        return {}
+    return {"dataset_kind": "pairs", "tokenizer": tokenizer.kind,
+            "tokenizer_sha256": tokenizer_sha256}
+
+
+class PairsSource:
+    """JSONL (prompt, completion) rows, the loss on completion targets; held out: eval.data."""
+    kind = "pairs"
+    prompted = True   # a model of it answers a prompt ([BOS] prompt [SEP] -> completion)
+    streamed = False  # its rows are read and encoded in memory by the step itself
+    loss_rows = LOSS_BATCH
+
+    def __init__(self, dataset: str, heldout: str | None = None):
+        self.dataset, self.heldout = dataset, heldout
+
+    @classmethod
+    def claims(cls, dataset: str) -> bool:
+        return True  # any regular file: its rows say what is wrong with it
+
+    @classmethod
+    def from_knobs(cls, dataset: str, knobs, heldout: str | None) -> "PairsSource":
+        return cls(dataset, heldout)
+
+    def row_bound(self) -> int | None:
+        return line_count(self.dataset)  # a batch never holds more rows than the file
+
+    def tokenizer_texts(self) -> list[str]:
+        """Each prompt and completion, as encode_pair reads them."""
+        return [text for pair in load_pairs(self.dataset)
+                for text in (pair.prompt, pair.completion)]
+
+    def prepare(self, folder, tokenizer, tokenizer_sha256: str):
+        """No streams: the step reads the rows itself; files.json names the file."""
+        return write_pairs_note(folder, self.dataset, read_input(self.dataset, "dataset"))
+
+    def plan(self, cfg, batch_size: int, tokenizer, tokenizer_sha256: str | None) -> dict:
+        dataset = load_dataset(self.dataset, cfg.seq_len, tokenizer)
+        pairs_per_step = min(batch_size, dataset.n)
+        mean_tokens = dataset.n_tokens / dataset.n
+        return {"dataset_sha256": dataset.sha256, "dataset_rows": dataset.n,
+                "dataset_tokens": dataset.n_tokens,
+                "dataset_counted_targets": dataset.n_counted,
+                "truncated": dataset.n_truncated, "pairs_per_micro_step": pairs_per_step,
+                "flops_per_micro_step": int(round(flops_per_token(cfg) * mean_tokens
+                                                  * pairs_per_step)),
+                **tokenizer_record(tokenizer, tokenizer_sha256)}
+
+    def training_data(self, folder, model, tokenizer, tokenizer_sha256, step):
+        dataset = load_dataset(self.dataset, model.cfg.seq_len, tokenizer)
+        heldout = None
+        if self.heldout is not None:
+            rows = load_dataset(self.heldout, model.cfg.seq_len, tokenizer).encoded
+            heldout = EvalSet(loss_batches(rows, model.make_batch))
+        record = tokenizer_record(tokenizer, tokenizer_sha256)
+        return TrainingData(
+            describe=f"{dataset.n} pairs",
+            sampler=RowBatches(dataset.encoded, step.batch_size, step.seed, model.make_batch),
+            train_set=EvalSet(loss_batches(dataset.encoded, model.make_batch)),
+            heldout_set=heldout,
+            checkpoint={"dataset_sha256": dataset.sha256, "dataset_n": dataset.n,
+                        "dataset_tokens": dataset.n_tokens, "truncated": dataset.n_truncated,
+                        **record, **({"heldout": self.heldout} if self.heldout else {})},
+            weights_meta={"dataset_sha256": dataset.sha256, **record},
+            fingerprint={"dataset_sha256": dataset.sha256, "tokenizer_sha256": tokenizer_sha256,
+                         "heldout": self.heldout})
+
+    def evaluate(self, folder, params, cfg, tokenizer, tokenizer_sha256, eval_cfg) -> dict:
+        """Loss, accuracy, copy recall and exact match on eval.data's pairs."""
+        metrics = evaluate(params, cfg, load_pairs(eval_cfg.data),
+                           batch_size=eval_cfg.batch_size, max_new=eval_cfg.max_new,
+                           n_samples=eval_cfg.n_samples, tokenizer=tokenizer)
+        metrics["data"] = eval_cfg.data
+        return metrics
 
 
 # The kinds, most specific first: the first whose claims() is true reads the dataset.

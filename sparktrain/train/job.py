@@ -4,9 +4,12 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from sparktrain.bc.codec import read_program as read_sparkbc
+from sparktrain.bc.program import job_of, train_decls
 from sparktrain.data.corpus import STDLIB
 from sparktrain.core.errors import SparkError
 from sparktrain.core.fsutil import check_regular, sha256_file
+from sparktrain.core.gate import check_job_live, check_output
 from sparktrain.core.jobfiles import JOBS_ROOT, check_job_id
 
 SUPPORTED_METHODS = ("spark_distill_cpu",)
@@ -71,8 +74,6 @@ def check_dataset(dataset: str) -> None:
 
 def job_from_program(program_path: str, job_id: str, program=None) -> Job:
     """The TRAIN of `program_path` whose job id is `job_id`, fully validated."""
-    from sparktrain.bc.program import train_decls
-
     check_job_id(job_id)
     decls = train_decls(program if program is not None else read_program(program_path))
     matches = [d for d in decls if d.job == job_id]
@@ -87,17 +88,13 @@ def job_from_program(program_path: str, job_id: str, program=None) -> Job:
 def job_from_train(program_path: str, dataset: str, base: str, out: str, method: str,
                    bind: str | None) -> Job:
     """A Job from one TRAIN's operands (its id is the last component of `out`)."""
-    from sparktrain.bc.program import job_of
-
     return validate_job(Job(id=job_of(out), dataset=dataset, base=base, out=out, method=method,
                             bind=bind, program=str(program_path),
                             sparkbc_sha256=sha256_file(program_path)))
 
 
 def read_program(path):
-    from sparktrain.bc.codec import read_program as read
-
-    return read(path)[0]
+    return read_sparkbc(path)[0]
 
 
 def validate_job(job: Job) -> Job:
@@ -112,8 +109,6 @@ def validate_job(job: Job) -> Job:
 
 def gate_job(job: Job) -> Job:
     """The output gate on the job folder: new or ours, never an input (own weights: update)."""
-    from sparktrain.core.gate import check_job_live, check_output
-
     if job.base_is_weights and not Path(job.base).is_file():
         raise SparkError(f"base weights {job.base} do not exist")
     out = Path(job.out)
@@ -127,8 +122,6 @@ def gate_job(job: Job) -> Job:
 
 def adhoc_job(dataset: str, out: str, base: str | None) -> Job:
     """`spark train --dataset D --out DIR`: no `out/` confinement beyond a safe job id."""
-    from sparktrain.bc.program import job_of
-
     name = check_job_id(job_of(out))
     check_dataset(dataset)
     return gate_job(Job(id=name, dataset=dataset, base=base or FRESH_INIT, out=out))

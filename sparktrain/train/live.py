@@ -29,10 +29,6 @@ PLOTS = ("loss", "heldout_loss", "heldout_bpb_64window_estimate")
 SERIES_DIR = Path(LIVE_DIR, "plots", "metrics")  # DVCLive's folder of the series
 
 
-def series_name(key: str) -> str:
-    return SERIES.get(key, key)
-
-
 def series_path(folder: str | os.PathLike, name: str) -> Path:
     """The TSV DVCLive keeps for one series: dvclive/plots/metrics/<name>.tsv."""
     return Path(folder) / SERIES_DIR / f"{name}.tsv"
@@ -122,7 +118,7 @@ class Watcher:
         for name in METRICS:
             value = record.get(name)
             if value is not None and math.isfinite(float(value)):
-                self.live.log_metric(series_name(name), float(value))
+                self.live.log_metric(SERIES.get(name, name), float(value))
         self.live.next_step()   # the summary, and the step-done signal editors watch
 
     def __enter__(self) -> "Watcher":
@@ -147,7 +143,7 @@ class Watcher:
 def _real_folders(pending: Path) -> None:
     """Before DVCLive writes by path: its folders real, its files no links (docs/outputs.md)."""
     for folder, names in ((pending / LIVE_DIR, ("metrics.json",)),
-                          (pending / SERIES_DIR, [f"{series_name(m)}.tsv" for m in METRICS])):
+                          (pending / SERIES_DIR, [f"{SERIES.get(m, m)}.tsv" for m in METRICS])):
         with folder_fd(folder, create=True) as fd:
             for name in names:
                 with contextlib.suppress(FileNotFoundError):

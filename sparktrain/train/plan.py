@@ -7,9 +7,11 @@ from pathlib import Path
 
 from sparktrain.data.base import DataSource
 from sparktrain.data.tokenizer import job_tokenizer
+from sparktrain.core.errors import SparkError
 from sparktrain.core.fsutil import canonical_json
 from sparktrain.core.jobfiles import ARTIFACT, STATUS
 from sparktrain.model.config import ModelConfig, flops_per_token, n_params, step_fits
+from sparktrain.model.parallel import MAX_SHARDS, MAX_WORKERS, default_workers
 from sparktrain.train import outputs
 from sparktrain.train.job import Job
 
@@ -49,9 +51,6 @@ def dry_accept(job: Job, cfg: ModelConfig, batch_size: int, source: DataSource) 
 
 def preflight(step, cfg: ModelConfig, source: DataSource, vocab: int | None = None) -> None:
     """What the loop would refuse (every knob, the memory estimate), before a first write."""
-    from sparktrain.model.parallel import MAX_SHARDS, MAX_WORKERS, default_workers
-    from sparktrain.core.errors import SparkError
-
     if not 1 <= step.shards <= MAX_SHARDS:
         raise SparkError(f"shards must be in [1, {MAX_SHARDS:,}], got {step.shards:,}")
     workers = step.workers if step.workers is not None else default_workers()  # SPARK_WORKERS

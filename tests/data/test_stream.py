@@ -6,8 +6,8 @@ import zlib
 import numpy as np
 import pytest
 
-from sparktrain.data.bpb import bits_per_byte, compressor_bpb
-from sparktrain.data.stream import (WindowSampler, read_stream, sliding_batches, stream_batches,
+from sparktrain.data.base import bits_per_byte, compressor_bpb
+from sparktrain.data.corpus import (WindowSampler, read_stream, sliding_batches, stream_batches,
                                     stream_of,
                                     write_stream)
 from sparktrain.data.tokenizer import ByteTokenizer

@@ -68,8 +68,8 @@ HOSTILE = st.one_of(
 def _readers(tmp: Path):
     """(name, reader of a text) for every kind of JSON/YAML file a command reads."""
     from sparktrain.data.pairs import read_pairs
-    from sparktrain.data.prepare import read_prepared
-    from sparktrain.data.text import TextSource
+    from sparktrain.data.corpus import read_prepared
+    from sparktrain.data.source import TextSource
     from sparktrain.data.tokenizer import parse_tokenizer
     from sparktrain.export.hf import _read_json
     from sparktrain.model.weights import load_weights

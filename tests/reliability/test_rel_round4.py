@@ -120,7 +120,7 @@ def test_import_refuses_zero_and_negative_shapes(trained, tmp_path, changes, nee
 
 
 def test_text_rows_kind_follows_the_reader_not_a_sniff(tmp_path):
-    from sparktrain.data.text import TextSource
+    from sparktrain.data.source import TextSource
 
     big = tmp_path / "big.jsonl"  # a first row of 200 KiB: under the 1 MiB row cap
     big.write_text(json.dumps({"text": "word " * 40_000}) + "\n" + json.dumps({"text": "b"})

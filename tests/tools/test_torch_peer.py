@@ -15,7 +15,7 @@ torch = pytest.importorskip("torch")
 sys.path.insert(0, str(ROOT / "tools"))
 import torch_peer_coder as peer  # noqa: E402
 
-from sparktrain.data.stream import stream_batches  # noqa: E402
+from sparktrain.data.corpus import stream_batches  # noqa: E402
 from sparktrain.model.build import build_model  # noqa: E402
 from sparktrain.model.config import SCALES  # noqa: E402
 from sparktrain.params import StepConfig  # noqa: E402
@@ -66,7 +66,7 @@ def test_the_peer_trains_the_tiny_coder_job_and_measures_bpb_the_project_way(pro
     assert r["micro_steps"] == 3 and r["tokens"] == 3 * 4 * CFG.seq_len
     assert r["heldout_bytes"] > 0 and 0 < r["heldout_bpb"] < 16
     # the measurement against the project's model on the same (initial) weights
-    from sparktrain.data.prepare import read_prepared
+    from sparktrain.data.corpus import read_prepared
     from sparktrain.data.tokenizer import load_tokenizer
     from sparktrain.core.fsutil import sha256_file
     from sparktrain.train.job import job_from_program

@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from sparkhelp import HANG_GUARD_S, ROOT, assert_one_line_error, run_spark
-from sparktrain.data.prepare import read_prepared
+from sparktrain.data.corpus import read_prepared
 from sparktrain.data.tokenizer import load_tokenizer
 from sparktrain.core.jobfiles import EVAL_DETAIL
 from sparktrain.model.build import build_model

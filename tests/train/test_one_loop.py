@@ -9,12 +9,9 @@ from pathlib import Path
 import pytest
 
 import sparktrain.train.loop as loop
-import sparktrain.train.record as record
 from sparkhelp import ROOT
-from sparktrain.data.corpus_source import CorpusSource
-from sparktrain.data.pairs_source import PairsSource
-from sparktrain.data.source import SOURCES, prepare_job, source_for
-from sparktrain.data.text import TextSource
+from sparktrain.data.source import (SOURCES, CorpusSource, PairsSource, TextSource, prepare_job,
+                                    source_for)
 from sparktrain.core.errors import SparkError
 from sparktrain.model.config import SCALES
 from sparktrain.params import CorpusConfig, Defaults, StepConfig
@@ -38,7 +35,7 @@ def _calls(monkeypatch) -> dict:
     """Count the calls of the loop's one set-up, micro-step, check and commit."""
     counts = {}
     for module, name in ((loop, "_set_up"), (loop, "apply_update"),
-                         (record, "check_learned"), (record, "commit")):
+                         (loop, "check_learned"), (loop, "commit")):
         real = getattr(module, name)
 
         def wrapped(*a, _real=real, _name=name, **k):
