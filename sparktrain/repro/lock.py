@@ -1,13 +1,20 @@
-"""dvc.lock as data: the outputs each stage recorded, and their copies in the DVC cache."""
+"""dvc.lock as data: the outputs each stage recorded, and their copies in the DVC cache; a
+stage stopped before it finished (Ctrl-C, SIGTERM, an error) puts back the outputs DVC removed
+and says so on the one line (docs/pipeline.md). And the environment a tool subprocess (dvc,
+spark, git) runs in, and a copy of the project in a fresh git repository: shared by
+`spark repro-check`, tools/ and tests."""
 from __future__ import annotations
 
 import hashlib
 import os
 import re
+import shutil
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from sparktrain.core.errors import SparkError, printable
 from sparktrain.core.fsutil import atomic_write_bytes, read_input
@@ -140,3 +147,81 @@ def restore_outputs(stage: str, folder: str | os.PathLike = ".") -> str:
                 f"`dvc pull {stage}` then `dvc checkout {stage}` brings them back{note}")
     return ("the previous outputs (as dvc.lock records them) were restored from the DVC cache"
             + note)
+
+
+EXIT = {"SIGINT": 130, "SIGTERM": 143}  # 128 + the signal number, as shells report it
+
+
+class Terminated(BaseException):
+    """SIGTERM, raised where the stage was, so its `finally` blocks run."""
+
+
+def _raise_terminated(signum, frame):
+    raise Terminated()
+
+
+def on_sigterm() -> None:
+    signal.signal(signal.SIGTERM, _raise_terminated)
+
+
+def restored_note(stage: str, folder: Callable[[], Path]) -> str:
+    """"; <what the restore did>" when dvc.lock records outputs of `stage`, else "";
+    `folder()` gives the job folder (it reads params.yaml, which may be what broke)."""
+    try:
+        where = folder()
+    except SparkError:  # params.yaml is what broke: the error line already says how
+        return (f"; `dvc checkout {stage}` brings back its previous outputs once params.yaml "
+                f"is fixed" if any(o.stage == stage for o in outputs(read_lock()).values())
+                else "")
+    try:
+        note = restore_outputs(stage, where)
+    except (SparkError, OSError) as err:  # a disk still full
+        return (f"; the previous outputs were not restored ({err}); "
+                f"`dvc checkout {stage}` brings them back")
+    return "" if note.startswith("no earlier outputs") else f"; {note}"
+
+
+def interrupted(stage: str, signame: str, folder: Callable[[], Path]) -> int:
+    """Restore (further signals ignored meanwhile), print one line; the exit code."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    note = restored_note(stage, folder) or "; no earlier outputs recorded in dvc.lock"
+    print(f"stage {stage}: interrupted by {signame}{printable(note)}", file=sys.stderr)
+    return EXIT[signame]
+
+
+# Left behind by earlier runs or by the environment; never part of a copy.
+NOT_COPIED = (".venv/", "out/", ".dvc/cache/", ".dvc/tmp/", "tmp/")
+GIT_IDENTITY = {"GIT_AUTHOR_NAME": "spark", "GIT_AUTHOR_EMAIL": "spark@localhost",
+                "GIT_COMMITTER_NAME": "spark", "GIT_COMMITTER_EMAIL": "spark@localhost"}
+
+
+def tool_env(repo: str | os.PathLike | None = None, extra: dict | None = None) -> dict:
+    """os.environ with this interpreter's bin first on PATH (the stages' python), DVC
+    analytics off, a git identity, and with `repo` its checkout first on PYTHONPATH."""
+    env = {**GIT_IDENTITY, **os.environ}  # a git identity for commits, unless one is set
+    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
+    env["DVC_NO_ANALYTICS"] = "1"
+    if repo is not None:
+        env["PYTHONPATH"] = str(repo)
+    env.update(extra or {})
+    return env
+
+
+def copy_project(root: str | os.PathLike, dest: str | os.PathLike) -> Path:
+    """A fresh one-commit git repository at `dest` holding the project's files (tracked and
+    untracked-but-not-ignored, as git lists them)."""
+    root, dest = Path(root), Path(dest)
+    listed = git("ls-files", "-co", "--exclude-standard", "-z", cwd=root)
+    if listed.returncode != 0:
+        raise SparkError(f"{root} is not a git checkout of the project: {listed.stderr.strip()}")
+    names = [n for n in listed.stdout.split("\0") if n]
+    for name in sorted(n for n in names if not n.startswith(NOT_COPIED) and (root / n).is_file()):
+        target = dest / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(root / name, target)
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "project copy"]):
+        done = git("-c", "init.defaultBranch=main", *args, cwd=dest, env=tool_env())
+        if done.returncode != 0:
+            raise SparkError(f"git {args[0]} in {dest} failed: {done.stderr.strip()}")
+    return dest

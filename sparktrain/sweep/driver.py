@@ -20,7 +20,7 @@ from sparktrain.core.fsutil import read_input
 from sparktrain.core.project import PARAMS_FILE
 from sparktrain.model.parallel import usable_cores  # noqa: F401  (commands: the default --workers)
 from sparktrain.repro.experiments import DvcExperiments
-from sparktrain.repro.workspace import tool_env
+from sparktrain.repro.lock import tool_env
 from sparktrain.sweep.compare import experiments_of, point_record
 from sparktrain.sweep.grid import Axis, Point, expand, parse_axis
 
