@@ -75,7 +75,7 @@ def _readers(tmp: Path):
     from sparktrain.model.weights import load_weights
     from sparktrain.params import load_params
     from sparktrain.repro.lock import read_lock
-    from sparktrain.sweep.compare import lock_outputs
+    from sparktrain.sweep.grid import lock_outputs
     from sparktrain.train.outputs import read_json
 
     def at(name: str, text: str) -> Path:
