@@ -19,8 +19,7 @@ from sparktrain.core.safeload import load_yaml
 from sparktrain.core.fsutil import read_input
 from sparktrain.core.project import PARAMS_FILE
 from sparktrain.model.parallel import usable_cores  # noqa: F401  (commands: the default --workers)
-from sparktrain.repro.experiments import DvcExperiments
-from sparktrain.repro.lock import tool_env
+from sparktrain.repro.lock import DvcExperiments, tool_env
 from sparktrain.sweep.grid import Axis, Point, expand, experiments_of, parse_axis, point_record
 
 ONE_THREAD = {"SPARK_BLAS_THREADS": "1", "SPARK_WORKERS": "1"}  # N workers use N cores

@@ -12,7 +12,7 @@ import pytest
 from sparktrain.core.errors import SparkError
 from sparktrain.eval.compare import plot, runs as cmp
 from sparktrain.eval.headline import HEADLINE_KEYS
-from sparktrain.repro.experiments import ExpRow
+from sparktrain.repro.lock import ExpRow
 
 import yaml
 
@@ -26,7 +26,7 @@ OLD_LAYOUT = dict(HEADLINE, families={"chat": {"loss": 4.0, "n": 3}}, samples=[]
 
 
 class FakeExperiments:
-    """The reader's interface (sparktrain/repro/experiments.py) over made-up
+    """The reader's interface (sparktrain/repro/lock.py) over made-up
     experiments: rows() as exp_show lists them, read() of their files."""
 
     def __init__(self, exps, base_metric=HEADLINE, checkpoint=None):

@@ -1,4 +1,4 @@
-"""`spark compare`, reading: the chosen experiments (through sparktrain/repro/experiments.py),
+"""`spark compare`, reading: the chosen experiments (through sparktrain/repro/lock.py),
 their curves and labels; a headline number not finite is one line naming it. Then the text
 (runs, metrics, curves in 80 columns), and `render`, the one printer of the experiments
 tables (`spark sweep`'s too). See docs/pipeline.md ("Sweep and compare")."""
@@ -26,8 +26,8 @@ from sparktrain.core.safeload import load_yaml
 from sparktrain.core.textout import columns
 from sparktrain.eval.headline import HEADLINE_KEYS, is_finite, is_number
 from sparktrain.params import MAX_OUTER, Defaults
-from sparktrain.repro.experiments import (DvcExperiments, Experiments, ExpRecord, ExpRow,
-                                         read_json, read_params, read_record)
+from sparktrain.repro.lock import (DvcExperiments, Experiments, ExpRecord, ExpRow, read_json,
+                                  read_params, read_record)
 
 # values in one experiment's checkpoint.json: 3 a curve point, outer + 1 points at most
 CHECKPOINT_ITEMS = 4 * (MAX_OUTER + 1) + 10_000
