@@ -10,7 +10,8 @@ import matplotlib.axes
 import pytest
 
 from sparktrain.core.errors import SparkError
-from sparktrain.eval.compare import plot, runs as cmp
+from sparktrain.eval import plot
+from sparktrain.eval.compare import runs as cmp
 from sparktrain.eval.headline import HEADLINE_KEYS
 from sparktrain.repro.lock import ExpRow
 
@@ -196,12 +197,12 @@ def test_on_a_terminal_rich_draws_the_same_cells_under_a_solid_rule():
 
 def test_the_picture_is_800_by_500_and_the_same_bytes_twice(tmp_path):
     sweep = cmp.compare([], shown(LR_02, LR_05))
-    first = plot.write_png(tmp_path / "sub" / "sweep.png", sweep)
-    again = plot.write_png(tmp_path / "again.png", cmp.compare([], shown(LR_02, LR_05)))
+    first = plot.write_compare_png(tmp_path / "sub" / "sweep.png", sweep)
+    again = plot.write_compare_png(tmp_path / "again.png", cmp.compare([], shown(LR_02, LR_05)))
     assert first == again == (tmp_path / "sub" / "sweep.png").read_bytes()
     assert first[:8] == b"\x89PNG\r\n\x1a\n" and b"Software" not in first
     assert struct.unpack(">II", first[16:24]) == (800, 500)
-    labels = [t.get_text() for t in plot.render(sweep).legends[0].get_texts()]
+    labels = [t.get_text() for t in plot.render_compare(sweep).legends[0].get_texts()]
     assert labels == ["1  lr=0.02", "2  lr=0.05"]
 
 
@@ -257,7 +258,7 @@ def _outside(fig) -> list[str]:
 def test_every_artist_stays_inside_the_canvas(n):
     exps = [_long_exp(i, corpus=i % 2 == 1) for i in range(n)]
     sweep = cmp.compare([], shown(*exps, checkpoint=_any_checkpoint))
-    fig = plot.render(sweep)
+    fig = plot.render_compare(sweep)
     assert _outside(fig) == []
     assert fig.bbox.width == 800
     titles = sorted(ax.get_title() for ax in fig.axes)
@@ -298,7 +299,7 @@ def test_an_unset_knob_is_its_default_not_a_difference():
 
 
 def test_a_pairs_only_sweep_has_one_panel_in_nats():
-    fig = plot.render(cmp.compare([], shown(LR_02, LR_05)))
+    fig = plot.render_compare(cmp.compare([], shown(LR_02, LR_05)))
     assert [ax.get_ylabel() for ax in fig.axes] == ["loss (cross-entropy, nats per token)"]
     assert _outside(fig) == []
 
@@ -348,7 +349,7 @@ def test_a_16_point_sweep_table_fits_80_columns():
 
 def test_a_16_point_sweep_legend_names_every_run_by_what_differs():
     sweep = cmp.compare([], _shown16())
-    fig = plot.render(sweep)
+    fig = plot.render_compare(sweep)
     texts = _legend_entries(fig)
     assert len(texts) == 16
     keys = sweep["changed_params"]
@@ -371,7 +372,7 @@ def test_the_16_point_picture(tmp_path):
     import os
     sweep = cmp.compare([], _shown16())
     path = os.environ.get("COMPARE_PNG") or tmp_path / "compare-16.png"
-    data = plot.write_png(path, sweep)
+    data = plot.write_compare_png(path, sweep)
     assert struct.unpack(">II", data[16:24])[0] == 800
 
 

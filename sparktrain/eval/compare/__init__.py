@@ -1,2 +1,2 @@
 """`spark compare`: `runs` reads, picks and labels the experiments and prints
-them; `plot` draws them. See docs/pipeline.md ("Sweep and compare")."""
+them; eval/plot.py draws them. See docs/pipeline.md ("Sweep and compare")."""

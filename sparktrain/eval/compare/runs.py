@@ -32,10 +32,6 @@ from sparktrain.repro.lock import (DvcExperiments, Experiments, ExpRecord, ExpRo
 # values in one experiment's checkpoint.json: 3 a curve point, outer + 1 points at most
 CHECKPOINT_ITEMS = 4 * (MAX_OUTER + 1) + 10_000
 
-# What a held-out record measured -> its panel (bits per byte when it has bpb, else nats)
-UNITS = {"bpb": ("held-out text", "bits per byte"),
-         "loss": ("pairs jobs", "loss (cross-entropy, nats per token)")}
-
 
 @dataclass
 class Experiment:
