@@ -10,7 +10,7 @@ from safetensors.numpy import load_file, save_file
 from tokenizers import Tokenizer
 
 from sparktrain.export.hf import META_FIELD, export_hf, import_hf, name_map, spark_config
-from sparktrain.export.tokenizer import byte_tokenizer
+from sparktrain.export.hf import byte_tokenizer
 from sparktrain.model.config import param_shapes
 from sparktrain.model.weights import load_model
 from sparkhelp import assert_one_line_error, run_spark
