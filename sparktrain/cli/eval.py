@@ -295,7 +295,7 @@ def cmd_compare(args) -> int:
     from sparktrain.core.gate import check_output
     from sparktrain.core.project import OUT, find_root
     from sparktrain.eval.plot import write_compare_png
-    from sparktrain.eval.compare.runs import as_json, compare, format_table
+    from sparktrain.eval.compare import as_json, compare, format_table
 
     args.out = args.out or os.path.relpath(find_root() / OUT / "compare.png")
     out = check_output(args.out, "png")

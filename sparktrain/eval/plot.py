@@ -1,6 +1,6 @@
 """The loss picture (docs/outputs.md, loss.png), and `spark compare`'s picture: a panel per
 unit measured, one numbered legend under them (docs/pipeline.md "Sweep and compare"), of the
-runs eval/compare/runs.py reads; only these plots load matplotlib (slow to import)."""
+runs eval/compare.py reads; only these plots load matplotlib (slow to import)."""
 from __future__ import annotations
 
 import io

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from sparktrain.core.errors import SparkError
 from sparktrain.core.safeload import load_yaml
-from sparktrain.eval.compare.runs import render
+from sparktrain.eval.compare import render
 from sparktrain.eval.headline import is_number
 from sparktrain.params import parse_params
 from sparktrain.repro.lock import LOCK, Experiments, outputs, read_record

@@ -11,7 +11,7 @@ import pytest
 
 from sparktrain.core.errors import SparkError
 from sparktrain.eval import plot
-from sparktrain.eval.compare import runs as cmp
+from sparktrain.eval import compare as cmp
 from sparktrain.eval.headline import HEADLINE_KEYS
 from sparktrain.repro.lock import ExpRow
 

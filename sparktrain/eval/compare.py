@@ -1,7 +1,8 @@
 """`spark compare`, reading: the chosen experiments (through sparktrain/repro/lock.py),
 their curves and labels; a headline number not finite is one line naming it. Then the text
 (runs, metrics, curves in 80 columns), and `render`, the one printer of the experiments
-tables (`spark sweep`'s too). See docs/pipeline.md ("Sweep and compare")."""
+tables (`spark sweep`'s too); eval/plot.py draws them. See docs/pipeline.md ("Sweep and
+compare")."""
 from __future__ import annotations
 
 import dataclasses
