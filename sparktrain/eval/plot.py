@@ -163,6 +163,7 @@ LEGEND_TITLES = {"loss": "loss: ● training  ■ held-out",
 # What a held-out record measured -> its panel (bits per byte when it has bpb, else nats)
 UNITS = {"bpb": ("held-out text", "bits per byte"),
          "loss": ("pairs jobs", "loss (cross-entropy, nats per token)")}
+PANELS = {"loss": ("loss_curve", "o", 4), "bpb": ("heldout_bpb", "s", 5)}  # curve, its markers
 
 
 def run_styles(n: int) -> list[tuple[str, str]]:
@@ -206,11 +207,8 @@ def render_compare(sweep: dict) -> Figure:
         fig.suptitle(f"sweep of {len(exps)} experiment{'s' * (len(exps) != 1)}", fontsize=13)
         axes = fig.subplots(1, len(units), squeeze=False)[0]
         for ax, unit in zip(axes, units):
-            chosen = [e for e in exps if e.unit == unit]
-            if unit == "loss":
-                _loss_panel(ax, chosen, styles)
-            else:
-                _bpb_panel(ax, chosen, styles, refs)
+            _panel(ax, unit, [e for e in exps if e.unit == unit], styles,
+                   refs if unit == "bpb" else [])
         fig.legend(handles, texts, loc="outside lower center", ncol=ncol,
                    fontsize=LEGEND_FONT, frameon=False, handlelength=2.6,
                    title="    ".join(LEGEND_TITLES[u] for u in units), title_fontsize=LEGEND_FONT)
@@ -223,17 +221,24 @@ def _end_number(ax, exp, xs: list, ys: list, colour: str) -> None:
                 fontsize=7, color=colour, va="center", annotation_clip=True)
 
 
-def _loss_panel(ax, exps: list, styles: dict) -> None:
-    ys = [p["loss"] for e in exps for p in e.loss_curve + e.heldout]
-    style_axes(ax, *UNITS["loss"], ys, AXIS_FONTS)
+def _panel(ax, unit: str, exps: list, styles: dict, refs: list) -> None:
+    """A unit's panel: each run's curve (PANELS), its number at the end; a loss panel draws
+    the held-out losses too, a bpb panel the compressors' lines (`refs`)."""
+    curve, marker, size = PANELS[unit]
+    ys = [p[unit] for e in exps for p in getattr(e, curve) + (e.heldout if unit == "loss" else [])]
+    style_axes(ax, *UNITS[unit], ys + [v for v, _, _ in refs], AXIS_FONTS)
     for exp in exps:
         colour, style = styles[exp.name]
-        xs, ys = [p["outer"] for p in exp.loss_curve], [p["loss"] for p in exp.loss_curve]
-        ax.plot(xs, ys, color=colour, linestyle=style, linewidth=2, marker="o", markersize=4)
+        xs, ys = [p["outer"] for p in getattr(exp, curve)], [p[unit] for p in getattr(exp, curve)]
+        ax.plot(xs, ys, color=colour, linestyle=style, linewidth=2, marker=marker,
+                markersize=size)
         _end_number(ax, exp, xs, ys, colour)
-        ax.plot([p["outer"] for p in exp.heldout], [p["loss"] for p in exp.heldout],
-                color=colour, linestyle=style, linewidth=1, marker="s",
-                markersize=6, markeredgecolor="black", markeredgewidth=0.6)
+        if unit == "loss":
+            ax.plot([p["outer"] for p in exp.heldout], [p["loss"] for p in exp.heldout],
+                    color=colour, linestyle=style, linewidth=1, marker="s",
+                    markersize=6, markeredgecolor="black", markeredgewidth=0.6)
+    for value, _, style in refs:
+        ax.axhline(value, color="0.35", linestyle=style, linewidth=1.2)
 
 
 def _references(exps: list) -> list[tuple[float, str, object]]:
@@ -244,18 +249,6 @@ def _references(exps: list) -> list[tuple[float, str, object]]:
                              if e.unit == "bpb" and is_finite(e.metrics.get(key))}):
             found.append((value, f"{name} ({value:.3f} bpb)", style))
     return found
-
-
-def _bpb_panel(ax, exps: list, styles: dict, refs: list) -> None:
-    ys = [p["bpb"] for e in exps for p in e.heldout_bpb] + [v for v, _, _ in refs]
-    style_axes(ax, *UNITS["bpb"], ys, AXIS_FONTS)
-    for exp in exps:
-        colour, style = styles[exp.name]
-        xs, ys = [p["outer"] for p in exp.heldout_bpb], [p["bpb"] for p in exp.heldout_bpb]
-        ax.plot(xs, ys, color=colour, linestyle=style, linewidth=2, marker="s", markersize=5)
-        _end_number(ax, exp, xs, ys, colour)
-    for value, _, style in refs:
-        ax.axhline(value, color="0.35", linestyle=style, linewidth=1.2)
 
 
 def write_compare_png(path: str | os.PathLike, sweep: dict) -> bytes:
