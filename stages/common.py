@@ -16,7 +16,7 @@ from sparktrain.core.errors import SparkError, TrainingFailed, printable
 from sparktrain.core.fsutil import read_input, write_error
 from sparktrain.core.jobfiles import PROGRAM, job_dir
 from sparktrain.params import PARAMS_FILE, Params, StepConfig, load_params
-from sparktrain.repro import interrupt
+from sparktrain.repro import lock
 from sparktrain.train.job import Job, validate_job
 from sparktrain.core.safeload import load_json
 
@@ -73,7 +73,7 @@ def run(name: str, stage: Callable[[], object]) -> int:
     """Run one stage: exit 0 with the path written, 1 when training failed,
     2 with one line for a user mistake or a write the OS refused (a full disk, ...),
     130/143 on SIGINT/SIGTERM (outputs restored)."""
-    interrupt.on_sigterm()
+    lock.on_sigterm()
     try:
         path = stage()
     except TrainingFailed as err:
@@ -82,13 +82,13 @@ def run(name: str, stage: Callable[[], object]) -> int:
     except (SparkError, OSError) as err:  # DVC removed the outputs before the run: put them back
         line = write_error(err.filename or "a stage output", err) if isinstance(err, OSError) \
             else str(err)  # a full, read-only or failing disk, a denied write: one line too
-        note = interrupt.restored_note(name, lambda: job_dir(params().job))
+        note = lock.restored_note(name, lambda: job_dir(params().job))
         print(f"stage {name}: error: {printable(line + note)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        return interrupt.interrupted(name, "SIGINT", lambda: job_dir(params().job))
-    except interrupt.Terminated:
-        return interrupt.interrupted(name, "SIGTERM", lambda: job_dir(params().job))
+        return lock.interrupted(name, "SIGINT", lambda: job_dir(params().job))
+    except lock.Terminated:
+        return lock.interrupted(name, "SIGTERM", lambda: job_dir(params().job))
     if path is not None:
         print(f"stage {name}: wrote {Path(path).as_posix()}", file=sys.stderr)
     return 0

@@ -21,7 +21,7 @@ from sparktrain.core.errors import SparkError
 from sparktrain.core.fsutil import sha256_file
 from sparktrain.core.jobfiles import WEIGHTS, job_dir
 from sparktrain.core.project import PARAMS_FILE
-from sparktrain.repro.workspace import copy_project, tool_env
+from sparktrain.repro.lock import copy_project, tool_env
 from sparktrain.core.safeload import load_yaml
 
 def _run(cmd: list[str], cwd: Path) -> None:

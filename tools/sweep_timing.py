@@ -16,7 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from sparktrain.repro.workspace import copy_project, tool_env
+from sparktrain.repro.lock import copy_project, tool_env
 
 ROOT = Path(__file__).resolve().parents[1]
 GRID = ["step.lr=0.02,0.05,0.1,0.2", "step.seed=0,1"]

@@ -20,7 +20,7 @@ DEVICE_HELP = ("where the forward passes run: cpu (default, numpy), cuda or mps 
 # The format -> its writer (module, function), imported when used; a writer returns the
 # names of the files it wrote into a folder, or None for a single file.
 WRITERS = {"hf": ("sparktrain.export.hf", "export_hf"),
-           "gguf": ("sparktrain.export.gguf", "export_gguf")}
+           "gguf": ("sparktrain.export.hf", "export_gguf")}
 
 
 def register(sub) -> None:
@@ -294,9 +294,8 @@ def cmd_compare(args) -> int:
     from sparktrain.core.fsutil import canonical_json
     from sparktrain.core.gate import check_output
     from sparktrain.core.project import OUT, find_root
-    from sparktrain.eval.compare.plot import write_png
-    from sparktrain.eval.compare.runs import as_json, compare
-    from sparktrain.eval.compare.table import format_table
+    from sparktrain.eval.plot import write_compare_png
+    from sparktrain.eval.compare import as_json, compare, format_table
 
     args.out = args.out or os.path.relpath(find_root() / OUT / "compare.png")
     out = check_output(args.out, "png")
@@ -305,7 +304,7 @@ def cmd_compare(args) -> int:
         if exp.old_layout:
             print(f"spark: note: experiment {exp.name} has the eval.json layout from before "
                   f"eval_detail.json; its headline numbers are read from it", file=sys.stderr)
-    write_png(out, sweep)
+    write_compare_png(out, sweep)
     if args.json:
         sys.stdout.write(canonical_json(as_json(sweep)))
     else:

@@ -54,7 +54,7 @@ def cmd_sweep(args) -> int:
     from sparktrain.core.gate import check_output
     from sparktrain.core.progress import Progress
     from sparktrain.core.project import OUT, find_root
-    from sparktrain.sweep.compare import format_table
+    from sparktrain.sweep.grid import format_table
 
     if args.scheduler and args.workers:
         raise SparkError("--workers sizes the LocalCluster; with --scheduler the cluster "

@@ -1,15 +1,18 @@
-"""The loss picture (docs/outputs.md, loss.png) and the axes and PNG writer `spark compare`'s
-shares; only eval's plots load matplotlib (slow to import)."""
+"""The loss picture (docs/outputs.md, loss.png), and `spark compare`'s picture: a panel per
+unit measured, one numbered legend under them (docs/pipeline.md "Sweep and compare"), of the
+runs eval/compare.py reads; only these plots load matplotlib (slow to import)."""
 from __future__ import annotations
 
 import io
 import os
+import textwrap
 from dataclasses import replace
 from typing import Sequence
 
 import matplotlib.style
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 
 from sparktrain.core.errors import SparkError
@@ -144,3 +147,109 @@ def heldout_points(ev, curve: Sequence, path) -> list:
         if nested:
             return [{"outer": last, "loss": x} for x in nested]
     raise SparkError(f"eval file {path} has no held-out 'loss' to plot")
+
+
+FIG_WIDTH_IN, BASE_HEIGHT_IN = 8.0, 4.76   # 800 x 500 px with one legend row; each row adds height
+LEGEND_ROW_IN = 0.24      # one legend entry of one line
+LEGEND_LINE_IN = 0.155    # each further line of a wrapped entry
+LEGEND_CHARS = 100        # characters of legend text one row holds at LEGEND_FONT
+LEGEND_FONT = 9
+AXIS_FONTS = (11, 10, 9)   # title, axis labels, ticks
+MAX_LEGEND_COLUMNS = 4
+REFERENCES = (("zlib9_bpb", "zlib-9", (0, (5, 3))), ("lzma9e_bpb", "lzma-9e", (0, (1, 2))))
+LINE_STYLES = ("-", "--", "-.", ":")
+LEGEND_TITLES = {"loss": "loss: ● training  ■ held-out",
+                 "bpb": "bits per byte: ■ held-out (per pass: 64-window estimate)"}
+# What a held-out record measured -> its panel (bits per byte when it has bpb, else nats)
+UNITS = {"bpb": ("held-out text", "bits per byte"),
+         "loss": ("pairs jobs", "loss (cross-entropy, nats per token)")}
+PANELS = {"loss": ("loss_curve", "o", 4), "bpb": ("heldout_bpb", "s", 5)}  # curve, its markers
+
+
+def run_styles(n: int) -> list[tuple[str, str]]:
+    """(colour, line style) of each of n runs, no two alike up to 80 (tab20, dark first)."""
+    tab = matplotlib.colormaps["tab20" if n > 10 else "tab10"].colors
+    colours = [matplotlib.colors.to_hex(c) for c in (tab[0::2] + tab[1::2] if n > 10 else tab)]
+    return [(colours[i % len(colours)], LINE_STYLES[(i + i // len(colours)) % len(LINE_STYLES)])
+            for i in range(n)]
+
+
+def legend_layout(texts: list[str]) -> tuple[int, list[str], float]:
+    """(columns, wrapped entries, height in inches) of the least tall legend; never cut."""
+    best = None
+    for ncol in range(min(MAX_LEGEND_COLUMNS, len(texts)), 0, -1):
+        width = LEGEND_CHARS // ncol - 6          # - the line sample and the gap
+        wrapped = [textwrap.fill(t, width, break_on_hyphens=False, subsequent_indent="   ")
+                   for t in texts]
+        per_col = -(-len(texts) // ncol)
+        height = max(sum(LEGEND_ROW_IN + LEGEND_LINE_IN * w.count("\n")
+                         for w in wrapped[c * per_col:(c + 1) * per_col]) for c in range(ncol))
+        if best is None or height < best[2] - 1e-9:
+            best = (ncol, wrapped, height)
+    return best
+
+
+def render_compare(sweep: dict) -> Figure:
+    """A panel per unit measured (bpb beside the compressors), one numbered legend."""
+    exps = sweep["experiments"]
+    units = [u for u in ("loss", "bpb") if any(e.unit == u for e in exps)]
+    with matplotlib.style.context("default"):
+        styles = dict(zip((e.name for e in exps), run_styles(len(exps))))
+        handles = [Line2D([], [], color=styles[e.name][0], linestyle=styles[e.name][1],
+                          linewidth=2, label=f"{e.number}  {e.label}") for e in exps]
+        refs = _references(exps) if "bpb" in units else []
+        handles += [Line2D([], [], color="0.35", linestyle=style, linewidth=1.2, label=text)
+                    for _, text, style in refs]
+        ncol, texts, legend_in = legend_layout([h.get_label() for h in handles])
+        fig = Figure(figsize=(FIG_WIDTH_IN, BASE_HEIGHT_IN + legend_in), dpi=DPI,
+                     layout="constrained")
+        FigureCanvasAgg(fig)
+        fig.suptitle(f"sweep of {len(exps)} experiment{'s' * (len(exps) != 1)}", fontsize=13)
+        axes = fig.subplots(1, len(units), squeeze=False)[0]
+        for ax, unit in zip(axes, units):
+            _panel(ax, unit, [e for e in exps if e.unit == unit], styles,
+                   refs if unit == "bpb" else [])
+        fig.legend(handles, texts, loc="outside lower center", ncol=ncol,
+                   fontsize=LEGEND_FONT, frameon=False, handlelength=2.6,
+                   title="    ".join(LEGEND_TITLES[u] for u in units), title_fontsize=LEGEND_FONT)
+    return fig
+
+
+def _end_number(ax, exp, xs: list, ys: list, colour: str) -> None:
+    """The run's number at the end of its curve, so a line is found without the legend."""
+    ax.annotate(str(exp.number), (xs[-1], ys[-1]), xytext=(5, 0), textcoords="offset points",
+                fontsize=7, color=colour, va="center", annotation_clip=True)
+
+
+def _panel(ax, unit: str, exps: list, styles: dict, refs: list) -> None:
+    """A unit's panel: each run's curve (PANELS), its number at the end; a loss panel draws
+    the held-out losses too, a bpb panel the compressors' lines (`refs`)."""
+    curve, marker, size = PANELS[unit]
+    ys = [p[unit] for e in exps for p in getattr(e, curve) + (e.heldout if unit == "loss" else [])]
+    style_axes(ax, *UNITS[unit], ys + [v for v, _, _ in refs], AXIS_FONTS)
+    for exp in exps:
+        colour, style = styles[exp.name]
+        xs, ys = [p["outer"] for p in getattr(exp, curve)], [p[unit] for p in getattr(exp, curve)]
+        ax.plot(xs, ys, color=colour, linestyle=style, linewidth=2, marker=marker,
+                markersize=size)
+        _end_number(ax, exp, xs, ys, colour)
+        if unit == "loss":
+            ax.plot([p["outer"] for p in exp.heldout], [p["loss"] for p in exp.heldout],
+                    color=colour, linestyle=style, linewidth=1, marker="s",
+                    markersize=6, markeredgecolor="black", markeredgewidth=0.6)
+    for value, _, style in refs:
+        ax.axhline(value, color="0.35", linestyle=style, linewidth=1.2)
+
+
+def _references(exps: list) -> list[tuple[float, str, object]]:
+    """(bpb, legend text, line style) of each compressor's distinct figure in the bpb runs."""
+    found = []
+    for key, name, style in REFERENCES:
+        for value in sorted({e.metrics[key] for e in exps
+                             if e.unit == "bpb" and is_finite(e.metrics.get(key))}):
+            found.append((value, f"{name} ({value:.3f} bpb)", style))
+    return found
+
+
+def write_compare_png(path: str | os.PathLike, sweep: dict) -> bytes:
+    return write_figure(path, render_compare(sweep))

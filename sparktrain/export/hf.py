@@ -1,6 +1,9 @@
 """Hugging Face Llama folders: export (config.json carries the `spark` metadata) and import,
-which gives back the same bytes; the one table of tensor names (Spark, HF, GGUF); the model
-card; the publisher: outputs appear whole or not at all. See docs/export.md."""
+which gives back the same bytes; GGUF for llama.cpp through the `gguf` package (float32
+`llama` tensors, q/k rows in its rope order, a `gpt2` vocabulary); the one table of tensor
+names (Spark, HF, GGUF); the model card; the tokenizer an exported model travels with (the
+byte tokenizer, id = byte value, or the job's own tokenizer.json checked by its sha256); the
+publisher: outputs appear whole or not at all. See docs/export.md ("The GGUF file" for GGUF)."""
 from __future__ import annotations
 
 import contextlib
@@ -18,8 +21,11 @@ from pathlib import Path
 import numpy as np
 from safetensors import SafetensorError
 from safetensors.numpy import save as save_safetensors
-from tokenizers import Tokenizer
+from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, processors
 
+from sparktrain.data.pairs import BOS, EOS, SEP
+from sparktrain.data.source import trained_on
+from sparktrain.data.tokenizer import read_tokenizer
 from sparktrain.core.errors import SparkError, printable
 from sparktrain.core.fsutil import canonical_json, folder_fd, read_input, write_at, write_error
 from sparktrain.core.gate import check_output
@@ -27,7 +33,6 @@ from sparktrain.core.jobfiles import CHECKPOINT, TOKENIZER
 from sparktrain.core.safeload import load_json
 from sparktrain.core.textout import first_line
 from sparktrain.eval.headline import is_finite, is_number
-from sparktrain.export.tokenizer import model_tokenizer_json, special_ids, tokenizer_config
 from sparktrain.model.config import ModelConfig, n_params, param_shapes, weights_fits
 from sparktrain.model.layers import RMS_EPS, ROPE_BASE
 from sparktrain.model.weights import (check_params, check_tensors, config_from_meta, load_model,
@@ -36,6 +41,8 @@ from sparktrain.params import StepConfig
 from sparktrain.train.outputs import job_state, read_json
 
 META_FIELD = "spark_metadata"   # config.json key holding the weights' `spark` metadata
+GGUF_ARCH = "llama"
+GGUF_META_KEY = "spark.metadata"   # the weights' `spark` metadata, canonical JSON
 MODEL_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
 IGNORED_SUFFIX = "rotary_emb.inv_freq"   # a buffer some checkpoints save; derived, not learned
@@ -201,6 +208,67 @@ def export_hf(weights: str | os.PathLike, out: str | os.PathLike,
         "checkpoint", {})), records).encode()
     publish_dir(files, out)
     return sorted(files)
+
+
+def rope_interleave(w: np.ndarray, n_heads: int) -> np.ndarray:
+    """q/k rows from rotate-half order (u_i, u_{i+hd/2}) to llama.cpp's interleaved pairs
+    (u_2i, u_2i+1): within each head, row p * hd/2 + i moves to row 2i + p, as llama.cpp's
+    convert_hf_to_gguf.py `permute` does, so scores are unchanged."""
+    rows, C = w.shape
+    hd = rows // n_heads
+    return np.ascontiguousarray(
+        w.reshape(n_heads, 2, hd // 2, C).swapaxes(1, 2)).reshape(rows, C)  # (heads hd, C)
+
+
+def gguf_tensors(params: dict[str, np.ndarray], cfg: ModelConfig) -> dict[str, np.ndarray]:
+    """GGUF name -> float32 tensor, q/k rows in llama.cpp's interleaved rope order."""
+    heads = {"q": cfg.n_head, "k": cfg.n_kv_head}
+    out = {}
+    for spark, name in name_map(cfg, "gguf").items():
+        w = np.ascontiguousarray(params[spark], dtype=np.float32)
+        kind = spark.rsplit(".", 2)[-2]                       # spark.layers.L.<kind>.weight
+        if spark.startswith("spark.layers.") and kind in heads:
+            w = rope_interleave(w, heads[kind])
+        out[name] = w
+    return out
+
+
+def write_gguf(path: str | os.PathLike, params, cfg: ModelConfig, meta: dict,
+               tok_text: str) -> None:
+    import gguf   # only here: the other exports and imports never load it
+
+    tokens, types, merges = gguf_vocab(tok_text)
+    ids = special_ids(tok_text)
+    w = gguf.GGUFWriter(path, GGUF_ARCH)
+    w.add_name(str(meta.get("job") or "spark"))
+    w.add_string(GGUF_META_KEY, json.dumps(meta, sort_keys=True, separators=(",", ":")))
+    keys = {"file_type": gguf.LlamaFileType.ALL_F32, "vocab_size": cfg.vocab,
+            "context_length": cfg.seq_len, "embedding_length": cfg.dim,
+            "block_count": cfg.n_layer, "feed_forward_length": 4 * cfg.dim,
+            "head_count": cfg.n_head, "head_count_kv": cfg.n_kv_head,
+            "rope_dimension_count": cfg.head_dim, "rope_freq_base": ROPE_BASE,
+            "layer_norm_rms_eps": RMS_EPS, "tokenizer_model": "gpt2", "tokenizer_pre": "default",
+            "token_list": tokens, "token_types": types, "token_merges": merges,
+            "bos_token_id": ids["bos"], "sep_token_id": ids["sep"], "eos_token_id": ids["eos"],
+            "pad_token_id": ids["eos"], "add_bos_token": True, "add_eos_token": False}
+    for key, value in keys.items():  # in this order: the file's key-value section
+        getattr(w, f"add_{key}")(value)
+    for name, tensor in gguf_tensors(params, cfg).items():
+        w.add_tensor(name, tensor)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def export_gguf(weights: str | os.PathLike, out: str | os.PathLike,
+                tokenizer: str | os.PathLike | None = None, force: bool = False) -> None:
+    out = check_target(out, force, "gguf", inputs=(weights, tokenizer))
+    params, cfg, meta = load_model(weights)
+    require_attention(cfg, weights)
+    tok_text = model_tokenizer_json(weights, meta, cfg, tokenizer)
+    publish_file(lambda tmp: write_gguf(tmp, params, cfg, meta, tok_text), out)
+
 
 
 def import_hf(folder: str | os.PathLike, out: str | os.PathLike, force: bool = False) -> dict:
@@ -433,6 +501,126 @@ def tokenizer_kind(tok_text: str, ckpt: dict) -> str:
     return (f"`tokenizer.json`{which}: a {kind} tokenizer of "
             f"{tok.get_vocab_size(with_added_tokens=True):,} tokens; {specials}{wraps}. "
             f"Generation stops at EOS.")
+
+SPECIALS = {BOS: "<|bos|>", SEP: "<|sep|>", EOS: "<|eos|>"}
+# One merge that never fires (0xFD twice; UTF-8 text never holds 0xFD): the gguf writer
+# refuses an empty array and llama.cpp a BPE vocab without merges (docs/export.md).
+GGUF_NULL_MERGE = "ý ý"
+GGUF_NORMAL, GGUF_CONTROL = 1, 3     # llama.cpp token types
+
+
+def bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's byte -> printable character table (the ByteLevel alphabet)."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1),
+                 *range(ord("®"), ord("ÿ") + 1)]
+    extra = iter(range(256, 512))  # the others, in byte order, after the Latin-1 block
+    return {b: chr(b) if b in printable else chr(next(extra)) for b in range(256)}
+
+
+def byte_tokenizer() -> Tokenizer:
+    chars = bytes_to_unicode()
+    vocab = {SPECIALS.get(b, chars[b]): b for b in range(256)}
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tok.normalizer = normalizers.ByteLevel()
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens([AddedToken(SPECIALS[b], special=True) for b in sorted(SPECIALS)])
+    return _spark_template(tok, pairs=True)
+
+
+def model_tokenizer_json(weights: str | os.PathLike, meta: dict, cfg: ModelConfig,
+                         given: str | os.PathLike | None) -> str:
+    """The tokenizer.json text an exported model travels with, never a guess: weights that
+    record `tokenizer_sha256` take `given` or the one beside them, with that sha256; others
+    are a byte-token model: the byte tokenizer, or `given` when its vocabulary fits."""
+    recorded = meta.get("tokenizer_sha256")
+    if recorded is None:
+        if given is None and cfg.vocab != 256:
+            raise SparkError(f"{os.fspath(weights)} has a vocab of {cfg.vocab} tokens and "
+                             f"records no tokenizer; give the tokenizer.json it was trained "
+                             f"with (--tokenizer)")
+        return tokenizer_json(cfg, given)
+    path = Path(given) if given is not None else Path(weights).parent / TOKENIZER
+    if not path.is_file():
+        raise SparkError(f"{os.fspath(weights)} was trained with a tokenizer (sha256 "
+                         f"{str(recorded)[:12]}...) but there is no {path}; give the job's "
+                         f"tokenizer.json with --tokenizer")
+    tok, _ = read_tokenizer(path, recorded, os.fspath(weights))  # the sha256 checked first
+    if tok.kind == "byte":   # a corpus job on bytes: the HF byte tokenizer
+        return tokenizer_json(cfg, None)
+    return with_spark_template(tokenizer_json(cfg, path), pairs=trained_on(meta).prompted)
+
+
+def with_spark_template(tok_text: str, *, pairs: bool) -> str:
+    """A job's BPE tokenizer.json with the ids `spark generate` puts around a prompt as its
+    post-processor ([BOS] prompt [SEP] for a pairs model, [BOS] prompt for a corpus model)."""
+    return _spark_template(Tokenizer.from_str(tok_text), pairs=pairs).to_str(pretty=True) + "\n"
+
+
+def _spark_template(tok: Tokenizer, *, pairs: bool) -> Tokenizer:
+    bos, sep = SPECIALS[BOS], SPECIALS[SEP]
+    tok.post_processor = processors.TemplateProcessing(
+        single=f"{bos} $A {sep}" if pairs else f"{bos} $A",
+        special_tokens=[(bos, tok.token_to_id(bos)), (sep, tok.token_to_id(sep))])
+    return tok
+
+
+def tokenizer_json(cfg: ModelConfig, path: str | os.PathLike | None) -> str:
+    """The tokenizer.json text: the byte tokenizer, or the file at `path` checked
+    against the model's vocabulary."""
+    if path is None:
+        return byte_tokenizer().to_str()
+    text = read_input(path, "tokenizer").decode("utf-8", errors="replace")
+    try:
+        tok = Tokenizer.from_str(text)
+    except Exception as err:  # the library raises its own types for every parse error
+        raise SparkError(f"{os.fspath(path)} is not a tokenizers tokenizer.json "
+                         f"({first_line(err)})") from None
+    size = tok.get_vocab_size(with_added_tokens=True)
+    if size != cfg.vocab:
+        raise SparkError(f"{os.fspath(path)} has {size} tokens but the weights' vocab is "
+                         f"{cfg.vocab}; give the tokenizer the model was trained with")
+    return text
+
+
+def special_ids(tok_text: str) -> dict[str, int]:
+    """bos/sep/eos ids: the tokenizer's `<|bos|>`-style tokens, else the byte values."""
+    tok = Tokenizer.from_str(tok_text)
+    return {name: byte if (found := tok.token_to_id(SPECIALS[byte])) is None else found
+            for name, byte in (("bos", BOS), ("sep", SEP), ("eos", EOS))}
+
+
+def tokenizer_config(tok_text: str, cfg: ModelConfig) -> dict:
+    """tokenizer_config.json for transformers' AutoTokenizer (the fast tokenizer)."""
+    tok = Tokenizer.from_str(tok_text)
+    # model_input_names: a Llama takes no token_type_ids, which a template post-processor
+    # would otherwise hand to `model.generate(**tok(prompt))`
+    conf = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": cfg.seq_len,
+            "clean_up_tokenization_spaces": False, "padding_side": "left",
+            "model_input_names": ["input_ids", "attention_mask"]}
+    conf.update({f"{name}_token": tok.id_to_token(i) for name, i in special_ids(tok_text).items()})
+    conf["pad_token"] = conf["eos_token"]   # Spark pads with EOS too
+    return conf
+
+
+def gguf_vocab(tok_text: str) -> tuple[list[str], list[int], list[str]]:
+    """(tokens by id, llama.cpp token types, merges) of a byte-level BPE tokenizer.json."""
+    data = load_json(tok_text, "tokenizer.json")
+    model = data.get("model") or {}
+    if model.get("type") != "BPE":
+        raise SparkError(f"GGUF export needs a byte-level BPE tokenizer, this one is a "
+                         f"{model.get('type')!r} model")
+    vocab = dict(model.get("vocab") or {})
+    for added in data.get("added_tokens") or []:
+        vocab.setdefault(added["content"], added["id"])
+    by_id = sorted((i, t) for t, i in vocab.items())
+    if [i for i, _ in by_id] != list(range(len(by_id))):
+        raise SparkError("GGUF export needs token ids 0..n-1 without gaps")
+    control = {a["content"] for a in data.get("added_tokens") or [] if a.get("special")}
+    tokens = [t for _, t in by_id]
+    types = [GGUF_CONTROL if t in control else GGUF_NORMAL for t in tokens]
+    merges = [m if isinstance(m, str) else " ".join(m) for m in model.get("merges") or []]
+    return tokens, types, merges or [GGUF_NULL_MERGE]
+
 
 
 def check_target(path: str | os.PathLike, force: bool, kind: str, inputs: tuple = ()) -> Path:

@@ -19,8 +19,7 @@ from sparktrain.core.textout import first_line
 from sparktrain.core.jobfiles import CHECKPOINT, EVAL, EVAL_DETAIL, WEIGHTS
 from sparktrain.eval.headline import is_number
 from sparktrain.repro.lock import (LOCK, Output, cache_dir, cached_blob, git, git_blob, outputs,
-                                   read_lock)
-from sparktrain.repro.workspace import tool_env
+                                   read_lock, tool_env)
 from sparktrain.core.safeload import load_json, load_yaml
 
 # JSON strings under these keys are hashes of other outputs: they move with the floats.

@@ -19,10 +19,8 @@ from sparktrain.core.safeload import load_yaml
 from sparktrain.core.fsutil import read_input
 from sparktrain.core.project import PARAMS_FILE
 from sparktrain.model.parallel import usable_cores  # noqa: F401  (commands: the default --workers)
-from sparktrain.repro.experiments import DvcExperiments
-from sparktrain.repro.workspace import tool_env
-from sparktrain.sweep.compare import experiments_of, point_record
-from sparktrain.sweep.grid import Axis, Point, expand, parse_axis
+from sparktrain.repro.lock import DvcExperiments, tool_env
+from sparktrain.sweep.grid import Axis, Point, expand, experiments_of, parse_axis, point_record
 
 ONE_THREAD = {"SPARK_BLAS_THREADS": "1", "SPARK_WORKERS": "1"}  # N workers use N cores
 
@@ -270,7 +268,7 @@ def run_points(plan: SweepPlan, todo: list[Point], scheduler: str | None, worker
 
 
 def compare(plan: SweepPlan, failures: dict[str, str]) -> dict:
-    """The sweep's comparison document (see compare.py), in grid order."""
+    """The sweep's comparison document (see grid.py), in grid order."""
     with DvcExperiments(str(plan.repo)) as source:
         found = experiments_of(source, plan.commit)
     exps = {p.name: None if p.name in failures else found.get(p.name) for p in plan.points}

@@ -1,6 +1,10 @@
 """A sweep's grid: `-S key=v1,v2` arguments expanded as `dvc exp run --queue -S` does
 (the cartesian product, the first `-S` varying slowest). A point's name is a hash of
-its overrides, so a re-run sweep finds the experiments it already made."""
+its overrides, so a re-run sweep finds the experiments it already made.
+
+Then the comparison a sweep prints and writes: each point's params, metrics and output hashes
+(repro/lock.py reads them). Only what the inputs decide goes into it (no timings, hosts
+or absolute paths): the same sweep gives the same JSON bytes however it was scheduled."""
 from __future__ import annotations
 
 import copy
@@ -11,8 +15,11 @@ import re
 from dataclasses import dataclass
 
 from sparktrain.core.errors import SparkError
-from sparktrain.params import parse_params
 from sparktrain.core.safeload import load_yaml
+from sparktrain.eval.compare import render
+from sparktrain.eval.headline import is_number
+from sparktrain.params import parse_params
+from sparktrain.repro.lock import LOCK, Experiments, outputs, read_record
 
 MAX_POINTS = 10_000  # a grid larger than this is a typo, not a sweep
 KEY = re.compile(r"^(\+?)([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_]+)*)=(.+)$")
@@ -107,3 +114,96 @@ def _invalid(params: dict, axes: list[Axis], combo) -> str | None:
     except SparkError as err:
         return str(err)
     return None
+
+
+WEIGHTS_SUFFIX = ".safetensors"  # the output the table shows a hash of
+
+
+def experiments_of(source: Experiments, baseline: str) -> dict[str, dict]:
+    """name -> {rev, params, metrics, outputs} of the experiments run on `baseline`:
+    params.yaml, eval.json and path -> md5 of every output in dvc.lock, at each rev."""
+    found = {}
+    for row in source.rows(baseline)[0]:
+        rec = read_record(source, row)
+        entry = {"data": rec.metrics} if rec.metrics is not None \
+            else {"error": {"msg": rec.metrics_error}}
+        lock = source.read(LOCK, row.rev)
+        found[row.name] = {"rev": row.rev, "params": rec.params,
+                           "metrics": {rec.metrics_path: entry},
+                           "outputs": lock_outputs(lock) if lock is not None else {}}
+    return found
+
+
+def lock_outputs(lock_text: str | bytes) -> dict[str, str]:
+    """path -> md5 of every output in a dvc.lock (outs, metrics and plots alike; "" unrecorded)."""
+    return {path: out.md5 or "" for path, out in outputs(load_yaml(lock_text, LOCK)).items()}
+
+
+def _lookup(tree, dotted: str):
+    for part in dotted.lstrip("+").split("."):
+        if not isinstance(tree, dict) or part not in tree:
+            return None
+        tree = tree[part]
+    return tree
+
+
+def point_record(point: Point, exp: dict | None, outputs: dict, failure: str | None) -> dict:
+    params_doc = (exp or {}).get("params") or {}
+    params = {key: _lookup(params_doc, key) if exp else _as_written(value)
+              for key, value in point.values}
+    metrics, errors = {}, []
+    for path, entry in sorted(((exp or {}).get("metrics") or {}).items()):
+        if "data" in entry:
+            metrics[path] = entry["data"]
+        else:
+            errors.append(f"{path}: {entry.get('error', {}).get('msg', 'unreadable')}")
+    if exp is None and failure is None:
+        failure = "the experiment was not found after `dvc exp pull`"
+    return {"name": point.name, "overrides": list(point.overrides), "params": params,
+            "state": "failed" if failure else "done", "error": failure,
+            "metrics": metrics, "metric_errors": errors, "outputs": dict(sorted(outputs.items())),
+            "rev": exp["rev"] if exp else None}
+
+
+def _as_written(text: str):
+    """A value as `dvc exp run -S` would set it: YAML, with `1e30` a float as DVC reads it."""
+    try:
+        value = load_yaml(text, "-S value")
+    except SparkError:
+        return text
+    try:
+        return float(value) if isinstance(value, str) else value
+    except ValueError:
+        return value
+
+
+def headline(metrics: dict) -> dict[str, float]:
+    """The scalar numbers at the top of each metrics file, as `dvc exp show` would list them."""
+    flat = {}
+    for data in metrics.values():
+        for key, value in data.items():
+            if is_number(value):
+                flat.setdefault(key, value)
+    return flat
+
+
+def format_table(doc: dict, tty: bool | None = None) -> str:
+    """A `dvc exp show`-like table (table.render, `tty` as its): the swept params, the
+    headline metrics, the weights' hash (8 hex digits) when it differs between points."""
+    points = doc["points"]
+    keys = [k for k, _ in (doc["axes"] or [])]
+    metric_keys = list(dict.fromkeys(k for p in points for k in headline(p["metrics"])))
+    out_paths = sorted({path for p in points for path in p["outputs"]})
+    changed = [path for path in out_paths if path.endswith(WEIGHTS_SUFFIX)
+               and len({p["outputs"].get(path) for p in points if p["state"] == "done"}) > 1]
+    header = ["Experiment", "State", *keys, *metric_keys, *(p.rsplit("/", 1)[-1] for p in changed)]
+    rows = [[p["name"], p["state"], *(_cell(p["params"].get(k)) for k in keys),
+             *(_cell(headline(p["metrics"]).get(k)) for k in metric_keys),
+             *((p["outputs"].get(path) or "-")[:8] for path in changed)] for p in points]
+    lines = render(header, rows, rule=True, tty=tty)
+    lines += [f"{p['name']} failed: {p['error']}" for p in points if p["error"]]
+    return "\n".join(lines)
+
+
+def _cell(value) -> str:
+    return "-" if value is None else f"{value:.5g}" if isinstance(value, float) else str(value)

@@ -10,9 +10,10 @@ import matplotlib.axes
 import pytest
 
 from sparktrain.core.errors import SparkError
-from sparktrain.eval.compare import plot, runs as cmp, table as tbl
+from sparktrain.eval import plot
+from sparktrain.eval import compare as cmp
 from sparktrain.eval.headline import HEADLINE_KEYS
-from sparktrain.repro.experiments import ExpRow
+from sparktrain.repro.lock import ExpRow
 
 import yaml
 
@@ -26,7 +27,7 @@ OLD_LAYOUT = dict(HEADLINE, families={"chat": {"loss": 4.0, "n": 3}}, samples=[]
 
 
 class FakeExperiments:
-    """The reader's interface (sparktrain/repro/experiments.py) over made-up
+    """The reader's interface (sparktrain/repro/lock.py) over made-up
     experiments: rows() as exp_show lists them, read() of their files."""
 
     def __init__(self, exps, base_metric=HEADLINE, checkpoint=None):
@@ -128,7 +129,7 @@ def test_same_params_twice_are_told_apart_by_name():
     sweep = cmp.compare([], shown(LR_05, again))
     assert [e.label for e in sweep["experiments"]] == ["lr-five", "lr-five-again"]
     assert sweep["shared_params"] == {"step.lr": 0.05}
-    assert "the same in all, not in the baseline: step.lr=0.05" in tbl.format_table(sweep)
+    assert "the same in all, not in the baseline: step.lr=0.05" in cmp.format_table(sweep)
 
 
 def test_old_metric_layout_is_read_and_flagged():
@@ -171,7 +172,7 @@ def test_a_hostile_file_at_a_rev_is_one_line():
 
 def test_table_and_json_hold_the_same_numbers():
     sweep = cmp.compare([], shown(LR_02, LR_05))
-    table = tbl.format_table(sweep)
+    table = cmp.format_table(sweep)
     assert "params that differ: step.lr" in table
     assert table.splitlines()[2].split() == ["experiment", "lr", "train", "held-out",
                                              "ppl", "acc", "exact", "copy"]
@@ -187,21 +188,21 @@ def test_table_and_json_hold_the_same_numbers():
 
 def test_on_a_terminal_rich_draws_the_same_cells_under_a_solid_rule():
     sweep = cmp.compare([], shown(LR_02, LR_05))
-    plain, drawn = tbl.format_table(sweep, tty=False), tbl.format_table(sweep, tty=True)
+    plain, drawn = cmp.format_table(sweep, tty=False), cmp.format_table(sweep, tty=True)
     assert "\u2500" not in plain and "\u2500" * 20 in drawn
     assert [ln for ln in drawn.splitlines() if not (ln and set(ln) <= {"\u2500"})] == \
         plain.splitlines()                  # the same lines, two spaces apart, rules added
-    assert tbl.render(["a", "b"], [["[job-1]", ":x:"]], tty=True)[2] == "[job-1]  :x:"
+    assert cmp.render(["a", "b"], [["[job-1]", ":x:"]], tty=True)[2] == "[job-1]  :x:"
 
 
 def test_the_picture_is_800_by_500_and_the_same_bytes_twice(tmp_path):
     sweep = cmp.compare([], shown(LR_02, LR_05))
-    first = plot.write_png(tmp_path / "sub" / "sweep.png", sweep)
-    again = plot.write_png(tmp_path / "again.png", cmp.compare([], shown(LR_02, LR_05)))
+    first = plot.write_compare_png(tmp_path / "sub" / "sweep.png", sweep)
+    again = plot.write_compare_png(tmp_path / "again.png", cmp.compare([], shown(LR_02, LR_05)))
     assert first == again == (tmp_path / "sub" / "sweep.png").read_bytes()
     assert first[:8] == b"\x89PNG\r\n\x1a\n" and b"Software" not in first
     assert struct.unpack(">II", first[16:24]) == (800, 500)
-    labels = [t.get_text() for t in plot.render(sweep).legends[0].get_texts()]
+    labels = [t.get_text() for t in plot.render_compare(sweep).legends[0].get_texts()]
     assert labels == ["1  lr=0.02", "2  lr=0.05"]
 
 
@@ -257,7 +258,7 @@ def _outside(fig) -> list[str]:
 def test_every_artist_stays_inside_the_canvas(n):
     exps = [_long_exp(i, corpus=i % 2 == 1) for i in range(n)]
     sweep = cmp.compare([], shown(*exps, checkpoint=_any_checkpoint))
-    fig = plot.render(sweep)
+    fig = plot.render_compare(sweep)
     assert _outside(fig) == []
     assert fig.bbox.width == 800
     titles = sorted(ax.get_title() for ax in fig.axes)
@@ -273,7 +274,7 @@ def test_every_artist_stays_inside_the_canvas(n):
         assert "data/programs" not in text and "step." not in text     # shortened
         assert "lr=" in text
     # pairs and corpus runs side by side: nine metric columns, still 80 columns
-    assert max(len(ln) for ln in tbl.format_table(sweep).splitlines()) <= 80
+    assert max(len(ln) for ln in cmp.format_table(sweep).splitlines()) <= 80
 
 
 def test_labels_show_only_what_differs_shortened():
@@ -298,7 +299,7 @@ def test_an_unset_knob_is_its_default_not_a_difference():
 
 
 def test_a_pairs_only_sweep_has_one_panel_in_nats():
-    fig = plot.render(cmp.compare([], shown(LR_02, LR_05)))
+    fig = plot.render_compare(cmp.compare([], shown(LR_02, LR_05)))
     assert [ax.get_ylabel() for ax in fig.axes] == ["loss (cross-entropy, nats per token)"]
     assert _outside(fig) == []
 
@@ -339,7 +340,7 @@ def test_a_16_point_sweep_table_fits_80_columns():
     sweep = cmp.compare([], _shown16())
     assert sweep["changed_params"] == ["program", "step.lr", "step.momentum",
                                        "step.optimizer", "step.seed"]
-    table = tbl.format_table(sweep)
+    table = cmp.format_table(sweep)
     wide = [ln for ln in table.splitlines() if len(ln) > 80]
     assert wide == []
     for exp in sweep["experiments"]:          # every run is in it, by number and name
@@ -348,7 +349,7 @@ def test_a_16_point_sweep_table_fits_80_columns():
 
 def test_a_16_point_sweep_legend_names_every_run_by_what_differs():
     sweep = cmp.compare([], _shown16())
-    fig = plot.render(sweep)
+    fig = plot.render_compare(sweep)
     texts = _legend_entries(fig)
     assert len(texts) == 16
     keys = sweep["changed_params"]
@@ -371,7 +372,7 @@ def test_the_16_point_picture(tmp_path):
     import os
     sweep = cmp.compare([], _shown16())
     path = os.environ.get("COMPARE_PNG") or tmp_path / "compare-16.png"
-    data = plot.write_png(path, sweep)
+    data = plot.write_compare_png(path, sweep)
     assert struct.unpack(">II", data[16:24])[0] == 800
 
 
@@ -410,7 +411,7 @@ def test_many_long_params_fall_back_to_a_wrapped_key_inside_80_columns():
         params["program"] = f"data/programs/{'x' * 30}-{i}-{'y' * 10}.sparkbc"
         exps.append(_exp(f"long-run-name-{i:02d}", f"{i + 1:07x}" * 6, step, HEADLINE, params))
     sweep = cmp.compare([], shown(*exps))
-    table = tbl.format_table(sweep)
+    table = cmp.format_table(sweep)
     assert [ln for ln in table.splitlines() if len(ln) > 80] == []
     for exp in sweep["experiments"]:     # each run's whole label is in the key, wrapped
         at = table.index(f"{exp.number:>2} {exp.name}")

@@ -17,7 +17,7 @@ TEXTS = ["hello world", "  two  spaces\n\ttab", "what is 2+2?", "é, ü, ß, 日
 
 
 def rope_deinterleave(w: np.ndarray, n_heads: int) -> np.ndarray:
-    """Inverse of gguf.rope_interleave: interleaved pairs back to rotate-half order."""
+    """Inverse of hf.rope_interleave: interleaved pairs back to rotate-half order."""
     rows, C = w.shape
     hd = rows // n_heads
     return np.ascontiguousarray(

@@ -75,7 +75,7 @@ def _readers(tmp: Path):
     from sparktrain.model.weights import load_weights
     from sparktrain.params import load_params
     from sparktrain.repro.lock import read_lock
-    from sparktrain.sweep.compare import lock_outputs
+    from sparktrain.sweep.grid import lock_outputs
     from sparktrain.train.outputs import read_json
 
     def at(name: str, text: str) -> Path:
@@ -153,7 +153,7 @@ def test_params_yaml_with_a_key_twice_is_refused_by_every_command(tmp_path):
 
 
 def test_a_three_million_point_curve_is_refused_fast_and_small():
-    from sparktrain.eval.compare.runs import CHECKPOINT_ITEMS
+    from sparktrain.eval.compare import CHECKPOINT_ITEMS
 
     point = b'{"loss":1,"outer":0}'
     text = b'{"loss_curve":[' + (point + b",") * 2_999_999 + point + b"]}"

@@ -88,8 +88,7 @@ def test_names_over_the_file_name_limit_are_one_line(trained, argv):
 
 def test_sweep_values_of_5000_digits_are_a_refused_point_not_a_traceback():
     from sparktrain.core.safeload import load_yaml
-    from sparktrain.sweep.compare import point_record
-    from sparktrain.sweep.grid import expand, parse_axis
+    from sparktrain.sweep.grid import expand, parse_axis, point_record
 
     params = load_yaml((ROOT / "params.yaml").read_bytes(), "params.yaml")
     [point] = expand([parse_axis("step.outer=" + "9" * 5000)], params)

@@ -151,7 +151,7 @@ def test_an_experiments_alias_bomb_is_refused_before_anything_parses_it(exps):
 
 
 def test_a_huge_params_blob_is_refused_by_its_size(exps):
-    from sparktrain.repro.experiments import DvcExperiments, read_params
+    from sparktrain.repro.lock import DvcExperiments, read_params
 
     commit = experiment(exps, "huge", {"params.yaml": b"job: j\n" + b"#" * (17 << 20)})
     with DvcExperiments(str(exps)) as source:

@@ -8,9 +8,9 @@ import yaml
 
 from sparkhelp import ROOT
 from sparktrain.core.errors import SparkError
-from sparktrain.sweep.compare import experiments_of, format_table, lock_outputs, point_record
-from sparktrain.repro.experiments import ExpRow
-from sparktrain.sweep.grid import expand, parse_axis, point_name
+from sparktrain.repro.lock import ExpRow
+from sparktrain.sweep.grid import (expand, experiments_of, format_table, lock_outputs, parse_axis,
+                                   point_name, point_record)
 from sparktrain.sweep.driver import reason
 
 PARAMS = yaml.safe_load((ROOT / "params.yaml").read_text())

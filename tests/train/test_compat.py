@@ -13,7 +13,7 @@ import pytest
 from safetensors.numpy import load_file
 
 from sparkhelp import HANG_GUARD_S, ROOT, assert_one_line_error, run_spark
-from sparktrain.repro.workspace import copy_project, tool_env
+from sparktrain.repro.lock import copy_project, tool_env
 
 sys.path.insert(0, str(ROOT))
 from tools import readme_figures as rf  # noqa: E402

@@ -1,2 +1,0 @@
-"""`spark compare`: `runs` reads, picks and labels the experiments; `table` prints
-them; `plot` draws them. See docs/pipeline.md ("Sweep and compare")."""
