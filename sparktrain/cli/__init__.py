@@ -11,8 +11,7 @@ import re
 import sys
 
 from sparktrain import __version__
-from sparktrain.core.errors import SparkError, printable
-from sparktrain.core.textout import did_you_mean
+from sparktrain.core.errors import SparkError, did_you_mean, printable
 
 # each registers the commands its docstring names, listed in --help in this order
 COMMAND_MODULES = tuple(f"sparktrain.cli.{name}" for name in (

@@ -8,10 +8,9 @@ import json
 import os
 import sys
 
-from sparktrain.core.errors import SparkError, printable
+from sparktrain.core.errors import SparkError, printable, printable_lines
 from sparktrain.eval.headline import HEADLINE_KEYS
 from sparktrain.model.backend import DEVICES
-from sparktrain.core.textout import printable_lines
 
 TOKENIZER_HELP = ("tokenizer.json of a corpus or BPE pairs job (default: the one beside "
                   "--weights); its sha256 must be the one the weights record")

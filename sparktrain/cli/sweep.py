@@ -5,8 +5,7 @@ import os
 import sys
 
 from sparktrain.core.argtypes import positive_int
-from sparktrain.core.errors import SparkError
-from sparktrain.core.textout import printable, printable_lines
+from sparktrain.core.errors import SparkError, printable, printable_lines
 
 
 def register(sub) -> None:

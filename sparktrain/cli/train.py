@@ -9,8 +9,7 @@ import os
 import sys
 from pathlib import Path
 
-from sparktrain.core.errors import SparkError
-from sparktrain.core.textout import printable_lines
+from sparktrain.core.errors import SparkError, printable_lines
 
 ARCH = (("--dim", "dim"), ("--n-layer", "n_layer"), ("--n-head", "n_head"),
         ("--n-kv-head", "n_kv_head"), ("--seq-len", "seq_len"))
@@ -268,7 +267,7 @@ def cmd_status(args) -> int:
     except SparkError:
         now = None
     state = outputs.job_state(folder, current_step=now)
-    sys.stdout.write(printable_lines(_summary_text(state, folder)) if args.summary  # textout.py
+    sys.stdout.write(printable_lines(_summary_text(state, folder)) if args.summary  # errors.py
                      else canonical_json(state))
     return 0
 

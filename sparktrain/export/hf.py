@@ -20,12 +20,11 @@ from safetensors import SafetensorError
 from safetensors.numpy import save as save_safetensors
 from tokenizers import Tokenizer
 
-from sparktrain.core.errors import SparkError, printable
+from sparktrain.core.errors import SparkError, first_line, printable
 from sparktrain.core.fsutil import canonical_json, folder_fd, read_input, write_at, write_error
 from sparktrain.core.gate import check_output
 from sparktrain.core.jobfiles import CHECKPOINT, TOKENIZER
 from sparktrain.core.safeload import load_json
-from sparktrain.core.textout import first_line
 from sparktrain.eval.headline import is_finite, is_number
 from sparktrain.export.tokenizer import model_tokenizer_json, special_ids, tokenizer_config
 from sparktrain.model.config import ModelConfig, n_params, param_shapes, weights_fits

@@ -10,12 +10,11 @@ from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pro
 from sparktrain.data.pairs import BOS, EOS, SEP
 from sparktrain.data.source import trained_on
 from sparktrain.data.tokenizer import read_tokenizer
-from sparktrain.core.errors import SparkError
+from sparktrain.core.errors import SparkError, first_line
 from sparktrain.core.fsutil import read_input
 from sparktrain.core.jobfiles import TOKENIZER
 from sparktrain.model.config import ModelConfig
 from sparktrain.core.safeload import load_json
-from sparktrain.core.textout import first_line
 
 SPECIALS = {BOS: "<|bos|>", SEP: "<|sep|>", EOS: "<|eos|>"}
 # One merge that never fires (0xFD twice; UTF-8 text never holds 0xFD): the gguf writer

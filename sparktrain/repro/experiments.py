@@ -7,8 +7,7 @@ import re
 from dataclasses import dataclass
 from typing import Protocol
 
-from sparktrain.core.textout import first_line
-from sparktrain.core.errors import SparkError
+from sparktrain.core.errors import SparkError, first_line
 from sparktrain.core.jobfiles import EVAL, job_dir
 from sparktrain.core.project import PARAMS_FILE
 from sparktrain.core.safeload import MAX_ITEMS, load_json, load_yaml

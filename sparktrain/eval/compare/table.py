@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from sparktrain.core.textout import columns
+from sparktrain.core.errors import columns
 from sparktrain.eval.compare.runs import (Experiment, label_texts, short_key, short_value,
                                           short_values)
 from sparktrain.eval.headline import HEADLINE_KEYS
@@ -27,7 +27,7 @@ WIDTH = 80   # the terminal the table is laid out for
 def render(head: list[str], rows: list[list[str]], rule: bool = False,
            tty: bool | None = None) -> list[str]:
     """A table's lines: rich (no colour) when `tty` (default: stdout is a terminal), else
-    textout.columns, a dashed rule under the head when `rule`."""
+    errors.columns, a dashed rule under the head when `rule`."""
     if not (sys.stdout.isatty() if tty is None else tty):
         return columns(head, rows, rule=rule)
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
