@@ -19,8 +19,7 @@ from pydantic.dataclasses import dataclass
 from sparktrain.vocab import MAX_VOCAB, MIN_BPE_VOCAB, TOKENIZERS
 from sparktrain.core.errors import SparkError, did_you_mean
 from sparktrain.core.fsutil import read_input
-from sparktrain.core.jobfiles import check_job_id
-from sparktrain.core.project import PARAMS_FILE
+from sparktrain.core.jobfiles import PARAMS_FILE, check_job_id
 from sparktrain.model.config import ARCH_KEYS, SCALES, ModelConfig
 from sparktrain.model.backend import DEVICES
 from sparktrain.core.safeload import load_yaml

@@ -292,7 +292,7 @@ def cmd_plot(args) -> int:
 def cmd_compare(args) -> int:
     from sparktrain.core.fsutil import canonical_json
     from sparktrain.core.gate import check_output
-    from sparktrain.core.project import OUT, find_root
+    from sparktrain.core.jobfiles import OUT, find_root
     from sparktrain.eval.compare.plot import write_png
     from sparktrain.eval.compare.runs import as_json, compare
     from sparktrain.eval.compare.table import format_table

@@ -52,7 +52,7 @@ def cmd_sweep(args) -> int:
     from sparktrain.core.fsutil import canonical_json, write_json
     from sparktrain.core.gate import check_output
     from sparktrain.core.progress import Progress
-    from sparktrain.core.project import OUT, find_root
+    from sparktrain.core.jobfiles import OUT, find_root
     from sparktrain.sweep.compare import format_table
 
     if args.scheduler and args.workers:

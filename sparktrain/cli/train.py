@@ -248,8 +248,7 @@ def cmd_run(args) -> int:
 
 def cmd_status(args) -> int:
     from sparktrain.core.fsutil import canonical_json
-    from sparktrain.core.jobfiles import check_job_id, job_dir
-    from sparktrain.core.project import root_of
+    from sparktrain.core.jobfiles import check_job_id, job_dir, root_of
     from sparktrain.params import PARAMS_FILE, load_params, step_record
     from sparktrain.train import outputs
 

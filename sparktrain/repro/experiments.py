@@ -8,8 +8,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from sparktrain.core.errors import SparkError, first_line
-from sparktrain.core.jobfiles import EVAL, job_dir
-from sparktrain.core.project import PARAMS_FILE
+from sparktrain.core.jobfiles import EVAL, PARAMS_FILE, job_dir
 from sparktrain.core.safeload import MAX_ITEMS, load_json, load_yaml
 from sparktrain.repro.lock import LOCK, MAX_BLOB_BYTES, git, git_blob
 
