@@ -1,5 +1,6 @@
 """The process set-up every entry point runs before numpy loads: `start()` (the kernel:
-docs/portability.md; the threads: docs/training.md, "Threads and shards")."""
+docs/portability.md; the threads: docs/training.md, "Threads and shards"), and the counts
+the environment sets (`env_count`: SPARK_BLAS_THREADS here, SPARK_WORKERS for the workers)."""
 from __future__ import annotations
 
 import functools
@@ -10,7 +11,6 @@ from dataclasses import dataclass
 
 from threadpoolctl import threadpool_info, threadpool_limits
 
-from sparktrain.core.argtypes import env_count
 from sparktrain.core.errors import SparkError
 
 KERNEL_ENV = "SPARK_BLAS_KERNEL"          # portable (default) | native
@@ -109,6 +109,23 @@ def note(choice: Choice, record: dict | None = None) -> str | None:
            "unknown-cpu": "this CPU's features cannot be read here"}[choice.source]
     return (f"{why}, so the portable {PORTABLE} kernel is not used; the "
             f"bytes belong to the {kernel} kernel family")
+
+
+def env_count(name: str, default, environ=os.environ, most: int | None = None):
+    """A positive integer (at most `most`) from environment variable `name`, `default` (or
+    its call) when unset or blank, else one line naming the variable."""
+    text = environ.get(name, "").strip()
+    if not text:
+        return default() if callable(default) else default
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise SparkError(f"{name} must be a positive integer, got {text[:40]!r}")
+    if most is not None and value > most:
+        raise SparkError(f"{name}={value:,} is above the limit of {most:,}")
+    return value
 
 
 def requested_threads(environ=os.environ) -> int:

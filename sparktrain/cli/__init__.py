@@ -53,6 +53,25 @@ class _Parser(argparse.ArgumentParser):
         sys.exit(2)
 
 
+def name_arg(text: str) -> str:
+    """A name flag (--scale): not empty, not blank, at most 200 characters."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("expected a name, got an empty string")
+    if len(text) > 200:
+        raise argparse.ArgumentTypeError(f"a name of {len(text):,} characters; at most 200")
+    return text
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
 def subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
     """The parser's subcommand parsers by name (empty: it has none)."""
     for action in parser._actions:

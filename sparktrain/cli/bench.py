@@ -1,7 +1,7 @@
 """`spark bench` (the model area's command)."""
 from __future__ import annotations
 
-from sparktrain.core.argtypes import positive_int
+from sparktrain.cli import positive_int
 from sparktrain.model.config import SCALES
 from sparktrain.model.backend import DEVICES
 from sparktrain.params import StepConfig

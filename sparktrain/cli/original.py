@@ -16,7 +16,7 @@ from sparktrain.cli.train import ARCH, add_train_flags
 def register(sub) -> None:
     # here, not at the top: they load numpy, and `spark-code` imports this module
     # before runtime.start() chooses the BLAS kernel
-    from sparktrain.core.argtypes import name_arg
+    from sparktrain.cli import name_arg
     from sparktrain.model.config import scale_names
     from sparktrain.model.backend import DEVICES
 

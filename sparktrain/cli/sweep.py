@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 import sys
 
-from sparktrain.core.argtypes import positive_int
+from sparktrain.cli import positive_int
 from sparktrain.core.errors import SparkError, printable, printable_lines
 
 

@@ -20,7 +20,7 @@ PARAMS_DEFAULT = {"train": "none: every knob's default, then the flags",
 
 
 def add_train_flags(p: argparse.ArgumentParser, command: str) -> None:
-    from sparktrain.core.argtypes import name_arg
+    from sparktrain.cli import name_arg
     from sparktrain.model.config import scale_names
     from sparktrain.params import add_step_flags
 
