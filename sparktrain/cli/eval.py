@@ -1,6 +1,7 @@
-"""What is done with trained weights: `spark eval`, `spark generate`, `spark make-data`,
-`spark plot`; `spark compare` and `spark repro-check`, which read the DVC pipeline's records;
-`spark export` and `spark import` (the Hugging Face and GGUF formats)."""
+"""What is measured and done with a model: `spark bench` (training speed), `spark eval`,
+`spark generate`, `spark make-data`, `spark plot`; `spark compare` and `spark repro-check`,
+which read the DVC pipeline's records; `spark export` and `spark import` (the Hugging Face
+and GGUF formats); `spark sweep`, a grid of DVC experiments on a Dask cluster."""
 from __future__ import annotations
 
 import importlib
@@ -8,10 +9,15 @@ import json
 import os
 import sys
 
+from sparktrain.cli import positive_int
 from sparktrain.core.errors import SparkError, printable, printable_lines
 from sparktrain.eval.headline import HEADLINE_KEYS
 from sparktrain.model.backend import DEVICES
+from sparktrain.model.config import SCALES
+from sparktrain.params import StepConfig
 
+# step.optimizer's choices, from the schema (sparktrain/params.py)
+OPTIMIZERS = tuple(StepConfig.__pydantic_fields__["optimizer"].annotation.__args__)
 TOKENIZER_HELP = ("tokenizer.json of a corpus or BPE pairs job (default: the one beside "
                   "--weights); its sha256 must be the one the weights record")
 DEVICE_HELP = ("where the forward passes run: cpu (default, numpy), cuda or mps (the gpu "
@@ -23,6 +29,43 @@ WRITERS = {"hf": ("sparktrain.export.hf", "export_hf"),
 
 
 def register(sub) -> None:
+    p = sub.add_parser("bench", help="time training micro-steps and report model FLOP/s "
+                       "utilisation", description=(
+        "Time loss_and_grads + the update on synthetic full-length batches and report tokens/s "
+        "and model FLOP/s over the float32 matmul peak of this process. With --params FILE, the "
+        "job of that params file: its scale, vocabulary, batch, optimizer, clip, schedule and "
+        "shards (flags override)."))
+    p.add_argument("--scale", default=None,
+                   help=f"a built-in scale ({', '.join(SCALES)}) or a row of --params' "
+                        f"scales (default: --params' scale, else tiny)")
+    p.add_argument("--params", default=None,
+                   help="a params file (e.g. data/programs/coder-proof.yaml): bench its job "
+                        "(default: only ./params.yaml's scales table, when it exists)")
+    p.add_argument("--vocab", type=positive_int, default=None,
+                   help="vocabulary size, the LM head's width (default: --params' tokenizer, "
+                        "else 256 bytes)")
+    p.add_argument("--optimizer", choices=OPTIMIZERS, default=None,
+                   help="the job's update (clip, optimizer, schedule) instead of plain SGD "
+                        "(default: --params' optimizer, else plain SGD)")
+    p.add_argument("--batch-size", type=positive_int, default=None,
+                   help="sequences per step (default: --params' batch_size, else "
+                        "tiny 8, large and medium 16)")
+    p.add_argument("--steps", type=positive_int, default=10,
+                   help="timed steps after warm-up (default 10)")
+    p.add_argument("--workers", type=positive_int, default=None,
+                   help="data-parallel workers: time 1 worker against N at one shard count, "
+                        "in interleaved rounds, and report the scaling")
+    p.add_argument("--shards", type=positive_int, default=None,
+                   help="fixed gradient shards per step (default: --params' step.shards, "
+                        "else --workers, else 1)")
+    p.add_argument("--rounds", type=positive_int, default=3,
+                   help="interleaved rounds with --workers (default 3)")
+    p.add_argument("--device", default="cpu", choices=DEVICES,
+                   help="cpu (numpy, default), cuda, mps or auto (a GPU needs the gpu extra: "
+                        "pip install -e '.[gpu]'; docs/gpu.md)")
+    p.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    p.set_defaults(func=_bench)
+
     p = sub.add_parser("eval", help="held-out metrics of a weights file on a JSONL dataset",
                        description="Loss, perplexity, next-token accuracy, copy recall and exact "
                        "match (greedy generation) on a held-out JSONL file.")
@@ -128,6 +171,88 @@ def register(sub) -> None:
     p.add_argument("--force", action="store_true", help="replace --out when it exists")
     p.set_defaults(func=_import)
 
+    p = sub.add_parser(
+        "sweep", help="run a grid of `dvc exp run -S` points on a Dask cluster and compare them",
+        description="Expand -S KEY=V1,V2 ... into a grid (as `dvc exp run --queue -S` does), "
+                    "run each point as `dvc exp run` in a Dask worker's own clone of the "
+                    "shared git remote at this commit, `dvc exp push` it, then `dvc exp pull` "
+                    "the results here and print params, metrics and output hashes. Points "
+                    "whose experiment already exists are not run again; a failed point is "
+                    "reported and does not stop the others (exit 1 when any failed).")
+    p.add_argument("-S", "--set-param", dest="specs", action="append", default=[],
+                   metavar="KEY=V1[,V2...]",
+                   help="a params.yaml key and its values, e.g. step.lr=0.02,0.05 "
+                        "(repeat for more axes; +KEY=... adds a key)")
+    p.add_argument("--scheduler", default=None, metavar="ADDR",
+                   help="a running Dask scheduler, e.g. tcp://HOST:8786 (default: a "
+                        "LocalCluster on 127.0.0.1)")
+    p.add_argument("--workers", type=positive_int, default=None,
+                   help="LocalCluster workers, one thread each (default: usable cores)")
+    p.add_argument("--git-remote", default=None,
+                   help="the shared git remote the workers clone and push to (default "
+                        "origin; on one machine with no origin and committed DVC remote, "
+                        "a local bare repository under out/sweep-remote/)")
+    p.add_argument("--dvc-remote", default=None,
+                   help="DVC remote for the outputs (default: .dvc/config's default remote; "
+                        "on one machine without one, a local store under out/sweep-remote/)")
+    p.add_argument("--scratch", default=None,
+                   help="folder on each worker for its clones (default: its temp dir)")
+    p.add_argument("-o", "--out", default=None,
+                   help="write the comparison here as JSON (default out/sweep.json under "
+                        "the project root)")
+    p.add_argument("--json", action="store_true",
+                   help="print the comparison as JSON instead of a table")
+    p.set_defaults(func=cmd_sweep)
+
+
+
+def _bench(args) -> int:
+    import dataclasses
+
+    from sparktrain.core.fsutil import canonical_json
+    from sparktrain.model.backend import resolve
+    from sparktrain.params import load_params, load_params_or_defaults, model_config, override
+    from sparktrain.train.bench import (BENCH_LR, DEFAULT_BATCH, WARMUP_STEPS, format_report,
+                                        grind_note, plain_sgd, run_bench, run_scaling,
+                                        stderr_line, stderr_progress)
+    from sparktrain.train.optim import JobUpdates
+
+    job = load_params(args.params) if args.params else None
+    scale = args.scale or (job.scale if job else "tiny")
+    # the built-in scales and those of --params (default: ./params.yaml when it exists)
+    cfg = model_config(scale, (job or load_params_or_defaults()).scales)
+    vocab = args.vocab or (job.vocab_size if job and job.tokenizer == "bpe" else None)
+    if vocab:
+        cfg = dataclasses.replace(cfg, vocab=vocab).validate()
+    step = job.step if job else None
+    if args.optimizer:
+        step = step or StepConfig(lr=BENCH_LR)
+        if args.optimizer != "muon" and step.adam_lr is not None:  # muon's knob goes with it
+            step = dataclasses.replace(step, adam_lr=None)
+        step = override(step, optimizer=args.optimizer)
+    make_update = JobUpdates(step, WARMUP_STEPS + args.steps) if step else plain_sgd
+    batch_size = args.batch_size or (step.batch_size if job else None)
+    shards = args.shards or (step.shards if job else None)
+    device = resolve(args.device)
+    if device.note and not args.json:
+        stderr_line(device.note)
+    bench_tokens = (WARMUP_STEPS + args.steps) * (batch_size or DEFAULT_BATCH.get(scale, 16)) \
+        * cfg.seq_len * (2 * args.rounds if args.workers else 1)  # --workers: 1 and N, per round
+    note = grind_note(device, args.device, cfg, bench_tokens, f"spark bench --scale {scale}")
+    if note:
+        stderr_line(note)
+    device.check_workers(args.workers)
+    if args.workers:
+        result = run_scaling(scale, args.workers, shards, args.rounds, batch_size, args.steps,
+                             cfg=cfg, progress=None if args.json else stderr_line,
+                             make_update=make_update)
+    else:  # a params file's job runs on as many workers as its training would
+        result = run_bench(scale, batch_size, args.steps,
+                           progress=None if args.json else stderr_progress, cfg=cfg,
+                           shards=shards or 1, workers=step.workers if job else 1,
+                           device=device, make_update=make_update)
+    print(canonical_json(result) if args.json else format_report(result))
+    return 0
 
 def _read_json(path, what: str):
     from sparktrain.core.fsutil import read_input
@@ -340,3 +465,43 @@ def _import(args) -> int:
     print(f"wrote {args.out}: dim {arch['dim']}, {arch['n_layer']} layers, "
           f"{arch['n_head']} heads, {arch['n_kv_head']} kv heads, seq_len {arch['seq_len']}")
     return 0
+
+
+def cmd_sweep(args) -> int:
+    try:
+        from sparktrain.sweep import driver
+    except ImportError as err:
+        raise SparkError(f"spark sweep needs Dask distributed ({err.name} is missing): "
+                         f"pip install 'sparktrain[sweep]'") from None
+    from sparktrain.core.fsutil import canonical_json, write_json
+    from sparktrain.core.gate import check_output
+    from sparktrain.core.progress import Progress
+    from sparktrain.core.jobfiles import OUT, find_root
+    from sparktrain.sweep.compare import format_table
+
+    if args.scheduler and args.workers:
+        raise SparkError("--workers sizes the LocalCluster; with --scheduler the cluster "
+                         "has its own workers")
+
+    def say(line: str) -> None:
+        print(f"sweep: {printable(line)}", file=sys.stderr, flush=True)
+
+    root = find_root()
+    out = args.out or os.path.relpath(root / OUT / "sweep.json")
+    target = check_output(out, "json")  # before the grid runs, not after
+    plan = driver.plan_sweep(root, args.specs, args.git_remote, args.dvc_remote,
+                             one_machine=args.scheduler is None, say=say)
+    counts = {"done": 0, "failed": 0}
+    with Progress("sweep", total=len(plan.points), unit="points") as bar:
+        def tick(state: str) -> None:
+            counts["failed" if state == "failed" else "done"] += 1
+            bar.advance(note=f"{counts['done']} done, {counts['failed']} failed")
+
+        workers = args.workers or (0 if args.scheduler else driver.usable_cores())
+        doc = driver.sweep(plan, args.scheduler, workers, args.scratch,
+                           progress=lambda line: bar.log(f"sweep: {printable(line)}"),
+                           tick=tick)
+    write_json(target, doc)  # makes the missing folders, never through a link
+    print(canonical_json(doc) if args.json else printable_lines(format_table(doc)),
+          end="" if args.json else "\n")
+    return 1 if any(p["state"] != "done" for p in doc["points"]) else 0
