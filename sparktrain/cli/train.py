@@ -115,8 +115,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
 
 def cmd_dump(args: argparse.Namespace) -> int:
-    from sparktrain.bc.dump import dump_json, dump_text
-    from sparktrain.bc.codec import read_program
+    from sparktrain.bc.codec import dump_json, dump_text, read_program
     from sparktrain.core.fsutil import canonical_json
 
     program, _data = read_program(args.file)
