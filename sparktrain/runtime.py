@@ -161,28 +161,17 @@ def _keep_freed_memory() -> None:
         pass
 
 
-@dataclass(frozen=True)
-class Started:
-    """What `start` decided for this process."""
-    kernel: Choice
-    threads: int
-
-
 @functools.cache
-def start() -> Started:
+def start() -> Choice:
     """Choose the kernel, pin the threads, keep freed memory; once per process (a later
-    call returns the first answer). Call it before anything imports numpy; a script
-    that loaded numpy first still gets its threads pinned, and a note when the kernel
-    is not the portable one. A bad SPARK_BLAS_KERNEL / SPARK_BLAS_THREADS: SparkError."""
+    call returns the first answer: how this process's kernel was decided). Call it before
+    anything imports numpy; a script that loaded numpy first still gets its threads pinned,
+    and a note when the kernel is not the portable one. A bad SPARK_BLAS_KERNEL /
+    SPARK_BLAS_THREADS: SparkError."""
     kernel = choose()
     line = note(kernel) if kernel.source == "preloaded" else None
     if line:
         sys.stderr.write(f"spark: note: {line}\n")
-    threads = pin(requested_threads())
+    pin(requested_threads())
     _keep_freed_memory()
-    return Started(kernel, threads)
-
-
-def kernel_choice() -> Choice:
-    """How this process's kernel was decided (starting it if nobody did)."""
-    return start().kernel
+    return kernel

@@ -154,7 +154,3 @@ def main(argv: list[str] | None = None, *, spark_code: bool = False) -> int:
         name = name if len(name) <= 80 else name[:77] + "..."
         print(f"spark: error: cannot use {name}: {err.strerror or err}", file=sys.stderr)
         return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())
