@@ -1,17 +1,21 @@
-"""SPARK_BC bytes <-> Program (decode, encode, read_program), and the disassembly: xrefs and
-the two listings. dump_json is written by the decode-bc stage and hashed, so it holds only
-facts of the bytes (no paths, no times), for canonical_json."""
+"""SPARK_BC bytes and what is done with them: bytes <-> Program (decode, encode,
+read_program); the disassembly, xrefs and the two listings (dump_json is written by the
+decode-bc stage and hashed, so it holds only facts of the bytes: no paths, no times); and the
+interpreter of the executable subset (docs/sparkbc.md): a HANDLED op's `handlers[name](ins,
+values)` dict is bound to `bind` and printed as one JSON line, the whole program checked
+first, so one that would fail does so before a handler touches a file."""
 from __future__ import annotations
 
 import json
 import os
 import struct
-from typing import Iterator
+import sys
+from typing import Callable, Iterator, TextIO
 
-from sparktrain.bc.program import (BY_CODE, CONST_KINDS, HALT, MAGIC, MAX_INSTRUCTIONS,
+from sparktrain.bc.program import (BY_CODE, BY_NAME, CONST_KINDS, HALT, MAGIC, MAX_INSTRUCTIONS,
                                    MAX_OUTPUT_BYTES, VERSION, Instruction, Program, const_value,
                                    operand_values, train_decls)
-from sparktrain.core.errors import BytecodeError, SparkError
+from sparktrain.core.errors import BytecodeError, SparkError, printable
 from sparktrain.core.fsutil import read_input, sha256_bytes
 
 RECOMPILE = "recompile its source with `spark compile`"
@@ -260,3 +264,76 @@ def dump_text(program: Program) -> str:
                   f"base {_quote(d.base)} out {_quote(d.out)} method {_quote(d.method)} "
                   f"-> {d.bind}" for d in decls]
     return "\n".join(lines) + "\n"
+
+
+Handler = Callable[[Instruction, tuple[str, ...]], dict]
+
+HANDLED = ("TRAIN", "STEP", "TRAIN_STATUS")          # dispatched to handlers
+BUILTIN = ("HALT", "MODEL", "LET", "PRINT")          # run by execute() itself
+EXECUTABLE = BUILTIN + HANDLED
+RESULT_BYTES = 4096  # a bound on one printed handler result (a JSON line of a job's state)
+
+
+def compact_json(value) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                      allow_nan=False)
+
+
+def _binds(ins: Instruction, values: tuple[str, ...]) -> str | None:
+    """The name an instruction binds (LET's `name`, otherwise a `bind` operand), if any."""
+    key = "name" if ins.name == "LET" else "bind"
+    names = BY_NAME[ins.name].operand_names
+    return values[names.index(key)] if key in names else None
+
+
+def check_executable(program: Program) -> None:
+    """Reject, before running anything, what would stop the run halfway."""
+    bound: dict[str, int] = {}   # name -> bytes a PRINT of it writes
+    printed = 0
+    for ins in program.code:
+        values = operand_values(program, ins)
+        if ins.name not in EXECUTABLE:
+            raise SparkError(f"opcode {ins.name} (0x{ins.opcode:02X}) at code+{ins.offset} is not "
+                             f"executable by spark; executable: {', '.join(EXECUTABLE)}")
+        if ins.name == "PRINT" and values[0] not in bound:
+            raise SparkError(f"PRINT at code+{ins.offset} prints {values[0]!r}, which no earlier "
+                             "instruction binds; bind it with `-> name` or `let`")
+        printed += RESULT_BYTES if ins.name in HANDLED else 0
+        if ins.name == "PRINT":
+            printed += bound[values[0]]
+        if printed > MAX_OUTPUT_BYTES:
+            raise SparkError(f"program would print over {MAX_OUTPUT_BYTES:,} bytes (at "
+                             f"{ins.name} code+{ins.offset}); not run")
+        name = _binds(ins, values)
+        if name is not None:
+            bound[name] = len(values[1].encode("utf-8")) + 1 if ins.name == "LET" else RESULT_BYTES
+
+
+def execute(program: Program, handlers: dict[str, Handler],
+            out: TextIO | None = None) -> dict[str, object]:
+    """Run `program`; returns the bindings. `out` defaults to sys.stdout at call time."""
+    out = out if out is not None else sys.stdout
+    check_executable(program)
+    bindings: dict[str, object] = {}
+    for ins in program.code:
+        values = operand_values(program, ins)
+        if ins.name == "HALT":
+            break
+        if ins.name == "LET":
+            bindings[values[0]] = values[1]
+        elif ins.name == "PRINT":
+            value = bindings[values[0]]
+            text = value if isinstance(value, str) else compact_json(value)
+            isatty = getattr(out, "isatty", None)
+            print(printable(text, keep="\n\t") if isatty and isatty() else text, file=out)
+        elif ins.name in HANDLED:
+            handler = handlers.get(ins.name)
+            if handler is None:
+                raise SparkError(f"{ins.name} at code+{ins.offset} has no handler in this spark")
+            result = handler(ins, values)
+            if not isinstance(result, dict):
+                raise TypeError(f"{ins.name} handler returned {type(result).__name__}, not dict")
+            bindings[_binds(ins, values)] = result
+            print(compact_json(result), file=out)
+        # MODEL names the model alias; nothing here reads it
+    return bindings

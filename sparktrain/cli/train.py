@@ -196,7 +196,7 @@ def run_and_record(job, knobs, step, cfg, labels: dict | None = None,
 
 
 def cmd_run(args) -> int:
-    from sparktrain.bc.vm import execute
+    from sparktrain.bc.codec import execute
     from sparktrain.core.jobfiles import check_job_id
     from sparktrain.data.source import source_for
     from sparktrain.train import outputs
