@@ -42,7 +42,13 @@ CHOICE = re.compile(r"invalid choice: '(?P<got>[^']*)' \(choose from (?P<known>.
 
 class _Parser(argparse.ArgumentParser):
     """argparse's usage errors also exit 2, but with one line, not the usage block;
-    an unknown subcommand or choice says the closest one."""
+    an unknown subcommand or choice says the closest one. `func`: the command's handler,
+    `args.func` for main (sub.add_parser(NAME, func=HANDLER, ...))."""
+
+    def __init__(self, *args, func=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        if func is not None:
+            self.set_defaults(func=func)
 
     def error(self, message):
         m = CHOICE.search(message)

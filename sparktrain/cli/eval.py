@@ -34,7 +34,7 @@ def register(sub) -> None:
         "Time loss_and_grads + the update on synthetic full-length batches and report tokens/s "
         "and model FLOP/s over the float32 matmul peak of this process. With --params FILE, the "
         "job of that params file: its scale, vocabulary, batch, optimizer, clip, schedule and "
-        "shards (flags override)."))
+        "shards (flags override)."), func=_bench)
     p.add_argument("--scale", default=None,
                    help=f"a built-in scale ({', '.join(SCALES)}) or a row of --params' "
                         f"scales (default: --params' scale, else tiny)")
@@ -64,11 +64,10 @@ def register(sub) -> None:
                    help="cpu (numpy, default), cuda, mps or auto (a GPU needs the gpu extra: "
                         "pip install -e '.[gpu]'; docs/gpu.md)")
     p.add_argument("--json", action="store_true", help="print the result as one JSON object")
-    p.set_defaults(func=_bench)
 
     p = sub.add_parser("eval", help="held-out metrics of a weights file on a JSONL dataset",
                        description="Loss, perplexity, next-token accuracy, copy recall and exact "
-                       "match (greedy generation) on a held-out JSONL file.")
+                       "match (greedy generation) on a held-out JSONL file.", func=cmd_eval)
     p.add_argument("--weights", required=True, help="weights.safetensors written by training")
     p.add_argument("--data", required=True, help="held-out JSONL (chat or prompt/completion rows)")
     p.add_argument("--json", action="store_true", help="print canonical JSON instead of a table")
@@ -79,11 +78,10 @@ def register(sub) -> None:
     p.add_argument("-o", "--out", default=None, help="also write the JSON to this file (atomic)")
     p.add_argument("--tokenizer", default=None, help=TOKENIZER_HELP)
     p.add_argument("--device", default="cpu", choices=DEVICES, help=DEVICE_HELP)
-    p.set_defaults(func=cmd_eval)
 
     p = sub.add_parser("generate", help="continue a prompt with a trained model",
                        description="Greedy (temperature 0) or sampled continuation, stopping at "
-                       "EOS or after --max-new bytes.")
+                       "EOS or after --max-new bytes.", func=cmd_generate)
     p.add_argument("--weights", required=True, help="weights.safetensors written by training")
     p.add_argument("--max-new", type=int, default=64,
                    help="most tokens (bytes for a byte model) to generate (default 64, "
@@ -97,30 +95,27 @@ def register(sub) -> None:
     p.add_argument("--tokenizer", default=None, help=TOKENIZER_HELP)
     p.add_argument("--device", default="cpu", choices=DEVICES, help=DEVICE_HELP)
     p.add_argument("prompt", help="the user text (a corpus model: the text to continue)")
-    p.set_defaults(func=cmd_generate)
 
     p = sub.add_parser("make-data", help="write the generated task-family datasets", description=(
         "Write data/train/dataset_scale.jsonl and data/eval/scale_heldout.jsonl (copy, reverse, "
-        "upper, next, lookup); the same seed gives byte-identical files."))
+        "upper, next, lookup); the same seed gives byte-identical files."), func=cmd_make_data)
     p.add_argument("--out-dir", default=".", help="project root to write under (default .)")
     p.add_argument("--seed", type=int, default=None, help="generator seed (default 0)")
-    p.set_defaults(func=cmd_make_data)
 
     p = sub.add_parser("plot", help="draw a checkpoint's loss curve as a PNG", description=(
         "Training loss per outer pass (blue) and, with --eval, the held-out loss (red), titled "
-        "with the checkpoint's job and scale."))
+        "with the checkpoint's job and scale."), func=cmd_plot)
     p.add_argument("--checkpoint", required=True, help="out/train/JOB/checkpoint.json")
     p.add_argument("--eval", default=None,
                    help="eval JSON whose loss is drawn at the last outer pass")
     p.add_argument("-o", "--out", required=True, help="PNG file to write")
-    p.set_defaults(func=cmd_plot)
 
     p = sub.add_parser("compare", description=(
         "Training and held-out loss of the chosen experiments (default: every experiment of the "
         "workspace, as `dvc exp show` lists them, or a subset: --where, --last) on one PNG, the "
         "runs numbered, each legend entry naming the params that differ, and the same as a table "
         "that fits 80 columns. Reads the experiments' committed outputs from the DVC cache; works "
-        "offline."), help="the loss curves of DVC experiments on one figure")
+        "offline."), help="the loss curves of DVC experiments on one figure", func=cmd_compare)
     p.add_argument("experiments", nargs="*", metavar="EXP",
                    help="experiment names or revs (a baseline by its branch name)")
     p.add_argument("--where", action="append", default=[], metavar="KEY=VALUE",
@@ -132,23 +127,22 @@ def register(sub) -> None:
     p.add_argument("-o", "--out", default=None,
                    help="PNG file to write (default out/compare.png under the project root, "
                         "from any subfolder)")
-    p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser(
         "repro-check", help="dvc repro --force, then compare dvc.lock with the committed one",
         description="The reproducibility check to copy into CI. Exit 0 when every output "
                     "hash in dvc.lock is reproduced (or only float outputs moved, within "
                     "the tolerance: BLAS kernels differ between CPU families) and `dvc "
-                    "status` is clean; 1 when something moved; 2 for a usage mistake.")
+                    "status` is clean; 1 when something moved; 2 for a usage mistake.",
+                    func=cmd_repro_check)
     p.add_argument("--tolerance", type=float, default=1e-4,
                    help="relative tolerance for numbers in drifted float outputs (default 1e-4)")
-    p.set_defaults(func=cmd_repro_check)
 
     p = sub.add_parser(
         "export", help="write trained weights as a Hugging Face Llama folder or a GGUF file",
         description="Export Spark weights for the Llama ecosystem: --to hf writes a folder "
                     "that transformers loads as LlamaForCausalLM (config, model.safetensors, "
-                    "tokenizer); --to gguf writes one file llama.cpp runs.")
+                    "tokenizer); --to gguf writes one file llama.cpp runs.", func=_export)
     p.add_argument("out", metavar="OUT", help="output folder (hf) or .gguf file (gguf)")
     p.add_argument("--to", required=True, choices=tuple(WRITERS), help="the format to write")
     p.add_argument("--weights", required=True, help="Spark weights.safetensors to export")
@@ -158,18 +152,17 @@ def register(sub) -> None:
                         "checked by sha256; else the byte tokenizer, id = byte value)")
     p.add_argument("--force", action="store_true",
                    help="replace OUT when it exists and is not empty")
-    p.set_defaults(func=_export)
 
     p = sub.add_parser(
         "import", help="turn a Hugging Face Llama folder into Spark weights",
         description="Read a Llama-compatible Hugging Face folder (config.json + "
-                    "model.safetensors) and write Spark weights, a base for further training.")
+                    "model.safetensors) and write Spark weights, a base for further training.",
+                    func=_import)
     p.add_argument("folder", metavar="DIR", help="the Hugging Face model folder")
     p.add_argument("--from", dest="source", required=True, choices=("hf",),
                    help="the format to read")
     p.add_argument("--out", required=True, help="Spark weights file to write")
     p.add_argument("--force", action="store_true", help="replace --out when it exists")
-    p.set_defaults(func=_import)
 
     p = sub.add_parser(
         "sweep", help="run a grid of `dvc exp run -S` points on a Dask cluster and compare them",
@@ -178,7 +171,8 @@ def register(sub) -> None:
                     "shared git remote at this commit, `dvc exp push` it, then `dvc exp pull` "
                     "the results here and print params, metrics and output hashes. Points "
                     "whose experiment already exists are not run again; a failed point is "
-                    "reported and does not stop the others (exit 1 when any failed).")
+                    "reported and does not stop the others (exit 1 when any failed).",
+                    func=cmd_sweep)
     p.add_argument("-S", "--set-param", dest="specs", action="append", default=[],
                    metavar="KEY=V1[,V2...]",
                    help="a params.yaml key and its values, e.g. step.lr=0.02,0.05 "
@@ -202,7 +196,6 @@ def register(sub) -> None:
                         "the project root)")
     p.add_argument("--json", action="store_true",
                    help="print the comparison as JSON instead of a table")
-    p.set_defaults(func=cmd_sweep)
 
 
 

@@ -40,18 +40,17 @@ def add_train_flags(p: argparse.ArgumentParser, command: str) -> None:
 
 def register(sub) -> None:
     p = sub.add_parser("compile", help="compile a .spark source to SPARK_BC bytes", description=(
-        "Compile a .spark source to a .sparkbc program (byte-exact; see docs/sparkbc.md)."))
+        "Compile a .spark source to a .sparkbc program (byte-exact; see docs/sparkbc.md)."),
+        func=cmd_compile)
     p.add_argument("source", metavar="SRC", help=".spark source file")
     p.add_argument("-o", "--output", metavar="OUT",
                    help="output .sparkbc file (default: SRC with the .sparkbc suffix)")
-    p.set_defaults(func=cmd_compile)
 
     p = sub.add_parser("dump", help="disassemble a .sparkbc program", description="List a "
                        ".sparkbc program: header, sections, string and const pools, xrefs, code, "
-                       "train jobs.")
+                       "train jobs.", func=cmd_dump)
     p.add_argument("file", metavar="FILE", help=".sparkbc file")
     p.add_argument("--json", action="store_true", help="print the same facts as canonical JSON")
-    p.set_defaults(func=cmd_dump)
 
 
     p = sub.add_parser("train", help="train a job with numpy SGD (the STEP of a program)",
@@ -60,31 +59,28 @@ def register(sub) -> None:
         "weights are drawn from --seed salted with the program's sha256 (docs/training.md, "
         "\"Init\"): --dataset alone has no program, so it starts from other weights than the "
         "pipeline (or --program) with the same knobs, and ends with other losses and bytes; "
-        "--program P --job ID gives the pipeline's.")
+        "--program P --job ID gives the pipeline's.", func=cmd_train)
     p.add_argument("--program", help="compiled .sparkbc program")
     p.add_argument("--job", help="job id of a TRAIN in the program")
     p.add_argument("--dataset", help="JSONL dataset (without --program)")
     p.add_argument("--out", help="output folder (without --program)")
     p.add_argument("--base", help="base .safetensors to continue from (without --program)")
     add_train_flags(p, "train")
-    p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("run", help="execute a .sparkbc program (TRAIN, STEP, TRAIN_STATUS, ...)",
         description="Execute a SPARK_BC program directly: MODEL, LET, PRINT, HALT, TRAIN (dry "
         "accept), STEP (SGD) and TRAIN_STATUS. One JSON line per train op on stdout. Knobs come "
-        "from params.yaml when present; flags override.")
+        "from params.yaml when present; flags override.", func=cmd_run)
     p.add_argument("program", help="compiled .sparkbc program")
     add_train_flags(p, "run")
-    p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("status", help="print a job's real state as JSON",
         description="Print the state of out/train/JOB (declared, trained, failed) with its "
-        "losses, eval metrics and timings.")
+        "losses, eval metrics and timings.", func=cmd_status)
     p.add_argument("job", nargs="?", default=None,
                    help="job id, or a job folder (default: params.yaml's job)")
     p.add_argument("--summary", action="store_true",
                    help="a few human lines (losses, eval metrics, files) instead of JSON")
-    p.set_defaults(func=cmd_status)
 
 
 def read_source(path: str | os.PathLike) -> str:
