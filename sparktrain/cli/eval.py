@@ -11,6 +11,9 @@ import sys
 
 from sparktrain.cli import positive_int
 from sparktrain.core.errors import SparkError, printable, printable_lines
+from sparktrain.core.fsutil import canonical_json, read_input, write_json
+from sparktrain.core.gate import check_output
+from sparktrain.core.jobfiles import OUT, find_root
 from sparktrain.eval.headline import HEADLINE_KEYS
 from sparktrain.model.backend import DEVICES
 from sparktrain.model.config import SCALES
@@ -202,7 +205,6 @@ def register(sub) -> None:
 def _bench(args) -> int:
     import dataclasses
 
-    from sparktrain.core.fsutil import canonical_json
     from sparktrain.model.backend import resolve
     from sparktrain.params import load_params, load_params_or_defaults, model_config, override
     from sparktrain.train.bench import (BENCH_LR, DEFAULT_BATCH, WARMUP_STEPS, format_report,
@@ -248,7 +250,6 @@ def _bench(args) -> int:
     return 0
 
 def _read_json(path, what: str):
-    from sparktrain.core.fsutil import read_input
     from sparktrain.core.safeload import load_json
 
     return load_json(read_input(path, what), f"{what} {path}")
@@ -271,8 +272,6 @@ def _on_device(args, params):
 
 
 def cmd_eval(args) -> int:
-    from sparktrain.core.fsutil import canonical_json, write_json
-    from sparktrain.core.gate import check_output
     from sparktrain.data.pairs import read_pairs
     from sparktrain.data.pairs_score import evaluate
     from sparktrain.data.source import trained_on
@@ -386,7 +385,6 @@ def cmd_make_data(args) -> int:
 
 
 def cmd_plot(args) -> int:
-    from sparktrain.core.gate import check_output
     from sparktrain.eval.plot import heldout_points, scale_label, write_loss_png
     from sparktrain.train.outputs import number
 
@@ -408,9 +406,6 @@ def cmd_plot(args) -> int:
 
 
 def cmd_compare(args) -> int:
-    from sparktrain.core.fsutil import canonical_json
-    from sparktrain.core.gate import check_output
-    from sparktrain.core.jobfiles import OUT, find_root
     from sparktrain.eval.compare.plot import write_png
     from sparktrain.eval.compare.runs import as_json, compare
     from sparktrain.eval.compare.table import format_table
@@ -466,10 +461,7 @@ def cmd_sweep(args) -> int:
     except ImportError as err:
         raise SparkError(f"spark sweep needs Dask distributed ({err.name} is missing): "
                          f"pip install 'sparktrain[sweep]'") from None
-    from sparktrain.core.fsutil import canonical_json, write_json
-    from sparktrain.core.gate import check_output
     from sparktrain.core.progress import Progress
-    from sparktrain.core.jobfiles import OUT, find_root
     from sparktrain.sweep.compare import format_table
 
     if args.scheduler and args.workers:

@@ -10,6 +10,9 @@ import sys
 from pathlib import Path
 
 from sparktrain.core.errors import SparkError, printable_lines
+from sparktrain.core.fsutil import atomic_write_bytes, canonical_json, read_input, sha256_bytes
+from sparktrain.core.gate import check_output
+from sparktrain.core.jobfiles import check_job_id, job_dir, root_of
 
 ARCH = (("--dim", "dim"), ("--n-layer", "n_layer"), ("--n-head", "n_head"),
         ("--n-kv-head", "n_kv_head"), ("--seq-len", "seq_len"))
@@ -86,7 +89,6 @@ def register(sub) -> None:
 def read_source(path: str | os.PathLike) -> str:
     """A .spark file's text; unreadable or non-UTF-8 input is a one-line error."""
     from sparktrain.core.errors import SourceError
-    from sparktrain.core.fsutil import read_input
 
     raw = read_input(path, "program")
     try:
@@ -99,8 +101,6 @@ def read_source(path: str | os.PathLike) -> str:
 
 def cmd_compile(args: argparse.Namespace) -> int:
     from sparktrain.bc.compiler import compile_source
-    from sparktrain.core.fsutil import atomic_write_bytes, sha256_bytes
-    from sparktrain.core.gate import check_output
 
     out = Path(args.output) if args.output else Path(args.source).with_suffix(".sparkbc")
     target = check_output(out, "sparkbc", (args.source,))
@@ -112,7 +112,6 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
 def cmd_dump(args: argparse.Namespace) -> int:
     from sparktrain.bc.codec import dump_json, dump_text, read_program
-    from sparktrain.core.fsutil import canonical_json
 
     program, _data = read_program(args.file)
     sys.stdout.write(canonical_json(dump_json(program)) if args.json
@@ -193,7 +192,6 @@ def run_and_record(job, knobs, step, cfg, labels: dict | None = None,
 
 def cmd_run(args) -> int:
     from sparktrain.bc.codec import execute
-    from sparktrain.core.jobfiles import check_job_id
     from sparktrain.data.source import source_for
     from sparktrain.train import outputs
     from sparktrain.train.job import job_from_train, read_program
@@ -242,8 +240,6 @@ def cmd_run(args) -> int:
 
 
 def cmd_status(args) -> int:
-    from sparktrain.core.fsutil import canonical_json
-    from sparktrain.core.jobfiles import check_job_id, job_dir, root_of
     from sparktrain.params import PARAMS_FILE, load_params, step_record
     from sparktrain.train import outputs
 
