@@ -14,10 +14,12 @@ from sparktrain.core.errors import SparkError, printable, printable_lines
 from sparktrain.core.fsutil import canonical_json, read_input, write_json
 from sparktrain.core.gate import check_output
 from sparktrain.core.jobfiles import OUT, find_root
+from sparktrain.core.safeload import load_json
 from sparktrain.eval.headline import HEADLINE_KEYS
-from sparktrain.model.backend import DEVICES
+from sparktrain.model.backend import DEVICES, resolve
 from sparktrain.model.config import SCALES
-from sparktrain.params import StepConfig
+from sparktrain.params import (StepConfig, load_params, load_params_or_defaults, model_config,
+                               override)
 
 # step.optimizer's choices, from the schema (sparktrain/params.py)
 OPTIMIZERS = tuple(StepConfig.__pydantic_fields__["optimizer"].annotation.__args__)
@@ -205,8 +207,6 @@ def register(sub) -> None:
 def _bench(args) -> int:
     import dataclasses
 
-    from sparktrain.model.backend import resolve
-    from sparktrain.params import load_params, load_params_or_defaults, model_config, override
     from sparktrain.train.bench import (BENCH_LR, DEFAULT_BATCH, WARMUP_STEPS, format_report,
                                         grind_note, plain_sgd, run_bench, run_scaling,
                                         stderr_line, stderr_progress)
@@ -249,9 +249,8 @@ def _bench(args) -> int:
     print(canonical_json(result) if args.json else format_report(result))
     return 0
 
-def _read_json(path, what: str):
-    from sparktrain.core.safeload import load_json
 
+def _read_json(path, what: str):
     return load_json(read_input(path, what), f"{what} {path}")
 
 
@@ -263,8 +262,6 @@ def _positive(value: int, flag: str) -> None:
 def _on_device(args, params):
     """The weights on --device (host float32 on disk whatever device wrote them);
     a device that cannot be had is one line before any work."""
-    from sparktrain.model.backend import resolve
-
     device = resolve(args.device)
     if device.note:
         print(f"spark: {device.note}", file=sys.stderr)
