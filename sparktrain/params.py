@@ -17,14 +17,12 @@ from pydantic import ValidationError, model_validator
 from pydantic.dataclasses import dataclass
 
 from sparktrain.vocab import MAX_VOCAB, MIN_BPE_VOCAB, TOKENIZERS
-from sparktrain.core.errors import SparkError
+from sparktrain.core.errors import SparkError, did_you_mean
 from sparktrain.core.fsutil import read_input
-from sparktrain.core.jobfiles import check_job_id
-from sparktrain.core.project import PARAMS_FILE
+from sparktrain.core.jobfiles import PARAMS_FILE, check_job_id
 from sparktrain.model.config import ARCH_KEYS, SCALES, ModelConfig
 from sparktrain.model.backend import DEVICES
 from sparktrain.core.safeload import load_yaml
-from sparktrain.core.textout import did_you_mean
 
 # The Spark-coder recipes, one row per scale, each row a whole params file
 # (`spark code train --scale S`; docs/compat.md).

@@ -1,5 +1,6 @@
 """The process set-up every entry point runs before numpy loads: `start()` (the kernel:
-docs/portability.md; the threads: docs/training.md, "Threads and shards")."""
+docs/portability.md; the threads: docs/training.md, "Threads and shards"), and the counts
+the environment sets (`env_count`: SPARK_BLAS_THREADS here, SPARK_WORKERS for the workers)."""
 from __future__ import annotations
 
 import functools
@@ -10,7 +11,6 @@ from dataclasses import dataclass
 
 from threadpoolctl import threadpool_info, threadpool_limits
 
-from sparktrain.core.argtypes import env_count
 from sparktrain.core.errors import SparkError
 
 KERNEL_ENV = "SPARK_BLAS_KERNEL"          # portable (default) | native
@@ -111,6 +111,23 @@ def note(choice: Choice, record: dict | None = None) -> str | None:
             f"bytes belong to the {kernel} kernel family")
 
 
+def env_count(name: str, default, environ=os.environ, most: int | None = None):
+    """A positive integer (at most `most`) from environment variable `name`, `default` (or
+    its call) when unset or blank, else one line naming the variable."""
+    text = environ.get(name, "").strip()
+    if not text:
+        return default() if callable(default) else default
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise SparkError(f"{name} must be a positive integer, got {text[:40]!r}")
+    if most is not None and value > most:
+        raise SparkError(f"{name}={value:,} is above the limit of {most:,}")
+    return value
+
+
 def requested_threads(environ=os.environ) -> int:
     """SPARK_BLAS_THREADS, else 1."""
     return env_count(THREADS_ENV, DEFAULT_THREADS, environ, most=MAX_THREADS)
@@ -144,28 +161,17 @@ def _keep_freed_memory() -> None:
         pass
 
 
-@dataclass(frozen=True)
-class Started:
-    """What `start` decided for this process."""
-    kernel: Choice
-    threads: int
-
-
 @functools.cache
-def start() -> Started:
+def start() -> Choice:
     """Choose the kernel, pin the threads, keep freed memory; once per process (a later
-    call returns the first answer). Call it before anything imports numpy; a script
-    that loaded numpy first still gets its threads pinned, and a note when the kernel
-    is not the portable one. A bad SPARK_BLAS_KERNEL / SPARK_BLAS_THREADS: SparkError."""
+    call returns the first answer: how this process's kernel was decided). Call it before
+    anything imports numpy; a script that loaded numpy first still gets its threads pinned,
+    and a note when the kernel is not the portable one. A bad SPARK_BLAS_KERNEL /
+    SPARK_BLAS_THREADS: SparkError."""
     kernel = choose()
     line = note(kernel) if kernel.source == "preloaded" else None
     if line:
         sys.stderr.write(f"spark: note: {line}\n")
-    threads = pin(requested_threads())
+    pin(requested_threads())
     _keep_freed_memory()
-    return Started(kernel, threads)
-
-
-def kernel_choice() -> Choice:
-    """How this process's kernel was decided (starting it if nobody did)."""
-    return start().kernel
+    return kernel

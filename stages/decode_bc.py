@@ -6,7 +6,7 @@ it, plus the resolved and validated TRAIN under "job".
 import sys
 from pathlib import Path
 
-from sparktrain.bc.dump import dump_json
+from sparktrain.bc.codec import dump_json
 from sparktrain.core.errors import SparkError
 from sparktrain.core.fsutil import write_json
 from sparktrain.core.jobfiles import PROGRAM, job_dir

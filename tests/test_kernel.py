@@ -24,14 +24,14 @@ REPORT = """
 import json, sys
 {first}
 from sparktrain import runtime
-print(json.dumps({{"source": runtime.start().kernel.source, **runtime.made_with()}}))
+print(json.dumps({{"source": runtime.start().source, **runtime.made_with()}}))
 """
 
 
 def environment_coretype() -> str | None:
     """OPENBLAS_CORETYPE as the environment set it (None when this session's
     sparktrain chose it): tests never override the environment's value."""
-    return os.environ.get(runtime.CORETYPE) if runtime.kernel_choice().source == "environment" \
+    return os.environ.get(runtime.CORETYPE) if runtime.start().source == "environment" \
         else None
 
 

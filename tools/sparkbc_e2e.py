@@ -19,8 +19,7 @@ from pathlib import Path
 
 from sparktrain.core.errors import SparkError
 from sparktrain.core.fsutil import sha256_file
-from sparktrain.core.jobfiles import WEIGHTS, job_dir
-from sparktrain.core.project import PARAMS_FILE
+from sparktrain.core.jobfiles import PARAMS_FILE, WEIGHTS, job_dir
 from sparktrain.repro.lock import copy_project, tool_env
 from sparktrain.core.safeload import load_yaml
 

@@ -1,13 +1,22 @@
+"""SPARK_BC bytes and what is done with them: bytes <-> Program (decode, encode,
+read_program); the disassembly, xrefs and the two listings (dump_json is written by the
+decode-bc stage and hashed, so it holds only facts of the bytes: no paths, no times); and the
+interpreter of the executable subset (docs/sparkbc.md): a HANDLED op's `handlers[name](ins,
+values)` dict is bound to `bind` and printed as one JSON line, the whole program checked
+first, so one that would fail does so before a handler touches a file."""
 from __future__ import annotations
 
+import json
 import os
 import struct
-from typing import Iterator
+import sys
+from typing import Callable, Iterator, TextIO
 
-from sparktrain.bc.program import (BY_CODE, CONST_KINDS, HALT, MAGIC, MAX_INSTRUCTIONS, VERSION,
-                                   Instruction, Program)
-from sparktrain.core.errors import BytecodeError
-from sparktrain.core.fsutil import read_input
+from sparktrain.bc.program import (BY_CODE, BY_NAME, CONST_KINDS, HALT, MAGIC, MAX_INSTRUCTIONS,
+                                   MAX_OUTPUT_BYTES, VERSION, Instruction, Program, const_value,
+                                   operand_values, train_decls)
+from sparktrain.core.errors import BytecodeError, SparkError, printable
+from sparktrain.core.fsutil import read_input, sha256_bytes
 
 RECOMPILE = "recompile its source with `spark compile`"
 
@@ -167,3 +176,164 @@ def encode(program: Program) -> bytes:
     code = b"".join(encode_instruction(ins) for ins in program.code)
     parts.append(U32.pack(len(code)) + code)
     return b"".join(parts)
+
+
+PER_INSTRUCTION = 256  # bytes a listed instruction costs besides its operand values
+
+
+def check_dump_size(program: Program) -> None:
+    """Refuse a listing far larger than the file before building it: every use of a
+    const repeats its string, so a small file can ask for gigabytes."""
+    value_bytes = [len(s.encode("utf-8")) for s in program.strings]
+    size = sum(value_bytes) * 2
+    for ins in program.code:
+        size += PER_INSTRUCTION + sum(value_bytes[program.consts[i][1]] for i in ins.operands)
+        if size > MAX_OUTPUT_BYTES:
+            raise SparkError(f"the listing of this program would be over {MAX_OUTPUT_BYTES:,} "
+                             f"bytes (const strings repeated at instruction code+{ins.offset}); "
+                             "not printed")
+
+
+def xrefs(program: Program) -> dict[int, list[int]]:
+    """const index -> code offsets of the instructions using it (every const listed)."""
+    refs: dict[int, list[int]] = {i: [] for i in range(len(program.consts))}
+    for ins in program.code:
+        for index in dict.fromkeys(ins.operands):     # once per instruction
+            refs[index].append(ins.offset)
+    return refs
+
+
+def _quote(text: str) -> str:
+    return json.dumps(text, ensure_ascii=False)
+
+
+def _hex(ins: Instruction) -> str:
+    return encode_instruction(ins).hex(" ")
+
+
+def dump_json(program: Program) -> dict:
+    check_dump_size(program)
+    data = encode(program)
+    values = {ins.offset: operand_values(program, ins) for ins in program.code}
+    return {
+        "header": {"magic": MAGIC.decode("ascii"), "version": program.version,
+                   "size": len(data), "sha256": sha256_bytes(data)},
+        "sections": [{"name": s.name, "offset": s.offset, "size": s.size}
+                     for s in program.sections],
+        "code_base": program.code_base,
+        "strings": list(program.strings),
+        "consts": [{"index": i, "kind": CONST_KINDS[kind], "string": payload,
+                    "value": program.strings[payload]}
+                   for i, (kind, payload) in enumerate(program.consts)],
+        "xrefs": [{"const": i, "code_offsets": offsets}
+                  for i, offsets in xrefs(program).items()],
+        "code": [{"offset": ins.offset, "opcode": ins.opcode, "name": ins.name,
+                  "bytes": _hex(ins), "operands": list(ins.operands),
+                  "operand_names": list(BY_CODE[ins.opcode].operand_names),
+                  "values": list(values[ins.offset])}
+                 for ins in program.code],
+        "train": [decl._asdict() for decl in train_decls(program)],
+    }
+
+
+def dump_text(program: Program) -> str:
+    check_dump_size(program)
+    data = encode(program)
+    lines = [f"SPARK_BC v{program.version}  {len(data)} bytes  sha256 {sha256_bytes(data)}",
+             "", "sections:"]
+    lines += [f"  {s.name:<8} offset {s.offset:<5} size {s.size}" for s in program.sections]
+    lines += [f"  (code+0 is byte {program.code_base})", "",
+              f"strings ({len(program.strings)}):"]
+    lines += [f"  str{i}  {_quote(s)}" for i, s in enumerate(program.strings)]
+    lines += ["", f"consts ({len(program.consts)}):"]
+    lines += [f"  const{i}  {CONST_KINDS[kind]} str{payload}  {_quote(program.strings[payload])}"
+              for i, (kind, payload) in enumerate(program.consts)]
+    lines += ["", "xrefs:"]
+    by_offset = {ins.offset: ins for ins in program.code}
+    for i, offsets in xrefs(program).items():
+        users = ", ".join(f"code+{o} {by_offset[o].name}" for o in offsets) or "(unused)"
+        lines.append(f"  const{i} {_quote(const_value(program, i))} <- {users}")
+    lines += ["", f"code ({program.code_size} bytes, {len(program.code)} instructions):"]
+    for ins in program.code:
+        args = "".join(f" const{i} {_quote(const_value(program, i))}" for i in ins.operands)
+        lines.append(f"code+{ins.offset}  {_hex(ins)}  {ins.name} (0x{ins.opcode:02X}){args}")
+    decls = train_decls(program)
+    if decls:
+        lines += ["", "train:"]
+        lines += [f"  code+{d.offset}  job {_quote(d.job)}: dataset {_quote(d.dataset)} "
+                  f"base {_quote(d.base)} out {_quote(d.out)} method {_quote(d.method)} "
+                  f"-> {d.bind}" for d in decls]
+    return "\n".join(lines) + "\n"
+
+
+Handler = Callable[[Instruction, tuple[str, ...]], dict]
+
+HANDLED = ("TRAIN", "STEP", "TRAIN_STATUS")          # dispatched to handlers
+BUILTIN = ("HALT", "MODEL", "LET", "PRINT")          # run by execute() itself
+EXECUTABLE = BUILTIN + HANDLED
+RESULT_BYTES = 4096  # a bound on one printed handler result (a JSON line of a job's state)
+
+
+def compact_json(value) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                      allow_nan=False)
+
+
+def _binds(ins: Instruction, values: tuple[str, ...]) -> str | None:
+    """The name an instruction binds (LET's `name`, otherwise a `bind` operand), if any."""
+    key = "name" if ins.name == "LET" else "bind"
+    names = BY_NAME[ins.name].operand_names
+    return values[names.index(key)] if key in names else None
+
+
+def check_executable(program: Program) -> None:
+    """Reject, before running anything, what would stop the run halfway."""
+    bound: dict[str, int] = {}   # name -> bytes a PRINT of it writes
+    printed = 0
+    for ins in program.code:
+        values = operand_values(program, ins)
+        if ins.name not in EXECUTABLE:
+            raise SparkError(f"opcode {ins.name} (0x{ins.opcode:02X}) at code+{ins.offset} is not "
+                             f"executable by spark; executable: {', '.join(EXECUTABLE)}")
+        if ins.name == "PRINT" and values[0] not in bound:
+            raise SparkError(f"PRINT at code+{ins.offset} prints {values[0]!r}, which no earlier "
+                             "instruction binds; bind it with `-> name` or `let`")
+        printed += RESULT_BYTES if ins.name in HANDLED else 0
+        if ins.name == "PRINT":
+            printed += bound[values[0]]
+        if printed > MAX_OUTPUT_BYTES:
+            raise SparkError(f"program would print over {MAX_OUTPUT_BYTES:,} bytes (at "
+                             f"{ins.name} code+{ins.offset}); not run")
+        name = _binds(ins, values)
+        if name is not None:
+            bound[name] = len(values[1].encode("utf-8")) + 1 if ins.name == "LET" else RESULT_BYTES
+
+
+def execute(program: Program, handlers: dict[str, Handler],
+            out: TextIO | None = None) -> dict[str, object]:
+    """Run `program`; returns the bindings. `out` defaults to sys.stdout at call time."""
+    out = out if out is not None else sys.stdout
+    check_executable(program)
+    bindings: dict[str, object] = {}
+    for ins in program.code:
+        values = operand_values(program, ins)
+        if ins.name == "HALT":
+            break
+        if ins.name == "LET":
+            bindings[values[0]] = values[1]
+        elif ins.name == "PRINT":
+            value = bindings[values[0]]
+            text = value if isinstance(value, str) else compact_json(value)
+            isatty = getattr(out, "isatty", None)
+            print(printable(text, keep="\n\t") if isatty and isatty() else text, file=out)
+        elif ins.name in HANDLED:
+            handler = handlers.get(ins.name)
+            if handler is None:
+                raise SparkError(f"{ins.name} at code+{ins.offset} has no handler in this spark")
+            result = handler(ins, values)
+            if not isinstance(result, dict):
+                raise TypeError(f"{ins.name} handler returned {type(result).__name__}, not dict")
+            bindings[_binds(ins, values)] = result
+            print(compact_json(result), file=out)
+        # MODEL names the model alias; nothing here reads it
+    return bindings

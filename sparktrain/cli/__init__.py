@@ -11,12 +11,10 @@ import re
 import sys
 
 from sparktrain import __version__
-from sparktrain.core.errors import SparkError, printable
-from sparktrain.core.textout import did_you_mean
+from sparktrain.core.errors import SparkError, did_you_mean, printable
 
 # each registers the commands its docstring names, listed in --help in this order
-COMMAND_MODULES = tuple(f"sparktrain.cli.{name}" for name in (
-    "train", "original", "bench", "eval", "sweep"))
+COMMAND_MODULES = tuple(f"sparktrain.cli.{name}" for name in ("train", "original", "eval"))
 # One example per subcommand, shown as its --help's last line.
 EXAMPLES = {
     "compile": "spark compile data/programs/train-step.spark -o /tmp/step.sparkbc",
@@ -44,7 +42,13 @@ CHOICE = re.compile(r"invalid choice: '(?P<got>[^']*)' \(choose from (?P<known>.
 
 class _Parser(argparse.ArgumentParser):
     """argparse's usage errors also exit 2, but with one line, not the usage block;
-    an unknown subcommand or choice says the closest one."""
+    an unknown subcommand or choice says the closest one. `func`: the command's handler,
+    `args.func` for main (sub.add_parser(NAME, func=HANDLER, ...))."""
+
+    def __init__(self, *args, func=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        if func is not None:
+            self.set_defaults(func=func)
 
     def error(self, message):
         m = CHOICE.search(message)
@@ -52,6 +56,25 @@ class _Parser(argparse.ArgumentParser):
             message += did_you_mean(m["got"], re.findall(r"'([^']*)'", m["known"]))
         sys.stderr.write(f"{self.prog}: error: {message}\n")
         sys.exit(2)
+
+
+def name_arg(text: str) -> str:
+    """A name flag (--scale): not empty, not blank, at most 200 characters."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("expected a name, got an empty string")
+    if len(text) > 200:
+        raise argparse.ArgumentTypeError(f"a name of {len(text):,} characters; at most 200")
+    return text
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
 
 
 def subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
@@ -137,7 +160,3 @@ def main(argv: list[str] | None = None, *, spark_code: bool = False) -> int:
         name = name if len(name) <= 80 else name[:77] + "..."
         print(f"spark: error: cannot use {name}: {err.strerror or err}", file=sys.stderr)
         return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -16,7 +16,7 @@ from sparktrain.cli.train import ARCH, add_train_flags
 def register(sub) -> None:
     # here, not at the top: they load numpy, and `spark-code` imports this module
     # before runtime.start() chooses the BLAS kernel
-    from sparktrain.core.argtypes import name_arg
+    from sparktrain.cli import name_arg
     from sparktrain.model.config import scale_names
     from sparktrain.model.backend import DEVICES
 
@@ -25,7 +25,7 @@ def register(sub) -> None:
                            "(the original apply_step.py)", description=(
         "Train --weights (created, or used as the base and replaced when it exists) on --dataset, "
         "salted by --sparkbc. Prints one JSON line; exit 0 only when the run really trained (loss "
-        "fell, trained=true, not_sgd=false), else 2."))
+        "fell, trained=true, not_sgd=false), else 2."), func=cmd_apply_step)
     p.add_argument("--sparkbc", required=True,
                    help="the program whose sha256 salts init and is recorded")
     p.add_argument("--weights", required=True,
@@ -37,7 +37,6 @@ def register(sub) -> None:
     p.add_argument("--command", dest="command_label", default=None,
                    help="a label recorded in the metadata (e.g. the command line)")
     add_train_flags(p, "apply-step")
-    p.set_defaults(func=cmd_apply_step)
 
     code = sub.add_parser("code", help="Spark-coder: `spark code train --scale S`",
                           description="The Spark-coder commands (also `spark-code ...`).")
@@ -46,7 +45,7 @@ def register(sub) -> None:
     t = code_sub.add_parser("train", help="train the Spark-coder job at a scale", description=(
         "Train a Spark-coder recipe (data/programs/coder-recipes.yaml: tokenizer, vocabulary, "
         "optimizer, schedule, batch and passes made for code), then print the held-out bits per "
-        "byte beside zlib-9 and lzma-9e and completions of fixed prompts."))
+        "byte beside zlib-9 and lzma-9e and completions of fixed prompts."), func=cmd_code_train)
     which = t.add_mutually_exclusive_group()
     which.add_argument("--scale", default=None, type=name_arg,
                        help=f"the recipe of a scale ({scale_names()}; default tiny)")
@@ -59,7 +58,6 @@ def register(sub) -> None:
                    help="fixed gradient shards per micro-step, computed by one worker "
                         "process per core; the bytes depend on it, not on the cores "
                         "(default: the recipe's step.shards)")
-    t.set_defaults(func=cmd_code_train)
     code.set_defaults(func=lambda args: code.print_help() or 2)  # no subcommand: a usage mistake
 
 

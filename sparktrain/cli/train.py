@@ -9,8 +9,10 @@ import os
 import sys
 from pathlib import Path
 
-from sparktrain.core.errors import SparkError
-from sparktrain.core.textout import printable_lines
+from sparktrain.core.errors import SparkError, printable_lines
+from sparktrain.core.fsutil import atomic_write_bytes, canonical_json, read_input, sha256_bytes
+from sparktrain.core.gate import check_output
+from sparktrain.core.jobfiles import check_job_id, job_dir, root_of
 
 ARCH = (("--dim", "dim"), ("--n-layer", "n_layer"), ("--n-head", "n_head"),
         ("--n-kv-head", "n_kv_head"), ("--seq-len", "seq_len"))
@@ -21,7 +23,7 @@ PARAMS_DEFAULT = {"train": "none: every knob's default, then the flags",
 
 
 def add_train_flags(p: argparse.ArgumentParser, command: str) -> None:
-    from sparktrain.core.argtypes import name_arg
+    from sparktrain.cli import name_arg
     from sparktrain.model.config import scale_names
     from sparktrain.params import add_step_flags
 
@@ -41,18 +43,17 @@ def add_train_flags(p: argparse.ArgumentParser, command: str) -> None:
 
 def register(sub) -> None:
     p = sub.add_parser("compile", help="compile a .spark source to SPARK_BC bytes", description=(
-        "Compile a .spark source to a .sparkbc program (byte-exact; see docs/sparkbc.md)."))
+        "Compile a .spark source to a .sparkbc program (byte-exact; see docs/sparkbc.md)."),
+        func=cmd_compile)
     p.add_argument("source", metavar="SRC", help=".spark source file")
     p.add_argument("-o", "--output", metavar="OUT",
                    help="output .sparkbc file (default: SRC with the .sparkbc suffix)")
-    p.set_defaults(func=cmd_compile)
 
     p = sub.add_parser("dump", help="disassemble a .sparkbc program", description="List a "
                        ".sparkbc program: header, sections, string and const pools, xrefs, code, "
-                       "train jobs.")
+                       "train jobs.", func=cmd_dump)
     p.add_argument("file", metavar="FILE", help=".sparkbc file")
     p.add_argument("--json", action="store_true", help="print the same facts as canonical JSON")
-    p.set_defaults(func=cmd_dump)
 
 
     p = sub.add_parser("train", help="train a job with numpy SGD (the STEP of a program)",
@@ -61,37 +62,33 @@ def register(sub) -> None:
         "weights are drawn from --seed salted with the program's sha256 (docs/training.md, "
         "\"Init\"): --dataset alone has no program, so it starts from other weights than the "
         "pipeline (or --program) with the same knobs, and ends with other losses and bytes; "
-        "--program P --job ID gives the pipeline's.")
+        "--program P --job ID gives the pipeline's.", func=cmd_train)
     p.add_argument("--program", help="compiled .sparkbc program")
     p.add_argument("--job", help="job id of a TRAIN in the program")
     p.add_argument("--dataset", help="JSONL dataset (without --program)")
     p.add_argument("--out", help="output folder (without --program)")
     p.add_argument("--base", help="base .safetensors to continue from (without --program)")
     add_train_flags(p, "train")
-    p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("run", help="execute a .sparkbc program (TRAIN, STEP, TRAIN_STATUS, ...)",
         description="Execute a SPARK_BC program directly: MODEL, LET, PRINT, HALT, TRAIN (dry "
         "accept), STEP (SGD) and TRAIN_STATUS. One JSON line per train op on stdout. Knobs come "
-        "from params.yaml when present; flags override.")
+        "from params.yaml when present; flags override.", func=cmd_run)
     p.add_argument("program", help="compiled .sparkbc program")
     add_train_flags(p, "run")
-    p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("status", help="print a job's real state as JSON",
         description="Print the state of out/train/JOB (declared, trained, failed) with its "
-        "losses, eval metrics and timings.")
+        "losses, eval metrics and timings.", func=cmd_status)
     p.add_argument("job", nargs="?", default=None,
                    help="job id, or a job folder (default: params.yaml's job)")
     p.add_argument("--summary", action="store_true",
                    help="a few human lines (losses, eval metrics, files) instead of JSON")
-    p.set_defaults(func=cmd_status)
 
 
 def read_source(path: str | os.PathLike) -> str:
     """A .spark file's text; unreadable or non-UTF-8 input is a one-line error."""
     from sparktrain.core.errors import SourceError
-    from sparktrain.core.fsutil import read_input
 
     raw = read_input(path, "program")
     try:
@@ -104,8 +101,6 @@ def read_source(path: str | os.PathLike) -> str:
 
 def cmd_compile(args: argparse.Namespace) -> int:
     from sparktrain.bc.compiler import compile_source
-    from sparktrain.core.fsutil import atomic_write_bytes, sha256_bytes
-    from sparktrain.core.gate import check_output
 
     out = Path(args.output) if args.output else Path(args.source).with_suffix(".sparkbc")
     target = check_output(out, "sparkbc", (args.source,))
@@ -116,9 +111,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
 
 def cmd_dump(args: argparse.Namespace) -> int:
-    from sparktrain.bc.dump import dump_json, dump_text
-    from sparktrain.bc.codec import read_program
-    from sparktrain.core.fsutil import canonical_json
+    from sparktrain.bc.codec import dump_json, dump_text, read_program
 
     program, _data = read_program(args.file)
     sys.stdout.write(canonical_json(dump_json(program)) if args.json
@@ -198,8 +191,7 @@ def run_and_record(job, knobs, step, cfg, labels: dict | None = None,
 
 
 def cmd_run(args) -> int:
-    from sparktrain.bc.vm import execute
-    from sparktrain.core.jobfiles import check_job_id
+    from sparktrain.bc.codec import execute
     from sparktrain.data.source import source_for
     from sparktrain.train import outputs
     from sparktrain.train.job import job_from_train, read_program
@@ -248,9 +240,6 @@ def cmd_run(args) -> int:
 
 
 def cmd_status(args) -> int:
-    from sparktrain.core.fsutil import canonical_json
-    from sparktrain.core.jobfiles import check_job_id, job_dir
-    from sparktrain.core.project import root_of
     from sparktrain.params import PARAMS_FILE, load_params, step_record
     from sparktrain.train import outputs
 
@@ -268,7 +257,7 @@ def cmd_status(args) -> int:
     except SparkError:
         now = None
     state = outputs.job_state(folder, current_step=now)
-    sys.stdout.write(printable_lines(_summary_text(state, folder)) if args.summary  # textout.py
+    sys.stdout.write(printable_lines(_summary_text(state, folder)) if args.summary  # errors.py
                      else canonical_json(state))
     return 0
 

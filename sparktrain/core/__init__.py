@@ -1,2 +1,2 @@
-"""The ground floor: errors, textout, progress, fsutil, safeload, gate, project, jobfiles
-and argtypes, shared by every package and importing nothing above (docs/README.md)."""
+"""The ground floor: errors (and terminal text), progress, fsutil, safeload, gate, jobfiles
+(project root, job folders), compat; shared by all, importing nothing above (docs/README.md)."""

@@ -1,6 +1,47 @@
-"""The project's own error type: a user mistake, reported as one line, exit 2."""
+"""The project's own error type (a user mistake, reported as one line, exit 2) and the one
+escaping helper for text that reaches a terminal: whatever a user or a file controls goes
+through `printable` before it is printed (docs/outputs.md, "Terminal safety")."""
+from __future__ import annotations
 
-from sparktrain.core.textout import printable  # noqa: F401  (errors quote user text)
+import difflib
+
+# C0 controls, DEL and C1 controls: bytes that steer a terminal instead of showing
+_CONTROLS = [*range(0x20), 0x7F, *range(0x80, 0xA0)]
+# Unicode that reorders or breaks what a line shows: bidi embeddings, overrides and
+# isolates, line and paragraph separators
+_INVISIBLE = [*range(0x202A, 0x202F), *range(0x2066, 0x206A), 0x2028, 0x2029, 0x200E, 0x200F]
+_ESCAPES = {c: f"\\x{c:02x}" for c in _CONTROLS}
+_ESCAPES.update({c: f"\\u{c:04x}" for c in _INVISIBLE})
+
+
+def printable(text: str, keep: str = "") -> str:
+    """`text` with control characters (except those in `keep`) written as escapes."""
+    table = {c: e for c, e in _ESCAPES.items() if chr(c) not in keep}
+    return str(text).translate(table)
+
+
+def printable_lines(text: str) -> str:
+    """A multi-line block (a table, a summary): newlines kept, every other control escaped."""
+    return printable(text, keep="\n")
+
+
+def first_line(err: BaseException, limit: int = 160) -> str:
+    """An exception's first non-empty line, escaped, cut to `limit`; else its type's name."""
+    lines = [ln for ln in str(err).splitlines() if ln.strip()]
+    return printable(lines[0].strip()[:limit]) if lines else type(err).__name__
+
+
+def columns(head: list[str], rows: list[list[str]], rule: bool = False) -> list[str]:
+    """A plain text table, columns two spaces apart, dashes under the head when `rule`."""
+    widths = [max(len(str(r[i])) for r in [head] + rows) for i in range(len(head))]
+    lines = ["  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip() for r in [head] + rows]
+    return lines[:1] + ["  ".join("-" * w for w in widths)] + lines[1:] if rule else lines
+
+
+def did_you_mean(got: str, known) -> str:
+    """ "; did you mean 'x'?" for the closest of `known` (difflib), else ""."""
+    close = difflib.get_close_matches(str(got), [str(k) for k in known], n=1)
+    return f"; did you mean {close[0]!r}?" if close else ""
 
 
 MAX_MESSAGE = 1000  # characters: a message quoting a 900,000-character value is cut

@@ -12,8 +12,7 @@ from pathlib import Path
 from sparktrain.core.errors import SparkError, printable
 from sparktrain.core.fsutil import canonical_json, folder_fd, kind_of
 from sparktrain.core.jobfiles import (ARTIFACT, CHECKPOINT, CORPUS, JOB_NAMES, LIVE_DIR, LOCK,
-                                      PROGRAM, STATUS, TOKENIZER, WEIGHTS)
-from sparktrain.core.project import root_of
+                                      PROGRAM, STATUS, TOKENIZER, WEIGHTS, root_of)
 
 NAME_MAX = 255  # bytes of one path component on the file systems we run on
 JOB_MARKERS = (CHECKPOINT, ARTIFACT)

@@ -1,11 +1,16 @@
-"""The files of a job folder: their names (the one table; docs/outputs.md) and its place."""
+"""Where things are: the project root, found as git and DVC find theirs (the nearest folder
+upwards holding `dvc.yaml` or `.dvc/`; docs/pipeline.md, "Where commands run"), and the
+files of a job folder: their names (the one table; docs/outputs.md) and its place."""
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
 from sparktrain.core.errors import SparkError
 
+OUT = "out"
+PARAMS_FILE = "params.yaml"   # the knobs, at the root beside dvc.yaml (sparktrain/params.py)
 JOBS_ROOT = Path("out/train")   # the pipeline's job folders: out/train/<job id>/
 
 PROGRAM = "program.json"        # decode-bc: the program and the resolved TRAIN
@@ -50,3 +55,24 @@ def check_job_id(job: str) -> str:
         raise SparkError(f"job id {shown!r} is not a safe single path component "
                          "([A-Za-z0-9._-]+, at most 255 characters, not '.' or '..')")
     return job
+
+
+def root_of(start: str | Path | None = None, git: bool = False) -> Path | None:
+    """The nearest folder at or above `start` (default: the current one) holding dvc.yaml
+    or .dvc/ (or .git when `git`); None when there is none."""
+    here = Path(start if start is not None else Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        if ((folder / "dvc.yaml").is_file() or (folder / ".dvc").is_dir()
+                or (git and os.path.lexists(folder / ".git"))):
+            return folder
+    return None
+
+
+def find_root(start: str | Path | None = None) -> Path:
+    """`root_of(start)`, or one line when there is none."""
+    found = root_of(start)
+    if found is not None:
+        return found
+    here = Path(start if start is not None else Path.cwd()).resolve()
+    raise SparkError(f"not inside a Spark Train project: no dvc.yaml or .dvc/ in {here} or "
+                     f"any folder above it; run this in a clone of the project")

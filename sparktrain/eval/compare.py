@@ -21,10 +21,9 @@ from rich.table import Table
 from rich.text import Text
 
 from sparktrain.core import compat
-from sparktrain.core.errors import SparkError
+from sparktrain.core.errors import SparkError, columns
 from sparktrain.core.jobfiles import CHECKPOINT
 from sparktrain.core.safeload import load_yaml
-from sparktrain.core.textout import columns
 from sparktrain.eval.headline import HEADLINE_KEYS, is_finite, is_number
 from sparktrain.params import MAX_OUTER, Defaults
 from sparktrain.repro.lock import (DvcExperiments, Experiments, ExpRecord, ExpRow, read_json,
@@ -279,7 +278,7 @@ WIDTH = 80   # the terminal the table is laid out for
 def render(head: list[str], rows: list[list[str]], rule: bool = False,
            tty: bool | None = None) -> list[str]:
     """A table's lines: rich (no colour) when `tty` (default: stdout is a terminal), else
-    textout.columns, a dashed rule under the head when `rule`."""
+    errors.columns, a dashed rule under the head when `rule`."""
     if not (sys.stdout.isatty() if tty is None else tty):
         return columns(head, rows, rule=rule)
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,

@@ -26,12 +26,11 @@ from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pro
 from sparktrain.data.pairs import BOS, EOS, SEP
 from sparktrain.data.source import trained_on
 from sparktrain.data.tokenizer import read_tokenizer
-from sparktrain.core.errors import SparkError, printable
+from sparktrain.core.errors import SparkError, first_line, printable
 from sparktrain.core.fsutil import canonical_json, folder_fd, read_input, write_at, write_error
 from sparktrain.core.gate import check_output
 from sparktrain.core.jobfiles import CHECKPOINT, TOKENIZER
 from sparktrain.core.safeload import load_json
-from sparktrain.core.textout import first_line
 from sparktrain.eval.headline import is_finite, is_number
 from sparktrain.model.config import ModelConfig, n_params, param_shapes, weights_fits
 from sparktrain.model.layers import RMS_EPS, ROPE_BASE

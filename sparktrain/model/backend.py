@@ -430,14 +430,14 @@ class Device:
         if not self.host:
             return {}
         return {"blas_kernel": runtime.made_with()["kernel"],
-                "blas_kernel_source": runtime.kernel_choice().source}
+                "blas_kernel_source": runtime.start().source}
 
     def kernel_note(self) -> str | None:
         """One line when a CPU run uses a kernel family other than the portable one (said
         at import instead when numpy was loaded first)."""
-        if not self.host or runtime.kernel_choice().source == "preloaded":
+        if not self.host or runtime.start().source == "preloaded":
             return None
-        return runtime.note(runtime.kernel_choice())
+        return runtime.note(runtime.start())
 
     def workers(self, requested: int | None) -> int | None:
         """Gradient processes: the CPU's `requested` (None: the usable cores); a GPU runs

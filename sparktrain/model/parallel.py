@@ -13,7 +13,6 @@ from multiprocessing import shared_memory
 
 import numpy as np
 
-from sparktrain.core.argtypes import env_count
 from sparktrain import runtime
 from sparktrain.core.errors import SparkError
 from sparktrain.model import backend
@@ -36,7 +35,7 @@ def usable_cores() -> int:
 
 def default_workers() -> int:
     """SPARK_WORKERS, else the cores this process may run on."""
-    return env_count("SPARK_WORKERS", usable_cores, most=MAX_WORKERS)
+    return runtime.env_count("SPARK_WORKERS", usable_cores, most=MAX_WORKERS)
 
 
 def shard_ranges(rows: int, shards: int) -> list[tuple[int, int]]:

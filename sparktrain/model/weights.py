@@ -12,8 +12,7 @@ import numpy as np
 from safetensors import SafetensorError
 from safetensors.numpy import load, save
 
-from sparktrain.core.textout import first_line
-from sparktrain.core.errors import SparkError
+from sparktrain.core.errors import SparkError, first_line
 from sparktrain.core.fsutil import atomic_write_bytes, read_input
 from sparktrain.model.config import ModelConfig, param_shapes
 from sparktrain.core.safeload import load_json

@@ -13,9 +13,8 @@ import numpy as np
 from safetensors import SafetensorError
 from safetensors.numpy import load
 
-from sparktrain.core.errors import SparkError
+from sparktrain.core.errors import SparkError, first_line
 from sparktrain.core.fsutil import read_input
-from sparktrain.core.textout import first_line
 from sparktrain.core.jobfiles import CHECKPOINT, EVAL, EVAL_DETAIL, WEIGHTS
 from sparktrain.eval.headline import is_number
 from sparktrain.repro.lock import (LOCK, Output, cache_dir, cached_blob, git, git_blob, outputs,

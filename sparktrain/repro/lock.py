@@ -20,12 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Protocol
 
-from sparktrain.core.errors import SparkError, printable
+from sparktrain.core.errors import SparkError, first_line, printable
 from sparktrain.core.fsutil import atomic_write_bytes, read_input
-from sparktrain.core.jobfiles import EVAL, job_dir
-from sparktrain.core.project import PARAMS_FILE
+from sparktrain.core.jobfiles import EVAL, PARAMS_FILE, job_dir
 from sparktrain.core.safeload import MAX_ITEMS, load_json, load_yaml
-from sparktrain.core.textout import first_line
 
 LOCK = "dvc.lock"
 DEFAULT_CACHE = Path(".dvc/cache")

@@ -7,7 +7,7 @@ from pathlib import Path
 from sparkhelp import PROMPT_GUARD_S
 
 from sparktrain.bc.compiler import compile_program, compile_source
-from sparktrain.bc.dump import dump_json, dump_text, xrefs
+from sparktrain.bc.codec import dump_json, dump_text, xrefs
 from sparktrain.bc.program import TABLE, Program, layout_code
 from sparktrain.cli import main
 from sparktrain.core.fsutil import canonical_json

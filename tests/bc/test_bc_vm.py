@@ -6,7 +6,7 @@ import pytest
 
 from sparktrain.bc.compiler import compile_program
 from sparktrain.bc.program import Program, layout_code
-from sparktrain.bc.vm import EXECUTABLE, execute
+from sparktrain.bc.codec import EXECUTABLE, execute
 from sparktrain.core.errors import SparkError
 
 SOURCE = """model code

@@ -15,9 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sparktrain.bc.compiler import compile_source
-from sparktrain.bc.dump import dump_json, dump_text
-from sparktrain.bc.codec import decode
-from sparktrain.bc.vm import check_executable
+from sparktrain.bc.codec import check_executable, decode, dump_json, dump_text
 from sparktrain.core.errors import SparkError
 from sparktrain.model.weights import load_model
 from sparktrain.params import load_params

@@ -23,10 +23,9 @@ from safetensors.numpy import save
 
 from relkit import FAST, TRAIN, snapshot, trained  # noqa: F401  (fixture)
 from sparkhelp import PROMPT_GUARD_S, ROOT, assert_one_line_error, run_spark
-from sparktrain.core.errors import SparkError
+from sparktrain.core.errors import SparkError, printable
 from sparktrain.repro import lock as dvclock
 from sparktrain.sweep.grid import MAX_POINTS, expand, parse_axis
-from sparktrain.core.textout import printable
 
 PROGRAM = "data/programs/train-step.sparkbc"
 
@@ -464,7 +463,7 @@ def test_stage_errors_are_escaped(monkeypatch, capsys):
 
 def test_sweep_and_compare_tables_escape(monkeypatch):
     from sparktrain.sweep.grid import format_table
-    from sparktrain.core.textout import printable_lines
+    from sparktrain.core.errors import printable_lines
 
     doc = {"baseline": "0" * 40, "axes": [["step.lr", ["0.1" + ESC]]],
            "points": [{"name": "sweep-0", "state": "failed", "params": {"step.lr": "0.1" + ESC},
