@@ -14,7 +14,7 @@ pytestmark = pytest.mark.e2e
 # (id, params.yaml line, its replacement, what the stage's error line must name)
 BAD_PARAMS = [
     ("typo-key", "  outer: 4", "  oter: 4", "step.oter"),
-    ("wrong-type", "  lr: 0.1", '  lr: "fast"', "step.lr"),
+    ("wrong-type", "  lr: 0.03", '  lr: "fast"', "step.lr"),
     ("job-not-in-program", "job: job-dry-001", "job: job-nope-002", "job-nope-002"),
     ("job-with-slash", "job: job-dry-001", "job: team/job-dry-001", "team/job-dry-001"),
     ("job-dotdot", "job: job-dry-001", "job: ../job-dry-001", "../job-dry-001"),
@@ -70,7 +70,7 @@ def test_a_failed_step_keeps_the_previous_outputs(repro_copy):
              "loss.png")
     before = {n: (folder / n).read_bytes() for n in names}
     params = repro_copy / "params.yaml"
-    params.write_text(params.read_text().replace("  lr: 0.1", "  lr: 1.0e-30"))
+    params.write_text(params.read_text().replace("  lr: 0.03", "  lr: 1.0e-30"))
     done = dvc(repro_copy, "repro", check=False)
     assert done.returncode != 0 and "exited with 1" in done.stdout, done.stdout
     assert "training failed" in done.stdout and "restored from the DVC cache" in done.stdout
@@ -83,7 +83,7 @@ def test_a_failed_step_keeps_the_previous_outputs(repro_copy):
 
     # params.yaml reverted: nothing to re-run, and the verified model is the state,
     # with the last failure (when, which knobs) beside it; from a subfolder too
-    params.write_text(params.read_text().replace("  lr: 1.0e-30", "  lr: 0.1"))
+    params.write_text(params.read_text().replace("  lr: 1.0e-30", "  lr: 0.03"))
     assert "Running stage 'step'" not in dvc(repro_copy, "repro").stdout
     sub = repro_copy / "data"
     state = json.loads(run(sub, "spark", "status").stdout)

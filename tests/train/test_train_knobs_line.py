@@ -18,7 +18,7 @@ def test_first_line_names_the_defaults_and_heldout_is_logged(tmp_path):
 
 def test_with_params_the_first_line_names_the_file(tmp_path):
     params = tmp_path / "p.yaml"
-    params.write_text((ROOT / "params.yaml").read_text().replace("  lr: 0.1", "  lr: 0.2"))
+    params.write_text((ROOT / "params.yaml").read_text().replace("  lr: 0.03", "  lr: 0.2"))
     rc, _, err = run_spark(["train", "--dataset", ROOT / "data/train/dataset.jsonl",
                             "--out", tmp_path / "o", "--outer", "1", "--inner", "4", "--params", params], cwd=ROOT)
     assert rc == 0, err
