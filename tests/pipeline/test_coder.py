@@ -11,7 +11,8 @@ from .conftest import dvc, dvc_json, run
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 CODER = ["-S", "job=job-coder-tiny", "-S", "program=data/programs/train-coder.sparkbc",
-         "-S", "step.outer=2", "-S", "step.inner=4", "-S", "step.batch_size=4"]
+         "-S", "step.outer=2", "-S", "step.inner=4", "-S", "step.batch_size=4",
+         "-S", 'corpus.glob="*.py"']  # the twenty top-level modules, not more/
 
 
 def test_coder_job_and_tokenizer_sweep(repro_copy):

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from safetensors.numpy import load_file
 
 from sparkhelp import HANG_GUARD_S, ROOT, assert_one_line_error, run_spark
@@ -217,13 +218,14 @@ def test_the_original_command_lines_in_a_fresh_copy(tmp_path):
     ran = sh(str(bin_dir / "spark"), "--run-bc", PROGRAM)
     assert [json.loads(line)["op"] for line in ran.stdout.splitlines()
             if line.startswith("{")][:2] == ["TRAIN", "STEP"]
-    coded = sh(str(bin_dir / "spark-code"), "train", "--scale", "tiny", "--device", "auto")
+    # the tiny row at a sixth of its budget, on the twenty top-level modules: the
+    # console script's whole path; the row itself, against README, is the slow test below
+    (repo / "tiny-short.yaml").write_text(yaml.safe_dump(_tiny_row(
+        vocab_size=512, corpus={"glob": "*.py", "heldout": 0.1}, inner=100)))
+    coded = sh(str(bin_dir / "spark-code"), "train", "--params", "tiny-short.yaml",
+               "--device", "auto")
     assert json.loads(coded.stdout.splitlines()[0])["trained"] is True
     assert "held-out bits per byte, the whole held-out stream" in coded.stdout
-    # README's copy of this run (tools/readme_figures.py --only coder-tiny): the same
-    # losses and bits per byte, to the digit
-    shown = rf.coder_figures(rf.block((ROOT / "README.md").read_text(), "coder-tiny"))
-    assert rf.coder_figures(coded.stdout) == shown and shown["bpb"], shown
     # -o: never remake the install stamp: a pip install -e from this temporary copy
     # would point the checkout's virtualenv at files deleted after the test
     make = ["make", f"VENV={VENV}", "-o", f"{VENV}/.installed-stamp"] if VENV.is_dir() else None
@@ -243,6 +245,33 @@ def test_the_original_command_lines_in_a_fresh_copy(tmp_path):
     assert "spark-sgd-proof: ok" in sh(*make, "spark-sgd-proof").stdout
     # the ten-minute scale proof is `make spark-sgd-proof-scale` (marked proof below)
     assert "tools/proof.py scale" in sh("make", "-n", "spark-sgd-proof-scale").stdout
+
+
+def _tiny_row(inner=None, **changes) -> dict:
+    """The recipe table's tiny row, with top-level keys (and step.inner) changed."""
+    row = yaml.safe_load((ROOT / "data/programs/coder-recipes.yaml").read_text())["tiny"]
+    row.update(changes)
+    if inner is not None:
+        row["step"]["inner"] = inner
+    return row
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_spark_code_train_scale_tiny_prints_what_readme_shows(tmp_path):
+    """`spark-code train --scale tiny`, the whole row, in a fresh copy: README's copy of
+    this run (tools/readme_figures.py --only coder-tiny) has the same losses and bits per
+    byte, to the digit."""
+    repo = copy_project(ROOT, tmp_path / "repo")
+    bin_dir = VENV / "bin" if VENV.is_dir() else Path(sys.executable).parent
+    coded = subprocess.run([str(bin_dir / "spark-code"), "train", "--scale", "tiny",
+                            "--device", "auto"], cwd=repo, env=tool_env(repo),
+                           capture_output=True, text=True, timeout=HANG_GUARD_S)
+    assert coded.returncode == 0, coded.stderr[-2000:]
+    assert json.loads(coded.stdout.splitlines()[0])["trained"] is True
+    assert "held-out bits per byte, the whole held-out stream" in coded.stdout
+    shown = rf.coder_figures(rf.block((ROOT / "README.md").read_text(), "coder-tiny"))
+    assert rf.coder_figures(coded.stdout) == shown and shown["bpb"], shown
 
 
 @pytest.mark.proof

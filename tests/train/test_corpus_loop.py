@@ -35,6 +35,7 @@ def coder_project(tmp_path: Path, **changes) -> Path:
     p = yaml.safe_load((ROOT / "params.yaml").read_text())
     p.update(job="job-coder-tiny", program="data/programs/train-coder.sparkbc",
              step=dict(STEP), scale="tiny")
+    p["corpus"] = dict(p["corpus"], glob="*.py")  # the twenty top-level modules, not more/
     for key, value in changes.items():
         if key == "step":
             p["step"].update(value)

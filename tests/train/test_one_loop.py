@@ -20,7 +20,7 @@ from sparktrain.train.job import adhoc_job
 STEP = StepConfig(outer=2, inner=3, batch_size=4, lr=0.05)
 QUIET = dict(progress=lambda line: None)
 CORPUS = ROOT / "data/corpus/tiny"
-KNOBS = Defaults(corpus=CorpusConfig(heldout=0.3))  # 20 files: a few held out
+KNOBS = Defaults(corpus=CorpusConfig(glob="*.py", heldout=0.3))  # the top-level 20: a few held out
 
 
 def _text_rows(path: Path) -> Path:
