@@ -126,7 +126,7 @@ def test_bench_params_file_is_the_job_people_run(capsys):
                  "--steps", "1", "--json"]) == 0
     r = json.loads(capsys.readouterr().out)
     assert (r["vocab"], r["batch_size"], r["shards"]) == (1024, 16, 2)
-    assert r["update"].startswith("muon (lr 0.02, clip 1, adam_lr 0.01, wsd")
+    assert r["update"].startswith("muon (lr 0.02, clip 1, adam_lr 0.015, wsd")
     assert main(["bench", "--params", "data/programs/coder-proof.yaml", "--steps", "1",
                  "--json", "--scale", "tiny", "--batch-size", "4", "--shards", "1",
                  "--optimizer", "adamw"]) == 0
