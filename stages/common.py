@@ -40,14 +40,16 @@ def load_job(p: Params) -> Job:
     return validate_job(job)
 
 
-# Step keys that leave the training recipe as it is (stamps, seeds, where it runs).
-NOT_RECIPE = ("step_n", "seed", "shards", "workers", "device", "checkpoint_every")
+# Step keys that leave the training recipe as it is (stamps, seeds, where it runs),
+# and lr: params.yaml's own rate (0.03) is not the schema's (0.1), and a rate alone
+# does not make the pairs job's byte / SGD 4 x 8 recipe one for a corpus.
+NOT_RECIPE = ("step_n", "seed", "shards", "workers", "device", "checkpoint_every", "lr")
 
 
 def untuned_for_corpus(p: Params) -> bool:
-    """True when nobody chose the training knobs: the byte tokenizer and every
-    recipe key of `step` at the schema's defaults, which are params.yaml's, made
-    for the pairs job (`-S job=job-coder-tiny -S program=...` alone)."""
+    """True when nobody chose the training recipe: the byte tokenizer and every
+    recipe key of `step` but its rate at the schema's defaults, which are the pairs
+    job's in params.yaml (`-S job=job-coder-tiny -S program=...` alone)."""
     default = StepConfig()
     return p.tokenizer == "byte" and all(
         getattr(p.step, name) == getattr(default, name)

@@ -12,6 +12,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 CODER = ["-S", "job=job-coder-tiny", "-S", "program=data/programs/train-coder.sparkbc",
          "-S", "step.outer=2", "-S", "step.inner=4", "-S", "step.batch_size=4",
+         "-S", "step.lr=0.1",         # 8 short steps: the rate that learns in them
          "-S", 'corpus.glob="*.py"']  # the twenty top-level modules, not more/
 
 

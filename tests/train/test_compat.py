@@ -256,8 +256,7 @@ def _tiny_row(inner=None, **changes) -> dict:
     return row
 
 
-@pytest.mark.e2e
-@pytest.mark.slow
+@pytest.mark.proof   # 1.23M tokens, ~50 s: `pytest -m proof -k scale_tiny_prints`
 def test_spark_code_train_scale_tiny_prints_what_readme_shows(tmp_path):
     """`spark-code train --scale tiny`, the whole row, in a fresh copy: README's copy of
     this run (tools/readme_figures.py --only coder-tiny) has the same losses and bits per
