@@ -1,6 +1,7 @@
 """Shared test helpers: run the `spark` CLI in-process or as a real process."""
 from __future__ import annotations
 
+import compileall
 import os
 import shutil
 import subprocess
@@ -20,6 +21,14 @@ SPARK = [sys.executable, "-m", "sparktrain.cli"]
 # quiet), so a regression that hangs fails in minutes, not an hour.
 HANG_GUARD_S = 3600
 PROMPT_GUARD_S = 300
+
+
+def compile_code(root: Path) -> None:
+    """Byte-compile the project's code under `root` (the package, the stage scripts, the
+    tools), so the processes that run it, and every `cp -a` copy, start from the cache."""
+    for name in ("sparktrain", "stages", "tools"):
+        if (root / name).is_dir():
+            compileall.compile_dir(root / name, quiet=1)
 
 
 def run_spark(args, cwd=None, env=None, timeout=HANG_GUARD_S):

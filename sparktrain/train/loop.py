@@ -295,6 +295,12 @@ def checkpoint(run, log: Log, changed: list[str], weights_sha256: str, labels: d
     }
 
 
+# The matmul peak takes about 0.5 s to measure on a CPU: a run that trained for less
+# than this reports its speed without the MFU (the measurement would cost more than the
+# training it rates; `spark bench` always measures it).
+PEAK_MIN_TRAIN_S = 5.0
+
+
 def perf(run, log: Log) -> dict:
     """perf.json: this process's speed (undeclared to DVC: timings vary)."""
     seconds = max(log.seconds, 1e-9)
@@ -305,7 +311,7 @@ def perf(run, log: Log) -> dict:
               "blas_threads": live_threads(), "shards": run.engine.shards,
               "workers": run.engine.workers, "device": run.device.name,
               **run.device.kernel_record()}
-    peak = run.device.matmul_peak()
+    peak = run.device.matmul_peak() if log.seconds >= PEAK_MIN_TRAIN_S else 0.0
     if peak:
         # every worker process computed, one BLAS pool each: over the peak of all of them
         processes = run.engine.workers if run.device.host else 1

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sparkhelp import HANG_GUARD_S
+from sparkhelp import HANG_GUARD_S, compile_code
 
 from sparktrain.repro.lock import copy_project, tool_env as library_tool_env
 
@@ -131,8 +131,11 @@ def lock_outs(lock: dict) -> dict[str, tuple[str, str]]:
 
 @pytest.fixture(scope="session")
 def template_repo(tmp_path_factory) -> Path:
-    """The project's files, committed in a new git repo; nothing run yet."""
-    return copy_project(REPO, tmp_path_factory.mktemp("template") / "repo")
+    """The project's files, committed in a new git repo; nothing run yet. Its code is
+    byte-compiled (ignored by git and DVC), so each copy's stages start from the cache."""
+    repo = copy_project(REPO, tmp_path_factory.mktemp("template") / "repo")
+    compile_code(repo)
+    return repo
 
 
 @pytest.fixture(scope="session")
