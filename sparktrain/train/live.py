@@ -29,6 +29,20 @@ PLOTS = ("loss", "heldout_loss", "heldout_bpb_64window_estimate")
 SERIES_DIR = Path(LIVE_DIR, "plots", "metrics")  # DVCLive's folder of the series
 
 
+class FilesLive(Live):
+    """DVCLive, whose DVC set-up runs only inside a DVC stage (`dvc repro`, `dvc exp run`
+    set DVC_ROOT): there it records the run as DVCLive always does. Outside one (`spark
+    train`, `spark code train`) the run is no DVC experiment and DVCLive writes only its
+    files: its own set-up would look for a DVC repository and, in a plain git checkout,
+    run `dvc init` and `git add` the new .dvc/ there (and cost half a second a run)."""
+
+    def _init_dvc(self):
+        if os.getenv("DVC_ROOT"):
+            super()._init_dvc()
+        else:
+            self._dvc_file = self._init_dvc_file()
+
+
 def series_path(folder: str | os.PathLike, name: str) -> Path:
     """The TSV DVCLive keeps for one series: dvclive/plots/metrics/<name>.tsv."""
     return Path(folder) / SERIES_DIR / f"{name}.tsv"
@@ -87,7 +101,7 @@ class Watcher:
             _remove_pending(fd)
             os.mkdir(LIVE_PENDING, 0o777, dir_fd=fd)
         self.pin, pinned = pinned_folder(self.folder)  # DVCLive writes by path: pin it
-        self.live = Live(dir=str(pinned / LIVE_PENDING / LIVE_DIR), save_dvc_exp=False,
+        self.live = FilesLive(dir=str(pinned / LIVE_PENDING / LIVE_DIR), save_dvc_exp=False,
                          dvcyaml=None, report=None)
         for old, old_lr in earlier:
             self._log_live(old, old_lr)

@@ -154,3 +154,19 @@ def test_params_typo_is_named(project):
     rc, out, err = run_spark(["run", "data/programs/train-step.sparkbc"], cwd=project)
     assert_one_line_error(rc, err, "step.oter")
     assert _nothing_written(project)
+
+
+def test_a_train_in_a_plain_git_checkout_leaves_the_checkout_alone(project):
+    """Outside a DVC stage DVCLive writes only its files: before, its set-up ran `dvc init`
+    in a git checkout without DVC and staged the new .dvc/ files in the user's index."""
+    import subprocess
+
+    subprocess.run(["git", "init", "-q", str(project)], check=True)
+    rc, _, err = run_spark(["train", "--dataset", "data/train/dataset.jsonl",
+                            "--out", "out/j"] + FAST, cwd=project)
+    assert rc == 0, err
+    assert (project / "out/j/dvclive/plots/metrics/loss.tsv").is_file()
+    assert not (project / ".dvc").exists() and not (project / ".dvcignore").exists()
+    staged = subprocess.run(["git", "-C", str(project), "diff", "--cached", "--name-only"],
+                            capture_output=True, text=True, check=True).stdout
+    assert staged == ""
