@@ -30,14 +30,15 @@ SERIES_DIR = Path(LIVE_DIR, "plots", "metrics")  # DVCLive's folder of the serie
 
 
 class FilesLive(Live):
-    """DVCLive, whose DVC set-up runs only inside a DVC stage (`dvc repro`, `dvc exp run`
-    set DVC_ROOT): there it records the run as DVCLive always does. Outside one (`spark
-    train`, `spark code train`) the run is no DVC experiment and DVCLive writes only its
-    files: its own set-up would look for a DVC repository and, in a plain git checkout,
-    run `dvc init` and `git add` the new .dvc/ there (and cost half a second a run)."""
+    """DVCLive, whose DVC set-up runs only where the run is an experiment: a stage of `dvc
+    exp run` (DVC sets DVC_ROOT and DVC_EXP_BASELINE_REV), where DVCLive records it as it
+    always does (the experiment's name, DVC Studio's live updates). Elsewhere (`spark
+    train`, `dvc repro`) it writes only its files: its set-up would open the DVC
+    repository for nothing (half a second a run) and, in a git checkout without DVC, run
+    `dvc init` and `git add` the new .dvc/ there."""
 
     def _init_dvc(self):
-        if os.getenv("DVC_ROOT"):
+        if os.getenv("DVC_ROOT") and os.getenv("DVC_EXP_BASELINE_REV"):
             super()._init_dvc()
         else:
             self._dvc_file = self._init_dvc_file()
