@@ -90,7 +90,7 @@ deps: $(STAMP)
 clean:
 	rm -rf out .pytest_cache .hypothesis
 
-# dvc.yaml runs the stages as `python -m stages.X`: the venv must come first on PATH.
+# dvc.yaml runs the stages as `python3 -m stages.X`: the venv comes first on PATH.
 DVC := PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/dvc
 
 run: $(STAMP)

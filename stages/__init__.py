@@ -1,7 +1,8 @@
-"""The DVC stage scripts (`python -m stages.X`, docs/pipeline.md).
+"""The DVC stage scripts (`python3 -m stages.X`, docs/pipeline.md).
 
-dvc.yaml runs `python -m stages.X`, so a stage runs on whichever `python` is
-first on PATH: with `.venv/bin/dvc repro` and the venv not activated, that is
+dvc.yaml runs `python3 -m stages.X`, so a stage runs on whichever `python3` is
+first on PATH (`python3`, not `python`: Debian, Ubuntu and macOS have no
+`python` unless a venv is activated, and every Unix Python has `python3`): with `.venv/bin/dvc repro` and the venv not activated, that is
 the system's, without numpy or threadpoolctl. So this package first checks
 that the running interpreter has the project installed (the `sparktrain`
 distribution and every distribution it requires); when it has not, it runs the
@@ -67,7 +68,7 @@ def _use_project_python() -> None:
     if not missing:
         return
     python = project_python()
-    # Only `python -m stages.X` is re-run (argv[0] is "-m" while the package loads).
+    # Only `python3 -m stages.X` is re-run (argv[0] is "-m" while the package loads).
     if python is not None and REEXEC_ENV not in os.environ and sys.argv[:1] == ["-m"]:
         os.environ[REEXEC_ENV] = "1"
         sys.stdout.flush()

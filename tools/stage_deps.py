@@ -3,7 +3,7 @@
     python tools/stage_deps.py            # say which stages' deps differ (exit 1 if any)
     python tools/stage_deps.py --write    # rewrite dvc.yaml's deps with them
 
-A stage runs `python -m stages.X`; its code is every project module that
+A stage runs `python3 -m stages.X`; its code is every project module that
 stages/X.py reaches through imports (read with ast, imports inside functions
 included, so the list is a superset of what one run loads), plus each package's
 __init__.py on the way. A package folder the stage uses at least half of is one

@@ -36,10 +36,12 @@ pytestmark = pytest.mark.skipif(BARE is None,
 
 
 def bare_env(repo: Path, tmp_path: Path) -> dict:
-    """PATH whose `python` is the base interpreter, without the project's packages."""
+    """PATH whose `python3` (and `python`) is the base interpreter, without the project's
+    packages."""
     bindir = tmp_path / "bare-bin"
     bindir.mkdir(exist_ok=True)
     (bindir / "python").symlink_to(BARE)
+    (bindir / "python3").symlink_to(BARE)
     env = tool_env(repo)
     env["PATH"] = os.pathsep.join([str(bindir), "/usr/bin", "/bin"])
     env.pop(REEXEC_ENV, None)
@@ -47,7 +49,7 @@ def bare_env(repo: Path, tmp_path: Path) -> dict:
 
 
 def stage(repo: Path, env: dict) -> subprocess.CompletedProcess:
-    return subprocess.run(["python", "-m", "stages.check_params"], cwd=repo, env=env,
+    return subprocess.run(["python3", "-m", "stages.check_params"], cwd=repo, env=env,
                           capture_output=True, text=True, timeout=HANG_GUARD_S)
 
 
@@ -92,3 +94,10 @@ def test_venv_dvc_repro_without_activating_runs_the_stage(template_repo, tmp_pat
                           timeout=HANG_GUARD_S)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "Traceback" not in done.stdout + done.stderr
+    # `dvc exp run` the same way: every stage, each started on the bare python3
+    done = subprocess.run([str(dvc), "exp", "run", "-S", "step.lr=0.05"], cwd=repo,
+                          env=bare_env(repo, tmp_path), capture_output=True, text=True,
+                          timeout=HANG_GUARD_S)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Traceback" not in done.stdout + done.stderr
+    assert "Running stage 'step'" in done.stdout and "Ran experiment(s)" in done.stdout
