@@ -36,11 +36,11 @@ pytestmark = pytest.mark.skipif(BARE is None,
 
 
 def bare_env(repo: Path, tmp_path: Path) -> dict:
-    """PATH whose `python3` (and `python`) is the base interpreter, without the project's
-    packages."""
+    """PATH whose `python3` is the base interpreter, without the project's packages, and
+    with no `python` (as on Debian, Ubuntu and macOS outside a venv) when /usr/bin has
+    none."""
     bindir = tmp_path / "bare-bin"
     bindir.mkdir(exist_ok=True)
-    (bindir / "python").symlink_to(BARE)
     (bindir / "python3").symlink_to(BARE)
     env = tool_env(repo)
     env["PATH"] = os.pathsep.join([str(bindir), "/usr/bin", "/bin"])
@@ -89,14 +89,15 @@ def test_venv_dvc_repro_without_activating_runs_the_stage(template_repo, tmp_pat
     repo = clone(template_repo, tmp_path / "repo")
     (repo / ".venv").symlink_to(sys.prefix)
     dvc = Path(sys.prefix) / "bin" / "dvc"
+    env = bare_env(repo, tmp_path)
     done = subprocess.run([str(dvc), "repro", "check-params"], cwd=repo,
-                          env=bare_env(repo, tmp_path), capture_output=True, text=True,
+                          env=env, capture_output=True, text=True,
                           timeout=HANG_GUARD_S)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "Traceback" not in done.stdout + done.stderr
     # `dvc exp run` the same way: every stage, each started on the bare python3
     done = subprocess.run([str(dvc), "exp", "run", "-S", "step.lr=0.05"], cwd=repo,
-                          env=bare_env(repo, tmp_path), capture_output=True, text=True,
+                          env=env, capture_output=True, text=True,
                           timeout=HANG_GUARD_S)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "Traceback" not in done.stdout + done.stderr
