@@ -2,8 +2,9 @@
 
 dvc.yaml runs `python3 -m stages.X`, so a stage runs on whichever `python3` is
 first on PATH (`python3`, not `python`: Debian, Ubuntu and macOS have no
-`python` unless a venv is activated, and every Unix Python has `python3`): with `.venv/bin/dvc repro` and the venv not activated, that is
-the system's, without numpy or threadpoolctl. So this package first checks
+`python` unless a venv is activated, and every Unix Python has `python3`): with
+`.venv/bin/dvc repro` and the venv not activated, that is the system's, without
+numpy or threadpoolctl. So this package first checks
 that the running interpreter has the project installed (the `sparktrain`
 distribution and every distribution it requires); when it has not, it runs the
 same command again with the checkout's `.venv/bin/python` (for `dvc queue` /

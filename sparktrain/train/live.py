@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from dvclive import Live
+from dvclive import env as dvclive_env
 
 from sparktrain.core.fsutil import LinkInPath, folder_fd, pinned_folder, write_at
 from sparktrain.core.gate import replace_owned_folder
@@ -38,9 +39,9 @@ class FilesLive(Live):
     `dvc init` and `git add` the new .dvc/ there."""
 
     def _init_dvc(self):
-        if os.getenv("DVC_ROOT") and os.getenv("DVC_EXP_BASELINE_REV"):
+        if os.getenv(dvclive_env.DVC_ROOT) and os.getenv(dvclive_env.DVC_EXP_BASELINE_REV):
             super()._init_dvc()
-        else:
+        else:   # the one attribute of the set-up that `dvc_file` reads
             self._dvc_file = self._init_dvc_file()
 
 
@@ -103,7 +104,7 @@ class Watcher:
             os.mkdir(LIVE_PENDING, 0o777, dir_fd=fd)
         self.pin, pinned = pinned_folder(self.folder)  # DVCLive writes by path: pin it
         self.live = FilesLive(dir=str(pinned / LIVE_PENDING / LIVE_DIR), save_dvc_exp=False,
-                         dvcyaml=None, report=None)
+                              dvcyaml=None, report=None)
         for old, old_lr in earlier:
             self._log_live(old, old_lr)
         self._log_live(point, lr)

@@ -296,8 +296,8 @@ def checkpoint(run, log: Log, changed: list[str], weights_sha256: str, labels: d
 
 
 # The matmul peak takes about 0.5 s to measure on a CPU: a run that trained for less
-# than this reports its speed without the MFU (the measurement would cost more than the
-# training it rates; `spark bench` always measures it).
+# than this reports its speed without the MFU (the probe would add a tenth or more to
+# the run it rates; `spark bench` always measures it).
 PEAK_MIN_TRAIN_S = 5.0
 
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 
 import numpy as np
 import pytest
@@ -159,8 +160,6 @@ def test_params_typo_is_named(project):
 def test_a_train_in_a_plain_git_checkout_leaves_the_checkout_alone(project):
     """Outside a DVC stage DVCLive writes only its files: before, its set-up ran `dvc init`
     in a git checkout without DVC and staged the new .dvc/ files in the user's index."""
-    import subprocess
-
     subprocess.run(["git", "init", "-q", str(project)], check=True)
     rc, _, err = run_spark(["train", "--dataset", "data/train/dataset.jsonl",
                             "--out", "out/j"] + FAST, cwd=project)
