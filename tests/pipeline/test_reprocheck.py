@@ -113,6 +113,23 @@ def test_check_passes_on_a_committed_repro(repro_copy):
     assert "Running stage 'step'" in done.stdout, "the check forces a full repro"
 
 
+def _check_after_repro(repo, monkeypatch, capsys, *args) -> tuple[int, str]:
+    """`spark repro-check ARGS` in-process on `repo`, whose workspace already holds what
+    its forced repro writes (the same inputs give the same bytes and the same dvc.lock),
+    so DVC's repro is left out; `dvc status` and the comparison run as they are. The
+    forced repro itself is test_check_passes_on_a_committed_repro's."""
+    from sparktrain.cli import main
+    from sparktrain.repro import check
+
+    real = check.dvc
+    monkeypatch.setattr(check, "dvc", lambda *cmd, quiet=False:
+                        0 if cmd[0] == "repro" else real(*cmd, quiet=quiet))
+    monkeypatch.chdir(repo)
+    capsys.readouterr()
+    code = main(["repro-check", *args])
+    return code, capsys.readouterr().out
+
+
 @pytest.mark.e2e
 def test_check_reports_drift_within_tolerance(repro_copy, monkeypatch, capsys):
     """A lock committed on 'another CPU': eval.json's loss off by 1e-7 relative."""
@@ -124,32 +141,23 @@ def test_check_reports_drift_within_tolerance(repro_copy, monkeypatch, capsys):
     blob = repro_copy / ".dvc" / "cache" / "files" / "md5" / fake_md5[:2] / fake_md5[2:]
     blob.parent.mkdir(parents=True, exist_ok=True)
     blob.write_bytes(fake)
-    lock = yaml.safe_load((repro_copy / "dvc.lock").read_text())
+    reproduced = (repro_copy / "dvc.lock").read_text()   # what this machine's repro writes
+    lock = yaml.safe_load(reproduced)
     for out in lock["stages"]["eval"]["outs"]:
         if out["path"] == eval_path:
             out["md5"] = fake_md5
     (repro_copy / "dvc.lock").write_text(yaml.safe_dump(lock, sort_keys=False))
     git(repro_copy, "add", "-A")
     git(repro_copy, "commit", "-q", "--allow-empty", "-m", "lock from another machine")
+    (repro_copy / "dvc.lock").write_text(reproduced)
 
-    done = _reprocheck(repro_copy, "--tolerance", "1e-4")
-    assert done.returncode == 0, done.stdout
-    assert f"drifted: {eval_path} (stage eval)" in done.stdout
-    assert "drift within tolerance" in done.stdout
+    code, done = _check_after_repro(repro_copy, monkeypatch, capsys, "--tolerance", "1e-4")
+    assert code == 0, done
+    assert f"drifted: {eval_path} (stage eval)" in done
+    assert "drift within tolerance" in done
 
-    # --tolerance 1e-9 on the same workspace, in-process: the forced repro just done is
-    # what a second one gives (same inputs, same bytes), so DVC's repro is left out here;
-    # `dvc status` and the rest of the check run as they are
-    from sparktrain.cli import main
-    from sparktrain.repro import check
-
-    real = check.dvc
-    monkeypatch.setattr(check, "dvc", lambda *args, quiet=False:
-                        0 if args[0] == "repro" else real(*args, quiet=quiet))
-    monkeypatch.chdir(repro_copy)
-    capsys.readouterr()
-    assert main(["repro-check", "--tolerance", "1e-9"]) == 1
-    strict = capsys.readouterr().out
+    code, strict = _check_after_repro(repro_copy, monkeypatch, capsys, "--tolerance", "1e-9")
+    assert code == 1, strict
     assert f"drifted: {eval_path} (stage eval)" in strict
     assert "beyond tolerance" in strict and "repro-check: FAIL" in strict, strict
 
