@@ -6,12 +6,6 @@ import sys
 import time
 from typing import Callable, TextIO
 
-from rich.console import Console
-from rich.measure import Measurement
-from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
-from rich.progress import Progress as RichProgress
-from rich.table import Column
-
 
 def eta_seconds(done_at_start: int, done: int, total: int | None,
                 seconds: float) -> float | None:
@@ -47,10 +41,14 @@ class Progress:
         self.tty = self.stream.isatty() if tty is None else tty
         self.clock, self.started = clock, clock()
         self._bar = self._task = None
-        if self.tty:
+        if self.tty:   # rich loads only here: a stage or a piped run never pays its import
+            from rich.console import Console
+
+            from sparktrain.core.richbar import FittingBar
+
             console = Console(file=self.stream, force_terminal=True,
                               width=terminal_width(self.stream, width))
-            self._bar = _FittingBar(unit, console=console, expand=True)
+            self._bar = FittingBar(unit, console=console, expand=True)
             self._task = self._bar.add_task(what, total=total, completed=done, eta="-", note="")
             self._bar.start()
 
@@ -100,52 +98,6 @@ class Progress:
         self.close()
 
 
-NOTE_MIN = 28   # the note's room before the bar gives up a cell: "loss 2.1000  held-out 2.3000"
-
-
-class _FittingBar(RichProgress):
-    """A rich bar that drops its least useful cells (unit, elapsed, then the bar) until it
-    and NOTE_MIN columns of note fit the width, at every refresh (docs/training.md)."""
-
-    def __init__(self, unit: str, **kw):
-        # descriptions and notes are text, never rich markup ("[job-1] ..." stays)
-        fixed = {"table_column": Column(no_wrap=True)}
-        what = TextColumn("{task.description}", markup=False, **fixed)
-        counts = MofNCompleteColumn(**fixed)
-        self.eta = eta = TextColumn("ETA {task.fields[eta]}", **fixed)
-        unit_cell = TextColumn(unit, markup=False, **fixed)
-        elapsed = TimeElapsedColumn(**fixed)
-        self.note = TextColumn("{task.fields[note]}", markup=False,
-                               table_column=Column(no_wrap=True, overflow="ellipsis", ratio=1))
-        wide, narrow = BarColumn(bar_width=24, **fixed), BarColumn(bar_width=10, **fixed)
-        self.layouts = [(what, wide, counts, unit_cell, elapsed, eta, self.note),
-                        (what, wide, counts, elapsed, eta, self.note),
-                        (what, wide, counts, eta, self.note),
-                        (what, narrow, counts, eta, self.note),
-                        (what, counts, eta, self.note)]
-        super().__init__(*self.layouts[0], **kw)
-
-    def _needs(self, columns, tasks) -> int:
-        """Columns the cells, NOTE_MIN of note and the gaps take (the ETA at its widest)."""
-        options = self.console.options
-        need = len(columns) - 1
-        for column in columns:
-            if column is self.note:
-                need += NOTE_MIN
-                continue
-            need += max([Measurement.get(self.console, options, column(task)).maximum
-                         for task in tasks] + [len("ETA 59m59s") if column is self.eta else 0])
-        return need
-
-    def make_tasks_table(self, tasks):
-        if not tasks or not hasattr(self, "live"):   # rich's first render, in its __init__
-            return super().make_tasks_table(tasks)
-        width = self.console.width
-        self.columns = next((c for c in self.layouts if self._needs(c, tasks) <= width),
-                            self.layouts[-1])
-        return super().make_tasks_table(tasks)
-
-
 MAX_COLUMNS = 1000  # a COLUMNS of 1e9 must not size a billion-character bar
 MIN_COLUMNS = 20
 
@@ -153,5 +105,7 @@ MIN_COLUMNS = 20
 def terminal_width(stream: TextIO, width: int | None = None) -> int:
     """`width`, else what rich finds (COLUMNS or the terminal's size), clamped."""
     if width is None:
+        from rich.console import Console
+
         width = Console(file=stream, force_terminal=True).width
     return max(MIN_COLUMNS, min(int(width), MAX_COLUMNS))
