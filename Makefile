@@ -52,16 +52,18 @@ lock:
 # pytest-xdist: TEST_WORKERS processes, each module's tests on one of them (a module's
 # shared fixture, such as a sweep, is made once); every test works in its own temporary
 # folders and BLAS is pinned to 1 thread, so 2 workers keep 2 cores busy.
-# `make test TEST_WORKERS=0` runs it in one process. --durations=10: the slowest ten
-# tests close the output, so a suite that grows slow says where.
+# --no-loadscope-reorder: modules go out in the order tests/conftest.py sorts them (the
+# end-to-end ones first). `make test TEST_WORKERS=0` runs it in one process.
+# --durations=10: the slowest ten tests close the output, so a suite that grows slow
+# says where.
 TEST_WORKERS ?= 2
-PYTEST_TEST := -m pytest -q -n $(TEST_WORKERS) --dist loadscope --durations=10
+PYTEST_TEST := -m pytest -q -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder --durations=10
 
 test: $(STAMP)
 	$(PY) $(PYTEST_TEST)
 
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadscope -m 'not e2e and not slow and not proof'
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder -m 'not e2e and not slow and not proof'
 
 test-sparkbc: $(STAMP)
 	$(PY) -m pytest -q tests/bc

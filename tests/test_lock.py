@@ -82,7 +82,7 @@ def test_make_test_runs_on_xdist_workers_that_the_dev_extra_installs():
     make = ["make", "--no-print-directory", "-n", "test", "STAMP="]
     shown = subprocess.run(make, cwd=ROOT, capture_output=True, env=env,
                            text=True, check=True).stdout.strip().splitlines()
-    assert shown[-1].endswith("-m pytest -q -n 2 --dist loadscope --durations=10"), shown
+    assert shown[-1].endswith("-m pytest -q -n 2 --dist loadscope --no-loadscope-reorder --durations=10"), shown
     one = subprocess.run(make + ["TEST_WORKERS=0"], cwd=ROOT, env=env,
                          capture_output=True, text=True, check=True).stdout
     assert "-n 0 " in one, one
