@@ -1,6 +1,6 @@
 """`spark compare` on a made-up `dvc exp show --json` answer (no DVC run): which
 experiments, their labels, the curves, old metric layouts, the picture's bytes.
-The real-DVC path is tests/pipeline/test_sweeps.py."""
+The real-DVC path is tests/pipeline/test_readme_blocks.py (README's grid)."""
 import copy
 import json
 import math

@@ -1,28 +1,21 @@
-"""Sweeps, sharing through a remote, metrics and plots: the real dvc, offline."""
+"""The fresh repro's metrics, plots and status: the real dvc, offline. (Experiments read
+by every tool, and shared through a remote: test_readme_blocks.py, on README's grid.)"""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
-import yaml
 
-from .conftest import dvc, dvc_json, git, lock_outs, ran_stages, run
+from .conftest import dvc_json, run
 
 pytestmark = pytest.mark.e2e
 
 EVAL_METRICS = ("loss", "perplexity", "next_token_accuracy", "exact_match")
 
 
-def _commit_lock(repo) -> None:
-    git(repo, "add", "-A")
-    git(repo, "commit", "-q", "--allow-empty", "-m", "lock after repro")
-
-
-# A queued grid (one result per point, the points' losses apart) is
-# tests/pipeline/test_sweep.py's test_points_equal_the_same_grid_through_dvc_queue;
-# `dvc exp run --run-all` runs as README's "Sweep and compare" writes it
-# (test_readme_blocks.py).
+# A queued grid (one result per point) is tests/pipeline/test_sweep.py's
+# test_points_equal_the_same_grid_through_dvc_queue; `dvc exp run --run-all` runs as
+# README's "Sweep and compare" writes it (test_readme_blocks.py).
 
 
 def test_metrics_show_lists_the_eval_metrics(fresh_repro):
@@ -69,51 +62,9 @@ def test_plots_show_has_the_dvclive_training_and_heldout_curves(fresh_repro, tmp
     assert shown["data"]["out/train/job-dry-001/dvclive/plots/metrics/heldout_bpb_64window_estimate.tsv"] == []
 
 
-README = Path(__file__).resolve().parents[2] / "README.md"
-
-
-def share_block() -> str:
-    """README's "Share results" shell block, as a user would paste it."""
-    text = README.read_text()
-    section = text.split("\n## Share results\n", 1)[1].split("\n## ", 1)[0]
-    return section.split("```sh\n", 1)[1].split("```", 1)[0]
-
-
-def test_share_results_as_the_readme_writes_it(repro_copy, tmp_path):
-    """The block run as written, its own bare repo as origin and a folder as the
-    DVC remote, after one experiment: a second clone with every output pulled (none
-    in git), clean, nothing to run, and the experiment's metrics in the block's
-    `dvc exp show`. (It is also the push-then-pull check: `dvc push`, a `git clone`,
-    `dvc pull` and a `dvc repro` that runs nothing.)"""
-    repo = repro_copy
-    origin, store = tmp_path / "origin.git", tmp_path / "store"
-    _commit_lock(repo)
-    # an experiment beside the workspace's run (--temp: the workspace stays as committed)
-    dvc(repo, "exp", "run", "--temp", "-n", "lr05", "-S", "step.lr=0.05")
-    block = share_block()
-    for placeholder in ("/path/to/shared/dir", "/path/to/origin.git", "<exp>"):
-        assert placeholder in block, placeholder
-    script = (block.replace("/path/to/shared/dir", str(store))
-              .replace("/path/to/origin.git", str(origin)).replace("<exp>", "lr05"))
-    done = run(repo, "bash", "-e", "-c", script)
-    assert done.returncode == 0, done.stdout
-    other = repo / "spark-train"
-    assert (other / ".dvc" / "config").read_text().count(str(store)) == 1
-    lock = yaml.safe_load((other / "dvc.lock").read_text())
-    for path in lock_outs(lock):
-        assert (other / path).exists(), f"{path} not pulled"
-    assert dvc(other, "status", "-q", check=False).returncode == 0
-    # the outputs came from the DVC remote, not git; nothing runs or is restored from a cache
-    assert git(other, "ls-files", "out").strip() == ""
-    again = dvc(other, "repro")
-    assert ran_stages(again.stdout) == set(), again.stdout
-    assert "is cached" not in again.stdout
-    [show] = [line.split("#")[0].split()[1:] for line in block.splitlines()
-              if line.startswith("dvc exp show")]
-    assert "--all-commits" not in show and "-A" not in show, show
-    shown = dvc_json(other, *show)
-    [exp] = [rev["data"] for baseline in shown for e in baseline.get("experiments") or []
-             for rev in e.get("revs") or [] if rev.get("name") == "lr05"] or [shown]
-    metrics = exp["metrics"]["out/train/job-dry-001/eval.json"]["data"]
-    for name in EVAL_METRICS:
-        assert isinstance(metrics[name], (int, float)), (name, metrics)
+def test_spark_status_shows_the_metric_and_its_detail(fresh_repro):
+    repo, _ = fresh_repro
+    state = json.loads(run(repo, "spark", "status", "job-dry-001").stdout)
+    assert set(state["eval"]) == {"loss", "perplexity", "next_token_accuracy", "exact_match",
+                                  "copy_recall"}
+    assert {"families", "samples", "n"} <= set(state["eval_detail"])

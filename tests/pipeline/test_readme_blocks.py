@@ -1,5 +1,9 @@
 """README's quick blocks run AS WRITTEN in a fresh copy of the project, in order, and
-every figure they show that a run must reproduce compared with what the run prints.
+every figure they show that a run must reproduce compared with what the run prints;
+then the 2x2 grid they leave, read the ways a person reads a sweep (`dvc exp show`,
+`dvc metrics diff`, `dvc params diff`, `dvc plots diff`, `spark compare`) and shared
+as "Share results" writes it. One grid for all: each of its experiments is a whole
+`dvc exp run`, the suite's costliest step.
 
 Nothing expected is typed here: the figures are read from README.md's generated
 blocks (`tools/readme_figures.py --stable` writes them from a real run), so when
@@ -11,14 +15,19 @@ from __future__ import annotations
 
 import json
 import re
+import struct
 import subprocess
 import sys
 
 import pytest
+import yaml
 
 from sparkhelp import HANG_GUARD_S
 
-from .conftest import REPO, VENV_BIN, clone, git, ran_stages, tool_env
+from sparktrain.eval.headline import HEADLINE_KEYS
+
+from .conftest import (REPO, VENV_BIN, clone, dvc, dvc_json, git, lock_outs, ran_stages, run,
+                       tool_env)
 
 sys.path.insert(0, str(REPO))
 from tools.readme_figures import exp_rows as parse_exp_show  # noqa: E402
@@ -80,11 +89,6 @@ def stdout_of(repo, line: str) -> str:
     return done.stdout
 
 
-def assert_clean(repo) -> None:
-    assert git(repo, "status", "--porcelain", "--untracked-files=no") == ""
-    assert "up to date" in shell(repo, "dvc status"), "the reset left work for dvc repro"
-
-
 def exp_rows(lines) -> dict[tuple, dict]:
     """dvc exp show's rows keyed by their (step.lr, step.seed) cells."""
     rows = parse_exp_show("\n".join(lines))
@@ -108,50 +112,72 @@ def normal(lines, names: dict[str, str] | None = None) -> list[str]:
             if ln.strip() and RULE not in ln]
 
 
-@pytest.fixture
-def copy(fresh_repro, tmp_path):
-    """A fresh clone after its first `dvc repro`, dvc.lock committed as a release has it
-    (on a branch whose lock is stale the first repro re-records it)."""
-    repo = clone(fresh_repro[0], tmp_path / "repo")
+def state(repo) -> tuple[str, str]:
+    """(git's list of changed tracked files, `dvc status`): what a reset must leave clean."""
+    return git(repo, "status", "--porcelain", "--untracked-files=no"), shell(repo, "dvc status")
+
+
+@pytest.fixture(scope="module")
+def readme_run(fresh_repro, tmp_path_factory):
+    """(repo, what each step printed): a fresh clone after its first `dvc repro`, dvc.lock
+    committed as a release has it (on a branch whose lock is stale the first repro
+    re-records it), then README's quick blocks run in it as written, in order, through
+    "Sweep and compare"'s 2x2 grid. Tests read the repo, or change a `cp -a` of it."""
+    repo = clone(fresh_repro[0], tmp_path_factory.mktemp("readme") / "repo")
     git(repo, "commit", "-q", "--allow-empty", "-am", "dvc.lock as the run records it")
-    return repo
+    got = {}
+    # "Run it" (the test's PATH has the venv first already: no `source`)
+    got["run"] = "".join(shell(repo, line) for line in sh_lines(section("Run it"))
+                         if not line.startswith("source "))
+    # "Change a parameter": the edit, the two repros, the reset
+    change = sh_lines(section("Change a parameter"))
+    got["edit"] = change[0]
+    shell(repo, change[0])
+    got["repros"] = [shell(repo, line) for line in change if line.startswith("dvc repro")]
+    shell(repo, reset_line())
+    got["after reset"] = state(repo)
+    # "Every core of one machine": the experiment lands in the workspace; the reset undoes it
+    got["exp"] = sh_lines(section("Every core of one machine"))[0]
+    shell(repo, got["exp"])
+    got["exp checkpoint"] = json.loads(
+        (repo / "out/train/job-dry-001/checkpoint.json").read_text())
+    shell(repo, reset_line())
+    got["after exp reset"] = state(repo)
+    # "Sweep and compare": the grid as written
+    for line in sh_lines(section("Sweep and compare")):
+        shell(repo, line)
+    return repo, got
 
 
-def test_readme_quick_blocks_run_as_written_and_show_what_runs_give(copy):
-    # "Run it": make run's summary is the README's, but for its speed line
-    out = ""
-    for line in sh_lines(section("Run it")):
-        if line.startswith("source "):      # the test's PATH has the venv first already
-            continue
-        out += shell(copy, line)
+def test_run_it_prints_the_summary_readme_shows(readme_run):
+    # make run's summary is the README's, but for its speed line
+    out = readme_run[1]["run"]
     shown = [ln for ln in figure("run") if not ln.lstrip().startswith("speed")]
     assert shown and "weights sha256" in "\n".join(shown)
     for ln in shown:
         assert ln in out.splitlines(), f"README shows {ln!r}; make run printed:\n{out}"
 
-    # "Change a parameter": the two repros do what their comments say; the reset works
-    first, second = [ln for ln in sh_lines(section("Change a parameter"))
-                     if ln.startswith("dvc repro")]
-    assert sh_lines(section("Change a parameter"))[0].startswith("sed -i")
-    shell(copy, sh_lines(section("Change a parameter"))[0])
-    ran = ran_stages(shell(copy, first))
+
+def test_change_a_parameter_and_every_core_do_what_their_comments_say(readme_run):
+    got = readme_run[1]
+    # the two repros do what their comments say; the reset works
+    assert got["edit"].startswith("sed -i")
+    first, second = got["repros"]
+    ran = ran_stages(first)
     assert {"step", "eval"} <= ran and not {"decode-bc", "train-status"} & ran, ran
-    assert ran_stages(shell(copy, second)) == set()
-    shell(copy, reset_line())
-    assert_clean(copy)
+    assert ran_stages(second) == set()
+    changed, status = got["after reset"]
+    assert changed == "" and "up to date" in status, "the reset left work for dvc repro"
+    # the shards experiment landed in the workspace; the reset undid it
+    assert got["exp"].startswith("dvc exp run -S step.shards=2")
+    assert got["exp checkpoint"]["shards"] == 2
+    changed, status = got["after exp reset"]
+    assert changed == "" and "up to date" in status, "the reset left work for dvc repro"
 
-    # "Every core of one machine": the experiment lands in the workspace; the reset undoes it
-    exp = sh_lines(section("Every core of one machine"))[0]
-    assert exp.startswith("dvc exp run -S step.shards=2")
-    shell(copy, exp)
-    ckpt = json.loads((copy / "out/train/job-dry-001/checkpoint.json").read_text())
-    assert ckpt["shards"] == 2
-    shell(copy, reset_line())
-    assert_clean(copy)
 
-    # "Sweep and compare": the grid as written, then each shown command and its output
-    for line in sh_lines(section("Sweep and compare")):
-        shell(copy, line)
+def test_sweep_and_compare_shows_what_the_grid_gives(readme_run):
+    # each shown command and its output
+    copy = readme_run[0]
     shown = commands(figure("grid-show")) + commands(figure("grid-compare"))
     show_cmd, show_lines = shown[0]
     run_show = stdout_of(copy, show_cmd).splitlines()
@@ -175,12 +201,221 @@ def test_readme_quick_blocks_run_as_written_and_show_what_runs_give(copy):
         cmd = cmd.split("#")[0].replace("<exp>", pick[0])
         assert normal(stdout_of(copy, cmd).splitlines()) == normal(lines, names), cmd
 
-    # "Sweeping on a cluster" starts over: its first line drops the grid's experiments
-    # and the queue's finished tasks (`dvc exp remove` alone leaves them in the status)
+
+def test_sweeping_on_a_cluster_starts_over(readme_run, tmp_path):
+    # its first line drops the grid's experiments and the queue's finished tasks
+    # (`dvc exp remove` alone leaves them in the status)
+    copy = clone(readme_run[0], tmp_path / "repo")
     before = shell(copy, "dvc queue status")
+    assert "Success" in before, before
     again = sh_lines(section("Sweeping on a cluster"))[0].split("#")[0]
     assert "dvc exp remove -A" in again and "dvc queue remove --all" in again, again
     shell(copy, again)
     status = shell(copy, "dvc queue status")
     assert "No experiment tasks in the queue." in status, (before, status)
     assert "Success" not in status, (before, status)
+
+
+# --- the grid, read ------------------------------------------------------------------
+
+JOB = "out/train/job-dry-001"
+METRIC = f"{JOB}/eval.json"
+EVAL_METRICS = ("loss", "perplexity", "next_token_accuracy", "exact_match", "copy_recall")
+
+
+def _experiments(shown: list) -> list[dict]:
+    return [rev for base in shown for exp in base.get("experiments") or []
+            for rev in exp.get("revs") or [] if rev.get("data")]
+
+
+@pytest.fixture(scope="module")
+def grid(readme_run):
+    """(repo, {(step.lr, step.seed): experiment name}): the grid's four experiments."""
+    repo = readme_run[0]
+    names = {}
+    for exp in _experiments(dvc_json(repo, "exp", "show")):
+        step = exp["data"]["params"]["params.yaml"]["data"]["step"]
+        names[(step["lr"], step["seed"])] = exp["name"]
+    assert sorted(names) == [(0.02, 0), (0.02, 1), (0.05, 0), (0.05, 1)], names
+    return repo, names
+
+
+QUEUE_COLUMNS = ("State", "Executor")   # DVC's, for the experiments its queue ran
+
+
+def _md_header(text: str) -> list[str]:
+    return [c.strip() for c in text.splitlines()[0].strip().strip("|").split("|")]
+
+
+def test_the_metric_is_the_few_flat_headline_numbers(grid):
+    repo, names = grid
+    exps = _experiments(dvc_json(repo, "exp", "show"))
+    assert sorted(e["name"] for e in exps) == sorted(names.values())
+    for exp in exps:
+        metrics = exp["data"]["metrics"]
+        assert list(metrics) == [METRIC]          # eval_detail.json is no metric
+        values = metrics[METRIC]["data"]
+        assert set(values) == set(EVAL_METRICS)
+        assert set(values) <= set(HEADLINE_KEYS)
+        assert all(v is None or isinstance(v, (int, float)) for v in values.values())
+    detail = json.loads((repo / JOB / "eval_detail.json").read_text())
+    assert {"families", "samples", "n", "weights_sha256", "data"} <= set(detail)
+    assert not set(detail) & set(HEADLINE_KEYS)
+
+
+def test_exp_show_is_readable_with_default_options(grid):
+    """Without a terminal dvc prints the table as it feeds its pager (`less -S`
+    in a terminal): at full width, cut only past 1024 columns. The 37-column
+    metric filled those, so every metric and param became `…`."""
+    repo, names = grid
+    text = dvc(repo, "exp", "show").stdout
+    assert "…" not in text, text[:2000]
+    header = next(ln for ln in text.splitlines() if "Experiment" in ln)
+    # what an 80-column terminal shows first: the experiment, then the metrics
+    assert [c for c in header.split() if c not in QUEUE_COLUMNS][:4] == [
+        "Experiment", "Created", "copy_recall", "exact_match"], header
+    assert "step.lr" in header
+    for (lr, _), name in names.items():
+        row = next(ln for ln in text.splitlines() if f"[{name}]" in ln)
+        assert f" {lr} " in row, row
+
+    md = dvc(repo, "exp", "show", "--md").stdout
+    columns = [c for c in _md_header(md) if c not in QUEUE_COLUMNS]
+    assert columns[2:7] == ["copy_recall", "exact_match", "loss", "next_token_accuracy",
+                            "perplexity"], columns
+    assert not [c for c in columns if c.startswith(("families", "samples", "n_"))]
+
+    changed = [c for c in _md_header(dvc(repo, "exp", "show", "--md", "--only-changed").stdout)
+               if c not in QUEUE_COLUMNS]
+    # the metrics, the params that differ, and the two model files that moved with them
+    assert {"step.lr", "step.seed", "loss"} <= set(changed) and len(changed) <= 11, changed
+    assert not [c for c in changed if c.startswith("step.")
+                and c not in ("step.lr", "step.seed")], changed
+
+
+def test_metrics_and_params_diff_against_main_are_short(grid):
+    repo, names = grid
+    exp = names[(0.05, 0)]     # main's seed: only the lr differs
+    metrics = dvc_json(repo, "metrics", "diff", "main", exp)
+    assert set(metrics[METRIC]) <= set(HEADLINE_KEYS)
+    assert "loss" in metrics[METRIC] and metrics[METRIC]["loss"]["diff"] != 0
+    params = dvc_json(repo, "params", "diff", "main", exp)
+    assert list(params) == ["params.yaml"] and list(params["params.yaml"]) == ["step.lr"]
+    assert params["params.yaml"]["step.lr"]["new"] == 0.05
+    table = dvc(repo, "metrics", "diff", "main", exp).stdout.strip().splitlines()
+    # a header and one row per headline number that moved (the old metric: up to 37)
+    assert 2 <= len(table) <= 1 + len(HEADLINE_KEYS), table
+    assert all(ln.startswith(METRIC) for ln in table[1:]), table
+
+
+def test_plots_diff_json_gives_each_experiments_curve(grid, tmp_path):
+    repo, names = grid
+    shown = dvc_json(repo, "plots", "diff", "main", *names.values(),
+                     "-o", str(tmp_path / "plots"))
+    assert not shown.get("errors"), shown["errors"]
+    [plot] = shown["data"][f"{JOB}/checkpoint.json"]
+    revs = {p["rev"] for p in plot["content"]["data"]["values"]}
+    assert revs == {"main", *names.values()}
+
+
+def test_spark_compare_draws_and_tabulates_every_experiment(grid, tmp_path):
+    repo, names = grid
+    shown = _experiments(dvc_json(repo, "exp", "show"))
+    png = tmp_path / "sweep.png"
+    done = run(repo, "spark", "compare", "--json", "-o", str(png))
+    assert done.returncode == 0, done.stdout
+    doc = json.loads(done.stdout)
+    assert doc["changed_params"] == ["step.lr", "step.seed"]
+    by_name = {e["name"]: e for e in doc["experiments"]}
+    assert set(by_name) == set(names.values())
+    for (lr, seed), name in names.items():
+        exp = by_name[name]
+        assert exp["label"] == f"lr={lr} seed={seed}", exp["label"]
+        assert exp["params"] == {"step.lr": lr, "step.seed": seed}
+        # the curve is the experiment's own committed checkpoint, not the workspace's
+        [metric] = [e["data"]["metrics"][METRIC]["data"] for e in shown if e["name"] == name]
+        assert exp["metrics"] == metric
+        assert [p["outer"] for p in exp["loss_curve"]] == [0, 1, 2, 3, 4]
+        # the step logs the held-out loss after every pass; the last is eval's loss
+        assert [p["outer"] for p in exp["heldout"]] == [0, 1, 2, 3, 4]
+        assert exp["heldout"][-1]["loss"] == pytest.approx(metric["loss"], rel=1e-4)
+    assert len({json.dumps(e["loss_curve"]) for e in by_name.values()}) == 4
+    data = png.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and struct.unpack(">II", data[16:24]) == (800, 500)
+
+    # --where keeps the runs at main's seed: only the lr differs among them
+    where = run(repo, "spark", "compare", "--json", "--where", "step.seed=0",
+                "-o", str(tmp_path / "where.png"))
+    assert where.returncode == 0, where.stdout
+    picked = json.loads(where.stdout)
+    assert picked["changed_params"] == ["step.lr"]
+    assert {e["name"]: e["label"] for e in picked["experiments"]} == {
+        names[(lr, 0)]: f"lr={lr}" for lr in (0.02, 0.05)}
+
+    one = names[(0.02, 0)]
+    table = run(repo, "spark", "compare", one, "-o", str(tmp_path / "one.png"))
+    assert table.returncode == 0, table.stdout
+    assert f"{one}  0.02" in table.stdout and names[(0.05, 0)] not in table.stdout
+    assert (tmp_path / "one.png").read_bytes() != data
+
+
+def _one_line_error(done, needle):
+    assert done.returncode == 2, done.stdout
+    lines = done.stdout.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0] and "Traceback" not in done.stdout, lines
+
+
+def test_spark_compare_bad_input(grid, fresh_repro, tmp_path):
+    repo, _ = grid
+    _one_line_error(run(repo, "spark", "compare", "no-such-exp", "-o", str(tmp_path / "a.png")),
+                    "no experiment named 'no-such-exp'")
+    _one_line_error(run(fresh_repro[0], "spark", "compare", "-o", str(tmp_path / "b.png")),
+                    "no experiments yet")
+    _one_line_error(run(tmp_path, "spark", "compare", "-o", str(tmp_path / "c.png")),
+                    "not a git repository")  # experiments live in git refs
+    assert not list(tmp_path.glob("*.png"))
+
+
+# --- the grid, shared --------------------------------------------------------------------
+
+def share_block() -> str:
+    """README's "Share results" shell block, as a user would paste it."""
+    return section("Share results").split("```sh\n", 1)[1].split("```", 1)[0]
+
+
+def test_share_results_as_the_readme_writes_it(grid, tmp_path):
+    """The block run as written in a copy of the project that ran the grid, its own bare
+    repo as origin and a folder as the DVC remote: a second clone with every output
+    pulled (none in git), clean, nothing to run, and the experiment's metrics in the
+    block's `dvc exp show`. (It is also the push-then-pull check: `dvc push`, a `git
+    clone`, `dvc pull` and a `dvc repro` that runs nothing.)"""
+    repo = clone(grid[0], tmp_path / "repo")
+    exp = grid[1][(0.05, 0)]
+    origin, store = tmp_path / "origin.git", tmp_path / "store"
+    block = share_block()
+    for placeholder in ("/path/to/shared/dir", "/path/to/origin.git", "<exp>"):
+        assert placeholder in block, placeholder
+    script = (block.replace("/path/to/shared/dir", str(store))
+              .replace("/path/to/origin.git", str(origin)).replace("<exp>", exp))
+    done = run(repo, "bash", "-e", "-c", script)
+    assert done.returncode == 0, done.stdout
+    other = repo / "spark-train"
+    assert (other / ".dvc" / "config").read_text().count(str(store)) == 1
+    lock = yaml.safe_load((other / "dvc.lock").read_text())
+    for path in lock_outs(lock):
+        assert (other / path).exists(), f"{path} not pulled"
+    assert dvc(other, "status", "-q", check=False).returncode == 0
+    # the outputs came from the DVC remote, not git; nothing runs or is restored from a cache
+    assert git(other, "ls-files", "out").strip() == ""
+    again = dvc(other, "repro")
+    assert ran_stages(again.stdout) == set(), again.stdout
+    assert "is cached" not in again.stdout
+    [show] = [line.split("#")[0].split()[1:] for line in block.splitlines()
+              if line.startswith("dvc exp show")]
+    assert "--all-commits" not in show and "-A" not in show, show
+    shown = dvc_json(other, *show)
+    [data] = [rev["data"] for baseline in shown for e in baseline.get("experiments") or []
+              for rev in e.get("revs") or [] if rev.get("name") == exp] or [shown]
+    metrics = data["metrics"][METRIC]["data"]
+    for name in EVAL_METRICS[:4]:
+        assert isinstance(metrics[name], (int, float)), (name, metrics)

@@ -1,7 +1,7 @@
 """Sweeps with the real dvc: `dvc queue start -j 2`, and `spark sweep` on a Dask
 LocalCluster on 127.0.0.1 (one worker per usable core, as README's line without
 --workers starts it) with a bare git repository and a local folder as the remotes.
-The same grid through both gives the same metrics and the same output hashes."""
+A point through both gives the same metrics and the same output hashes."""
 from __future__ import annotations
 
 import json
@@ -17,9 +17,6 @@ from sparkhelp import HANG_GUARD_S
 from .conftest import clone, dvc, dvc_json, git, lock_outs, run, tool_env
 
 pytestmark = pytest.mark.e2e
-
-GRID = ("-S", "step.lr=0.05,0.1", "-S", "step.seed=1")
-
 
 def spark(repo, *args):
     return run(repo, sys.executable, "-m", "sparktrain.cli", *args)
@@ -48,11 +45,18 @@ def shared(template_repo, tmp_path_factory):
     return repo
 
 
+# README's grid (`spark sweep -S step.lr=0.05,0.1 ...`) and two points that fail: lr=1e30
+# diverges in the step stage, -1 is refused by params validation before anything runs.
+# One sweep, one Dask cluster, for every claim about points that run and points that fail.
+GOOD = (0.05, 0.1)
+SWEPT = ("-S", "step.lr=0.05,0.1,1e30,-1", "-S", "step.seed=1")
+
+
 @pytest.fixture(scope="module")
 def swept(shared):
-    """The grid as README writes `spark sweep`, without --workers: the LocalCluster gets
-    one worker per usable core (this line once died before any point ran)."""
-    done = spark(shared, "sweep", *GRID)
+    """`spark sweep` as README writes it, without --workers: the LocalCluster gets one
+    worker per usable core (this line once died before any point ran)."""
+    done = spark(shared, "sweep", *SWEPT)
     return done, json.loads((shared / "out" / "sweep.json").read_text())
 
 
@@ -93,63 +97,62 @@ def _experiments(repo) -> list[dict]:
 def test_sweep_runs_every_point_on_the_cluster_and_prints_the_comparison(swept):
     done, doc = swept
     table, progress = _split(done)
-    assert done.returncode == 0, done.stdout
+    assert done.returncode == 1, done.stdout      # two points failed
     assert "Traceback" not in done.stdout
     from sparktrain.model.parallel import usable_cores
 
     assert any(f"on {usable_cores()} Dask worker(s)" in ln for ln in progress), progress
     assert [p["params"] for p in doc["points"]] == [
-        {"step.lr": 0.05, "step.seed": 1}, {"step.lr": 0.1, "step.seed": 1}]
-    assert all(p["state"] == "done" and p["error"] is None for p in doc["points"])
-    weights = {p["outputs"]["out/train/job-dry-001/weights.safetensors"] for p in doc["points"]}
+        {"step.lr": lr, "step.seed": 1} for lr in (*GOOD, 1e30, -1)]
+    good = doc["points"][:2]
+    assert all(p["state"] == "done" and p["error"] is None for p in good)
+    weights = {p["outputs"]["out/train/job-dry-001/weights.safetensors"] for p in good}
     assert len(weights) == 2, "every point trained its own weights"
     assert table[0].split()[:4] == ["Experiment", "State", "step.lr", "step.seed"]
-    assert [row.split()[0] for row in table[2:4]] == [p["name"] for p in doc["points"]]
+    assert [row.split()[0] for row in table[2:6]] == [p["name"] for p in doc["points"]]
+
+
+def test_a_failed_point_is_reported_and_the_others_finish(swept):
+    done, doc = swept
+    points = {p["params"]["step.lr"]: p for p in doc["points"]}
+    assert all(points[lr]["state"] == "done" and points[lr]["metrics"] for lr in GOOD)
+    assert points[1e30]["state"] == "failed"
+    assert "stage step: training failed" in points[1e30]["error"]
+    assert "diverged" in points[1e30]["error"]
+    assert points[-1]["state"] == "failed"
+    assert points[-1]["error"] == "params: step.lr must be > 0.0, got -1.0"
+    table, _ = _split(done)
+    assert f"{points[1e30]['name']} failed: dvc exp run exited" in "\n".join(table)
 
 
 def test_points_equal_the_same_grid_through_dvc_queue(shared, swept):
+    # one of the grid's points through DVC's own queue: the same metrics, the same bytes
     _, doc = swept
-    queued = _queue_results(shared, GRID)
-    assert len(queued) == 2, sorted(queued)   # one result per point
-    losses = {exp["data"]["metrics"]["out/train/job-dry-001/eval.json"]["data"]["loss"]
-              for exp in queued.values()}
-    assert len(losses) == 2 and all(isinstance(x, float) for x in losses), losses
-    for point in doc["points"]:
-        exp = queued[(point["params"]["step.lr"], point["params"]["step.seed"])]
-        metrics = {path: entry["data"] for path, entry in exp["data"]["metrics"].items()}
-        assert point["metrics"] == metrics, point["name"]
-        lock = git(shared, "show", f"{exp['rev']}:dvc.lock")
-        hashes = {path: md5 for path, (_, md5) in lock_outs(yaml.safe_load(lock)).items()}
-        assert point["outputs"] == hashes, point["name"]
+    [point] = [p for p in doc["points"] if p["params"]["step.lr"] == 0.1]
+    queued = _queue_results(shared, ("-S", "step.lr=0.1", "-S", "step.seed=1"))
+    assert list(queued) == [(0.1, 1)], sorted(queued)   # one result per point
+    exp = queued[(0.1, 1)]
+    metrics = {path: entry["data"] for path, entry in exp["data"]["metrics"].items()}
+    assert isinstance(metrics["out/train/job-dry-001/eval.json"]["loss"], float)
+    assert point["metrics"] == metrics
+    lock = git(shared, "show", f"{exp['rev']}:dvc.lock")
+    hashes = {path: md5 for path, (_, md5) in lock_outs(yaml.safe_load(lock)).items()}
+    assert point["outputs"] == hashes
 
 
-def test_a_rerun_skips_existing_points_and_writes_the_same_bytes(shared, swept):
-    first = (shared / "out" / "sweep.json").read_bytes()
-    done = spark(shared, "sweep", *GRID, "--workers", "2")
+def test_a_rerun_skips_existing_points_and_writes_the_same_records(shared, swept):
+    # the grid's two points again: both on the remote, so no cluster starts, and the
+    # comparison is the first sweep's, record for record
+    _, doc = swept
+    done = spark(shared, "sweep", "-S", "step.lr=0.05,0.1", "-S", "step.seed=1",
+                 "--workers", "2", "-o", "again.json")
     assert done.returncode == 0, done.stdout
     _, progress = _split(done)
     assert sum("not run again" in ln for ln in progress) == 2, progress
     assert not any("Dask worker" in ln for ln in progress), progress
-    assert (shared / "out" / "sweep.json").read_bytes() == first
-
-
-def test_a_failed_point_is_reported_and_the_others_finish(shared, swept):
-    # lr=1e30 diverges in the step stage, -1 is refused by params validation, and
-    # lr=0.1 is a point of the first sweep: it is not run again but still compared
-    done = spark(shared, "sweep", "-S", "step.lr=1e30,0.1,-1", "-S", "step.seed=1",
-                 "--workers", "2", "-o", "failed.json")
-    assert done.returncode == 1, done.stdout
-    assert "Traceback" not in done.stdout
-    points = {p["params"]["step.lr"]: p for p in
-              json.loads((shared / "failed.json").read_text())["points"]}
-    assert points[0.1]["state"] == "done" and points[0.1]["metrics"]
-    assert points[0.1] == swept[1]["points"][1]
-    assert points[1e30]["state"] == "failed"
-    assert "stage step: training failed" in points[1e30]["error"]
-    assert "diverged" in points[1e30]["error"]
-    assert points[-1]["error"] == "params: step.lr must be > 0.0, got -1.0"
-    table, _ = _split(done)
-    assert f"{points[1e30]['name']} failed: dvc exp run exited" in "\n".join(table)
+    again = json.loads((shared / "again.json").read_text())
+    assert again["baseline"] == doc["baseline"]
+    assert again["points"] == doc["points"][:2]
 
 
 def test_sweep_mistakes_are_one_line_before_anything_runs(shared, tmp_path):
