@@ -230,14 +230,16 @@ def _experiments(shown: list) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def grid(readme_run):
-    """(repo, {(step.lr, step.seed): experiment name}): the grid's four experiments."""
+    """(repo, {(step.lr, step.seed): experiment name}, the experiments as `dvc exp show
+    --json` lists them): the grid's four experiments, read once for every reader."""
     repo = readme_run[0]
+    exps = _experiments(dvc_json(repo, "exp", "show"))
     names = {}
-    for exp in _experiments(dvc_json(repo, "exp", "show")):
+    for exp in exps:
         step = exp["data"]["params"]["params.yaml"]["data"]["step"]
         names[(step["lr"], step["seed"])] = exp["name"]
     assert sorted(names) == [(0.02, 0), (0.02, 1), (0.05, 0), (0.05, 1)], names
-    return repo, names
+    return repo, names, exps
 
 
 QUEUE_COLUMNS = ("State", "Executor")   # DVC's, for the experiments its queue ran
@@ -248,8 +250,7 @@ def _md_header(text: str) -> list[str]:
 
 
 def test_the_metric_is_the_few_flat_headline_numbers(grid):
-    repo, names = grid
-    exps = _experiments(dvc_json(repo, "exp", "show"))
+    repo, names, exps = grid
     assert sorted(e["name"] for e in exps) == sorted(names.values())
     for exp in exps:
         metrics = exp["data"]["metrics"]
@@ -267,7 +268,7 @@ def test_exp_show_is_readable_with_default_options(grid):
     """Without a terminal dvc prints the table as it feeds its pager (`less -S`
     in a terminal): at full width, cut only past 1024 columns. The 37-column
     metric filled those, so every metric and param became `…`."""
-    repo, names = grid
+    repo, names, _ = grid
     text = dvc(repo, "exp", "show").stdout
     assert "…" not in text, text[:2000]
     header = next(ln for ln in text.splitlines() if "Experiment" in ln)
@@ -294,7 +295,7 @@ def test_exp_show_is_readable_with_default_options(grid):
 
 
 def test_metrics_and_params_diff_against_main_are_short(grid):
-    repo, names = grid
+    repo, names, _ = grid
     exp = names[(0.05, 0)]     # main's seed: only the lr differs
     metrics = dvc_json(repo, "metrics", "diff", "main", exp)
     assert set(metrics[METRIC]) <= set(HEADLINE_KEYS)
@@ -309,7 +310,7 @@ def test_metrics_and_params_diff_against_main_are_short(grid):
 
 
 def test_plots_diff_json_gives_each_experiments_curve(grid, tmp_path):
-    repo, names = grid
+    repo, names, _ = grid
     shown = dvc_json(repo, "plots", "diff", "main", *names.values(),
                      "-o", str(tmp_path / "plots"))
     assert not shown.get("errors"), shown["errors"]
@@ -319,8 +320,7 @@ def test_plots_diff_json_gives_each_experiments_curve(grid, tmp_path):
 
 
 def test_spark_compare_draws_and_tabulates_every_experiment(grid, tmp_path):
-    repo, names = grid
-    shown = _experiments(dvc_json(repo, "exp", "show"))
+    repo, names, shown = grid
     png = tmp_path / "sweep.png"
     done = run(repo, "spark", "compare", "--json", "-o", str(png))
     assert done.returncode == 0, done.stdout
@@ -366,7 +366,7 @@ def _one_line_error(done, needle):
 
 
 def test_spark_compare_bad_input(grid, fresh_repro, tmp_path):
-    repo, _ = grid
+    repo = grid[0]
     _one_line_error(run(repo, "spark", "compare", "no-such-exp", "-o", str(tmp_path / "a.png")),
                     "no experiment named 'no-such-exp'")
     _one_line_error(run(fresh_repro[0], "spark", "compare", "-o", str(tmp_path / "b.png")),
