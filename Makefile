@@ -59,13 +59,14 @@ lock:
 # --durations=10: the slowest ten tests close the output, so a suite that grows slow
 # says where.
 TEST_WORKERS ?= 2
-PYTEST_TEST := -m pytest -q -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder --durations=10
+PYTEST_XDIST := -m pytest -q -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder
+PYTEST_TEST := $(PYTEST_XDIST) --durations=10
 
 test: $(STAMP)
 	$(PY) $(PYTEST_TEST)
 
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder -m 'not e2e and not slow and not proof'
+	$(PY) $(PYTEST_XDIST) -m 'not e2e and not slow and not proof'
 
 test-sparkbc: $(STAMP)
 	$(PY) -m pytest -q tests/bc

@@ -1,4 +1,5 @@
 """Puts tests/ on sys.path (pytest's rootdir conftest rule) and shares fixtures."""
+import collections
 import os
 import sys
 
@@ -26,11 +27,8 @@ def pytest_collection_modifyitems(config, items):
     Longest first, the tail is made of short unit tests that even the two workers out."""
     def module(item):
         return item.nodeid.split("::")[0]
-    count, e2e = {}, set()
-    for item in items:
-        count[module(item)] = count.get(module(item), 0) + 1
-        if item.get_closest_marker("e2e"):
-            e2e.add(module(item))
+    count = collections.Counter(map(module, items))
+    e2e = {module(item) for item in items if item.get_closest_marker("e2e")}
     items.sort(key=lambda item: (module(item) not in e2e, -count[module(item)]))
 
 

@@ -63,6 +63,19 @@ def dvc_json(repo: Path, *args: str):
     return json.loads(done.stdout)
 
 
+def exp_revs(shown: list) -> list[dict]:
+    """The experiments of a parsed `dvc exp show --json`: each rev entry with data
+    (its "name", "rev" and "data": params, metrics, deps, outs)."""
+    return [rev for base in shown for exp in base.get("experiments") or []
+            for rev in exp.get("revs") or [] if rev.get("data")]
+
+
+# eval.json's keys for a pairs job (the default one), DVC's metric; the first four are
+# numbers always, copy_recall is null for held-out rows without copy probes
+EVAL_METRICS = ("loss", "perplexity", "next_token_accuracy", "exact_match", "copy_recall")
+NUMERIC_METRICS = EVAL_METRICS[:4]
+
+
 def git(repo: Path, *args: str) -> str:
     done = run(repo, "git", *args)
     assert done.returncode == 0, f"git {' '.join(args)}:\n{done.stdout}"

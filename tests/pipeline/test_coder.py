@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from .conftest import dvc, dvc_json, run
+from .conftest import dvc, dvc_json, exp_revs, run
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -29,8 +29,7 @@ def test_coder_job_and_tokenizer_sweep(repro_copy):
     bpe = json.loads((folder / "checkpoint.json").read_text())
     assert bpe["tokenizer"] == "bpe" and bpe["arch"]["vocab"] == 512
     rows = dvc_json(repo, "exp", "show")
-    exps = {e["name"]: e for r in rows for e in (r.get("experiments") or [])
-            for e in [e["revs"][0]] if e.get("name")}
+    exps = {e["name"]: e for e in exp_revs(rows) if e.get("name")}
     assert {"coder-byte", "coder-bpe"} <= set(exps)
     bpbs = {}
     for name in ("coder-byte", "coder-bpe"):

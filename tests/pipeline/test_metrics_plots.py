@@ -1,21 +1,15 @@
 """The fresh repro's metrics, plots and status: the real dvc, offline. (Experiments read
-by every tool, and shared through a remote: test_readme_blocks.py, on README's grid.)"""
+by every tool, and shared through a remote: test_readme_blocks.py, on README's grid; a
+queued point, one result per point: test_sweep.py.)"""
 from __future__ import annotations
 
 import json
 
 import pytest
 
-from .conftest import dvc_json, run
+from .conftest import EVAL_METRICS, NUMERIC_METRICS, dvc_json, run
 
 pytestmark = pytest.mark.e2e
-
-EVAL_METRICS = ("loss", "perplexity", "next_token_accuracy", "exact_match")
-
-
-# A queued grid (one result per point) is tests/pipeline/test_sweep.py's
-# test_points_equal_the_same_grid_through_dvc_queue; `dvc exp run --run-all` runs as
-# README's "Sweep and compare" writes it (test_readme_blocks.py).
 
 
 def test_metrics_show_lists_the_eval_metrics(fresh_repro):
@@ -24,7 +18,7 @@ def test_metrics_show_lists_the_eval_metrics(fresh_repro):
     files = shown[""]["data"]
     assert list(files) == ["out/train/job-dry-001/eval.json"]
     metrics = files["out/train/job-dry-001/eval.json"]["data"]
-    for name in EVAL_METRICS:
+    for name in NUMERIC_METRICS:
         assert isinstance(metrics[name], (int, float)), name
 
 
@@ -65,6 +59,5 @@ def test_plots_show_has_the_dvclive_training_and_heldout_curves(fresh_repro, tmp
 def test_spark_status_shows_the_metric_and_its_detail(fresh_repro):
     repo, _ = fresh_repro
     state = json.loads(run(repo, "spark", "status", "job-dry-001").stdout)
-    assert set(state["eval"]) == {"loss", "perplexity", "next_token_accuracy", "exact_match",
-                                  "copy_recall"}
+    assert set(state["eval"]) == set(EVAL_METRICS)
     assert {"families", "samples", "n"} <= set(state["eval_detail"])

@@ -26,8 +26,8 @@ from sparkhelp import HANG_GUARD_S
 
 from sparktrain.eval.headline import HEADLINE_KEYS
 
-from .conftest import (REPO, VENV_BIN, clone, dvc, dvc_json, git, lock_outs, ran_stages, run,
-                       tool_env)
+from .conftest import (EVAL_METRICS, NUMERIC_METRICS, REPO, VENV_BIN, clone, dvc, dvc_json,
+                       exp_revs, git, lock_outs, ran_stages, run, tool_env)
 
 sys.path.insert(0, str(REPO))
 from tools.readme_figures import exp_rows as parse_exp_show  # noqa: E402
@@ -220,20 +220,13 @@ def test_sweeping_on_a_cluster_starts_over(readme_run, tmp_path):
 
 JOB = "out/train/job-dry-001"
 METRIC = f"{JOB}/eval.json"
-EVAL_METRICS = ("loss", "perplexity", "next_token_accuracy", "exact_match", "copy_recall")
-
-
-def _experiments(shown: list) -> list[dict]:
-    return [rev for base in shown for exp in base.get("experiments") or []
-            for rev in exp.get("revs") or [] if rev.get("data")]
-
 
 @pytest.fixture(scope="module")
 def grid(readme_run):
     """(repo, {(step.lr, step.seed): experiment name}, the experiments as `dvc exp show
     --json` lists them): the grid's four experiments, read once for every reader."""
     repo = readme_run[0]
-    exps = _experiments(dvc_json(repo, "exp", "show"))
+    exps = exp_revs(dvc_json(repo, "exp", "show"))
     names = {}
     for exp in exps:
         step = exp["data"]["params"]["params.yaml"]["data"]["step"]
@@ -414,8 +407,7 @@ def test_share_results_as_the_readme_writes_it(grid, tmp_path):
               if line.startswith("dvc exp show")]
     assert "--all-commits" not in show and "-A" not in show, show
     shown = dvc_json(other, *show)
-    [data] = [rev["data"] for baseline in shown for e in baseline.get("experiments") or []
-              for rev in e.get("revs") or [] if rev.get("name") == exp] or [shown]
+    [data] = [rev["data"] for rev in exp_revs(shown) if rev.get("name") == exp] or [shown]
     metrics = data["metrics"][METRIC]["data"]
-    for name in EVAL_METRICS[:4]:
+    for name in NUMERIC_METRICS:
         assert isinstance(metrics[name], (int, float)), (name, metrics)

@@ -14,7 +14,7 @@ import yaml
 
 from sparkhelp import HANG_GUARD_S
 
-from .conftest import clone, dvc, dvc_json, git, lock_outs, run, tool_env
+from .conftest import clone, dvc, dvc_json, exp_revs, git, lock_outs, run, tool_env
 
 pytestmark = pytest.mark.e2e
 
@@ -88,10 +88,7 @@ def _queue_results(repo, grid, timeout=HANG_GUARD_S):
 
 
 def _experiments(repo) -> list[dict]:
-    return [{"name": rev["name"], "rev": rev["rev"], "data": rev["data"]}
-            for baseline in dvc_json(repo, "exp", "show")
-            for exp in baseline.get("experiments") or []
-            for rev in exp.get("revs") or [] if rev.get("data")]
+    return exp_revs(dvc_json(repo, "exp", "show"))
 
 
 def test_sweep_runs_every_point_on_the_cluster_and_prints_the_comparison(swept):
