@@ -32,6 +32,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from sparktrain import runtime  # noqa: E402  (first: the BLAS kernel and threads)
+
+runtime.start()
+
 from tools.readme_figures import README, machine, rewrite  # noqa: E402
 from sparktrain.core.safeload import load_json
 

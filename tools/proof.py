@@ -19,6 +19,9 @@ import sys
 import time
 from pathlib import Path
 
+from sparktrain import runtime  # first: the BLAS kernel and threads before numpy loads
+
+runtime.start()
 from sparktrain.core.errors import SparkError
 from sparktrain.data.pairs_score import evaluate
 from sparktrain.data.pairs import load_pairs

@@ -39,6 +39,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from sparktrain import runtime  # noqa: E402  (first: the BLAS kernel and threads)
+
+runtime.start()
+
 from sparktrain.repro.lock import copy_project, tool_env  # noqa: E402
 from tools.proof import TABLE_BEGIN, TABLE_END  # noqa: E402
 from sparktrain.core.safeload import load_json

@@ -17,6 +17,9 @@ import tempfile
 from pathlib import Path
 
 
+from sparktrain import runtime  # first: the BLAS kernel and threads before numpy loads
+
+runtime.start()
 from sparktrain.core.errors import SparkError
 from sparktrain.core.fsutil import sha256_file
 from sparktrain.core.jobfiles import PARAMS_FILE, WEIGHTS, job_dir

@@ -22,6 +22,10 @@ import re
 import sys
 from pathlib import Path
 
+from sparktrain import runtime  # first: the BLAS kernel and threads before numpy loads
+
+runtime.start()
+
 ROOT = Path(__file__).resolve().parents[1]
 CODE = ("stages/", "sparktrain/")
 FOLDER_SHARE = 0.5   # a package folder becomes one dep when a stage uses this much of it

@@ -16,6 +16,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from sparktrain import runtime  # first: the BLAS kernel and threads before numpy loads
+
+runtime.start()
 from sparktrain.repro.lock import copy_project, tool_env
 
 ROOT = Path(__file__).resolve().parents[1]
