@@ -246,9 +246,10 @@ def write_gguf(path: str | os.PathLike, params, cfg: ModelConfig, meta: dict,
             "block_count": cfg.n_layer, "feed_forward_length": 4 * cfg.dim,
             "head_count": cfg.n_head, "head_count_kv": cfg.n_kv_head,
             "rope_dimension_count": cfg.head_dim, "rope_freq_base": ROPE_BASE,
-            "layer_norm_rms_eps": RMS_EPS, "tokenizer_model": "gpt2", "tokenizer_pre": "default",
+            "layer_norm_rms_eps": RMS_EPS, "tokenizer_model": "gpt2",
+            "tokenizer_pre": GGUF_PRE_TOKENIZER,
             "token_list": tokens, "token_types": types, "token_merges": merges,
-            "bos_token_id": ids["bos"], "sep_token_id": ids["sep"], "eos_token_id": ids["eos"],
+            "bos_token_id": ids["bos"], "eos_token_id": ids["eos"],
             "pad_token_id": ids["eos"], "add_bos_token": True, "add_eos_token": False}
     for key, value in keys.items():  # in this order: the file's key-value section
         getattr(w, f"add_{key}")(value)
@@ -506,6 +507,11 @@ SPECIALS = {BOS: "<|bos|>", SEP: "<|sep|>", EOS: "<|eos|>"}
 # refuses an empty array and llama.cpp a BPE vocab without merges (docs/export.md).
 GGUF_NULL_MERGE = "ý ý"
 GGUF_NORMAL, GGUF_CONTROL = 1, 3     # llama.cpp token types
+# llama.cpp's name for GPT-2's split (the regex of `tokenizers`' ByteLevel pre-tokenizer,
+# which the project's BPE uses; "default" would split digits by three and punctuation
+# apart). No `seperator_token_id` key is written: llama-cpp-python appends that token to
+# every text prompt; a pairs prompt names its SEP in the text (`hi<|sep|>`).
+GGUF_PRE_TOKENIZER = "gpt-2"
 
 
 def bytes_to_unicode() -> dict[int, str]:

@@ -67,6 +67,9 @@ def test_byte_vocabulary(exported):
     assert tokens[253:] == ["<|bos|>", "<|sep|>", "<|eos|>"]
     assert field(r, "tokenizer.ggml.token_type")[250:] == [1, 1, 1, 3, 3, 3]
     assert field(r, "tokenizer.ggml.model") == "gpt2"
+    assert field(r, "tokenizer.ggml.pre") == "gpt-2"     # llama.cpp: GPT-2's split, as ours
+    # llama-cpp-python appends a SEP key's token to every text prompt: none is written
+    assert not any("sep" in key for key in r.fields)
     assert field(r, "tokenizer.ggml.merges") == [GGUF_NULL_MERGE]
     assert (field(r, "tokenizer.ggml.bos_token_id"), field(r, "tokenizer.ggml.eos_token_id")) \
         == (253, 255)
