@@ -11,7 +11,7 @@ LOCK   := requirements.lock
 
 .PHONY: help setup run test test-sparkbc test-fast spark-sgd-proof spark-sgd-proof-scale \
         sparkbc-e2e repro-check bench clean lock test-hf test-gpu spark-coder-proof spark-coder-proof-dvc \
-        readme-figures readme-figures-stable deps
+        readme-figures readme-figures-stable deps test-llama
 
 help:
 	@echo "make run        set up, run the default job (dvc repro), print a summary"
@@ -20,6 +20,8 @@ help:
 	@echo "make deps          rewrite dvc.yaml's code deps from the import graph (tools/stage_deps.py)"
 	@echo "make lock          refresh requirements.lock (uv pip compile --universal), then make setup"
 	@echo "make test-hf       install the hf extra (torch, transformers) and run the export proofs"
+	@echo "make test-llama    build llama.cpp's Python binding from the registry (~20 min on 2 cores,"
+	@echo "                   once) and check the GGUF in it: token ids, greedy text, logits"
 	@echo "make test-gpu      install the gpu extra (torch) and run the array-path tests on it;"
 	@echo "                   on Linux pip's torch is the CUDA build: ~3.2 GB of NVIDIA libraries,"
 	@echo "                   .venv grows to ~5.9 GB (a CPU-only torch installed first is kept)"
@@ -75,6 +77,13 @@ test-sparkbc: $(STAMP)
 test-hf: $(STAMP)
 	$(PY) -m pip install -q -c $(LOCK) -e '.[dev,hf]'
 	$(PY) -m pytest -q tests/export tests/train/test_optim_muon.py
+
+# llama.cpp itself (llama-cpp-python compiles it with cmake and the C compiler: about 20
+# minutes on 2 cores, once; pip keeps the wheel) reads the GGUF as Spark does.
+LLAMA_CPP := llama-cpp-python==0.3.36
+test-llama: $(STAMP)
+	$(PY) -m pip install -q -c $(LOCK) $(LLAMA_CPP)
+	$(PY) -m pytest -q -s -n 0 -m llama tests/export/test_export_llama_cpp.py
 
 # torch only here: `make test` runs the same tests on array-api-strict and skips torch's.
 # -rs prints why a GPU-only test was skipped (no CUDA/MPS device on this machine).
