@@ -319,6 +319,15 @@ def load_params(path: str | Path = PARAMS_FILE) -> Params:
 def load_recipe(scale: str, path: str | Path = RECIPES_FILE) -> Params:
     """The row `scale` of the recipe table: a params file of its own, validated like
     params.yaml; an unknown row is one line naming the known ones."""
+    row = recipe_row(scale, path)
+    try:
+        return parse_params(row)
+    except SparkError as err:
+        raise SparkError(f"{path} row {scale}: {err}") from None
+
+
+def recipe_row(scale: str, path: str | Path = RECIPES_FILE) -> dict:
+    """The raw mapping of row `scale` of the recipe table (load_recipe validates it)."""
     path = Path(path)
     table = load_yaml(read_input(path, "recipe table"), str(path))
     if not isinstance(table, dict) or not all(isinstance(r, dict) for r in table.values()):
@@ -327,10 +336,7 @@ def load_recipe(scale: str, path: str | Path = RECIPES_FILE) -> Params:
         raise SparkError(f"no coder recipe for scale {scale!r} in {path}; known: "
                          f"{', '.join(table)} (or give a params file with --params)"
                          f"{did_you_mean(scale, table)}")
-    try:
-        return parse_params(table[scale])
-    except SparkError as err:
-        raise SparkError(f"{path} row {scale}: {err}") from None
+    return table[scale]
 
 
 def dvc_set_flags(raw: dict, prefix: str = "") -> list[str]:

@@ -5,6 +5,7 @@ thin fronts over the calls `spark train` makes, so the same inputs give the same
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 from pathlib import Path
 
@@ -58,6 +59,10 @@ def register(sub) -> None:
                    help="fixed gradient shards per micro-step, computed by one worker "
                         "process per core; the bytes depend on it, not on the cores "
                         "(default: the recipe's step.shards)")
+    t.add_argument("--dvc-command", action="store_true",
+                   help="print the `dvc exp run` command that trains this recipe through the "
+                        "pipeline (every knob as -S ++key=value: the same weights bytes, and "
+                        "it runs again as written) and exit")
     code.set_defaults(func=lambda args: code.print_help() or 2)  # no subcommand: a usage mistake
 
 
@@ -131,13 +136,20 @@ def cmd_code_train(args) -> int:
     from sparktrain.data.source import prepare_job, source_for
     from sparktrain.eval.generate import learned, learned_text
     from sparktrain.model.backend import resolve as resolve_device
-    from sparktrain.params import load_params, load_recipe, override
+    from sparktrain.core.fsutil import read_input
+    from sparktrain.core.safeload import load_yaml
+    from sparktrain.params import dvc_set_flags, load_params, load_recipe, override, recipe_row
     from sparktrain.train.bench import grind_note
     from sparktrain.train.job import job_from_program
     from sparktrain.train.outputs import job_writes, lock_job
     from sparktrain.train.plan import preflight
 
     knobs = load_params(args.params) if args.params else load_recipe(args.scale or "tiny")
+    if args.dvc_command:
+        raw = (load_yaml(read_input(args.params, "params file"), args.params) if args.params
+               else recipe_row(args.scale or "tiny"))
+        print(shlex.join(["dvc", "exp", "run", *dvc_set_flags(raw)]))
+        return 0
     step = override(knobs.step, shards=args.shards, device=args.device)
     device = resolve_device(step.device)  # a GPU that cannot be had: one line before prepare
     cfg = knobs.model_config()
