@@ -65,9 +65,10 @@ def job_source(p: Params) -> tuple[Job, DataSource]:
     if source.streamed and untuned_for_corpus(p):
         raise SparkError(f"{job.id} trains a corpus, but its knobs are params.yaml's, made "
                          f"for the pairs job (byte tokens, SGD, {p.step.outer} x "
-                         f"{p.step.inner} steps); run the coder recipe with "
-                         f"`make spark-coder-proof-dvc` or `spark code train --scale tiny`, "
-                         f"or choose its knobs (`-S tokenizer=bpe -S step.optimizer=adamw ...`)")
+                         f"{p.step.inner} steps); run the coder recipe through DVC with "
+                         f"`spark code train --scale tiny --dvc-command`'s command, or choose "
+                         f"its knobs (`-S ++tokenizer=bpe -S ++step.optimizer=adamw "
+                         f"-S ++step.lr=0.01 ...`: ++ adds a key params.yaml lacks)")
     return job, source
 
 

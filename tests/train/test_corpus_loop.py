@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import random
 import shutil
 import signal
@@ -16,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from dvc.utils.hydra import apply_overrides
 
 from sparkhelp import HANG_GUARD_S, ROOT, assert_one_line_error, run_spark
 from sparktrain.data.corpus import read_prepared
@@ -136,8 +138,17 @@ def test_the_pairs_jobs_knobs_on_a_corpus_are_refused_in_one_line(tmp_path):
     stage(root, "decode_bc")
     done = stage(root, "tokenizer", check=False)
     assert_one_line_error(done.returncode, done.stderr, "job-coder-tiny trains a corpus",
-                          "make spark-coder-proof-dvc", "spark code train")
+                          "spark code train --scale tiny --dvc-command")
     assert not (root / "out/train/job-coder-tiny/tokenizer.json").exists()
+    # the knobs it names are overrides DVC accepts on the project's params.yaml
+    # (`-S step.optimizer=adamw` was "Key 'optimizer' is not in struct")
+    flags = re.findall(r"-S (\S+)", done.stderr)
+    assert flags and all(f.startswith("++") for f in flags), done.stderr
+    copy = tmp_path / "params-copy.yaml"
+    copy.write_text((ROOT / "params.yaml").read_text())
+    apply_overrides(copy, flags)
+    applied = yaml.safe_load(copy.read_text())
+    assert (applied["tokenizer"], applied["step"]["optimizer"]) == ("bpe", "adamw")
 
 
 @pytest.mark.parametrize("params,needle", [
