@@ -74,7 +74,10 @@ def register(sub) -> None:
                        description="Loss, perplexity, next-token accuracy, copy recall and exact "
                        "match (greedy generation) on a held-out JSONL file.", func=cmd_eval)
     p.add_argument("--weights", required=True, help="weights.safetensors written by training")
-    p.add_argument("--data", required=True, help="held-out JSONL (chat or prompt/completion rows)")
+    p.add_argument("--data", default=None,
+                   help="held-out JSONL (chat or prompt/completion rows) of a pairs model; a "
+                        "corpus or text model is scored without it, on the held-out split "
+                        "prepared beside its weights (corpus/)")
     p.add_argument("--json", action="store_true", help="print canonical JSON instead of a table")
     p.add_argument("--batch-size", type=int, default=64, help="rows per forward (default 64)")
     p.add_argument("--max-new", type=int, default=None,
@@ -286,13 +289,16 @@ def cmd_eval(args) -> int:
     out = None  # the output gate (sparktrain/core/gate.py) before any work: where to write
     if args.out:
         out = check_output(args.out, "json", (args.weights, args.data, args.tokenizer))
-    pairs, data_sha256 = read_pairs(args.data)
     params, cfg, meta = load_model(args.weights)
     tok = tokenizer_for(args.weights, meta, cfg.vocab, args.tokenizer)
-    if not trained_on(meta).prompted and tok.kind != "byte":
-        raise SparkError(f"{args.weights} is a corpus model of {tok.vocab} BPE tokens; spark "
-                         "eval scores JSONL pairs with a pairs model (a corpus job's held-out "
-                         "bits per byte are in its eval.json)")
+    if not trained_on(meta).prompted:
+        if args.data:
+            raise SparkError(f"{args.weights} is a corpus model; it is scored on the held-out "
+                             f"split prepared beside it: drop --data")
+        return _eval_corpus(args, out, params, cfg, meta)
+    if not args.data:
+        raise SparkError(f"{args.weights} is a pairs model: give its held-out JSONL with --data")
+    pairs, data_sha256 = read_pairs(args.data)
     params = _on_device(args, params)
     result = evaluate(params, cfg, pairs, batch_size=args.batch_size, max_new=args.max_new,
                       n_samples=args.samples, tokenizer=tok)
@@ -300,6 +306,38 @@ def cmd_eval(args) -> int:
     if out is not None:
         write_json(out, result)
     sys.stdout.write(canonical_json(result) if args.json else printable_lines(format_table(result)))
+    return 0
+
+
+def _eval_corpus(args, out, params, cfg, meta) -> int:
+    """A corpus or text model on the held-out split of its job folder (corpus/, written by
+    the prepare stage or `spark train`): the eval stage's bits per byte, outside DVC."""
+    from pathlib import Path
+
+    from sparktrain.core.jobfiles import CORPUS, TOKENIZER
+    from sparktrain.data.source import CorpusSource
+    from sparktrain.data.tokenizer import read_tokenizer
+    from sparktrain.params import EvalConfig
+
+    folder = Path(args.weights).parent
+    if not (folder / CORPUS).is_dir():
+        raise SparkError(f"no {folder / CORPUS} beside {args.weights}: a corpus model is scored "
+                         f"on its job folder's prepared held-out split")
+    tok, tok_sha256 = read_tokenizer(args.tokenizer or folder / TOKENIZER,
+                                     meta.get("tokenizer_sha256"), args.weights)
+    source = CorpusSource(str(meta.get("dataset", "")), (), 0.1)  # evaluate reads corpus/ only
+    result = source.evaluate(folder / CORPUS, _on_device(args, params), cfg, tok, tok_sha256,
+                             EvalConfig())
+    result.update(weights=str(args.weights))
+    if out is not None:
+        write_json(out, result)
+    sys.stdout.write(canonical_json(result) if args.json else printable_lines(
+        f"eval {args.weights}: the held-out split ({result['heldout_bytes']:,} bytes, "
+        f"{result['heldout_targets']:,} tokens)\n"
+        f"  bpb {result['bpb']:.4f}  (sliding, stride {result['sliding_stride']}: "
+        f"{result['bpb_sliding']:.4f})\n"
+        f"  zlib-9 {result['zlib9_bpb']:.4f}  lzma-9e {result['lzma9e_bpb']:.4f}\n"
+        f"  loss {result['loss']:.4f}  perplexity {result['perplexity']:.2f}\n"))
     return 0
 
 

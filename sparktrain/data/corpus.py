@@ -166,7 +166,8 @@ def read_corpus(root: str, patterns, heldout_fraction: float) -> Corpus:
     patterns = tuple(patterns) if not isinstance(patterns, str) else (patterns,)
     rels = match_files(base, patterns)
     if not rels:
-        raise SparkError(f"corpus glob {', '.join(patterns)} matches no file under {root}")
+        raise SparkError(f"corpus glob {', '.join(patterns)} matches no file under {root}; "
+                         f"name the files with corpus.glob (`spark train --glob '*.txt'`)")
     check_total(base, rels)
     files = []
     for rel in rels:

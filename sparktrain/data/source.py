@@ -271,6 +271,11 @@ def source_for(dataset: str, knobs, heldout: str | None = None) -> DataSource:
                      f"(known: {', '.join(k.kind for k in SOURCES)})")
 
 
+def streams(dataset: str) -> bool:
+    """Whether `dataset` is text (a folder, @stdlib, JSONL text rows) that trains as a corpus."""
+    return any(kind.streamed for kind in SOURCES if kind.claims(dataset))
+
+
 def trained_on(meta: dict) -> type:
     """The kind of data a model was trained on, as its weights' metadata record it: pairs for
     byte tokens (no tokenizer recorded) or dataset_kind "pairs", else a corpus."""
