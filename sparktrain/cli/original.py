@@ -40,7 +40,7 @@ def register(sub) -> None:
     add_train_flags(p, "apply-step")
 
     code = sub.add_parser("code", help="Spark-coder: `spark code train --scale S`",
-                          description="The Spark-coder commands (also `spark-code ...`).")
+                          description="The Spark-coder commands; `spark-code COMMAND` is the same as `spark code COMMAND`.")
     code_sub = code.add_subparsers(dest="code_command", metavar="COMMAND",
                                    parser_class=sub._parser_class)
     t = code_sub.add_parser("train", help="train the Spark-coder job at a scale", description=(

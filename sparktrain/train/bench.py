@@ -147,7 +147,7 @@ def format_report(r: dict) -> str:
         f"bench {r['scale']}: {r['n_params']:,} params, vocab {r['vocab']}, batch "
         f"{r['batch_size']} x seq {r['seq_len']}, {r['update']}, {r['steps']} steps after "
         f"{r['warmup_steps']} warm-up, device {r['device']}",
-        f"processes     {r['workers']:8d}     ({r['shards']} shards, BLAS threads "
+        f"processes     {r['workers']:8d}     ({r['shards']} shard{'s' * (r['shards'] != 1)}, BLAS threads "
         f"{r['blas_threads']} each, kernel {r.get('blas_kernel', '?')})",
         f"median step   {r['median_step_s'] * 1e3:8.2f} ms   (min {r['min_step_s'] * 1e3:.2f} ms)",
         f"tokens/s      {r['tokens_per_s']:11,.0f}",
