@@ -18,6 +18,8 @@ try:  # the `gpu` extra: PyTorch / CuPy arrays get their namespace from it
 except ImportError:  # pragma: no cover - the default install
     array_api_compat = None
 INSTALL = "install the gpu extra: pip install -e '.[gpu]'"
+# a device comes from a flag or from params.yaml: the message names both
+ASKED = "--device {0} (or step.device: {0})"
 
 
 class NumpyOps:
@@ -548,7 +550,7 @@ def _resolve(requested: str) -> Device:
         if requested == "auto":
             return Device("cpu", "cpu", np, note="device: cpu (auto: the gpu extra is not "
                                                  "installed, so no GPU library to ask)")
-        raise SparkError(f"--device {requested}: {INSTALL}") from None
+        raise SparkError(f"{ASKED.format(requested)}: {INSTALL}") from None
     mps_backend = getattr(torch.backends, "mps", None)
     cuda = bool(torch.cuda.is_available())
     mps = bool(mps_backend is not None and mps_backend.is_available())
@@ -558,9 +560,9 @@ def _resolve(requested: str) -> Device:
         return Device("cpu", "cpu", np, note=f"device: cpu (auto: PyTorch {torch.__version__} "
                                              "sees no CUDA or MPS device)")
     if requested == "cuda" and not cuda:
-        raise SparkError(f"--device cuda: PyTorch {torch.__version__} sees no CUDA device "
-                         "(no NVIDIA GPU, or a CPU-only PyTorch build); use --device cpu or auto")
+        raise SparkError(f"{ASKED.format('cuda')}: PyTorch {torch.__version__} sees no CUDA "
+                         "device (no NVIDIA GPU, or a CPU-only PyTorch build); use cpu or auto")
     if requested == "mps" and not mps:
-        raise SparkError(f"--device mps: PyTorch {torch.__version__} sees no Apple MPS device; "
-                         "use --device cpu or auto")
+        raise SparkError(f"{ASKED.format('mps')}: PyTorch {torch.__version__} sees no Apple "
+                         "MPS device; use cpu or auto")
     return _gpu(torch, xp, requested)

@@ -2,18 +2,22 @@
 name and paths (docs/compat.md), end to end on fresh temporary copies."""
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from dvc.utils.hydra import apply_overrides
 from safetensors.numpy import load_file
 
 from sparkhelp import HANG_GUARD_S, ROOT, assert_one_line_error, run_spark
+from sparktrain.params import load_params, load_recipe
 from sparktrain.repro.lock import copy_project, tool_env
 
 sys.path.insert(0, str(ROOT))
@@ -179,7 +183,7 @@ def test_spark_code_train_mistakes(project):
     assert_one_line_error(rc, err, "shards must be >= 1")
     rc, out, err = run_spark(["code", "train", "--scale", "tiny", "--device", "cuda"],
                              cwd=project)
-    assert_one_line_error(rc, err, "--device cuda:")  # no gpu extra, or no CUDA device
+    assert_one_line_error(rc, err, "--device cuda (or step.device: cuda):")  # no gpu extra, or no CUDA device
     assert not (project / "out/train/job-coder-tiny/failed.json").exists()
     rc, out, err = run_spark(["code", "train", "--scale", "huge"], cwd=project)
     assert_one_line_error(rc, err, "no coder recipe for scale 'huge'")
@@ -285,3 +289,24 @@ def test_the_scale_proof_target(tmp_path):
     table = "\n".join(lines[lines.index(TABLE_BEGIN) + 1:lines.index(TABLE_END)])
     shown = rf.scale_figures(rf.block((ROOT / "README.md").read_text(), "scale-proof"))
     assert rf.scale_figures(table) == shown, (table, shown)
+
+
+def test_spark_code_train_dvc_command_sets_the_whole_recipe(tmp_path):
+    """`eval "$(spark code train --scale tiny --dvc-command)"` (README): every knob of the
+    recipe as `-S ++key=value`, so params.yaml after DVC applies them is the recipe."""
+    rc, out, err = run_spark(["code", "train", "--scale", "tiny", "--dvc-command"], cwd=ROOT)
+    assert rc == 0, err
+    words = shlex.split(out)
+    assert words[:3] == ["dvc", "exp", "run"] and words[3::2] == ["-S"] * len(words[3::2])
+    flags = words[4::2]
+    assert all(f.startswith("++") for f in flags)
+    params = tmp_path / "params.yaml"
+    params.write_text((ROOT / "params.yaml").read_text())
+    for _ in range(2):   # ++ again on what the first run set: DVC accepts it again
+        apply_overrides(params, flags)
+    got, want = load_params(params), load_recipe("tiny")
+    for name in ("job", "program", "scale", "tokenizer", "vocab_size", "corpus"):
+        assert getattr(got, name) == getattr(want, name), name
+    # params.yaml's `step: 1` stays: without a base, the step_n the recipe's default gives
+    assert got.step.step_n == 1 and want.step.step_n is None
+    assert dataclasses.replace(got.step, step_n=None) == want.step
