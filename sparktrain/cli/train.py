@@ -296,6 +296,9 @@ def _summary_text(state: dict, folder: Path) -> str:
         return "unreadable" if number(v) is None else format(v, fmt)
 
     lines = [f"job {state['job']}: {state['state']}"]
+    if state["state"] == "running":
+        lines[0] += (f" (a spark process is writing it now; below, the last finished run: "
+                     f"{state['last_state']})")
     if "loss_before" in state:
         sha = state.get("weights_sha256")
         lines.append(f"  train loss  {num(state['loss_before'], '.4f')} -> "

@@ -232,6 +232,24 @@ def _record(path: Path):
     return _scrub(rec) if isinstance(rec, dict) else None
 
 
+def held_elsewhere(folder: str | os.PathLike) -> bool:
+    """Whether another process holds the job's lock now (a run writing it); read only."""
+    if _key(Path(folder)) in _held:
+        return False
+    try:
+        fd = os.open(Path(folder) / LOCK, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return False  # no lock file: no run has locked this folder
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    except OSError as err:
+        return err.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES)
+    finally:
+        os.close(fd)
+
+
 def job_state(folder: str | os.PathLike, job_id: str | None = None,
               current_step: dict | None = None) -> dict:
     """The real state of a job folder, read only: declared, trained (weights verified),
@@ -290,6 +308,8 @@ def job_state(folder: str | os.PathLike, job_id: str | None = None,
         else:
             state["eval_stale"] = ("eval.json was not measured on verified weights in this "
                                    "folder; its metrics are not shown")
+    if folder.is_dir() and held_elsewhere(folder):  # the files above are the last finished run's
+        state.update(state="running", last_state=state["state"])
     return state
 
 

@@ -1,13 +1,14 @@
 """`spark train`, `spark run`, `spark status` as a user meets them: real processes."""
 from __future__ import annotations
 
+import fcntl
 import json
 import subprocess
 
 import numpy as np
 import pytest
 
-from sparkhelp import assert_one_line_error, run_spark
+from sparkhelp import ROOT, assert_one_line_error, run_spark
 from sparktrain.bc.compiler import compile_source
 
 FAST = ["--outer", "1", "--inner", "2"]
@@ -147,6 +148,25 @@ def test_status_of_unknown_job(project):
     assert_one_line_error(rc, err, "never-ran")
     rc, out, err = run_spark(["status", "../etc"], cwd=project)
     assert_one_line_error(rc, err)
+
+
+def test_status_says_running_while_a_run_holds_the_job(tmp_path):
+    """A step holds the job folder's .lock while it trains: `spark status` says running
+    (it said declared, with the previous run's speed), then the state of the files."""
+    out = tmp_path / "job"
+    rc, _, err = run_spark(["train", "--dataset", ROOT / "data/train/dataset.jsonl",
+                            "--out", out, "--outer", "1", "--inner", "2"])
+    assert rc == 0, err
+    with open(out / ".lock") as held:        # what lock_job holds in the training process
+        fcntl.flock(held, fcntl.LOCK_EX)
+        rc, stdout, err = run_spark(["status", out])
+        assert rc == 0, err
+        state = json.loads(stdout)
+        assert (state["state"], state["last_state"]) == ("running", "trained")
+        rc, stdout, _ = run_spark(["status", out, "--summary"])
+        assert stdout.startswith("job job: running (a spark process is writing it now")
+    rc, stdout, _ = run_spark(["status", out])
+    assert json.loads(stdout)["state"] == "trained" and "last_state" not in stdout
 
 
 def test_params_typo_is_named(project):
