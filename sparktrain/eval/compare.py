@@ -76,6 +76,26 @@ def resolved_params(raw) -> dict:
     return flat
 
 
+def named(row: ExpRow, want: str) -> bool:
+    """Whether `want` names the row: its name, or a prefix (7+ characters) of its commit."""
+    return row.name == want or (len(want) >= 7 and len(row.rev) >= 7
+                                and (row.rev.startswith(want) or want.startswith(row.rev)))
+
+
+def with_earlier_commits(source: Experiments, wanted: Sequence[str]):
+    """HEAD's experiments and baseline, plus those of each earlier commit that ran a
+    wanted experiment not found on HEAD (`dvc exp list --all-commits` lists them too)."""
+    experiments, baselines = source.rows()
+    for want in wanted:
+        if any(named(r, want) for r in experiments + baselines):
+            continue
+        base = source.baseline_of(want)
+        if base is not None and not any(b.rev == base for b in baselines):
+            more, more_bases = source.rows(base[:7])
+            experiments, baselines = experiments + more, baselines + more_bases
+    return experiments, baselines
+
+
 def choose(experiments: list[ExpRow], baselines: list[ExpRow],
            wanted: Sequence[str]) -> list[ExpRow]:
     """The rows named (by name, rev prefix or baseline branch), else all experiments."""
@@ -86,9 +106,7 @@ def choose(experiments: list[ExpRow], baselines: list[ExpRow],
         return list(experiments)
     chosen = []
     for want in wanted:
-        found = [r for r in experiments + baselines if r.name == want
-                 or (len(want) >= 7 and len(r.rev) >= 7
-                     and (r.rev.startswith(want) or want.startswith(r.rev)))]
+        found = [r for r in experiments + baselines if named(r, want)]
         if not found:
             have = ", ".join(r.name for r in experiments) or "none yet"
             raise SparkError(f"no experiment named {want!r} (experiments: {have}); "
@@ -194,7 +212,7 @@ def compare(wanted: Sequence[str] = (), source: Experiments | None = None, *,
     if source is None:
         with DvcExperiments() as dvc_source:
             return compare(wanted, dvc_source, where=where, last=last)
-    experiments, baselines = source.rows()
+    experiments, baselines = with_earlier_commits(source, wanted)
     chosen = [record(r, source) for r in choose(experiments, baselines, wanted)]
     chosen = [e for e in chosen if keep(e)]
     if not chosen:

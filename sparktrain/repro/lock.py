@@ -256,6 +256,9 @@ class Experiments(Protocol):
     def read(self, path: str, rev: str) -> bytes | None:
         """`path` at `rev` (at most MAX_FILE_BYTES), None when that rev has no such file."""
 
+    def baseline_of(self, name: str) -> str | None:
+        """The baseline commit of the experiment called `name`, on any commit; None if none."""
+
 
 class DvcExperiments:
     """The experiments of the DVC repository in the current folder (or `repo`)."""
@@ -302,6 +305,12 @@ class DvcExperiments:
         heads = self._git("branch", "--points-at", base, "--format=%(refname:short)")
         name = rev or next((h for h in heads if h), base[:7])
         return [ExpRow(exp, sha, name) for sha, exp in mine], [ExpRow(name, base, name)]
+
+    def baseline_of(self, name: str) -> str | None:
+        refs = self._git("for-each-ref", "--sort=-committerdate", "--format=%(refname)",
+                         "refs/exps/")
+        found = [m for m in map(EXP_REF.fullmatch, refs) if m and m[3] == name]
+        return found[0][1] + found[0][2] if found else None   # the newest of that name
 
     def read(self, path: str, rev: str) -> bytes | None:
         from dvc.exceptions import DvcException, PathMissingError

@@ -40,6 +40,9 @@ class FakeExperiments:
         exps = [ExpRow(e["name"], e["rev"][:7], "main") for e in self.exps]
         return exps, [ExpRow("main", "main", "main")]
 
+    def baseline_of(self, name):
+        return None          # every made-up experiment is on the one baseline
+
     def _find(self, rev):
         return next(e for e in [self.base, *self.exps] if e["rev"][:7] == rev)
 
@@ -417,3 +420,29 @@ def test_many_long_params_fall_back_to_a_wrapped_key_inside_80_columns():
         at = table.index(f"{exp.number:>2} {exp.name}")
         key = " ".join(table[at:].split("\n\n")[0].split("\n")[0:3]).split()
         assert f"program=…xx-{exp.number - 1}-yy…" in " ".join(key)
+
+
+class EarlierCommit(FakeExperiments):
+    """HEAD has lr-two; lr-five ran on an earlier commit (`dvc exp list --all-commits`)."""
+
+    def rows(self, rev=None):
+        if rev == "0123456":
+            return [ExpRow("lr-five", "b" * 7, "0123456")], [ExpRow("0123456", "0123456",
+                                                                    "0123456")]
+        return [ExpRow("lr-two", "c" * 7, "main")], [ExpRow("main", "main", "main")]
+
+    def baseline_of(self, name):
+        return "0123456" + "8" * 33 if name == "lr-five" else None
+
+    def _find(self, rev):
+        return self.base if rev == "0123456" else super()._find(rev)
+
+
+def test_an_experiment_of_an_earlier_commit_is_found_by_name():
+    source = EarlierCommit([LR_02, LR_05])
+    sweep = cmp.compare(["lr-five", "lr-two"], source)
+    assert [(e.name, e.baseline) for e in sweep["experiments"]] == \
+        [("lr-five", "0123456"), ("lr-two", "main")]
+    assert [e.name for e in cmp.compare((), source)["experiments"]] == ["lr-two"]  # HEAD's only
+    with pytest.raises(SparkError, match="no experiment named 'nope'"):
+        cmp.compare(["nope"], source)
