@@ -399,10 +399,18 @@ def cmd_generate(args) -> int:
     sampling = dict(max_new=args.max_new, temperature=args.temperature, top_k=args.top_k,
                     seed=args.seed)
     params = _on_device(args, params)
+    made: list = []
     if pairs:
-        [text] = generate(params, cfg, [args.prompt], tokenizer=tok, **sampling)
+        [text] = generate(params, cfg, [args.prompt], tokenizer=tok, tokens_out=made, **sampling)
     else:
-        [text] = continue_text(params, cfg, tok, [args.prompt], **sampling)
+        [text] = continue_text(params, cfg, tok, [args.prompt], tokens_out=made, **sampling)
+    n = len(made[0])
+    unit = "byte" if tok.kind == "byte" else "token"
+    cap = model.max_new_tokens
+    why = (f"--max-new {args.max_new} reached" if n >= args.max_new else
+           f"the {model.name} model predicts at most {cap}" if cap is not None and n >= cap
+           else "the model's end-of-text token (EOS) came next")
+    print(f"spark: note: {n} {unit}{'s' * (n != 1)} generated; stopped: {why}", file=sys.stderr)
     # on a terminal, control bytes are shown escaped, never executed
     print(text if args.raw or not sys.stdout.isatty() else printable(text, keep="\n\t"))
     return 0

@@ -34,25 +34,26 @@ def prompt_context(prompt: str, seq_len: int, tok=BYTES) -> tuple[np.ndarray, bo
 
 def generate(params, cfg: ModelConfig, prompts: Sequence[str], *, max_new: int = 64,
              temperature: float = 0.0, top_k: int = 0, seed: int = 0,
-             tokenizer=BYTES) -> list[str]:
+             tokenizer=BYTES, tokens_out: list | None = None) -> list[str]:
     """Complete each prompt of a pairs model; stops at its EOS or after max_new tokens
-    (bytes, or the ids of the job's BPE `tokenizer`)."""
+    (bytes, or the ids of the job's BPE `tokenizer`). `tokens_out`, when given, receives
+    each completion's token ids (EOS not included)."""
     _check_sampling(max_new, temperature, top_k, seed)
     contexts = [prompt_context(p, cfg.seq_len, tokenizer)[0] for p in prompts]
     return _sample(params, cfg, contexts, max_new, temperature, top_k, seed, tokenizer.eos,
-                   tokenizer.completion_text)
+                   tokenizer.completion_text, tokens_out)
 
 
 def continue_text(params, cfg: ModelConfig, tokenizer, prompts: Sequence[str], *,
                   max_new: int = 64, temperature: float = 0.0, top_k: int = 0,
-                  seed: int = 0) -> list[str]:
+                  seed: int = 0, tokens_out: list | None = None) -> list[str]:
     """A corpus model continues text as it was trained on it: [BOS] + the prompt's
     tokens (no SEP), cut to the last seq_len, decoded with the job's tokenizer;
     stops at its EOS (the end of a file) or after max_new tokens."""
     _check_sampling(max_new, temperature, top_k, seed)
     contexts = [corpus_context(tokenizer, p, cfg.seq_len)[0] for p in prompts]
     return _sample(params, cfg, contexts, max_new, temperature, top_k, seed, tokenizer.eos,
-                   tokenizer.decode)
+                   tokenizer.decode, tokens_out)
 
 
 def corpus_context(tokenizer, prompt: str, seq_len: int) -> tuple[np.ndarray, bool]:
@@ -62,7 +63,8 @@ def corpus_context(tokenizer, prompt: str, seq_len: int) -> tuple[np.ndarray, bo
     return tokens[-seq_len:], len(tokens) > seq_len
 
 
-def _sample(params, cfg, contexts, max_new, temperature, top_k, seed, eos, decode_fn):
+def _sample(params, cfg, contexts, max_new, temperature, top_k, seed, eos, decode_fn,
+            tokens_out=None):
     rng = np.random.default_rng(seed) if temperature > 0 else None
     texts = []
     for start in range(0, len(contexts), GEN_BATCH):
@@ -70,6 +72,8 @@ def _sample(params, cfg, contexts, max_new, temperature, top_k, seed, eos, decod
         new = generate_tokens(params, cfg, chunk, [max_new] * len(chunk),
                               temperature=temperature, top_k=top_k, rng=rng, eos=eos)
         texts.extend(decode_fn(t) for t in new)
+        if tokens_out is not None:
+            tokens_out.extend(list(t) for t in new)
     return texts
 
 

@@ -60,7 +60,13 @@ def test_eval_json_and_table_and_out_file(capsys, tmp_path, weights, heldout):
 
 def test_generate_prints_text_and_notes_truncation(capsys, weights):
     code, out, err = run(capsys, "generate", "--weights", weights, "--max-new", "5", "hello")
-    assert code == 0 and err == "" and out.endswith("\n")
+    assert code == 0 and out.endswith("\n")
+    n = len(out[:-1].encode())           # ASCII or replacement characters: bytes made
+    why = "--max-new 5 reached" if n >= 5 else "end-of-text token (EOS) came next"
+    assert err.startswith("spark: note: ") and err.count("\n") == 1 and why in err, err
+    # the reason is the one that held: EOS, when fewer than --max-new bytes came
+    code, _, err = run(capsys, "generate", "--weights", weights, "--max-new", "1", "hello")
+    assert code == 0 and err.startswith("spark: note: 1 byte generated; stopped: --max-new 1")
     code, out2, err = run(capsys, "generate", "--weights", weights, "--max-new", "5",
                           "y" * 100)
     assert code == 0 and "keeping its last 32 tokens" in err
