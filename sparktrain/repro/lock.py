@@ -127,8 +127,13 @@ def restore_outputs(stage: str, folder: str | os.PathLike = ".") -> str:
     """Copy `stage`'s outputs inside `folder` back from the DVC cache when their md5 matches
     dvc.lock (DVC removes them before a run); a sentence for the user."""
     recorded = [o for o in outputs(read_lock()).values() if o.stage == stage]
+    # dvc.lock made with another job: its outputs lie in a sibling job folder, never ours
+    others = [o for o in recorded if confined(o.path, folder) is None
+              and confined(o.path, Path(folder).parent) is not None]
+    recorded = [o for o in recorded if o not in others]
     if not recorded:
-        return "no earlier outputs recorded in dvc.lock"
+        return "no earlier outputs recorded in dvc.lock" + (
+            " for this job (it records another job's)" if others else "")
     cache, missing, refused = cache_dir(), [], []
     for out in recorded:
         target = confined(out.path, folder)

@@ -199,7 +199,21 @@ def test_restore_writes_only_inside_the_job_folder(tmp_path, monkeypatch):
     assert (tmp_path / "out/train/j/weights.safetensors").read_bytes() == b"good"
     assert not outside.exists() and not (tmp_path.parent / "evil").exists()
     assert not (tmp_path / "out/train/other").exists()
-    assert "not restored" in note
+    assert "not restored" in note and "evil" in note
+    assert "out/train/other" not in note        # another job's outputs: not this job's business
+
+
+def test_a_lock_of_another_job_restores_nothing_and_says_nothing_alarming(tmp_path,
+                                                                          monkeypatch):
+    """An interrupted run of job-mine whose dvc.lock still records job-dry-001's step."""
+    cache = _lock_with(tmp_path, [("out/train/job-dry-001/ARTIFACT", b"theirs"),
+                                  ("out/train/job-dry-001/weights.safetensors", b"w")])
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(dvclock, "cache_dir", lambda: cache)
+    note = dvclock.restore_outputs("step", "out/train/job-mine")
+    assert note == "no earlier outputs recorded in dvc.lock for this job (it records another job's)"
+    assert dvclock.restored_note("step", lambda: Path("out/train/job-mine")) == ""
+    assert not (tmp_path / "out/train").exists()
 
 
 def test_restore_checks_md5_and_shrugs_off_a_malformed_lock(tmp_path, monkeypatch):
