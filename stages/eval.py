@@ -33,7 +33,8 @@ def eval_stage() -> Path:
     write_json(path, headline)
     curve = (read_json(folder / CHECKPOINT) or {}).get("loss_curve") or []
     heldout = heldout_points(headline, curve, path) if curve else None
-    write_loss_png(folder / LOSS_PNG, curve, heldout=heldout, job=p.job, scale=p.scale)
+    write_loss_png(folder / LOSS_PNG, curve, heldout=heldout, job=p.job, scale=p.scale,
+                   labels=source.curve_labels)
     return path
 
 

@@ -430,6 +430,7 @@ def cmd_make_data(args) -> int:
 
 
 def cmd_plot(args) -> int:
+    from sparktrain.data.source import SOURCES, PairsSource
     from sparktrain.eval.plot import heldout_points, scale_label, write_loss_png
     from sparktrain.train.outputs import number
 
@@ -445,7 +446,9 @@ def cmd_plot(args) -> int:
     heldout = heldout_points(_read_json(args.eval, "eval file"), curve, args.eval) \
         if args.eval else None
     job = ckpt.get("job") if isinstance(ckpt.get("job"), str) else None
-    write_loss_png(out, curve, heldout, job=job, scale=scale_label(ckpt.get("arch")))
+    kind = next((k for k in SOURCES if k.kind == ckpt.get("dataset_kind")), PairsSource)
+    write_loss_png(out, curve, heldout, job=job, scale=scale_label(ckpt.get("arch")),
+                   labels=kind.curve_labels)
     print(f"wrote {args.out}")
     return 0
 

@@ -45,6 +45,9 @@ class CorpusSource:
     prompted = False  # a model of it continues text
     streamed = True   # it trains from corpus/: the tokenizer and prepare steps come first
     loss_rows = STREAM_BATCH
+    # what the curve's points measure (loss.png's legend)
+    curve_labels = (f"training loss, {PROBE_WINDOWS} fixed train windows",
+                    f"held-out loss, {HELDOUT_WINDOWS}-window estimate")
 
     def __init__(self, dataset: str, patterns, heldout_fraction: float):
         self.dataset, self.patterns, self.heldout_fraction = dataset, patterns, heldout_fraction
@@ -194,6 +197,7 @@ class PairsSource:
     prompted = True   # a model of it answers a prompt ([BOS] prompt [SEP] -> completion)
     streamed = False  # its rows are read and encoded in memory by the step itself
     loss_rows = LOSS_BATCH
+    curve_labels = ("training loss, whole dataset", "held-out loss")
 
     def __init__(self, dataset: str, heldout: str | None = None):
         self.dataset, self.heldout = dataset, heldout

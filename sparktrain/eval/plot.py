@@ -15,6 +15,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 
+from sparktrain.data.source import PairsSource
 from sparktrain.core.errors import SparkError
 from sparktrain.core.fsutil import atomic_write_bytes
 from sparktrain.eval.headline import is_finite, is_number
@@ -74,9 +75,15 @@ def style_axes(ax, title: str, ylabel: str, ys: Sequence[float], sizes: tuple) -
     ax.set_axisbelow(True)
 
 
+# what a pairs job's curve points measure (each data source's `curve_labels` says its own)
+CURVE_LABELS = PairsSource.curve_labels
+
+
 def render(loss_curve: Sequence, heldout: Sequence | None = None, *,
-           job: str | None = None, scale: str | None = None) -> Figure:
-    """The picture as a matplotlib Figure (not yet encoded); SparkError for bad values."""
+           job: str | None = None, scale: str | None = None,
+           labels: tuple[str, str] = CURVE_LABELS) -> Figure:
+    """The picture as a matplotlib Figure (not yet encoded); SparkError for bad values.
+    `labels`: what the training and the per-pass held-out points measure."""
     train = _points(loss_curve, "loss_curve")
     if not train:
         raise SparkError("loss_curve is empty; nothing to plot")
@@ -92,11 +99,11 @@ def render(loss_curve: Sequence, heldout: Sequence | None = None, *,
                    "loss (cross-entropy, nats per token)", ys, (14, 12, 11))
         tx, ty = zip(*train)
         ax.plot(tx, ty, color=TRAIN_COLOR, linewidth=2, marker="o", markersize=6,
-                label=f"training loss, whole dataset (last {ty[-1]:.4g})")
+                label=f"{labels[0]} (last {ty[-1]:.4g})")
         if len({x for x, _ in held}) > 1:            # a held-out loss per pass
             hx, hy = zip(*held)
             ax.plot(hx, hy, color=HELDOUT_COLOR, linewidth=2, linestyle="--", marker="s",
-                    markersize=7, label=f"held-out loss (last {hy[-1]:.4g})")
+                    markersize=7, label=f"{labels[1]} (last {hy[-1]:.4g})")
         elif held:   # only the final held-out loss exists: a marker and a reference line
             for i, (x, y) in enumerate(held):
                 ax.axhline(y, color=HELDOUT_COLOR, linewidth=1.2, linestyle=":", zorder=1)
@@ -121,10 +128,11 @@ def write_figure(path: str | os.PathLike, fig: Figure) -> bytes:
 
 def write_loss_png(path: str | os.PathLike, loss_curve: Sequence,
                    heldout: Sequence | None = None, *,
-                   job: str | None = None, scale: str | None = None) -> bytes:
+                   job: str | None = None, scale: str | None = None,
+                   labels: tuple[str, str] = CURVE_LABELS) -> bytes:
     """The training curve (blue) and held-out loss (red; both [{"outer": k, "loss": x}, ...]
     or [(k, x), ...]) as a PNG, titled with job and scale, written atomically; its bytes."""
-    return write_figure(path, render(loss_curve, heldout, job=job, scale=scale))
+    return write_figure(path, render(loss_curve, heldout, job=job, scale=scale, labels=labels))
 
 
 def heldout_points(ev, curve: Sequence, path) -> list:

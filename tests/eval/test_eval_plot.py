@@ -129,3 +129,15 @@ def test_spark_help_and_training_do_not_load_matplotlib():
             "print('matplotlib' in sys.modules)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout == "False\n"
+
+
+def test_a_corpus_curve_says_what_its_points_measure():
+    """A corpus job's points are fixed windows, its held-out one an estimate, not the
+    whole dataset nor eval.json's whole held-out score."""
+    from sparktrain.data.source import CorpusSource, TextSource
+
+    assert TextSource.curve_labels == CorpusSource.curve_labels
+    fig = render([(0, 7.6), (1, 4.0)], [(0, 7.7), (1, 4.4)], labels=CorpusSource.curve_labels)
+    legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert legend == ["training loss, 32 fixed train windows (last 4)",
+                      "held-out loss, 64-window estimate (last 4.4)"]
