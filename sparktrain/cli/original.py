@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from sparktrain.core.errors import SparkError, TrainingFailed
-from sparktrain.core.jobfiles import CHECKPOINT, WEIGHTS
+from sparktrain.core.jobfiles import CHECKPOINT, RESUME_STATE, WEIGHTS
 from sparktrain.cli.train import ARCH, add_train_flags
 
 
@@ -59,6 +59,10 @@ def register(sub) -> None:
                    help="fixed gradient shards per micro-step, computed by one worker "
                         "process per core; the bytes depend on it, not on the cores "
                         "(default: the recipe's step.shards)")
+    t.add_argument("--checkpoint-every", type=int, default=None, metavar="N",
+                   help="save a resumable state every N passes; after an interruption the "
+                        "same command continues the run (the same final bytes) (default: the "
+                        "recipe's step.checkpoint_every)")
     t.add_argument("--dvc-command", action="store_true",
                    help="print the `dvc exp run` command that trains this recipe through the "
                         "pipeline (every knob as -S ++key=value: the same weights bytes, and "
@@ -131,6 +135,18 @@ def cmd_apply_step(args) -> int:
     return 0 if trained else 2
 
 
+def resume_hint(folder: Path, step) -> str:
+    """What an interrupted `spark code train` left: a state the same command continues, or
+    how to have one next time (the weights of the last finished run stay as they were)."""
+    if (folder / RESUME_STATE).is_file():
+        return (f"a resumable state of this run is saved in {folder.as_posix()}; the same "
+                f"command continues it (to the same final bytes)")
+    every = ("no pass finished since the last saved state" if step.checkpoint_every
+             else "step.checkpoint_every is 0")
+    return (f"no resumable state was saved ({every}); with --checkpoint-every 1 a state is "
+            f"saved after every pass and the same command then continues an interrupted run")
+
+
 def cmd_code_train(args) -> int:
     from sparktrain.cli.train import run_and_record
     from sparktrain.data.source import prepare_job, source_for
@@ -150,7 +166,8 @@ def cmd_code_train(args) -> int:
                else recipe_row(args.scale or "tiny"))
         print(shlex.join(["dvc", "exp", "run", *dvc_set_flags(raw)]))
         return 0
-    step = override(knobs.step, shards=args.shards, device=args.device)
+    step = override(knobs.step, shards=args.shards, device=args.device,
+                    checkpoint_every=args.checkpoint_every)
     device = resolve_device(step.device)  # a GPU that cannot be had: one line before prepare
     cfg = knobs.model_config()
     note = grind_note(device, step.device, cfg,
@@ -165,7 +182,11 @@ def cmd_code_train(args) -> int:
         lock_job(job.out_dir)  # a second run on this job is refused before it touches the files
         # what the tokenizer and prepare stages do, with the recipe's settings
         prepare_job(job.out_dir, source, knobs.tokenizer, knobs.vocab_size)
-        summary = run_and_record(job, knobs, step, cfg, heldout=knobs.heldout())
+        try:
+            summary = run_and_record(job, knobs, step, cfg, heldout=knobs.heldout())
+        except KeyboardInterrupt:
+            print(f"spark: note: {resume_hint(job.out_dir, step)}", file=sys.stderr)
+            raise
     print(json.dumps(summary, sort_keys=True))
     if not source.prompted:  # a model that continues text: its bpb and completions
         label = f"{knobs.scale}, {knobs.tokenizer}"

@@ -7,6 +7,7 @@ import hashlib
 import json
 import re
 import shlex
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +17,7 @@ import yaml
 from dvc.utils.hydra import apply_overrides
 from safetensors.numpy import load_file
 
-from sparkhelp import HANG_GUARD_S, ROOT, assert_one_line_error, run_spark
+from sparkhelp import HANG_GUARD_S, ROOT, SPARK, assert_one_line_error, run_spark
 from sparktrain.params import load_params, load_recipe
 from sparktrain.repro.lock import copy_project, tool_env
 
@@ -310,3 +311,27 @@ def test_spark_code_train_dvc_command_sets_the_whole_recipe(tmp_path):
     # params.yaml's `step: 1` stays: without a base, the step_n the recipe's default gives
     assert got.step.step_n == 1 and want.step.step_n is None
     assert dataclasses.replace(got.step, step_n=None) == want.step
+
+
+def test_an_interrupted_code_train_says_how_to_continue_and_the_same_command_does(project):
+    """Ctrl-C during `spark code train --checkpoint-every 1`: the old weights stay, one note
+    says the same command continues the run, and it does."""
+    (project / "slow.yaml").write_text(
+        SHORT_CODER.replace("outer: 2, inner: 4", "outer: 3, inner: 40"))
+    argv = ["code", "train", "--params", "slow.yaml", "--device", "cpu",
+            "--checkpoint-every", "1"]
+    run = subprocess.Popen(SPARK + argv, cwd=project, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
+    seen = []
+    for line in run.stderr:   # one line per pass off a terminal
+        seen.append(line)
+        if "outer 1/3" in line:
+            break
+    run.send_signal(signal.SIGINT)
+    _, err = run.communicate(timeout=HANG_GUARD_S)
+    assert run.returncode == 130, "".join(seen) + err
+    assert "a resumable state of this run is saved" in err and "the same command" in err
+    rc, out, err = run_spark(argv, cwd=project)
+    assert rc == 0, err
+    assert json.loads(out.split("\n", 1)[0])["trained"] is True
+    assert "outer 3/3" in err and "outer 1/3" not in err, err      # continued, not redone
