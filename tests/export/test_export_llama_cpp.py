@@ -5,23 +5,18 @@ Spark does: the same token ids for code, the same greedy text from a plain text 
 
 Skipped without llama_cpp, so `make test` never builds llama.cpp (about 20 minutes).
 """
-import dataclasses
-import sysconfig
-from pathlib import Path
-
 import numpy as np
 import pytest
 
 llama_cpp = pytest.importorskip("llama_cpp")
 
-from sparktrain.core.fsutil import sha256_bytes                  # noqa: E402
-from sparktrain.data.tokenizer import load_tokenizer, train_bpe   # noqa: E402
+from sparktrain.data.tokenizer import load_tokenizer              # noqa: E402
 from sparktrain.export.hf import export_gguf                      # noqa: E402
 from sparktrain.model.build import build_model                    # noqa: E402
 from sparktrain.model.weights import load_model                   # noqa: E402
 from sparkhelp import ROOT, run_spark                             # noqa: E402
 
-from exportkit import SMALL, project_prompts, write_weights       # noqa: E402
+from exportkit import project_prompts                              # noqa: E402
 
 pytestmark = pytest.mark.llama
 TOL = 1e-4          # max |logit difference| / max |logit|
@@ -44,23 +39,20 @@ def byte_model(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def bpe_model(tmp_path_factory):
-    """A corpus model with a 512-token BPE learned on the standard library's code."""
-    folder = tmp_path_factory.mktemp("bpe") / "job"
-    folder.mkdir()
-    stdlib = Path(sysconfig.get_paths()["stdlib"])
-    code = [p.read_text(encoding="utf-8") for p in sorted((stdlib / "json").glob("*.py"))]
-    text = train_bpe(code, 512).to_json().encode()
-    (folder / "tokenizer.json").write_bytes(text)
-    weights = folder / "weights.safetensors"
-    write_weights(weights, dataclasses.replace(SMALL, vocab=512), seed=5,
-                  dataset_kind="corpus", tokenizer="bpe", tokenizer_sha256=sha256_bytes(text))
-    return weights
+    """A code model: the tiny coder recipe (BPE 2048, AdamW) for a few passes on the
+    committed standard-library modules (some seconds)."""
+    d = tmp_path_factory.mktemp("bpe")
+    rc, _, err = run_spark(["train", "--dataset", ROOT / "data/corpus/tiny", "--glob", "*.py",
+                            "--out", d / "run", "--outer", 2, "--inner", 40, "--warmup", 5])
+    assert rc == 0, err
+    return d / "run" / "weights.safetensors"
 
 
 def open_gguf(weights, tmp_path):
     export_gguf(weights, tmp_path / "m.gguf")
+    _, cfg, _ = load_model(weights)
     f32 = llama_cpp.GGML_TYPE_F32            # llama.cpp's default KV cache is float16
-    return llama_cpp.Llama(model_path=str(tmp_path / "m.gguf"), n_ctx=SMALL.seq_len,
+    return llama_cpp.Llama(model_path=str(tmp_path / "m.gguf"), n_ctx=cfg.seq_len,
                            logits_all=True, verbose=False, seed=0, type_k=f32, type_v=f32)
 
 
