@@ -205,9 +205,9 @@ def render_compare(sweep: dict) -> Figure:
         styles = dict(zip((e.name for e in exps), run_styles(len(exps))))
         handles = [Line2D([], [], color=styles[e.name][0], linestyle=styles[e.name][1],
                           linewidth=2, label=f"{e.number}  {e.label}") for e in exps]
-        refs = _references(exps) if "bpb" in units else []
-        handles += [Line2D([], [], color="0.35", linestyle=style, linewidth=1.2, label=text)
-                    for _, text, style in refs]
+        refs = _references(exps, styles) if "bpb" in units else []
+        handles += [Line2D([], [], color=colour, linestyle=style, linewidth=1.2, label=text)
+                    for _, text, style, colour in refs]
         ncol, texts, legend_in = legend_layout([h.get_label() for h in handles])
         fig = Figure(figsize=(FIG_WIDTH_IN, BASE_HEIGHT_IN + legend_in), dpi=DPI,
                      layout="constrained")
@@ -234,28 +234,38 @@ def _panel(ax, unit: str, exps: list, styles: dict, refs: list) -> None:
     the held-out losses too, a bpb panel the compressors' lines (`refs`)."""
     curve, marker, size = PANELS[unit]
     ys = [p[unit] for e in exps for p in getattr(e, curve) + (e.heldout if unit == "loss" else [])]
-    style_axes(ax, *UNITS[unit], ys + [v for v, _, _ in refs], AXIS_FONTS)
+    style_axes(ax, *UNITS[unit], ys + [ref[0] for ref in refs], AXIS_FONTS)
     for exp in exps:
         colour, style = styles[exp.name]
         xs, ys = [p["outer"] for p in getattr(exp, curve)], [p[unit] for p in getattr(exp, curve)]
         ax.plot(xs, ys, color=colour, linestyle=style, linewidth=2, marker=marker,
                 markersize=size)
         _end_number(ax, exp, xs, ys, colour)
-        if unit == "loss":
-            ax.plot([p["outer"] for p in exp.heldout], [p["loss"] for p in exp.heldout],
-                    color=colour, linestyle=style, linewidth=1, marker="s",
+        if unit == "loss" and exp.heldout:
+            hx, hy = [p["outer"] for p in exp.heldout], [p["loss"] for p in exp.heldout]
+            ax.plot(hx, hy, color=colour, linestyle=style, linewidth=1, marker="s",
                     markersize=6, markeredgecolor="black", markeredgewidth=0.6)
-    for value, _, style in refs:
-        ax.axhline(value, color="0.35", linestyle=style, linewidth=1.2)
+            _end_number(ax, exp, hx, hy, colour)
+    for value, _, style, colour in refs:
+        ax.axhline(value, color=colour, linestyle=style, linewidth=1.2, alpha=0.7)
 
 
-def _references(exps: list) -> list[tuple[float, str, object]]:
-    """(bpb, legend text, line style) of each compressor's distinct figure in the bpb runs."""
+def _references(exps: list, styles: dict) -> list[tuple[float, str, object, str]]:
+    """(bpb, legend text, line style, colour) of each compressor's distinct figure in the
+    bpb runs: one held-out text each, named by the runs measured on it (their job) and
+    drawn in the colour of the first of them, so two corpora's lines are told apart."""
     found = []
     for key, name, style in REFERENCES:
-        for value in sorted({e.metrics[key] for e in exps
-                             if e.unit == "bpb" and is_finite(e.metrics.get(key))}):
-            found.append((value, f"{name} ({value:.3f} bpb)", style))
+        runs: dict[float, list] = {}
+        for e in exps:
+            if e.unit == "bpb" and is_finite(e.metrics.get(key)):
+                runs.setdefault(e.metrics[key], []).append(e)
+        for value, on in sorted(runs.items()):
+            jobs = sorted({str(e.params["job"]) for e in on if e.params.get("job")})
+            where = f"; {', '.join(jobs)}" if jobs else ""
+            numbers = ", ".join(str(e.number) for e in on)
+            found.append((value, f"{name} ({value:.3f} bpb): run{'s' * (len(on) > 1)} "
+                                 f"{numbers}{where}", style, styles[on[0].name][0]))
     return found
 
 

@@ -272,7 +272,11 @@ def test_every_artist_stays_inside_the_canvas(n):
                   if len(set(line.get_ydata())) == 1 and len(line.get_ydata()) == 2)
     assert flat == [2.5, 2.9]                                    # lzma-9e and zlib-9 drawn
     texts = [t.get_text() for t in fig.legends[0].get_texts()]
-    assert "zlib-9 (2.900 bpb)" in texts and "lzma-9e (2.500 bpb)" in texts
+    corpus_runs = ", ".join(str(e.number) for e in sweep["experiments"] if e.unit == "bpb")
+    plural = "s" * (n > 2)
+    unwrapped = [" ".join(t.split()) for t in texts]
+    assert f"zlib-9 (2.900 bpb): run{plural} {corpus_runs}; job-dry-001" in unwrapped
+    assert f"lzma-9e (2.500 bpb): run{plural} {corpus_runs}; job-dry-001" in unwrapped
     for text in texts[:n]:
         assert "data/programs" not in text and "step." not in text     # shortened
         assert "lr=" in text
@@ -446,3 +450,20 @@ def test_an_experiment_of_an_earlier_commit_is_found_by_name():
     assert [e.name for e in cmp.compare((), source)["experiments"]] == ["lr-two"]  # HEAD's only
     with pytest.raises(SparkError, match="no experiment named 'nope'"):
         cmp.compare(["nope"], source)
+
+
+def test_two_corpora_get_their_own_named_and_coloured_compressor_lines():
+    """Runs on two held-out texts: a zlib-9 and an lzma-9e line for each, in the colour of
+    its first run and named by its runs, never two grey lines that name no corpus."""
+    exps = [_long_exp(i, corpus=True) for i in range(3)]
+    exps[2]["metric"] = dict(exps[2]["metric"], zlib9_bpb=3.3, lzma9e_bpb=3.1)
+    sweep = cmp.compare([], shown(*exps, checkpoint=_any_checkpoint))
+    fig = plot.render_compare(sweep)
+    [ax] = fig.axes
+    flat = {round(line.get_ydata()[0], 6): line.get_color() for line in ax.get_lines()
+            if len(set(line.get_ydata())) == 1 and len(line.get_ydata()) == 2}
+    assert sorted(flat) == [2.5, 2.9, 3.1, 3.3]
+    assert flat[2.9] == flat[2.5] != flat[3.3] == flat[3.1]
+    texts = [" ".join(t.get_text().split()) for t in fig.legends[0].get_texts()]
+    assert "zlib-9 (2.900 bpb): runs 1, 2; job-dry-001" in texts
+    assert "zlib-9 (3.300 bpb): run 3; job-dry-001" in texts
