@@ -234,10 +234,19 @@ def test_a_tokenizer_other_than_the_recorded_one_is_refused(bpe_job, tmp_path):
     assert_one_line_error(rc, err, "tokenizer.json")
 
 
-def test_eval_of_pairs_is_refused_for_a_bpe_model(bpe_job, tmp_path):
+def test_spark_eval_scores_a_corpus_model_as_the_eval_stage_does(bpe_job, tmp_path):
+    """Outside DVC: `spark eval --weights W` scores the held-out split prepared beside W
+    (pairs rows are refused), with the eval stage's numbers."""
     rc, _, err = run_spark(["eval", "--weights", bpe_job / "weights.safetensors",
                             "--data", ROOT / "data/eval/tiny_heldout.jsonl"])
-    assert_one_line_error(rc, err, "BPE tokens")
+    assert_one_line_error(rc, err, "corpus model", "drop --data")
+    rc, out, err = run_spark(["eval", "--weights", bpe_job / "weights.safetensors", "--json"])
+    assert rc == 0, err
+    mine = json.loads(out)
+    stage(bpe_job.parents[2], "eval")
+    staged = json.loads((bpe_job / "eval.json").read_text())
+    assert {k: mine[k] for k in ("bpb", "zlib9_bpb", "lzma9e_bpb", "loss")} == \
+        {k: staged[k] for k in ("bpb", "zlib9_bpb", "lzma9e_bpb", "loss")}
 
 
 def test_a_byte_model_refuses_a_bpe_tokenizer(bpe_job, tmp_path):
