@@ -20,7 +20,7 @@ help:
 	@echo "make deps          rewrite dvc.yaml's code deps from the import graph (tools/stage_deps.py)"
 	@echo "make lock          refresh requirements.lock (uv pip compile --universal), then make setup"
 	@echo "make test-hf       install the hf extra (torch, transformers) and run the export proofs"
-	@echo "make test-llama    build llama.cpp's Python binding from the registry (~20 min on 2 cores,"
+	@echo "make test-llama    build llama.cpp's Python binding from the registry (~30 min on 2 cores,"
 	@echo "                   once) and check the GGUF in it: token ids, greedy text, logits"
 	@echo "make test-gpu      install the gpu extra (torch) and run the array-path tests on it;"
 	@echo "                   on Linux pip's torch is the CUDA build: ~3.2 GB of NVIDIA libraries,"
@@ -78,7 +78,7 @@ test-hf: $(STAMP)
 	$(PY) -m pip install -q -c $(LOCK) -e '.[dev,hf]'
 	$(PY) -m pytest -q tests/export tests/train/test_optim_muon.py
 
-# llama.cpp itself (llama-cpp-python compiles it with cmake and the C compiler: about 20
+# llama.cpp itself (llama-cpp-python compiles it with cmake and the C compiler: about 30
 # minutes on 2 cores, once; pip keeps the wheel) reads the GGUF as Spark does.
 LLAMA_CPP := llama-cpp-python==0.3.36
 test-llama: $(STAMP)

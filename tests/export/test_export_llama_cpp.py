@@ -3,7 +3,7 @@ built from the registry by `make test-llama`), reads a byte model and a BPE mode
 Spark does: the same token ids for code, the same greedy text from a plain text prompt
 (`create_completion`, as a user calls it), logits within 1e-4 with a float32 KV cache.
 
-Skipped without llama_cpp, so `make test` never builds llama.cpp (about 20 minutes).
+Skipped without llama_cpp, so `make test` never builds llama.cpp (about 30 minutes).
 """
 import numpy as np
 import pytest
