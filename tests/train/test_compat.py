@@ -322,8 +322,10 @@ def test_an_interrupted_code_train_says_how_to_continue_and_the_same_command_doe
         SHORT_CODER.replace("outer: 2, inner: 4", "outer: 2, inner: 200"))
     argv = ["code", "train", "--params", "slow.yaml", "--device", "cpu",
             "--checkpoint-every", "1"]
+    # SIGINT at its default even when this test runs in a background job (which ignores it)
     run = subprocess.Popen(SPARK + argv, cwd=project, stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, text=True)
+                           stderr=subprocess.PIPE, text=True,
+                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     seen = []
     for line in run.stderr:   # one line per pass off a terminal
         seen.append(line)
