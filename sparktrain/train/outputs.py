@@ -254,7 +254,8 @@ def recover(folder: str | os.PathLike) -> None:
     with folder_fd(folder) as fd:
         for name in journal_names(folder):
             _roll_in(fd, name)
-        os.fsync(fd)
+        with contextlib.suppress(OSError):  # a folder that cannot sync still rolled forward
+            os.fsync(fd)
         for name in (JOURNAL, *(f".{n}.{end}" for n in JOURNALLED for end in ("pending", "old"))):
             _remove_entry(fd, name)
 
