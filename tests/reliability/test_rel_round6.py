@@ -77,6 +77,29 @@ def test_a_failed_retrain_keeps_the_jobs_tokenizer_and_corpus(corpus_job):
     _same_set(folder, before)
 
 
+def _recipe(project, name, **step):
+    """The tiny coder recipe, one pass of two micro-steps (a few seconds), with `step`."""
+    recipe = yaml.safe_load((ROOT / "data/programs/coder-recipes.yaml").read_text())["tiny"]
+    recipe["step"].update(outer=1, inner=2, warmup=0, shards=1, **step)
+    (project / name).write_text(yaml.safe_dump(recipe))
+    return recipe
+
+
+def test_a_failed_code_train_keeps_the_jobs_tokenizer_and_corpus(project):
+    """The issue's K4: over a trained coder job, another glob and a diverging rate."""
+    _recipe(project, "fast.yaml")
+    rc, _, err = run_spark(["code", "train", "--params", "fast.yaml"], cwd=project)
+    assert rc == 0, err
+    folder = project / "out/train/job-coder-tiny"
+    before = snapshot(folder)
+    bad = _recipe(project, "bad.yaml", lr=1e6, min_lr=0.0)
+    bad["corpus"]["glob"] = "*.py"
+    (project / "bad.yaml").write_text(yaml.safe_dump(bad))
+    rc, _, err = run_spark(["code", "train", "--params", "bad.yaml"], cwd=project)
+    assert rc in (1, 2) and "previous outputs kept" in err.splitlines()[-1], err
+    _same_set(folder, before)
+
+
 def test_a_full_disk_in_prepare_keeps_the_jobs_set(corpus_job, monkeypatch, capsys):
     from sparktrain.cli import main
 
