@@ -109,7 +109,11 @@ clean:
 # dvc.yaml runs the stages as `python3 -m stages.X`: the venv comes first on PATH.
 DVC := PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/dvc
 
+# DVC deletes a stage's outputs before the stage runs, following links: with out/, out/train
+# or a job folder a link, the files at its target would go before the stage refuses the link
+# (docs/outputs.md "What a job holds after ..."), so make run refuses first.
 run: $(STAMP)
+	@! test -e out || test -z "$$(find out -maxdepth 2 -type l)" || { echo "make: $$(find out -maxdepth 2 -type l | head -1) is a link; DVC would delete the pipeline's outputs at its target before a stage refuses it: make it a real folder (docs/outputs.md)" >&2; exit 2; }
 	$(DVC) repro
 	@$(BIN)/spark status --summary
 

@@ -1,7 +1,8 @@
-"""Round six, items 8 and 11: `make setup` repairs a .venv that does not work (its python
+"""Round six, the Makefile: `make setup` repairs a .venv that does not work (its python
 missing, dangling, a folder, or without the project) instead of answering "Nothing to be
 done", the advice every stage gives; a .venv that is a link to another checkout's venv is
-refused before anything is installed into it."""
+refused before anything is installed into it (items 8, 11); `make run` refuses a link in
+out/ before DVC deletes the outputs at its target (item 2)."""
 from __future__ import annotations
 
 import os
@@ -75,3 +76,17 @@ def test_make_setup_refuses_a_venv_that_is_a_link(tmp_path):
     done = _make(root, "setup", "PYTHON=false")  # nothing could be installed anyway
     assert done.returncode == 2 and ".venv is a link" in done.stderr, done.stderr
     assert sorted(p.name for p in other.rglob("*")) == before
+
+
+@pytest.mark.parametrize("link", ["out", "out/train", "out/train/j"])
+def test_make_run_refuses_a_link_in_out_before_dvc_runs(tmp_path, link):
+    (tmp_path / "here").mkdir()
+    root = _checkout(tmp_path / "here")
+    target = tmp_path / "elsewhere"
+    (target / "j").mkdir(parents=True)
+    (target / "j/program.json").write_text("keep")
+    (root / link).parent.mkdir(parents=True, exist_ok=True)
+    (root / link).symlink_to(target if link != "out/train/j" else target / "j")
+    done = _make(root, "run", "STAMP=")  # no venv: only the check may run
+    assert done.returncode == 2 and "is a link; DVC would delete" in done.stderr, done.stderr
+    assert (target / "j/program.json").read_text() == "keep"
