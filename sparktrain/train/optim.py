@@ -110,10 +110,10 @@ class AdamW:
     def check_state(self, tensors: dict, steps: int) -> None:
         """A saved state this optimizer could have after `steps` updates (host arrays), else
         ValueError: its step counter is `steps` and no second moment is negative."""
-        t = tensors["t"]
-        if t.shape != (1,) or float(t[0]) != steps:
-            raise ValueError(f"its AdamW step counter {float(t.reshape(-1)[0]) if t.size else t!r}"
-                             f" is not passes x inner = {steps}")
+        counter = tensors["t"].reshape(-1).tolist()
+        if counter != [steps]:
+            raise ValueError(f"its AdamW step counter {counter[0] if counter else None} is not "
+                             f"passes x inner = {steps}")
         if negative := [n for n in self.v if (tensors[f"v.{n}"] < 0).any()]:
             raise ValueError(f"its AdamW second moment v.{negative[0]} has negative values")
 
