@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 from sparktrain.core.errors import SparkError, printable
-from sparktrain.core.fsutil import canonical_json, folder_fd, kind_of
+from sparktrain.core.fsutil import canonical_json, kind_of
 from sparktrain.core.jobfiles import (ARTIFACT, CHECKPOINT, CORPUS, JOB_NAMES, LIVE_DIR, LOCK,
                                       PROGRAM, STATUS, TOKENIZER, WEIGHTS, root_of)
 
