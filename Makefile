@@ -37,17 +37,28 @@ help:
 
 setup: $(STAMP)
 
+# The stamp stands only for a .venv of this checkout that works: when .venv is a link
+# (another checkout's venv), or its python is missing, dangling, a folder or lacks the
+# project or numpy, the stamp is out of date, so `make setup` (and every target that
+# needs it) repairs .venv instead of answering "Nothing to be done"; a link is refused
+# (installing would point that venv's `spark` at this checkout).
+VENV_WORKS := $(shell test ! -L $(VENV) && $(PY) -c "import sparktrain, numpy" >/dev/null 2>&1 && echo yes)
+ifneq ($(VENV_WORKS),yes)
+.PHONY: $(STAMP)
+endif
+
 # uv installs the lock's exact versions in ~15 s where pip takes ~55 s (the same
 # packages, checked with pip list); where uv cannot be had or fails, pip does it.
 $(STAMP): pyproject.toml $(LOCK)
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@test ! -L $(VENV) || { echo "make: $(VENV) is a link (to $$(readlink $(VENV))); this checkout installs only into a .venv of its own: remove the link (rm $(VENV)) and run make setup" >&2; exit 2; }
+	$(PY) -c "" 2>/dev/null || $(PYTHON) -m venv --clear $(VENV)
 	( $(PY) -m pip install -q uv && $(BIN)/uv pip install -q --python $(PY) -c $(LOCK) -e '.[dev,sweep]' ) \
 	  || ( $(PY) -m pip install -q --upgrade pip && $(PY) -m pip install -q -c $(LOCK) -e '.[dev,sweep]' )
 	touch $(STAMP)
 
 # Every Python the project supports (>= 3.10), one file; then reinstall with it.
 lock:
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -c "" 2>/dev/null || $(PYTHON) -m venv --clear $(VENV)
 	$(PY) -m pip install -q uv
 	$(BIN)/uv pip compile -q --no-python-downloads --universal --python-version 3.10 --extra dev --extra sweep \
 		pyproject.toml -o $(LOCK)
@@ -107,7 +118,11 @@ clean:
 # dvc.yaml runs the stages as `python3 -m stages.X`: the venv comes first on PATH.
 DVC := PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/dvc
 
+# DVC deletes a stage's outputs before the stage runs, following links: with out/, out/train
+# or a job folder a link, the files at its target would go before the stage refuses the link
+# (docs/outputs.md "What a job holds after ..."), so make run refuses first.
 run: $(STAMP)
+	@! test -e out || test -z "$$(find out -maxdepth 2 -type l)" || { echo "make: $$(find out -maxdepth 2 -type l | head -1) is a link; DVC would delete the pipeline's outputs at its target before a stage refuses it: make it a real folder (docs/outputs.md)" >&2; exit 2; }
 	$(DVC) repro
 	@$(BIN)/spark status --summary
 

@@ -57,6 +57,13 @@ MAX_MICRO_STEPS = 100_000_000
 MUON_ADAM_LR = 0.005
 
 
+def cooldown_steps(cooldown: float, micro_steps: int) -> int:
+    """The wsd cool-down's micro-steps: the `cooldown` fraction of the run, rounded, and at
+    least one when the fraction is not 0, so the rate reaches min_lr on the last step
+    (docs/training.md)."""
+    return max(round(cooldown * micro_steps), 1) if cooldown > 0 else 0
+
+
 @dataclass(frozen=True, config=STEP_STRICT)
 class StepConfig:
     outer: Count = Field(4, description="outer passes; the whole-dataset loss is logged after each")
@@ -128,7 +135,7 @@ class StepConfig:
                              f"{n} micro-steps (outer x inner)")
         if self.schedule != "wsd" and self.cooldown:
             raise ValueError("cooldown needs schedule: wsd")
-        cooling = round(self.cooldown * self.outer * self.inner)
+        cooling = cooldown_steps(self.cooldown, n)
         if self.schedule == "wsd" and self.warmup + cooling > n:
             raise ValueError(f"warmup {self.warmup} and cooldown {self.cooldown} overlap "
                              f"within {n} micro-steps")
@@ -307,7 +314,11 @@ def parse_params(raw) -> Params:
         raise SparkError(_one_line(err)) from None
     except TypeError as err:  # a key that is not an identifier, e.g. `1: x`
         raise SparkError(f"params: {err}") from None
-    params.model_config()  # the scale's name and arch are checked now, not mid-run
+    seq_len = params.model_config().seq_len  # the scale's name and arch: checked now, not mid-run
+    if params.eval.stride is not None and params.eval.stride > seq_len:
+        # the eval stage would refuse it only after the run trained and committed
+        raise SparkError(f"params: eval.stride {params.eval.stride} is above seq_len {seq_len} "
+                         f"(scale {params.scale}); give at most {seq_len}, or leave it out")
     return params
 
 

@@ -425,7 +425,7 @@ def cmd_make_data(args) -> int:
     for path in write_scale_data(args.out_dir, seed):
         with open(path, "rb") as f:
             rows = f.read().count(b"\n")
-        print(f"wrote {path} ({rows} rows)")
+        print(f"wrote {printable(os.fspath(path))} ({rows} rows)")
     return 0
 
 
@@ -449,7 +449,7 @@ def cmd_plot(args) -> int:
     kind = next((k for k in SOURCES if k.kind == ckpt.get("dataset_kind")), PairsSource)
     write_loss_png(out, curve, heldout, job=job, scale=scale_label(ckpt.get("arch")),
                    labels=kind.curve_labels)
-    print(f"wrote {args.out}")
+    print(f"wrote {printable(args.out)}")
     return 0
 
 
@@ -489,7 +489,7 @@ def _export(args) -> int:
     with Progress("export", total=1, unit=f"{args.to} written") as bar:
         names = write(args.weights, args.out, args.tokenizer, args.force)
         bar.advance(note=args.out)
-        print(f"wrote {args.out}: {', '.join(names)}" if names else f"wrote {args.out}")
+        print(f"wrote {printable(args.out)}" + (f": {', '.join(names)}" if names else ""))
     return 0
 
 
@@ -497,7 +497,7 @@ def _import(args) -> int:
     from sparktrain.export.hf import import_hf
 
     arch = import_hf(args.folder, args.out, args.force)["arch"]
-    print(f"wrote {args.out}: dim {arch['dim']}, {arch['n_layer']} layers, "
+    print(f"wrote {printable(args.out)}: dim {arch['dim']}, {arch['n_layer']} layers, "
           f"{arch['n_head']} heads, {arch['n_kv_head']} kv heads, seq_len {arch['seq_len']}")
     return 0
 

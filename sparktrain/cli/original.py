@@ -157,7 +157,7 @@ def cmd_code_train(args) -> int:
     from sparktrain.params import dvc_set_flags, load_params, load_recipe, override, recipe_row
     from sparktrain.train.bench import grind_note
     from sparktrain.train.job import job_from_program
-    from sparktrain.train.outputs import job_writes, lock_job
+    from sparktrain.train.outputs import job_writes, lock_job, stage_inputs
     from sparktrain.train.plan import preflight
 
     knobs = load_params(args.params) if args.params else load_recipe(args.scale or "tiny")
@@ -180,8 +180,9 @@ def cmd_code_train(args) -> int:
     preflight(step, cfg, source, knobs.vocab_size if knobs.tokenizer != "byte" else None)
     with job_writes(job.out_dir):  # a write error is one line; a new folder goes on failure
         lock_job(job.out_dir)  # a second run on this job is refused before it touches the files
-        # what the tokenizer and prepare stages do, with the recipe's settings
-        prepare_job(job.out_dir, source, knobs.tokenizer, knobs.vocab_size)
+        # what the tokenizer and prepare stages do, with the recipe's settings, staged:
+        # the job's tokenizer and corpus change only with its weights, in their commit
+        prepare_job(stage_inputs(job.out_dir), source, knobs.tokenizer, knobs.vocab_size)
         try:
             summary = run_and_record(job, knobs, step, cfg, heldout=knobs.heldout())
         except KeyboardInterrupt:

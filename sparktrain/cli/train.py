@@ -9,7 +9,7 @@ import os
 import sys
 from pathlib import Path
 
-from sparktrain.core.errors import SparkError, printable_lines
+from sparktrain.core.errors import SparkError, printable, printable_lines
 from sparktrain.core.fsutil import atomic_write_bytes, canonical_json, read_input, sha256_bytes
 from sparktrain.core.gate import check_output
 from sparktrain.core.jobfiles import check_job_id, job_dir, root_of
@@ -110,7 +110,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
     target = check_output(out, "sparkbc", (args.source,))
     data = compile_source(read_source(args.source), args.source)   # raises before any write
     atomic_write_bytes(target, data)  # an OSError is its one line (fsutil.write_error)
-    print(f"wrote {out} ({len(data)} bytes, sha256 {sha256_bytes(data)})")
+    print(f"wrote {printable(os.fspath(out))} ({len(data)} bytes, sha256 {sha256_bytes(data)})")
     return 0
 
 
@@ -185,15 +185,16 @@ def train_job(job, knobs, step, cfg, heldout, first_line: str | None = None) -> 
     corpus/, so outside the pipeline the tokenizer and prepare stages run first (as `spark
     code train` does), after every check; then `run_and_record`."""
     from sparktrain.data.source import prepare_job, source_for
-    from sparktrain.train.outputs import job_writes, lock_job
+    from sparktrain.train.outputs import job_writes, stage_inputs
     from sparktrain.train.plan import preflight
 
     with job_writes(job.out_dir):  # a write error is one line; a new folder goes on failure
         source = source_for(job.dataset, knobs, heldout)
         if source.streamed:
             preflight(step, cfg, source, knobs.vocab_size if knobs.tokenizer != "byte" else None)
-            lock_job(job.out_dir)  # the only writer from prepare on
-            prepare_job(job.out_dir, source, knobs.tokenizer, knobs.vocab_size)
+            # the only writer from prepare on; the new tokenizer and corpus are staged
+            # until the commit of the weights (never beside the old weights)
+            prepare_job(stage_inputs(job.out_dir), source, knobs.tokenizer, knobs.vocab_size)
         return run_and_record(job, knobs, step, cfg, heldout=heldout, first_line=first_line)
 
 

@@ -117,10 +117,26 @@ def write_at(fd: int, name: str, data: bytes) -> None:
         raise
 
 
+TEMP_STEM_BYTES = 64  # a temp name's share of the output's name: 255-byte names stay legal
+
+
+def temp_stem(name: str, limit: int = TEMP_STEM_BYTES) -> str:
+    """The start of `name` that a temp file beside it is named from: whole characters, at
+    most `limit` bytes, so ".STEM.<random>.tmp" fits the 255-byte limit of a file name
+    whatever the output's own (legal) name."""
+    kept, size = [], 0
+    for ch in name:
+        size += len(os.fsencode(ch))
+        if size > limit:
+            break
+        kept.append(ch)
+    return "".join(kept)
+
+
 def _temp_at(fd: int, name: str) -> tuple[str, int]:
-    """A new temp file ".NAME.XXXXXXXX.tmp" in the folder `fd` (mkstemp's pattern)."""
+    """A new temp file ".STEM.XXXXXXXX.tmp" in the folder `fd` (mkstemp's pattern)."""
     for _ in range(100):
-        tmp = f".{name[:64]}.{secrets.token_hex(4)}.tmp"
+        tmp = f".{temp_stem(name)}.{secrets.token_hex(4)}.tmp"
         try:
             return tmp, os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
                                 | os.O_CLOEXEC, 0o666, dir_fd=fd)  # the umask applies

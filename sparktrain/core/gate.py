@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 from sparktrain.core.errors import SparkError, printable
-from sparktrain.core.fsutil import canonical_json, folder_fd, kind_of
+from sparktrain.core.fsutil import canonical_json, kind_of
 from sparktrain.core.jobfiles import (ARTIFACT, CHECKPOINT, CORPUS, JOB_NAMES, LIVE_DIR, LOCK,
                                       PROGRAM, STATUS, TOKENIZER, WEIGHTS, root_of)
 
@@ -281,20 +281,3 @@ def check_job_live(folder: str | os.PathLike) -> None:
     if os.path.islink(live) or (os.path.lexists(live) and not live.is_dir()):
         raise SparkError(f"refusing to write {printable(os.fspath(live))}: it is not a folder "
                          f"this tool made (a file or a link); move it away")
-
-
-def replace_owned_folder(new: Path, dest: Path) -> None:
-    """Put the folder `new` at `dest`, replacing a folder (never a link or a file) there,
-    removed and renamed through the parents' descriptors (fsutil.folder_fd)."""
-    import shutil
-
-    with folder_fd(new.parent) as src, folder_fd(dest.parent) as fd:
-        st = None
-        with contextlib.suppress(FileNotFoundError):
-            st = os.stat(dest.name, dir_fd=fd, follow_symlinks=False)
-        if st is not None:
-            if not stat.S_ISDIR(st.st_mode):
-                raise SparkError(f"refusing to replace {printable(os.fspath(dest))}: not a "
-                                 "folder this tool made")
-            shutil.rmtree(dest.name, dir_fd=fd)
-        os.rename(new.name, dest.name, src_dir_fd=src, dst_dir_fd=fd)

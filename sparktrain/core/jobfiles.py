@@ -30,6 +30,7 @@ LOSS_PNG = "loss.png"           # eval: the loss picture
 LIVE_DIR = "dvclive"            # step: DVCLive's curves (dvc plots)
 LIVE_PENDING = ".live-run"      # step: DVCLive's folder of a run not yet committed
 JOURNAL = ".commit"             # the commit journal: the names an interrupted commit renames
+STAGED = ".inputs.pending"      # a run's new tokenizer.json and corpus/, until its commit
 LOCK = ".lock"                  # the job's flock: one spark process writes a job at a time
 # inside CORPUS (prepare): the files read and their hashes; a corpus job's token streams
 CORPUS_FILES, TRAIN_BIN, VAL_BIN = "files.json", "train.bin", "val.bin"
@@ -38,7 +39,8 @@ DVC_IGNORE = ".gitignore"       # DVC writes one beside the outputs it tracks
 # what a job folder holds (and the commit journal's dot files): the output gate's allowlist
 JOB_NAMES = frozenset({PROGRAM, TOKENIZER, CORPUS, STATUS, WEIGHTS, CHECKPOINT, ARTIFACT, PERF,
                        FAILED, RESUME_STATE, RESUME_TENSORS, EVAL, EVAL_DETAIL, LOSS_PNG,
-                       LIVE_DIR, LIVE_PENDING, LOCK, JOURNAL, CODER_PROOF, DVC_IGNORE})
+                       LIVE_DIR, LIVE_PENDING, LOCK, JOURNAL, STAGED, CODER_PROOF,
+                       DVC_IGNORE})
 
 _JOB_ID = re.compile(r"[A-Za-z0-9._-]+")
 

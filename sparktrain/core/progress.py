@@ -6,6 +6,8 @@ import sys
 import time
 from typing import Callable, TextIO
 
+from sparktrain.core.errors import printable
+
 
 def eta_seconds(done_at_start: int, done: int, total: int | None,
                 seconds: float) -> float | None:
@@ -30,12 +32,14 @@ def format_seconds(seconds: float | None) -> str:
 
 class Progress:
     """`advance()` once per unit of work: a fitting bar on a terminal (a note kept until a
-    new one), else one line "WHAT: 3/8 UNIT, 12s elapsed, ETA 20s, NOTE"; `log` a line."""
+    new one), else one line "WHAT: 3/8 UNIT, 12s elapsed, ETA 20s, NOTE"; `log` a line.
+    Every text it shows (a path in a note, a logged line) has its control characters
+    escaped (errors.printable): a file name cannot move the cursor or retitle the window."""
 
     def __init__(self, what: str, total: int | None, done: int = 0, unit: str = "",
                  stream: TextIO | None = None, tty: bool | None = None,
                  clock: Callable[[], float] = time.monotonic, width: int | None = None):
-        self.what, self.total, self.unit = what, total, unit
+        self.what, self.total, self.unit = printable(what), total, printable(unit)
         self.done = self.done_at_start = done
         self.stream = stream if stream is not None else sys.stderr
         self.tty = self.stream.isatty() if tty is None else tty
@@ -49,7 +53,8 @@ class Progress:
             console = Console(file=self.stream, force_terminal=True,
                               width=terminal_width(self.stream, width))
             self._bar = FittingBar(unit, console=console, expand=True)
-            self._task = self._bar.add_task(what, total=total, completed=done, eta="-", note="")
+            self._task = self._bar.add_task(self.what, total=total, completed=done, eta="-",
+                                            note="")
             self._bar.start()
 
     @property
@@ -63,23 +68,24 @@ class Progress:
     def advance(self, n: int = 1, note: str | None = None) -> None:
         self.done += n
         if self._bar is not None:
-            kept = {} if note is None else {"note": note}
+            kept = {} if note is None else {"note": printable(note)}
             self._bar.update(self._task, completed=self.done, eta=format_seconds(self.eta), **kept)
             return
         of = f"/{self.total}" if self.total is not None else ""
         unit = f" {self.unit}" if self.unit else ""
-        tail = f", {note}" if note else ""
+        tail = f", {printable(note)}" if note else ""
         self.log(f"{self.what}: {self.done}{of}{unit}, "
                  f"{format_seconds(self.elapsed)} elapsed, "
                  f"ETA {format_seconds(self.eta)}{tail}")
 
     def describe(self, what: str) -> None:
         """A new description (the bar's text, the plain lines' prefix)."""
-        self.what = what
+        self.what = what = printable(what)
         if self._bar is not None:
             self._bar.update(self._task, description=what)
 
     def log(self, line: str) -> None:
+        line = printable(line)
         if self._bar is not None:
             self._bar.console.print(line, markup=False, highlight=False)
         else:

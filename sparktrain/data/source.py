@@ -236,10 +236,11 @@ class PairsSource:
 
     def training_data(self, folder, model, tokenizer, tokenizer_sha256, step):
         dataset = load_dataset(self.dataset, model.cfg.seq_len, tokenizer)
-        heldout = None
+        heldout = heldout_sha256 = None
         if self.heldout is not None:
-            rows = load_dataset(self.heldout, model.cfg.seq_len, tokenizer).encoded
-            heldout = EvalSet(loss_batches(rows, model.make_batch))
+            held = load_dataset(self.heldout, model.cfg.seq_len, tokenizer)
+            heldout, heldout_sha256 = EvalSet(loss_batches(held.encoded, model.make_batch)), \
+                held.sha256
         record = tokenizer_record(tokenizer, tokenizer_sha256)
         return TrainingData(
             describe=f"{dataset.n} pairs",
@@ -250,8 +251,9 @@ class PairsSource:
                         "dataset_tokens": dataset.n_tokens, "truncated": dataset.n_truncated,
                         **record, **({"heldout": self.heldout} if self.heldout else {})},
             weights_meta={"dataset_sha256": dataset.sha256, **record},
+            # a resumed state's curve holds held-out losses: the file's bytes, not only its name
             fingerprint={"dataset_sha256": dataset.sha256, "tokenizer_sha256": tokenizer_sha256,
-                         "heldout": self.heldout})
+                         "heldout": self.heldout, "heldout_sha256": heldout_sha256})
 
     def evaluate(self, folder, params, cfg, tokenizer, tokenizer_sha256, eval_cfg) -> dict:
         """Loss, accuracy, copy recall and exact match on eval.data's pairs."""

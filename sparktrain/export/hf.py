@@ -27,7 +27,8 @@ from sparktrain.data.pairs import BOS, EOS, SEP
 from sparktrain.data.source import trained_on
 from sparktrain.data.tokenizer import read_tokenizer
 from sparktrain.core.errors import SparkError, first_line, printable
-from sparktrain.core.fsutil import canonical_json, folder_fd, read_input, write_at, write_error
+from sparktrain.core.fsutil import (canonical_json, folder_fd, read_input, temp_stem, write_at,
+                                    write_error)
 from sparktrain.core.gate import check_output
 from sparktrain.core.jobfiles import CHECKPOINT, TOKENIZER
 from sparktrain.core.safeload import load_json
@@ -406,8 +407,10 @@ def _num(v) -> str:
 
 
 def _text(v) -> str:
-    """A string the card quotes, made safe (CARD_SAFE) and cut to 200 characters."""
-    return str(v).translate(CARD_SAFE)[:200]
+    """A string the card quotes, on one line whatever it holds (every control character and
+    line separator escaped: \u2028, \x0b, \x85 ... start a line for some readers), made
+    safe (CARD_SAFE) and cut to 200 characters."""
+    return printable(str(v)).translate(CARD_SAFE)[:200]
 
 
 def _front_matter(job: str, tags: list[str], metrics: dict) -> list[str]:
@@ -699,10 +702,11 @@ def _one_line(out: Path):
 
 
 def _temp_name(out: Path, fd: int, suffix: str, folder: bool) -> str:
-    """A new temp folder or empty file ".OUT.PID.xxxxxxxx<suffix>" in the folder `fd` (the
-    PID tells a later run a dead writer's)."""
+    """A new temp folder or empty file ".STEM.PID.xxxxxxxx<suffix>" in the folder `fd` (STEM:
+    OUT's name cut to fit beside a 255-byte one, fsutil.temp_stem; the PID tells a later run
+    a dead writer's)."""
     for _ in range(100):
-        name = f".{out.name}.{os.getpid()}.{secrets.token_hex(4)}{suffix}"
+        name = f".{temp_stem(out.name)}.{os.getpid()}.{secrets.token_hex(4)}{suffix}"
         try:
             if folder:
                 os.mkdir(name, 0o777, dir_fd=fd)  # the umask applies
@@ -718,7 +722,8 @@ def _temp_name(out: Path, fd: int, suffix: str, folder: bool) -> str:
 def remove_stale(out: Path, fd: int) -> None:
     """Temp files and folders of earlier runs writing this OUT that were killed (their
     process is gone): only our own name pattern, only beside OUT (the folder `fd`)."""
-    pattern = re.compile(re.escape(f".{out.name}.") + r"(\d+)\.[A-Za-z0-9_]+\.(tmp|old)$")
+    pattern = re.compile(re.escape(f".{temp_stem(out.name)}.")
+                         + r"(\d+)\.[A-Za-z0-9_]+\.(tmp|old)$")
     for entry in os.scandir(fd):
         match = pattern.match(entry.name)
         if not match or _alive(int(match.group(1))):

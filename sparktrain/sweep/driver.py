@@ -20,6 +20,7 @@ from sparktrain.core.fsutil import read_input
 from sparktrain.core.jobfiles import PARAMS_FILE
 from sparktrain.model.parallel import usable_cores  # noqa: F401  (commands: the default --workers)
 from sparktrain.repro.lock import DvcExperiments, tool_env
+from sparktrain.sweep import quiet_workers
 from sparktrain.sweep.grid import Axis, Point, expand, experiments_of, parse_axis, point_record
 
 ONE_THREAD = {"SPARK_BLAS_THREADS": "1", "SPARK_WORKERS": "1"}  # N workers use N cores
@@ -227,9 +228,10 @@ def _client(scheduler: str | None, workers: int):
             raise SparkError(f"cannot reach the Dask scheduler at {scheduler}: {err}") from None
     # silence_logs: Dask logs a heartbeat cut off by the shutdown with a traceback;
     # dashboard ":0": None still binds port 8787 and warns when another cluster holds it
+    # preload: Ctrl-C ends a worker without a traceback of its own (sweep/quiet_workers.py)
     cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
                            host="127.0.0.1", dashboard_address=":0",
-                           silence_logs=logging.CRITICAL)
+                           silence_logs=logging.CRITICAL, preload=[quiet_workers.__name__])
     return Client(cluster), cluster
 
 

@@ -16,7 +16,6 @@ from dvclive import Live
 from dvclive import env as dvclive_env
 
 from sparktrain.core.fsutil import LinkInPath, folder_fd, pinned_folder, write_at
-from sparktrain.core.gate import replace_owned_folder
 from sparktrain.core.jobfiles import LIVE_DIR, LIVE_PENDING
 from sparktrain.core.progress import Progress
 
@@ -178,13 +177,11 @@ def _declared_series(folder: Path) -> None:
                 write_at(fd, f"{name}.tsv", f"step\t{name}{os.linesep}".encode())
 
 
-def publish(folder: str | os.PathLike) -> None:
-    """The committed run's DVCLive folder becomes the job's dvclive/."""
-    folder = Path(folder)
-    pending, live = folder / LIVE_PENDING / LIVE_DIR, folder / LIVE_DIR
-    if pending.is_dir():
-        replace_owned_folder(pending, live)  # never a link or a file it did not make
-    discard(folder)
+def pending(folder: str | os.PathLike) -> dict[str, Path]:
+    """{dvclive: the run's DVCLive folder} for the commit that makes it the job's (none
+    when the run wrote none)."""
+    path = Path(folder) / LIVE_PENDING / LIVE_DIR
+    return {LIVE_DIR: path} if path.is_dir() and not path.is_symlink() else {}
 
 
 def discard(folder: str | os.PathLike) -> None:

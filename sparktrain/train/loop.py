@@ -67,12 +67,13 @@ def _set_up(job: Job, step: StepConfig, cfg: ModelConfig, source: DataSource, sa
     if job.out_dir.is_dir():  # held from before the base is read: no lost update
         outputs.lock_job(job.out_dir)
     device = resolve_device(step.device)  # the CLI's Device (resolved once a process)
-    tokenizer, tokenizer_sha256 = job_tokenizer(job.out_dir)
+    inputs = outputs.inputs_dir(job.out_dir)  # the staged tokenizer and corpus, if prepared
+    tokenizer, tokenizer_sha256 = job_tokenizer(inputs)
     cfg = dataclasses.replace(cfg, vocab=tokenizer.vocab).validate()
     # refused from the shapes before anything large is allocated
     step_fits("training", cfg, step, source.row_bound(), loss_rows=source.loss_rows)
     model = build_model(cfg)
-    data = source.training_data(job.out_dir / CORPUS, model, tokenizer, tokenizer_sha256, step)
+    data = source.training_data(inputs / CORPUS, model, tokenizer, tokenizer_sha256, step)
     salt = bytes.fromhex(job.sparkbc_sha256) if job.sparkbc_sha256 else b""
     params, base_step = initial_params(job, model, step.seed, salt, step.init_out)
     trainable = [n for n in params if step.train_embed or n != EMBED]
@@ -183,9 +184,8 @@ def run_step(job: Job, step: StepConfig, cfg: ModelConfig, source: DataSource, *
         changed = changed_tensors(run)
         check_learned(log.curve, run.model.cfg.vocab)
         return commit(run, log, changed, labels)
-    except BaseException:
-        if not (job.out_dir / RESUME_STATE).is_file():  # nothing to resume: no curves either
-            live.discard(job.out_dir)
+    except BaseException:  # a resumed run rebuilds its curves from its state: none kept
+        live.discard(job.out_dir)
         raise
 
 
@@ -323,20 +323,23 @@ def perf(run, log: Log) -> dict:
 
 
 def commit(run, log: Log, changed: list[str], labels: dict) -> StepResult:
-    """weights + checkpoint + ARTIFACT as one commit, then perf.json; the resume state goes."""
+    """One commit of the run's set: weights, checkpoint, ARTIFACT, perf.json, its curves
+    (dvclive/) and the tokenizer.json and corpus/ it staged; then the resume state goes."""
     job = run.job
     wbytes = weights_bytes(run.host_params(), weights_meta(run, log, labels))
     wsha = sha256_bytes(wbytes)
     ck = checkpoint(run, log, changed, wsha, labels)
+    speed = perf(run, log)
     files = {WEIGHTS: wbytes, CHECKPOINT: canonical_json(ck).encode(),
              ARTIFACT: outputs.sgd_artifact(job, run.step_n, run.device.kind,
-                                               run.step.optimizer).encode()}
-    outputs.commit_files(job.out_dir, files)
+                                            run.step.optimizer).encode(),
+             PERF: canonical_json(speed).encode()}
+    outputs.commit_files(job.out_dir, files,
+                         {**outputs.staged_inputs(job.out_dir), **live.pending(job.out_dir)})
+    outputs.drop_staged(job.out_dir)
     outputs.clear_failure(job.out_dir)
     clear_state(job.out_dir)
-    live.publish(job.out_dir)
-    speed = perf(run, log)
-    outputs.atomic_write_bytes(job.out_dir / PERF, canonical_json(speed).encode())
+    live.discard(job.out_dir)
     return StepResult(checkpoint=ck, perf=speed, weights_sha256=wsha, files=files)
 
 
@@ -414,6 +417,9 @@ def load_state(run, log, say) -> None:
         if {k: (a.shape, a.dtype) for k, a in tensors.items()} != \
                 {k: (a.shape, a.dtype) for k, a in want.items()}:
             raise ValueError("its tensors are not this run's")
+        # the optimizer's own counters and moments, against the passes the state says it did
+        run.optimizer.check_state({k[4:]: v for k, v in tensors.items() if k.startswith("opt.")},
+                                  state["done"] * run.step.inner)
     except (SparkError, ValueError, TypeError, KeyError, RecursionError, OSError) as err:
         say(f"[{run.job.id}] the saved state in {folder} is torn or malformed "
             f"({str(err)[:200]}); discarding it and starting afresh")

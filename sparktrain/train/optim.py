@@ -8,6 +8,7 @@ import math
 import numpy as np
 
 from sparktrain.model import backend
+from sparktrain.params import cooldown_steps
 
 ADAM_EPS = 1e-8
 # Muon (torch.optim.Muon's defaults): Newton-Schulz's coefficients and steps, the norm floor
@@ -24,7 +25,7 @@ def lr_at(step, t: int, total: int) -> float:
     if t < step.warmup:
         return step.lr * (t + 1) / step.warmup
     if step.schedule == "wsd":
-        decay = int(round(step.cooldown * total))  # the linear cool-down's micro-steps
+        decay = cooldown_steps(step.cooldown, total)  # the linear cool-down's micro-steps
         into = t - (total - decay)  # >= 0 inside the cool-down
         if into < 0:
             return step.lr
@@ -62,6 +63,9 @@ class SGD:
 
     def state(self) -> dict[str, np.ndarray]:
         return {f"velocity.{n}": v for n, v in self.velocity.items()}
+
+    def check_state(self, tensors: dict, steps: int) -> None:
+        """A saved state this optimizer could have after `steps` updates, else ValueError."""
 
     def load_state(self, tensors: dict) -> None:
         for n in self.velocity:
@@ -102,6 +106,16 @@ class AdamW:
         return {**{f"m.{n}": a for n, a in self.m.items()},
                 **{f"v.{n}": a for n, a in self.v.items()},
                 "t": np.array([self.t], dtype=np.float32)}  # exact below 2**24 steps
+
+    def check_state(self, tensors: dict, steps: int) -> None:
+        """A saved state this optimizer could have after `steps` updates (host arrays), else
+        ValueError: its step counter is `steps` and no second moment is negative."""
+        counter = tensors["t"].reshape(-1).tolist()
+        if counter != [steps]:
+            raise ValueError(f"its AdamW step counter {counter[0] if counter else None} is not "
+                             f"passes x inner = {steps}")
+        if negative := [n for n in self.v if (tensors[f"v.{n}"] < 0).any()]:
+            raise ValueError(f"its AdamW second moment v.{negative[0]} has negative values")
 
     def load_state(self, tensors: dict) -> None:
         for n in self.m:
@@ -151,6 +165,9 @@ class Muon:
 
     def state(self) -> dict[str, np.ndarray]:
         return {**{f"momentum.{n}": b for n, b in self.buf.items()}, **self.adam.state()}
+
+    def check_state(self, tensors: dict, steps: int) -> None:
+        self.adam.check_state(tensors, steps)
 
     def load_state(self, tensors: dict) -> None:
         for n in self.buf:

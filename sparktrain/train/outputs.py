@@ -10,6 +10,7 @@ import math
 import os
 import re
 import shutil
+import stat
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -17,16 +18,22 @@ from sparktrain.core import compat
 from sparktrain.core.errors import SparkError, TrainingFailed
 from sparktrain.core.fsutil import (atomic_write_bytes, canonical_json, folder_fd, read_input,
                                     sha256_file, write_error)
-from sparktrain.core.jobfiles import (ARTIFACT, CHECKPOINT, EVAL, EVAL_DETAIL, FAILED, JOURNAL,
-                                      LOCK, PERF, RESUME_STATE, RESUME_TENSORS, STATUS, WEIGHTS)
+from sparktrain.core.jobfiles import (ARTIFACT, CHECKPOINT, CORPUS, CORPUS_FILES, EVAL,
+                                      EVAL_DETAIL, FAILED, JOURNAL, LIVE_DIR, LOCK, PERF,
+                                      RESUME_STATE, RESUME_TENSORS, STAGED, STATUS, TOKENIZER,
+                                      WEIGHTS)
 from sparktrain.eval.headline import split_headline
 from sparktrain.core.safeload import load_json
 
-# the only names a journal may roll forward: the job's files and a run's resume pair
-JOURNALLED = (ARTIFACT, CHECKPOINT, WEIGHTS, RESUME_STATE, RESUME_TENSORS)
+# the only names a journal may roll forward: the set one run makes (its inputs, weights,
+# records and curves, which must change together) and a run's resume pair
+JOURNALLED = (ARTIFACT, CHECKPOINT, WEIGHTS, PERF, TOKENIZER, CORPUS, LIVE_DIR,
+              RESUME_STATE, RESUME_TENSORS)
+FOLDERS = (CORPUS, LIVE_DIR)  # journalled names that are folders
 CRASH_HOOK = "SPARK_TEST_CRASH_AT"  # tests only: simulate SIGKILL mid-commit at this point
 _held: dict[str, int] = {}  # resolved folder -> fd of its locked .lock, for this process
 _created: dict[str, Path] = {}  # folder lock_job made -> the highest folder it made for it
+_staging: set[str] = set()  # resolved folders whose STAGED inputs this process prepares
 
 
 def _pending(folder: Path, name: str) -> Path:
@@ -67,6 +74,8 @@ def lock_job(folder: str | os.PathLike) -> None:
                          f"{err.strerror or err}") from None
     _held[key] = fd
     remove_stale_temps(folder)
+    with folder_fd(folder) as dir_fd:  # a killed run's staged inputs: never committed
+        _remove_entry(dir_fd, STAGED)
 
 
 # fsutil.atomic_write_bytes's temp files: ".NAME.XXXXXXXX.tmp" (mkstemp's 8 characters)
@@ -81,7 +90,57 @@ def remove_stale_temps(folder: Path) -> None:
                 os.unlink(entry.path)
 
 
+def _remove_entry(dir_fd: int, name: str) -> None:
+    """`name` in the folder `dir_fd` (a file, a link or a whole folder), if there."""
+    try:
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(st.st_mode):
+        shutil.rmtree(name, dir_fd=dir_fd)
+    else:
+        os.unlink(name, dir_fd=dir_fd)
+
+
+def stage_inputs(folder: str | os.PathLike) -> Path:
+    """An empty folder (STAGED, in `folder`) where this run prepares the job's new
+    tokenizer.json and corpus/: they replace the job's only in the commit of its weights
+    (docs/outputs.md "The commit journal"); a failure or a kill leaves the old set."""
+    folder = Path(folder)
+    lock_job(folder)
+    with folder_fd(folder) as fd:
+        _remove_entry(fd, STAGED)
+        os.mkdir(STAGED, 0o777, dir_fd=fd)
+    _staging.add(_key(folder))
+    return folder / STAGED
+
+
+def inputs_dir(folder: str | os.PathLike) -> Path:
+    """Where a run reads the job's tokenizer.json and corpus/ from: the folder this process
+    staged them in, else the job folder."""
+    folder = Path(folder)
+    return folder / STAGED if _key(folder) in _staging else folder
+
+
+def staged_inputs(folder: str | os.PathLike) -> dict[str, Path]:
+    """The staged inputs a commit of `folder`'s weights moves in (none when not staging)."""
+    stage = inputs_dir(folder)
+    if stage == Path(folder):
+        return {}
+    return {name: stage / name for name in (TOKENIZER, CORPUS) if os.path.lexists(stage / name)}
+
+
+def drop_staged(folder: str | os.PathLike) -> None:
+    """A failed run's staged inputs go; the job keeps the set it had."""
+    folder = Path(folder)
+    if _key(folder) in _staging:
+        _staging.discard(_key(folder))
+        with contextlib.suppress(OSError), folder_fd(folder) as fd:
+            _remove_entry(fd, STAGED)
+
+
 def unlock_job(folder: str | os.PathLike) -> None:
+    drop_staged(folder)
     fd = _held.pop(_key(Path(folder)), None)
     if fd is not None:
         os.close(fd)  # closing the last descriptor releases the flock
@@ -93,7 +152,10 @@ def job_writes(folder: str | os.PathLike):
     TrainingFailed) a folder it made and committed nothing to goes whole (docs/outputs.md)."""
     try:
         yield
-    except (OSError, SparkError) as err:
+    except BaseException as err:
+        drop_staged(folder)  # the job's tokenizer and corpus stay the ones its weights used
+        if not isinstance(err, (OSError, SparkError)):
+            raise
         top = None if isinstance(err, TrainingFailed) else _created.pop(_key(Path(folder)), None)
         if top is not None:
             unlock_job(folder)
@@ -122,29 +184,59 @@ def _key(folder: Path) -> str:
     return os.path.realpath(folder)
 
 
-def commit_files(folder: str | os.PathLike, files: dict[str, bytes]) -> None:
+def commit_files(folder: str | os.PathLike, files: dict[str, bytes],
+                 moved: dict[str, Path] | None = None) -> None:
+    """Put `files` (name -> bytes) and `moved` (name -> a file or folder this run made inside
+    `folder`) at their names, all or none, whatever kills the process (the journal)."""
     folder = Path(folder)
-    if unknown := sorted(set(files) - set(JOURNALLED)):
+    moved = moved or {}
+    names = sorted({*files, *moved})
+    if unknown := sorted(set(names) - set(JOURNALLED)):
         raise ValueError(f"commit_files only journals {JOURNALLED}, not {unknown}")
     lock_job(folder)
     recover(folder)
     try:
         for name, data in files.items():
             atomic_write_bytes(_pending(folder, name), data)
+        with folder_fd(folder) as fd:
+            for name, path in moved.items():
+                with folder_fd(path.parent) as src:
+                    os.rename(path.name, _pending(folder, name).name, src_dir_fd=src,
+                              dst_dir_fd=fd)
         _crash_point("before-journal")
-        atomic_write_bytes(folder / JOURNAL, json.dumps(sorted(files)).encode())
+        atomic_write_bytes(folder / JOURNAL, json.dumps(names).encode())
     except BaseException:  # no journal: the pending files go, the job's files stay
         with contextlib.suppress(OSError):
             recover(folder)
         raise
     with folder_fd(folder) as fd:  # renames relative to the folder: no link redirects one
-        for i, name in enumerate(sorted(files)):
-            os.rename(_pending(folder, name).name, name, src_dir_fd=fd, dst_dir_fd=fd)
+        for i, name in enumerate(names):
+            _roll_in(fd, name)
             if i == 0:
                 _crash_point("mid-rename")
         os.fsync(fd)
         os.unlink(JOURNAL, dir_fd=fd)
     _created.pop(_key(folder), None)  # it holds committed files now: never removed whole
+
+
+def _roll_in(fd: int, name: str) -> None:
+    """`.NAME.pending` becomes NAME in the folder `fd`; a folder there is moved aside to
+    `.NAME.old` first (a folder cannot be renamed over one) and removed after. Repeatable:
+    a kill anywhere in it leaves what the next call finishes."""
+    pending, old = _pending(Path(), name).name, f".{name}.old"
+    _remove_entry(fd, old)
+    try:
+        st = os.stat(pending, dir_fd=fd, follow_symlinks=False)
+    except FileNotFoundError:
+        st = None
+    # only what a writer made: a regular file, or a folder for a folder's name (never a link)
+    if st is not None and (stat.S_ISDIR(st.st_mode) if name in FOLDERS
+                           else stat.S_ISREG(st.st_mode)):
+        if name in FOLDERS:
+            with contextlib.suppress(FileNotFoundError):
+                os.rename(name, old, src_dir_fd=fd, dst_dir_fd=fd)
+        os.rename(pending, name, src_dir_fd=fd, dst_dir_fd=fd)
+    _remove_entry(fd, old)
 
 
 def journal_names(folder: Path) -> list[str]:
@@ -159,22 +251,20 @@ def recover(folder: str | os.PathLike) -> None:
     if not folder.is_dir():
         return
     lock_job(folder)
-    journal = folder / JOURNAL
-    for name in journal_names(folder):
-        pending = _pending(folder, name)
-        if pending.is_file() and not pending.is_symlink():
-            os.replace(pending, folder / name)
-    with contextlib.suppress(OSError), folder_fd(folder) as fd:
-        os.fsync(fd)
-    for path in (journal, *(_pending(folder, name) for name in JOURNALLED)):
-        if path.is_file() or path.is_symlink():
-            path.unlink()
+    with folder_fd(folder) as fd:
+        for name in journal_names(folder):
+            _roll_in(fd, name)
+        with contextlib.suppress(OSError):  # a folder that cannot sync still rolled forward
+            os.fsync(fd)
+        for name in (JOURNAL, *(f".{n}.{end}" for n in JOURNALLED for end in ("pending", "old"))):
+            _remove_entry(fd, name)
 
 
 def current_file(folder: Path, name: str, journal: list[str]) -> Path:
     """Where `name` of a job reads from: its pending file while a journal names it."""
     pending = _pending(folder, name)
-    return pending if name in journal and pending.is_file() else folder / name
+    return pending if name in journal and (pending.is_dir() if name in FOLDERS
+                                           else pending.is_file()) else folder / name
 
 
 def artifact_text(fields: list[tuple[str, object]], header: str) -> str:
@@ -285,13 +375,16 @@ def job_state(folder: str | os.PathLike, job_id: str | None = None,
         if not verified:
             state["reason"] = ("weights file missing, above the weights size cap, or its sha256 "
                                "differs from checkpoint.json")
+        elif mixed := _mixed_inputs(folder, ckpt, journal):
+            verified = False
+            state.update(state="failed", weights_verified=False, reason=mixed)
     failed = _record(folder / FAILED)
     if isinstance(failed, dict):
         current = failure_is_current(failed, current_step)
         if current or not verified:
             state["state"] = "failed"
         state.update(failure=failed, failure_current=current)
-    perf = _record(folder / PERF)
+    perf = _record(current_file(folder, PERF, journal))
     if isinstance(perf, dict):
         if number(perf.get("tokens_per_s")) is None or number(perf.get("total_seconds")) is None:
             state["perf_unreadable"] = ("perf.json lacks a finite tokens_per_s or total_seconds; "
@@ -311,6 +404,27 @@ def job_state(folder: str | os.PathLike, job_id: str | None = None,
     if folder.is_dir() and held_elsewhere(folder):  # the files above are the last finished run's
         state.update(state="running", last_state=state["state"])
     return state
+
+
+def _mixed_inputs(folder: Path, ckpt: dict, journal: list[str]) -> str | None:
+    """Why the job's tokenizer.json or corpus/ is not the one its weights were trained
+    with (a set that is not one run's), or None when they match (or none is recorded)."""
+    recorded = ckpt.get("tokenizer_sha256")
+    if not isinstance(recorded, str):
+        return None
+    tokenizer = current_file(folder, TOKENIZER, journal)
+    try:
+        on_disk = sha256_file(tokenizer, "job file") if tokenizer.is_file() else None
+    except SparkError:
+        on_disk = None
+    if on_disk != recorded:
+        return (f"{TOKENIZER} is not the tokenizer the weights were trained with (sha256 "
+                f"{recorded[:12]}... in checkpoint.json): the job's files are not one run's")
+    files = _record(current_file(folder, CORPUS, journal) / CORPUS_FILES)
+    if isinstance(files, dict) and files.get("tokenizer_sha256") not in (None, recorded):
+        return (f"{CORPUS}/{CORPUS_FILES} was prepared with another tokenizer than the "
+                "weights': the job's files are not one run's")
+    return None
 
 
 def write_failure(folder: Path, info: dict) -> None:

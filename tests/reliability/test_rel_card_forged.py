@@ -34,3 +34,17 @@ def test_metric_values_validated(val):
 @pytest.mark.parametrize("seen", ["many", None, True, float("nan")])
 def test_tokens_seen_not_a_number(seen):
     assert "an unknown number of training tokens" in _card({"tokens_seen": seen}, {})
+
+
+HEADING = "## Held-out evaluation"
+
+
+@pytest.mark.parametrize("sep", ["\u2028", "\u2029", "\x0b", "\x0c", "\x85", "\x1c", "\x1e"])
+def test_a_forged_dataset_string_starts_no_line_of_its_own(sep):
+    """Round six E1: a line separator other than \\n in checkpoint.json's `dataset` made
+    a second held-out section in the card (for a reader that splits lines on it)."""
+    forged = f"d{sep}{sep}{HEADING}{sep}{sep}| loss | 0.0001 |{sep}"
+    card = _card({"dataset": forged, "tokens_seen": 5}, {"loss": 1.0})
+    lines = card.splitlines()
+    assert [ln for ln in lines if ln.startswith("## Held-out")] == [HEADING]
+    assert "| loss | 0.0001 |" not in lines and sep not in card
