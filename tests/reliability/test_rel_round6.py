@@ -39,8 +39,9 @@ from sparktrain.params import StepConfig, load_params
 from sparktrain.train import loop, outputs
 from sparktrain.train.optim import lr_at
 
+# params.yaml's knobs, named: without --params a folder trains with the tiny coder recipe
 CORPUS = ["train", "--dataset", "data/corpus/tiny", "--out", "out/c", "--outer", "1",
-          "--inner", "2"]
+          "--inner", "2", "--params", "params.yaml"]
 KEPT = (".lock", "failed.json")  # what a failed run may add to a job
 
 
