@@ -327,9 +327,18 @@ def load_params(path: str | Path = PARAMS_FILE) -> Params:
     return parse_params(load_yaml(read_input(Path(path), "params file"), str(path)))
 
 
-def load_recipe(scale: str, path: str | Path = RECIPES_FILE) -> Params:
+def recipes_file() -> Path:
+    """The recipe table: the one in the working folder (a clone of the project), else the
+    checkout's own beside this package, so `spark train --dataset TEXT` run in a folder of
+    the user's finds its defaults."""
+    here, shipped = Path(RECIPES_FILE), Path(__file__).resolve().parent.parent / RECIPES_FILE
+    return shipped if not here.exists() and shipped.is_file() else here
+
+
+def load_recipe(scale: str, path: str | Path | None = None) -> Params:
     """The row `scale` of the recipe table: a params file of its own, validated like
     params.yaml; an unknown row is one line naming the known ones."""
+    path = Path(path) if path is not None else recipes_file()
     row = recipe_row(scale, path)
     try:
         return parse_params(row)
@@ -337,9 +346,9 @@ def load_recipe(scale: str, path: str | Path = RECIPES_FILE) -> Params:
         raise SparkError(f"{path} row {scale}: {err}") from None
 
 
-def recipe_row(scale: str, path: str | Path = RECIPES_FILE) -> dict:
+def recipe_row(scale: str, path: str | Path | None = None) -> dict:
     """The raw mapping of row `scale` of the recipe table (load_recipe validates it)."""
-    path = Path(path)
+    path = Path(path) if path is not None else recipes_file()
     table = load_yaml(read_input(path, "recipe table"), str(path))
     if not isinstance(table, dict) or not all(isinstance(r, dict) for r in table.values()):
         raise SparkError(f"{path}: expected a mapping of scale names to params")

@@ -61,7 +61,8 @@ def test_a_gpu_without_the_extra_names_the_install_line(monkeypatch, kind):
     without_torch(monkeypatch)
     with pytest.raises(SparkError) as err:
         devmod.resolve(kind)
-    assert str(err.value) == f"--device {kind}: install the gpu extra: pip install -e '.[gpu]'"
+    assert str(err.value) == (f"--device {kind} (or step.device: {kind}): install the gpu extra: "
+                              f"pip install -e '.[gpu]'")
 
 
 def test_auto_without_the_extra_is_the_cpu_and_says_so(monkeypatch):
@@ -77,7 +78,7 @@ def test_the_extra_but_no_device_is_one_line(monkeypatch, kind, word):
     with pytest.raises(SparkError) as err:
         devmod.resolve(kind)
     msg = str(err.value)
-    assert msg.startswith(f"--device {kind}: PyTorch 2.9.0-fake sees no ")
+    assert msg.startswith(f"--device {kind} (or step.device: {kind}): PyTorch 2.9.0-fake sees no ")
     assert word in msg and "\n" not in msg
 
 

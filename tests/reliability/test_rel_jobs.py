@@ -140,7 +140,8 @@ def test_two_writers_and_a_polling_reader(trained):
             p = subprocess.run(SPARK + ["status", "out/j"], cwd=project, capture_output=True,
                                text=True, timeout=PROMPT_GUARD_S)
             assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr
-            assert json.loads(p.stdout)["state"] == "trained"
+            # a folder a writer holds reads "running"; otherwise the last good run
+            assert json.loads(p.stdout)["state"] in ("trained", "running")
             polls += 1
         results = [(w.wait(), w.stderr.read()) for w in writers]
         assert {rc for rc, _ in results} <= {0, 2} and 0 in {rc for rc, _ in results}, results

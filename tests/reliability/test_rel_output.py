@@ -85,7 +85,11 @@ def test_generate_escapes_on_a_terminal_unless_raw(trained, monkeypatch):
     # the model is untrained: what it says is random, so check the flag plumbing on
     # a fixed text through the same print path
     from sparktrain.cli import eval as commands
-    monkeypatch.setattr(gen, "generate", lambda *a, **k: ["x\x1b[2Jy"])
+    def fixed(*a, tokens_out, **k):
+        tokens_out.append([120, 27, 121])  # what the print path counts
+        return ["x\x1b[2Jy"]
+
+    monkeypatch.setattr(gen, "generate", fixed)
 
     class Tty:
         def __init__(self):

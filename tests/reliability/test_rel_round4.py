@@ -135,7 +135,8 @@ def test_text_rows_train_through_spark_train(trained):
     rows = project / "rows.jsonl"
     rows.write_text("".join(json.dumps({"text": f"row {i}: the quick brown fox. " * 4}) + "\n"
                             for i in range(300)))
-    rc, out, err = run_spark(["train", "--dataset", "rows.jsonl", "--out", "out/rows"] + FAST,
+    rc, out, err = run_spark(["train", "--dataset", "rows.jsonl", "--out", "out/rows",
+                              "--params", "params.yaml"] + FAST,
                              cwd=project)
     assert rc == 0, err
     line = json.loads(out.strip().splitlines()[-1])
@@ -155,7 +156,8 @@ def test_too_many_tiny_text_rows_are_refused_before_any_write_in_bounded_memory(
         for i in range(100_001):
             f.write('{"text": "r%d"}\n' % i)
     done = subprocess.run([sys.executable, "-c", PEAK, "train", "--dataset", str(rows),
-                           "--out", str(tmp_path / "out/m"), "--outer", "1", "--inner", "1"],
+                           "--out", str(tmp_path / "out/m"), "--outer", "1", "--inner", "1",
+                           "--warmup", "0"],  # the text recipe's 30 would be refused first
                           capture_output=True, text=True, timeout=HANG_GUARD_S, cwd=tmp_path)
     lines = [ln for ln in done.stderr.splitlines() if not ln.startswith("PEAK")]
     assert done.returncode == 2 and len(lines) == 1 and "100,000 text rows" in lines[0], \

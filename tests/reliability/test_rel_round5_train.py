@@ -422,7 +422,9 @@ def test_a_torn_resume_state_is_discarded_in_one_line(tmp_path, monkeypatch, who
 # ---------------------------------------------------------------- 4. knobs before the first write
 
 WORKERS = ["0", "-1", "abc", "1e9", "2.5", "1000000000"]
-CORPUS_TRAIN = ["train", "--dataset", "data/corpus/tiny", "--out", "out/c"] + FAST
+# params.yaml named: without --params a folder trains with the tiny coder recipe
+CORPUS_TRAIN = ["train", "--dataset", "data/corpus/tiny", "--out", "out/c",
+                "--params", "params.yaml"] + FAST
 
 
 def _recipe_with(tmp_path, **step):

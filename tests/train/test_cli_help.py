@@ -33,7 +33,8 @@ def test_spark_code_help_says_spark_code(capsys):
             code_main(argv)
         out = capsys.readouterr().out
         assert out.startswith(usage), out
-        assert "spark code" not in out.replace("`spark code train --scale S`", "")
+        assert "spark code" not in out.replace("`spark code train --scale S`", "").replace(
+            "`spark code\nCOMMAND`", "").replace("`spark code COMMAND`", "")
 
 
 def test_train_help_says_what_params_defaults_to():
