@@ -58,14 +58,23 @@ PAGE = """<!DOCTYPE html>
 </html>
 """
 
-# vega-embed draws on a canvas unless told; as SVG each mark is an element of the page
-# (a test counts them) and stays sharp when zoomed. DVC's panels call vegaEmbed(el, spec).
-SVG_RENDERER = """    <script>
-    const vegaEmbedOnCanvas = window.vegaEmbed;
-    window.vegaEmbed = (el, spec, options) =>
-        vegaEmbedOnCanvas(el, spec, Object.assign({renderer: "svg"}, options));
+# DVC's panels call vegaEmbed("#id", spec). Two changes to that call:
+# - vega-embed draws on a canvas unless told; as SVG each mark is an element of the page
+#   (a test counts them) and stays sharp when zoomed;
+# - a series with no points (a pairs job's held-out bits per byte: its header only) comes
+#   as an empty spec, which vega-embed draws as an empty panel; the page says so in one
+#   line instead.
+EMBED = """    <script>
+    const vegaEmbedAsIs = window.vegaEmbed;
+    window.vegaEmbed = (el, spec, options) => {
+        if (Object.keys(spec).length === 0) {
+            document.querySelector(el).textContent =
+                el.slice(1) + ": no points to draw (the series holds no rows)";
+            return Promise.resolve();
+        }
+        return vegaEmbedAsIs(el, spec, Object.assign({renderer: "svg"}, options));
+    };
     </script>"""
-
 
 def fail(message: str) -> None:
     print(f"plots_page: {message}", file=sys.stderr)
@@ -98,7 +107,7 @@ def build_page() -> str:
         scripts = [f"    <script>/* {spec} {member[len('package/'):]} */\n"
                    f"{fetch(spec, member, sha512, Path(tmp))}\n    </script>"
                    for spec, member, sha512 in LIBRARIES]
-    return PAGE % "\n".join(scripts + [SVG_RENDERER])
+    return PAGE % "\n".join(scripts + [EMBED])
 
 
 def main() -> None:
