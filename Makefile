@@ -139,6 +139,10 @@ DVC := PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/dvc
 # (docs/outputs.md "What a job holds after ..."), so make run refuses first.
 run: $(STAMP) $(PLOTS_PAGE)
 	@! test -e out || test -z "$$(find out -maxdepth 2 -type l)" || { echo "make: $$(find out -maxdepth 2 -type l | head -1) is a link; DVC would delete the pipeline's outputs at its target before a stage refuses it: make it a real folder (docs/outputs.md)" >&2; exit 2; }
+	@# DVC parses dvc.yaml before any stage runs: a params.yaml without its `job:` key
+	@# would get "failed to parse 'stages.decode-bc.outs' ... Could not find 'job'";
+	@# the check-params stage's own check says what is wrong with the file first
+	@$(PY) -m stages.check_params
 	$(DVC) repro
 	@$(BIN)/spark status --summary
 
