@@ -76,6 +76,7 @@ EMBED = """    <script>
     };
     </script>"""
 
+
 def fail(message: str) -> None:
     print(f"plots_page: {message}", file=sys.stderr)
     raise SystemExit(2)
@@ -90,7 +91,8 @@ def fetch(spec: str, member: str, sha512: str, folder: Path) -> str:
     done = subprocess.run([npm, "pack", "--json", "--pack-destination", str(folder), spec],
                           capture_output=True, text=True, timeout=300)
     if done.returncode != 0:
-        fail(f"npm pack {spec} failed: {done.stderr.strip().splitlines()[-1:]}")
+        last = (done.stderr.strip().splitlines() or ["no message"])[-1]
+        fail(f"npm pack {spec} failed: {last}")
     tarball = folder / json.loads(done.stdout)[0]["filename"]
     digest = base64.b64encode(hashlib.sha512(tarball.read_bytes()).digest()).decode()
     if digest != sha512:
