@@ -8,15 +8,18 @@ STAMP  := $(VENV)/.installed-stamp
 # The exact versions of the default install (numpy and its OpenBLAS make the bytes),
 # per Python version; `make lock` refreshes it. The hf and gpu extras stay unpinned.
 LOCK   := requirements.lock
+# the `dvc plots show` template with the Vega libraries inside (tools/plots_page.py)
+PLOTS_PAGE := build/dvc-plots.html
 
 .PHONY: help setup run test test-sparkbc test-fast spark-sgd-proof spark-sgd-proof-scale \
         sparkbc-e2e repro-check bench clean lock test-hf test-gpu spark-coder-proof spark-coder-proof-dvc \
-        readme-figures readme-figures-stable deps test-llama
+        readme-figures readme-figures-stable deps test-llama test-browser
 
 help:
 	@echo "make run        set up, run the default job (dvc repro), print a summary"
 	@echo "make test       set up, run the whole test suite (TEST_WORKERS=2 pytest-xdist workers)"
 	@echo "make test-sparkbc   only the SPARK_BC toolchain tests"
+	@echo "make test-browser  install Debian's chromium and open the \`dvc plots show\` page in it, offline"
 	@echo "make deps          rewrite dvc.yaml's code deps from the import graph (tools/stage_deps.py)"
 	@echo "make lock          refresh requirements.lock (uv pip compile --universal), then make setup"
 	@echo "make test-hf       install the hf extra (torch, transformers) and run the export proofs"
@@ -35,7 +38,13 @@ help:
 	@echo "make readme-figures  re-measure README's figures (proofs, bench, sweep, tests: about 20 min on a quiet machine)"
 	@echo "make readme-figures-stable  only README's reproducible outputs (make run, sweep grids: minutes)"
 
-setup: $(STAMP)
+setup: $(STAMP) $(PLOTS_PAGE)
+
+# The template `dvc plots show` fills (.dvc/config names it): DVC's page with vega,
+# vega-lite and vega-embed written in from their npm packages (pinned, sha512-checked),
+# so the page draws offline; DVC's own page loads them from a CDN.
+$(PLOTS_PAGE): tools/plots_page.py | $(STAMP)
+	$(PY) tools/plots_page.py $@
 
 # The stamp stands only for a .venv of this checkout that works: when .venv is a link
 # (another checkout's venv), or its python is missing, dangling, a folder or lacks the
@@ -75,7 +84,7 @@ TEST_WORKERS ?= 2
 PYTEST_XDIST := -m pytest -q -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder
 PYTEST_TEST := $(PYTEST_XDIST) --durations=10
 
-test: $(STAMP)
+test: $(STAMP) $(PLOTS_PAGE)
 	$(PY) $(PYTEST_TEST)
 
 test-fast: $(STAMP)
@@ -83,6 +92,13 @@ test-fast: $(STAMP)
 
 test-sparkbc: $(STAMP)
 	$(PY) -m pytest -q tests/bc
+
+# A real browser (Debian's chromium, absent from CI's machine for `make test`, where the
+# test skips) opens the page `dvc plots show` writes, with every host unresolvable, and
+# counts the marks each panel drew.
+test-browser: $(STAMP) $(PLOTS_PAGE)
+	command -v chromium >/dev/null || { apt-get update -qq && apt-get install -y -qq chromium; }
+	$(PY) -m pytest -q -n 0 -rs -m browser tests/pipeline/test_plots_page.py
 
 # torch + transformers only here: `make test` never downloads them.
 test-hf: $(STAMP)
@@ -121,8 +137,12 @@ DVC := PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/dvc
 # DVC deletes a stage's outputs before the stage runs, following links: with out/, out/train
 # or a job folder a link, the files at its target would go before the stage refuses the link
 # (docs/outputs.md "What a job holds after ..."), so make run refuses first.
-run: $(STAMP)
+run: $(STAMP) $(PLOTS_PAGE)
 	@! test -e out || test -z "$$(find out -maxdepth 2 -type l)" || { echo "make: $$(find out -maxdepth 2 -type l | head -1) is a link; DVC would delete the pipeline's outputs at its target before a stage refuses it: make it a real folder (docs/outputs.md)" >&2; exit 2; }
+	@# DVC parses dvc.yaml before any stage runs: a params.yaml without its `job:` key
+	@# would get "failed to parse 'stages.decode-bc.outs' ... Could not find 'job'";
+	@# the check-params stage's own check says what is wrong with the file first
+	@$(PY) -m stages.check_params
 	$(DVC) repro
 	@$(BIN)/spark status --summary
 

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from .conftest import dvc, run
+from .conftest import VENV_BIN, dvc, run
 
 pytestmark = pytest.mark.e2e
 
@@ -39,6 +39,20 @@ def test_bad_params_fail_in_one_line_before_training(template_copy, line, replac
     assert "exited with 2" in done.stdout, "a user mistake exits 2"
     assert not list(template_copy.glob("**/weights.safetensors")), "no training may run"
     assert not list(template_copy.glob("**/ARTIFACT"))
+
+
+def test_make_run_names_a_misspelled_job_key_in_the_projects_line(template_copy):
+    """DVC parses dvc.yaml before any stage runs, so without `job:` plain `dvc repro`
+    says "Could not find 'job'"; make run checks params.yaml first."""
+    params = template_copy / "params.yaml"
+    params.write_text(re.sub(r"^job:", "jbo:", params.read_text(), count=1, flags=re.M))
+    plain = dvc(template_copy, "repro", check=False)
+    assert "Could not find 'job'" in plain.stdout, plain.stdout
+    done = run(template_copy, "make", "run", "STAMP=", "PLOTS_PAGE=", f"BIN={VENV_BIN}")
+    assert done.returncode != 0
+    said = [ln for ln in done.stdout.splitlines() if not ln.startswith("make: ***")]
+    assert said == ["stage check-params: error: params: missing key job"], done.stdout
+    assert not (template_copy / "out").exists()
 
 
 def test_a_job_id_climbing_out_is_refused_by_every_stage(repro_copy):

@@ -73,8 +73,9 @@ def reset_line() -> str:
 def shell(repo, line: str) -> str:
     """One README line in the copy, as a user with the venv activated runs it."""
     line = line.replace(".venv/bin/", f"{VENV_BIN}/")
-    # make run: the venv exists already (the copy has none; it must not install one)
-    line = re.sub(r"^make run\b", f"make run STAMP= BIN={VENV_BIN}", line)
+    # make run: the venv exists already (the copy has none; it must not install one),
+    # and the plots template is not this test's (test_plots_page.py's; npm would fetch it)
+    line = re.sub(r"^make run\b", f"make run STAMP= PLOTS_PAGE= BIN={VENV_BIN}", line)
     done = subprocess.run(["bash", "-c", line], cwd=repo, text=True, timeout=HANG_GUARD_S,
                           env=tool_env(repo, {"COLUMNS": COLUMNS}),
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)
