@@ -122,7 +122,10 @@ def small_disk(fresh_repro, tmp_path):
         subprocess.run(["umount", "-l", str(disk)], capture_output=True)
 
 
-@pytest.mark.parametrize("kib", [8, 16])  # DVC then failed copying to its cache; linking
+# with the stage writing regardless, DVC failed after it: at 8 KiB copying the files into
+# its cache, at 16 KiB testing its link types ("No possible cache link types"), its .tmp
+# files left in .dvc/cache and in the job folder
+@pytest.mark.parametrize("kib", [8, 16])
 def test_a_full_disk_in_eval_is_one_line_and_keeps_the_outputs(small_disk, kib):
     """Too little room for the eval files and DVC's cache copies of them: the stage
     refuses before writing, in the project's words, and puts back what DVC removed; no
