@@ -80,10 +80,6 @@ def job_source(p: Params) -> tuple[Job, DataSource]:
 DVC_SLACK = 256 * 1024
 
 
-def _blocks(size: int, block: int) -> int:
-    return -(-size // block) * block
-
-
 def _on_disk(path: Path) -> Path:
     """`path`, or the nearest folder above it that exists (a cache not yet made)."""
     while not path.exists() and path != path.parent:
@@ -98,15 +94,16 @@ def check_room(files: dict[Path, bytes]) -> None:
     files left beside the outputs (docs/outputs.md, "What a job holds")."""
     if not os.environ.get("DVC_STAGE"):  # run by hand: a failed write is its own line
         return
-    cache = _on_disk(lock.cache_dir() / "files" / "md5")
+    objects = lock.cache_dir() / "files" / "md5"
+    cache_disk = _on_disk(objects)
     need: dict[int, tuple[Path, int]] = {}   # st_dev -> (a folder on it, bytes)
     for path, data in files.items():
         md5 = hashlib.md5(data).hexdigest()
-        cached = (cache / md5[:2] / md5[2:]).is_file()
-        for folder in [path.parent] + ([] if cached else [cache]):
-            dev = os.stat(folder).st_dev
+        cached = (objects / md5[:2] / md5[2:]).is_file()
+        for folder in [path.parent] + ([] if cached else [cache_disk]):
+            dev, block = os.stat(folder).st_dev, os.statvfs(folder).f_frsize
             where, size = need.get(dev, (folder, 0))
-            need[dev] = where, size + _blocks(len(data), os.statvfs(folder).f_frsize)
+            need[dev] = where, size - (-len(data) // block) * block  # whole blocks
     for where, size in need.values():
         st = os.statvfs(where)
         free = st.f_bavail * st.f_frsize
