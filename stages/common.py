@@ -5,6 +5,7 @@ docs/pipeline.md for the stages, their files and how their deps are checked.
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import sys
 from pathlib import Path
@@ -70,6 +71,47 @@ def job_source(p: Params) -> tuple[Job, DataSource]:
                          f"its knobs (`-S ++tokenizer=bpe -S ++step.optimizer=adamw "
                          f"-S ++step.lr=0.01 ...`: ++ adds a key params.yaml lacks)")
     return job, source
+
+
+# What DVC writes after a stage beyond the copies of its outputs: a test file in the cache
+# and one beside each output (its link test), the run-cache entry, dvc.lock, its lock
+# file. A tmpfs needed 16 KiB more than the copies for the eval stage; this keeps
+# sixteen times that, so only a disk within a quarter MiB of full is refused.
+DVC_SLACK = 256 * 1024
+
+
+def _on_disk(path: Path) -> Path:
+    """`path`, or the nearest folder above it that exists (a cache not yet made)."""
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def check_room(files: dict[Path, bytes]) -> None:
+    """Under `dvc repro`, refuse in one line, before a byte is written, when a disk cannot
+    hold `files`, DVC's cache copies of those not in its cache yet, and DVC_SLACK: DVC
+    would otherwise fail after the stage succeeded, in its own words, with its temp
+    files left beside the outputs (docs/outputs.md, "What a job holds")."""
+    if not os.environ.get("DVC_STAGE"):  # run by hand: a failed write is its own line
+        return
+    objects = lock.cache_dir() / "files" / "md5"
+    cache_disk = _on_disk(objects)
+    need: dict[int, tuple[Path, int]] = {}   # st_dev -> (a folder on it, bytes)
+    for path, data in files.items():
+        md5 = hashlib.md5(data).hexdigest()
+        cached = (objects / md5[:2] / md5[2:]).is_file()
+        for folder in [path.parent] + ([] if cached else [cache_disk]):
+            dev, block = os.stat(folder).st_dev, os.statvfs(folder).f_frsize
+            where, size = need.get(dev, (folder, 0))
+            need[dev] = where, size - (-len(data) // block) * block  # whole blocks
+    for where, size in need.values():
+        st = os.statvfs(where)
+        free = st.f_bavail * st.f_frsize
+        if free < size + DVC_SLACK:
+            raise SparkError(f"not enough space on the disk of {where.as_posix()}: "
+                             f"{free // 1024:,} KiB free, {(size + DVC_SLACK) // 1024:,} KiB "
+                             f"needed (the outputs, their DVC cache copies and DVC's records); "
+                             f"free some and run `dvc repro` again")
 
 
 def run(name: str, stage: Callable[[], object]) -> int:

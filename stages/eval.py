@@ -6,12 +6,12 @@ from pathlib import Path
 
 from sparktrain.data.tokenizer import read_tokenizer, tokenizer_for
 from sparktrain.eval.headline import split_headline
-from sparktrain.eval.plot import heldout_points, write_loss_png
-from sparktrain.core.fsutil import sha256_file, write_json
+from sparktrain.eval.plot import heldout_points, loss_png
+from sparktrain.core.fsutil import atomic_write_bytes, canonical_json, sha256_file
 from sparktrain.core.jobfiles import CHECKPOINT, CORPUS, EVAL, EVAL_DETAIL, LOSS_PNG, TOKENIZER, WEIGHTS
 from sparktrain.model.weights import load_model
 from sparktrain.train.outputs import read_json
-from stages.common import job_source, params, run
+from stages.common import check_room, job_source, params, run
 
 
 def eval_stage() -> Path:
@@ -28,13 +28,18 @@ def eval_stage() -> Path:
     # The DVC metric is the few flat numbers `dvc exp show` compares; the rest
     # (counts, per-family tables, samples, hashes) is a plain output beside it.
     headline, detail = split_headline(metrics)
-    write_json(folder / EVAL_DETAIL, detail)
     path = folder / EVAL
-    write_json(path, headline)
     curve = (read_json(folder / CHECKPOINT) or {}).get("loss_curve") or []
     heldout = heldout_points(headline, curve, path) if curve else None
-    write_loss_png(folder / LOSS_PNG, curve, heldout=heldout, job=p.job, scale=p.scale,
-                   labels=source.curve_labels)
+    # every byte made before the first write: a disk without room for them and DVC's
+    # copies is refused here, not by DVC after the stage succeeded
+    files = {folder / EVAL_DETAIL: canonical_json(detail).encode(),
+             path: canonical_json(headline).encode(),
+             folder / LOSS_PNG: loss_png(curve, heldout=heldout, job=p.job, scale=p.scale,
+                                         labels=source.curve_labels)}
+    check_room(files)
+    for target, data in files.items():
+        atomic_write_bytes(target, data)
     return path
 
 

@@ -118,21 +118,36 @@ def render(loss_curve: Sequence, heldout: Sequence | None = None, *,
     return fig
 
 
-def write_figure(path: str | os.PathLike, fig: Figure) -> bytes:
-    """A Figure as PNG (no Software/version text in the file), written atomically; its bytes."""
+def figure_png(fig: Figure) -> bytes:
+    """A Figure as PNG bytes (no Software/version text in the file)."""
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=DPI, metadata={"Software": None})
-    atomic_write_bytes(path, buf.getvalue())
     return buf.getvalue()
+
+
+def write_figure(path: str | os.PathLike, fig: Figure) -> bytes:
+    """A Figure as PNG, written atomically; its bytes."""
+    data = figure_png(fig)
+    atomic_write_bytes(path, data)
+    return data
+
+
+def loss_png(loss_curve: Sequence, heldout: Sequence | None = None, *,
+             job: str | None = None, scale: str | None = None,
+             labels: tuple[str, str] = CURVE_LABELS) -> bytes:
+    """The training curve (blue) and held-out loss (red; both [{"outer": k, "loss": x}, ...]
+    or [(k, x), ...]) as PNG bytes, titled with job and scale."""
+    return figure_png(render(loss_curve, heldout, job=job, scale=scale, labels=labels))
 
 
 def write_loss_png(path: str | os.PathLike, loss_curve: Sequence,
                    heldout: Sequence | None = None, *,
                    job: str | None = None, scale: str | None = None,
                    labels: tuple[str, str] = CURVE_LABELS) -> bytes:
-    """The training curve (blue) and held-out loss (red; both [{"outer": k, "loss": x}, ...]
-    or [(k, x), ...]) as a PNG, titled with job and scale, written atomically; its bytes."""
-    return write_figure(path, render(loss_curve, heldout, job=job, scale=scale, labels=labels))
+    """`loss_png`, written atomically; its bytes."""
+    data = loss_png(loss_curve, heldout, job=job, scale=scale, labels=labels)
+    atomic_write_bytes(path, data)
+    return data
 
 
 def heldout_points(ev, curve: Sequence, path) -> list:

@@ -3,11 +3,13 @@ says what is wrong in one stderr line without a traceback, nothing trains."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
 
 import pytest
 
-from .conftest import VENV_BIN, dvc, run
+from .conftest import VENV_BIN, clone, dvc, run
 
 pytestmark = pytest.mark.e2e
 
@@ -107,3 +109,55 @@ def test_a_failed_step_keeps_the_previous_outputs(repro_copy):
     assert summary.startswith("job job-dry-001: trained\n"), summary
     assert f"last run failed at {state['failure']['when']} (lr 1e-30, outer" in summary
     assert "params.yaml differs now" in summary
+
+
+EVAL_FILES = ("eval.json", "eval_detail.json", "loss.png")
+
+
+@pytest.fixture
+def small_disk(fresh_repro, tmp_path):
+    """A copy of the fresh repro on its own tmpfs (skipped where mount is not allowed);
+    `left(kib)` shrinks the disk to about `kib` KiB free."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(disk)],
+                      capture_output=True).returncode != 0:
+        pytest.skip("mount -t tmpfs is not allowed here")
+    try:
+        repo = clone(fresh_repro[0], disk / "repo")
+
+        def left(kib):
+            st = os.statvfs(disk)
+            used = (st.f_blocks - st.f_bfree) * st.f_frsize
+            subprocess.run(["mount", "-o", f"remount,size={used + kib * 1024}", str(disk)],
+                           check=True, capture_output=True)
+        yield repo, left
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], capture_output=True)
+
+
+# with the stage writing regardless, DVC failed after it: at 8 KiB copying the files into
+# its cache, at 16 KiB testing its link types ("No possible cache link types"), its .tmp
+# files left in .dvc/cache and in the job folder
+@pytest.mark.parametrize("kib", [8, 16])
+def test_a_full_disk_in_eval_is_one_line_and_keeps_the_outputs(small_disk, kib):
+    """Too little room for the eval files and DVC's cache copies of them: the stage
+    refuses before writing, in the project's words, and puts back what DVC removed; no
+    temp file (ours or DVC's) stays, dvc.lock is unchanged."""
+    repo, left = small_disk
+    folder = repo / "out" / "train" / "job-dry-001"
+    before = {n: (folder / n).read_bytes() for n in EVAL_FILES}
+    lock = (repo / "dvc.lock").read_bytes()
+    params = repo / "params.yaml"
+    params.write_text(params.read_text().replace("  n_samples: 3 ", "  n_samples: 1 "))
+    left(kib)
+    done = dvc(repo, "repro", "eval", check=False)
+    assert done.returncode != 0 and "exited with 2" in done.stdout, done.stdout
+    assert "Traceback" not in done.stdout and "cache link types" not in done.stdout
+    errors = [ln for ln in done.stdout.splitlines() if ln.startswith("stage eval: error: ")]
+    assert len(errors) == 1 and "not enough space" in errors[0], done.stdout
+    assert "restored from the DVC cache" in errors[0], errors[0]
+    assert {n: (folder / n).read_bytes() for n in EVAL_FILES} == before
+    assert (repo / "dvc.lock").read_bytes() == lock
+    temps = [p for p in repo.rglob("*.tmp") if ".git" not in p.relative_to(repo).parts]
+    assert temps == [], temps

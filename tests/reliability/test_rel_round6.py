@@ -13,6 +13,8 @@ their run (docs/outputs.md "The commit journal", "A write that fails").
 6. A resume state whose AdamW step counter is not passes x inner, or whose second
    moments are negative, is discarded with one line naming why: the whole run's bytes.
 7. eval.stride above seq_len is refused when the params are read, before a write.
+11. A stage under `dvc repro` refuses a disk without room for its outputs and DVC's
+    cache copies of them, before it writes (tests/pipeline/test_bad_input.py runs DVC).
 9. A model card quotes no line separator (test_rel_card_forged.py); a printed path
    shows its escape codes as text; a legal 255-byte output name is written.
 10. Ctrl-C of a run with a resume state leaves no .live-run (the resume rebuilds it);
@@ -21,9 +23,11 @@ their run (docs/outputs.md "The commit journal", "A write that fails").
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import os
 import signal
+import subprocess
 
 import pytest
 
@@ -38,6 +42,7 @@ from sparktrain.core.errors import SparkError
 from sparktrain.params import StepConfig, load_params
 from sparktrain.train import loop, outputs
 from sparktrain.train.optim import lr_at
+from stages import common
 
 # params.yaml's knobs, named: without --params a folder trains with the tiny coder recipe
 CORPUS = ["train", "--dataset", "data/corpus/tiny", "--out", "out/c", "--outer", "1",
@@ -308,3 +313,51 @@ def test_sweep_workers_take_ctrl_c_without_a_traceback():
         client.close()
         cluster.close()
     assert _sigint_caught(os.getpid())  # this process keeps Python's handler
+
+
+# ------------------------------------------- 11. room for a stage's outputs under DVC
+
+PAGE = 4096
+
+
+@pytest.fixture
+def tmpfs(tmp_path):
+    """A tmpfs at tmp_path/disk (skipped where mount is not allowed) and `left(n)`:
+    shrink it to n bytes free."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(disk)],
+                      capture_output=True).returncode != 0:
+        pytest.skip("mount -t tmpfs is not allowed here")
+
+    def left(n):
+        st = os.statvfs(disk)
+        used = (st.f_blocks - st.f_bfree) * st.f_frsize
+        subprocess.run(["mount", "-o", f"remount,size={used + n}", str(disk)], check=True)
+        assert os.statvfs(disk).f_bavail * st.f_frsize == n
+    yield disk, left
+    subprocess.run(["umount", "-l", str(disk)], capture_output=True)
+
+
+def test_a_stage_refuses_a_disk_without_room_for_dvcs_copies(tmpfs, monkeypatch):
+    disk, left = tmpfs
+    job, cache = disk / "job", disk / "cache"
+    job.mkdir()
+    monkeypatch.setattr(common.lock, "cache_dir", lambda: cache)
+    files = {job / "eval.json": b"x" * (2 * PAGE + 1)}   # three pages, and three in the cache
+    monkeypatch.delenv("DVC_STAGE", raising=False)
+    left(PAGE)  # (a size of 0 would mean no limit at all)
+    common.check_room(files)                  # run by hand: its write says what failed
+    monkeypatch.setenv("DVC_STAGE", "eval")
+    left(6 * PAGE + common.DVC_SLACK)
+    common.check_room(files)                  # exactly enough
+    left(6 * PAGE + common.DVC_SLACK - PAGE)
+    with pytest.raises(SparkError, match=r"not enough space on the disk of .*job: "
+                                         r"\d+ KiB free, 280 KiB needed"):
+        common.check_room(files)
+    data = files[job / "eval.json"]
+    md5 = hashlib.md5(data).hexdigest()
+    (cache / "files/md5" / md5[:2]).mkdir(parents=True)
+    (cache / "files/md5" / md5[:2] / md5[2:]).write_bytes(data)
+    left(3 * PAGE + common.DVC_SLACK)
+    common.check_room(files)                  # already in the cache: no second copy
