@@ -69,7 +69,6 @@ def cmd_tune(args) -> int:
     except ImportError as err:
         raise SparkError(f"spark tune needs Dask distributed and Optuna ({err.name} is "
                          f"missing): pip install 'sparktrain[sweep]'") from None
-    from sparktrain.core.progress import Progress
     from sparktrain.sweep.space import parse_space
     from sparktrain.sweep.tuneplot import write_tune_png
 
@@ -93,23 +92,12 @@ def cmd_tune(args) -> int:
                                one_machine=args.scheduler is None, say=say)
     t0 = time.perf_counter()
     counts = {"done": 0, "pruned": 0, "failed": 0}
-    workers = args.workers or (0 if args.scheduler else driver.usable_cores())
-    client, cluster = driver.open_client(args.scheduler, workers)
-    try:
-        slots = max(1, len(client.scheduler_info()["workers"]))
-        say(f"study {study_name!r} in {url}: up to {args.trials} trials, {slots} at a time")
-        with Progress("tune", total=args.trials, unit="trials") as bar:
-            def tick(state: str) -> None:
-                counts[state] += 1
-                bar.advance(note=", ".join(f"{n} {k}" for k, n in counts.items()))
-
-            made = tune.run_study(plan, params, study, url, dims, args.trials,
-                                  args.objective, args.prune, client, slots, args.scratch,
-                                  progress=lambda line: bar.log(f"tune: {printable(line)}"),
-                                  tick=tick)
-    finally:
-        driver.close_client(client, cluster)
-    driver.pull(plan, made)
+    have = tune.finished(study)
+    if have < args.trials:
+        made = _run(args, driver, tune, plan, params, study, url, dims, have, counts, say)
+        driver.pull(plan, made)
+    else:
+        say(f"study {study_name!r} in {url} already holds {have} finished trials")
     table, best = tune.report(study, dims, args.top)
     points = tune.trial_points(study)
     metric = tune.metric_name(study)
@@ -122,3 +110,27 @@ def cmd_tune(args) -> int:
     if best:
         print(f"best: dvc exp apply {best}")
     return 0 if best else 1
+
+
+def _run(args, driver, tune, plan, params, study, url, dims, have, counts, say) -> list[str]:
+    """The study's missing trials on the cluster; the experiments made."""
+    from sparktrain.core.progress import Progress
+
+    workers = args.workers or (0 if args.scheduler else driver.usable_cores())
+    client, cluster = driver.open_client(args.scheduler, workers)
+    try:
+        slots = max(1, len(client.scheduler_info()["workers"]))
+        say(f"study {study.study_name!r} in {url}: {have} of {args.trials} trials finished, "
+            f"running the rest {slots} at a time on Dask worker(s) "
+            f"({args.scheduler or 'LocalCluster on 127.0.0.1'})")
+        with Progress("tune", total=args.trials - have, unit="trials") as bar:
+            def tick(state: str) -> None:
+                counts[state] += 1
+                bar.advance(note=", ".join(f"{n} {k}" for k, n in counts.items()))
+
+            return tune.run_study(plan, params, study, url, dims, args.trials, args.objective,
+                                  args.prune, client, slots, args.scratch,
+                                  progress=lambda line: bar.log(f"tune: {printable(line)}"),
+                                  tick=tick)
+    finally:
+        driver.close_client(client, cluster)

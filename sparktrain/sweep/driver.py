@@ -5,6 +5,7 @@ them back, compare. See docs/pipeline.md and README "Sweeping on a cluster".
 monitor that watches the run in its clone and may stop it."""
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
 
+import psutil
 from distributed import Client, LocalCluster, as_completed
 
 from sparktrain.core.errors import SparkError
@@ -109,24 +111,35 @@ def _call(cmd: list[str], cwd: Path, what: str) -> None:
 
 def _watched(cmd: list[str], cwd: Path, what: str, monitor: Monitor) -> None:
     """`_call`, asking `monitor` every POLL_S whether to stop; a stop sends SIGTERM to the
-    run's process group (the stages end as on Ctrl-C) and raises PointStopped."""
+    run and its stages (they end as on Ctrl-C) and raises PointStopped. The run stays in
+    the worker's process group: whatever ends the cluster's processes ends it too."""
     with tempfile.TemporaryFile("w+") as log:
         proc = subprocess.Popen(cmd, cwd=cwd, env=tool_env(cwd, ONE_THREAD), stdout=log,
-                                stderr=subprocess.STDOUT, text=True, start_new_session=True)
+                                stderr=subprocess.STDOUT, text=True)
         try:
             while proc.poll() is None:
                 time.sleep(POLL_S)
                 if proc.poll() is None and monitor.poll(cwd):
-                    os.killpg(proc.pid, signal.SIGTERM)
-                    proc.wait()
+                    _terminate(proc)
                     raise PointStopped()
         finally:
             if proc.poll() is None:  # the task itself is ending (an error in the monitor)
-                os.killpg(proc.pid, signal.SIGTERM)
-                proc.wait()
+                _terminate(proc)
         if proc.returncode != 0:
             log.seek(0)
             raise PointFailed(f"{what} exited {proc.returncode}: {reason(log.read())}")
+
+
+def _terminate(proc: subprocess.Popen) -> None:
+    """SIGTERM to the process and every process under it, then wait for it."""
+    try:
+        tree = [*psutil.Process(proc.pid).children(recursive=True), psutil.Process(proc.pid)]
+    except psutil.NoSuchProcess:
+        tree = []
+    for process in tree:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            process.send_signal(signal.SIGTERM)
+    proc.wait()
 
 
 def reason(output: str) -> str:

@@ -175,6 +175,10 @@ class TrialMonitor:
         return {"objective": float(value), "metric": key}
 
 
+def finished(study: optuna.Study) -> int:
+    return len(study.get_trials(deepcopy=False, states=FINISHED))
+
+
 def experiment_name(study: str, number: int) -> str:
     return f"tune-{study}-{number}"
 
