@@ -94,10 +94,12 @@ def cmd_tune(args) -> int:
     counts = {"done": 0, "pruned": 0, "failed": 0}
     have = tune.finished(study)
     if have < args.trials:
-        made = _run(args, driver, tune, plan, params, study, url, dims, have, counts, say)
-        driver.pull(plan, made)
+        _run(args, driver, tune, plan, params, study, url, dims, have, counts, say)
     else:
         say(f"study {study_name!r} in {url} already holds {have} finished trials")
+    # every complete trial's experiment, a killed driver's too
+    _, local = driver.existing_experiments(plan)
+    driver.pull(plan, [name for name in tune.experiments(study) if name not in local])
     table, best = tune.report(study, dims, args.top)
     points = tune.trial_points(study)
     metric = tune.metric_name(study)
@@ -112,8 +114,8 @@ def cmd_tune(args) -> int:
     return 0 if best else 1
 
 
-def _run(args, driver, tune, plan, params, study, url, dims, have, counts, say) -> list[str]:
-    """The study's missing trials on the cluster; the experiments made."""
+def _run(args, driver, tune, plan, params, study, url, dims, have, counts, say) -> None:
+    """The study's missing trials on the cluster."""
     from sparktrain.core.progress import Progress
 
     workers = args.workers or (0 if args.scheduler else driver.usable_cores())
@@ -128,7 +130,7 @@ def _run(args, driver, tune, plan, params, study, url, dims, have, counts, say) 
                 counts[state] += 1
                 bar.advance(note=", ".join(f"{n} {k}" for k, n in counts.items()))
 
-            return tune.run_study(plan, params, study, url, dims, args.trials, args.objective,
+            tune.run_study(plan, params, study, url, dims, args.trials, args.objective,
                                   args.prune, client, slots, args.scratch,
                                   progress=lambda line: bar.log(f"tune: {printable(line)}"),
                                   tick=tick)

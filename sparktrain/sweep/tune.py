@@ -179,6 +179,12 @@ def finished(study: optuna.Study) -> int:
     return len(study.get_trials(deepcopy=False, states=FINISHED))
 
 
+def experiments(study: optuna.Study) -> list[str]:
+    """The experiments of the study's complete trials (pushed by their workers)."""
+    return [t.user_attrs["experiment"] for t in study.get_trials(
+        deepcopy=False, states=(TrialState.COMPLETE,)) if "experiment" in t.user_attrs]
+
+
 def experiment_name(study: str, number: int) -> str:
     return f"tune-{study}-{number}"
 
@@ -196,10 +202,10 @@ class Running:
 
 def run_study(plan: SweepPlan, params: dict, study: optuna.Study, storage_url: str, dims,
               trials: int, objective: str, prune: bool, client, slots: int,
-              scratch: str | None, progress, tick=lambda state: None) -> list[str]:
+              scratch: str | None, progress, tick=lambda state: None) -> None:
     """Run trials until the study has `trials` finished ones (complete or pruned; failed
-    ones do not count), `slots` at a time; the names of the experiments this driver made."""
-    storage, dists, made = study._storage, distributions(dims), []
+    ones do not count), `slots` at a time."""
+    storage, dists = study._storage, distributions(dims)
     running: dict = {}   # Future -> Running
     while True:
         fail_stale_trials(study)   # a dead driver's trials: FAIL, and queued again
@@ -228,7 +234,7 @@ def run_study(plan: SweepPlan, params: dict, study: optuna.Study, storage_url: s
         if not running:
             if taken - sum(s == TrialState.RUNNING for s in states) >= trials or \
                     not any(s == TrialState.RUNNING for s in states):
-                return made
+                return
             time.sleep(HEARTBEAT_S)   # another driver's (or a dead one's) trials still run
             continue
         try:
@@ -243,18 +249,17 @@ def run_study(plan: SweepPlan, params: dict, study: optuna.Study, storage_url: s
                 record = future.result()
             except Exception as err:
                 record = task_failed(run.name, err)
-            if _finish(study, run.trial, run.name, record, progress, tick, run.overrides):
-                made.append(run.name)
+            _finish(study, run.trial, run.name, record, progress, tick, run.overrides)
 
 
-def _finish(study, trial, name, record, progress, tick, overrides) -> bool:
-    """Tell Optuna how the trial ended; True when its experiment was pushed."""
+def _finish(study, trial, name, record, progress, tick, overrides) -> None:
+    """Tell Optuna how the trial ended, and say it."""
     result = record.get("result") or {}
     error = record.get("error") or result.get("error")
     frozen = study._storage.get_trial(trial._trial_id)
     if frozen.state != TrialState.RUNNING:   # taken as stale meanwhile: queued again
         progress(f"{name}: {record['state']}, but its trial was queued again meanwhile")
-        return False
+        return
     trial.set_user_attr("experiment", name)
     if record.get("seconds") is not None:
         trial.set_user_attr("seconds", record["seconds"])
@@ -265,19 +270,18 @@ def _finish(study, trial, name, record, progress, tick, overrides) -> bool:
                  f"{max(frozen.intermediate_values or [0])}"
                  f"{took}")
         tick("pruned")
-        return False
+        return
     if record["state"] == "done" and not error:
         trial.set_user_attr("metric", result["metric"])
         study.tell(trial, result["objective"])
         progress(f"{name} {' '.join(overrides)}: {result['metric']} "
                  f"{result['objective']:.5g}{took}")
         tick("done")
-        return True
+        return
     trial.set_user_attr("error", error)
     study.tell(trial, state=TrialState.FAIL)
     progress(f"{name} {' '.join(overrides)}: failed{took}: {error}")
     tick("failed")
-    return record["state"] == "done"   # pushed, though its objective is unreadable
 
 
 def trial_points(study: optuna.Study) -> list:
