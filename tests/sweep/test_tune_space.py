@@ -142,3 +142,28 @@ def test_the_result_is_the_objective_from_eval_json(tmp_path):
         {"objective": 1.25, "metric": "bpb"}
     assert "no number 'exact'" in tune.TrialMonitor("sqlite://", "s", 0, "exact", True) \
         .result(clone)["error"]
+
+
+def test_two_drivers_requeue_a_dead_drivers_trial_once(tmp_path, monkeypatch):
+    # the database decides: one driver marks the stale trial failed and queues its params
+    # again, and one `ask` (of either driver) takes that copy; the other gets a new trial
+    import time
+
+    monkeypatch.setattr(tune, "HEARTBEAT_S", 1)
+    monkeypatch.setattr(tune, "GRACE_S", 1)
+    url = f"sqlite:///{tmp_path / 'tune.db'}"
+    dims = parse_space(["step.lr=log:0.001..0.1"], PARAMS)
+    a, b = (tune.open_study(tune.open_storage(url), "s", dims, "auto", 8, seed, True)
+            for seed in (0, 1))
+    dead = a.ask(distributions(dims))
+    a._storage.record_heartbeat(dead._trial_id)
+    time.sleep(2.5)
+    for study in (b, a, b):
+        tune.fail_stale_trials(study)
+    trials = a.get_trials()
+    assert [t.state for t in trials] == [TrialState.FAIL, TrialState.WAITING]
+    first, second = b.ask(distributions(dims)), a.ask(distributions(dims))
+    assert first.params == dead.params and second.params != dead.params
+    retried = [tune.RetryHeartbeatStaleTrialCallback.retried_trial_number(
+        a._storage.get_trial(t._trial_id)) for t in (first, second)]
+    assert retried == [0, None]
