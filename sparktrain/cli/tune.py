@@ -22,7 +22,7 @@ def register(sub) -> None:
                     "the held-out figure the step writes after every pass feeds a median "
                     "pruner that stops hopeless trials. The study lives in a database "
                     "(default: SQLite out/tune.db at the project root): run the same command "
-                    "again to resume it, or from another machine to share the work.",
+                    "again to resume it; a second driver on the same storage shares the work.",
         func=cmd_tune)
     p.add_argument("-S", "--set-param", dest="specs", action="append", default=[],
                    metavar="KEY=RANGE|V1,V2,...",
