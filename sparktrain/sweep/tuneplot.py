@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import matplotlib.style
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.ticker import NullFormatter
 
 from sparktrain.eval.plot import AXIS_FONTS, DPI, FIG_WIDTH_IN, write_figure
 
@@ -64,7 +65,7 @@ def _history(ax, metric: str, points) -> None:
         ax.step(*zip(*line), where="post", color=BEST_COLOR, linewidth=1.8, label="best so far")
     ax.set_xlabel("trial", fontsize=AXIS_FONTS[1])
     ax.set_ylabel(metric, fontsize=AXIS_FONTS[1])
-    ax.legend(fontsize=AXIS_FONTS[2], loc="best")
+    ax.legend(fontsize=AXIS_FONTS[2], loc="best", framealpha=0.8)
     ax.grid(alpha=0.3)
 
 
@@ -78,6 +79,7 @@ def _param(ax, key: str, kind: str, metric: str, points) -> None:
         _scatter(ax, values, points)
         if kind == "log":
             ax.set_xscale("log")
+            ax.xaxis.set_minor_formatter(NullFormatter())   # labelled minor ticks collide
     ax.set_xlabel(key, fontsize=AXIS_FONTS[1])
     ax.set_ylabel(metric, fontsize=AXIS_FONTS[1])
     ax.grid(alpha=0.3)

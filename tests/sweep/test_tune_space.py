@@ -167,3 +167,18 @@ def test_two_drivers_requeue_a_dead_drivers_trial_once(tmp_path, monkeypatch):
     retried = [tune.RetryHeartbeatStaleTrialCallback.retried_trial_number(
         a._storage.get_trial(t._trial_id)) for t in (first, second)]
     assert retried == [0, None]
+
+
+def test_the_picture_has_the_history_and_a_panel_per_param(tmp_path):
+    from sparktrain.sweep.tuneplot import TrialPoint, render_tune, write_tune_png
+
+    points = [TrialPoint(0, False, 2.0, {"step.lr": 0.01, "step.optimizer": "adamw"}),
+              TrialPoint(1, True, 2.5, {"step.lr": 0.1, "step.optimizer": "muon"}),
+              TrialPoint(2, False, 1.5, {"step.lr": 0.003, "step.optimizer": "muon"})]
+    dims = [("step.lr", "log"), ("step.optimizer", "choice")]
+    history, lr, opt = render_tune("t", "bpb", dims, points).axes
+    best = [line for line in history.get_lines() if line.get_label() == "best so far"][0]
+    assert list(best.get_ydata()) == [2.0, 2.0, 1.5]    # pruned trials never lower it
+    assert lr.get_xscale() == "log" and opt.get_xscale() == "linear"
+    assert [t.get_text() for t in opt.get_xticklabels()] == ["adamw", "muon"]
+    assert write_tune_png(tmp_path / "t.png", "t", "bpb", dims, points)[:4] == b"\x89PNG"
