@@ -14,7 +14,8 @@ from sparktrain import __version__
 from sparktrain.core.errors import SparkError, did_you_mean, printable
 
 # each registers the commands its docstring names, listed in --help in this order
-COMMAND_MODULES = tuple(f"sparktrain.cli.{name}" for name in ("train", "original", "eval"))
+COMMAND_MODULES = tuple(f"sparktrain.cli.{name}" for name in ("train", "original", "eval",
+                                                                    "tune"))
 # One example per subcommand, shown as its --help's last line.
 EXAMPLES = {
     "compile": "spark compile data/programs/train-step.spark -o /tmp/step.sparkbc",
@@ -36,6 +37,7 @@ EXAMPLES = {
               "--weights out/train/job-dry-001/weights.safetensors",
     "import": "spark import --from hf --out out/imported /path/to/hf-folder",
     "sweep": "spark sweep -S step.lr=0.05,0.1 --workers 2",
+    "tune": "spark tune -S 'step.lr=log:0.01..0.3' -S step.seed=0,1 --trials 8 --study lr",
 }
 CHOICE = re.compile(r"invalid choice: '(?P<got>[^']*)' \(choose from (?P<known>.*)\)")
 

@@ -1,17 +1,23 @@
 """`spark sweep`'s driver: plan the grid at HEAD, run each point as a Dask task (clone the
 shared git remote, `dvc exp run`, `dvc exp push`; a failure is its one line), `dvc exp pull`
-them back, compare. See docs/pipeline.md and README "Sweeping on a cluster"."""
+them back, compare. See docs/pipeline.md and README "Sweeping on a cluster".
+`spark tune` (sweep/tune.py) runs its trials through the same point runner, with a
+monitor that watches the run in its clone and may stop it."""
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Protocol
 
+import psutil
 from distributed import Client, LocalCluster, as_completed
 
 from sparktrain.core.errors import SparkError
@@ -24,6 +30,17 @@ from sparktrain.sweep import quiet_workers
 from sparktrain.sweep.grid import Axis, Point, expand, experiments_of, parse_axis, point_record
 
 ONE_THREAD = {"SPARK_BLAS_THREADS": "1", "SPARK_WORKERS": "1"}  # N workers use N cores
+POLL_S = 2.0   # how often a monitored run's monitor looks at its clone
+
+
+class Monitor(Protocol):
+    """Watches a point's `dvc exp run` from the worker (picklable: it travels in the job)."""
+
+    def poll(self, clone: Path) -> bool:
+        """Called every POLL_S while the run goes on: True stops it (the point is "stopped")."""
+
+    def result(self, clone: Path) -> dict:
+        """After a run that finished: what the driver gets back (the record's "result")."""
 
 
 @dataclass(frozen=True)
@@ -35,14 +52,20 @@ class PointJob:
     dvc_remote: str | None = None # DVC remote name (None: the repo's default)
     scratch: str | None = None    # where the clone goes (None: the worker's temp dir)
     dvc_remote_url: str | None = None  # `dvc_remote`'s URL for the clone's config.local
+    monitor: Monitor | None = None     # watches the run; may stop it (spark tune's pruning)
 
 
 class PointFailed(Exception):
     """str(): the one-line reason a step of the point failed."""
 
 
+class PointStopped(Exception):
+    """The point's monitor stopped its run: nothing is pushed."""
+
+
 def run_point(job: PointJob) -> dict:
-    """Clone, `dvc exp run`, `dvc exp push`; {name, state, error, seconds, host}."""
+    """Clone, `dvc exp run`, `dvc exp push`; {name, state, error, seconds, host} (+ result:
+    the monitor's, when it has one); state "done", "failed" or "stopped" (by the monitor)."""
     t0 = time.perf_counter()
     record = {"name": job.name, "state": "done", "error": None, "host": os.uname().nodename}
     if job.scratch:
@@ -50,8 +73,12 @@ def run_point(job: PointJob) -> dict:
     clone = Path(tempfile.mkdtemp(prefix=f"spark-{job.name}-", dir=job.scratch))
     try:
         _in_clone(job, clone)
+        if job.monitor is not None:
+            record["result"] = job.monitor.result(clone)
     except PointFailed as err:
         record.update(state="failed", error=str(err))
+    except PointStopped:
+        record["state"] = "stopped"
     finally:
         shutil.rmtree(clone, ignore_errors=True)
     record["seconds"] = round(time.perf_counter() - t0, 2)
@@ -68,7 +95,11 @@ def _in_clone(job: PointJob, clone: Path) -> None:
               clone, "dvc remote add --local")
     remote = ["-r", job.dvc_remote] if job.dvc_remote else []
     sets = [arg for override in job.overrides for arg in ("-S", override)]
-    _call(["dvc", "exp", "run", "-n", job.name, *sets], clone, "dvc exp run")
+    run = ["dvc", "exp", "run", "-n", job.name, *sets]
+    if job.monitor is None:
+        _call(run, clone, "dvc exp run")
+    else:
+        _watched(run, clone, "dvc exp run", job.monitor)
     _call(["dvc", "exp", "push", *remote, "origin", job.name], clone, "dvc exp push")
 
 
@@ -77,6 +108,39 @@ def _call(cmd: list[str], cwd: Path, what: str) -> None:
                           stderr=subprocess.STDOUT, text=True)
     if done.returncode != 0:
         raise PointFailed(f"{what} exited {done.returncode}: {reason(done.stdout)}")
+
+
+def _watched(cmd: list[str], cwd: Path, what: str, monitor: Monitor) -> None:
+    """`_call`, asking `monitor` every POLL_S whether to stop; a stop sends SIGTERM to the
+    run and its stages (they end as on Ctrl-C) and raises PointStopped. The run stays in
+    the worker's process group: whatever ends the cluster's processes ends it too."""
+    with tempfile.TemporaryFile("w+") as log:
+        proc = subprocess.Popen(cmd, cwd=cwd, env=tool_env(cwd, ONE_THREAD), stdout=log,
+                                stderr=subprocess.STDOUT, text=True)
+        try:
+            while proc.poll() is None:
+                time.sleep(POLL_S)
+                if proc.poll() is None and monitor.poll(cwd):
+                    _terminate(proc)
+                    raise PointStopped()
+        finally:
+            if proc.poll() is None:  # the task itself is ending (an error in the monitor)
+                _terminate(proc)
+        if proc.returncode != 0:
+            log.seek(0)
+            raise PointFailed(f"{what} exited {proc.returncode}: {reason(log.read())}")
+
+
+def _terminate(proc: subprocess.Popen) -> None:
+    """SIGTERM to the process and every process under it, then wait for it."""
+    try:
+        tree = [*psutil.Process(proc.pid).children(recursive=True), psutil.Process(proc.pid)]
+    except psutil.NoSuchProcess:
+        tree = []
+    for process in tree:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            process.send_signal(signal.SIGTERM)
+    proc.wait()
 
 
 def reason(output: str) -> str:
@@ -124,8 +188,16 @@ def plan_sweep(repo: Path, specs: list[str], git_remote: str | None = None,
     """Check the checkout can be swept from and expand the grid; every mistake is one
     line. `one_machine` with no remote named nor shared ones set up: local_remotes."""
     axes = [parse_axis(s) for s in specs]
+    commit, params = baseline(repo)
+    points = expand(axes, params)
+    return replace(plan_remotes(repo, commit, git_remote, dvc_remote, one_machine, say),
+                   axes=tuple(axes), points=tuple(points))
+
+
+def baseline(repo: Path, command: str = "spark sweep") -> tuple[str, dict]:
+    """(HEAD's full sha, params.yaml): the commit the workers run, refused when dirty."""
     if not (repo / ".dvc").is_dir() or not (repo / "dvc.yaml").is_file():
-        raise SparkError(f"run spark sweep inside the project (no .dvc/ and "
+        raise SparkError(f"run {command} inside the project (no .dvc/ and "
                          f"dvc.yaml in {repo.name or repo})")
     commit = _tool(repo, "git", "rev-parse", "HEAD", what="git rev-parse HEAD").strip()
     dirty = [line[3:] for line in _tool(repo, "git", "status", "--porcelain",
@@ -133,13 +205,18 @@ def plan_sweep(repo: Path, specs: list[str], git_remote: str | None = None,
     if dirty:
         raise SparkError(f"uncommitted changes ({', '.join(dirty[:3])}); the workers run "
                          f"commit {commit[:12]}: commit (and push) them first")
-    params = load_yaml(read_input(repo / PARAMS_FILE, "params file"), PARAMS_FILE) or {}
-    points = expand(axes, params)
+    return commit, load_yaml(read_input(repo / PARAMS_FILE, "params file"), PARAMS_FILE) or {}
+
+
+def plan_remotes(repo: Path, commit: str, git_remote: str | None = None,
+                 dvc_remote: str | None = None, one_machine: bool = False,
+                 say=lambda line: None) -> SweepPlan:
+    """A plan with no points yet: where the workers clone `commit` from and push to."""
     if one_machine and git_remote is None and dvc_remote is None \
             and not (_remote_url(repo, "origin") is not None and _project_remote(repo)):
         git_url, store = local_remotes(repo, commit, say)
-        return SweepPlan(repo, commit, git_url, git_url, LOCAL_DVC_REMOTE, tuple(axes),
-                         tuple(points), dvc_remote_url=store)
+        return SweepPlan(repo, commit, git_url, git_url, LOCAL_DVC_REMOTE, (),
+                         dvc_remote_url=store)
     git_remote = git_remote or "origin"
     git_url = _git_url(repo, git_remote)
     _tool(repo, "git", "fetch", "-q", git_remote, what=f"git fetch {git_remote}")
@@ -148,7 +225,7 @@ def plan_sweep(repo: Path, specs: list[str], git_remote: str | None = None,
         raise SparkError(f"commit {commit[:12]} is not on git remote {git_remote!r}; the "
                          f"workers clone it from there: `git push {git_remote} HEAD` first")
     _check_dvc_remote(repo, dvc_remote)
-    return SweepPlan(repo, commit, git_remote, git_url, dvc_remote, tuple(axes), tuple(points))
+    return SweepPlan(repo, commit, git_remote, git_url, dvc_remote, ())
 
 
 def _remote_url(repo: Path, remote: str) -> str | None:
@@ -220,7 +297,8 @@ def existing_experiments(plan: SweepPlan) -> tuple[set[str], set[str]]:
     return names(plan.git_remote), names()
 
 
-def _client(scheduler: str | None, workers: int):
+def open_client(scheduler: str | None, workers: int):
+    """(Client, the LocalCluster it started or None); close both with close_client."""
     if scheduler:
         try:
             return Client(scheduler, timeout="20s"), None
@@ -240,33 +318,48 @@ def run_points(plan: SweepPlan, todo: list[Point], scheduler: str | None, worker
     """name -> the worker's record, each point a task on the cluster, in completion order."""
     if not todo:
         return {}
-    client, cluster = _client(scheduler, workers)
+    client, cluster = open_client(scheduler, workers)
     records = {}
     try:
         progress(f"running {len(todo)} point(s) on {len(client.scheduler_info()['workers'])} "
                  f"Dask worker(s) ({scheduler or 'LocalCluster on 127.0.0.1'})")
-        futures = {client.submit(run_point, PointJob(
-            plan.git_url, plan.commit, point.name, point.overrides, plan.dvc_remote, scratch,
-            plan.dvc_remote_url), key=f"{point.name}-{plan.commit[:12]}", pure=False): point
-            for point in todo}
+        futures = {submit_point(client, plan, point.name, point.overrides, scratch): point
+                   for point in todo}
         for future in as_completed(futures):
             point = futures[future]
             try:
                 record = future.result()
             except Exception as err:  # the task itself died (worker lost, import error)
-                record = {"name": point.name, "state": "failed", "seconds": None,
-                          "error": f"the Dask task failed: {type(err).__name__}: {err}"}
+                record = task_failed(point.name, err)
             records[point.name] = record
             took = f" in {record['seconds']:.1f}s" if record.get("seconds") else ""
             progress(f"{point.name} {' '.join(point.overrides)}: {record['state']}{took}"
                      + (f": {record['error']}" if record["error"] else ""))
             tick(record["state"])
     finally:
-        logging.getLogger("distributed").setLevel(logging.CRITICAL)  # shutdown chatter
-        client.close()
-        if cluster is not None:
-            cluster.close()
+        close_client(client, cluster)
     return records
+
+
+def submit_point(client, plan: SweepPlan, name: str, overrides, scratch: str | None,
+                 monitor: Monitor | None = None):
+    """One `run_point` task on the cluster: the Future of its record."""
+    job = PointJob(plan.git_url, plan.commit, name, tuple(overrides), plan.dvc_remote, scratch,
+                   plan.dvc_remote_url, monitor)
+    return client.submit(run_point, job, key=f"{name}-{plan.commit[:12]}", pure=False)
+
+
+def close_client(client, cluster) -> None:
+    logging.getLogger("distributed").setLevel(logging.CRITICAL)  # shutdown chatter
+    client.close()
+    if cluster is not None:
+        cluster.close()
+
+
+def task_failed(name: str, err: BaseException) -> dict:
+    """The record of a point whose Dask task itself died (worker lost, import error)."""
+    return {"name": name, "state": "failed", "seconds": None,
+            "error": f"the Dask task failed: {type(err).__name__}: {err}"}
 
 
 def compare(plan: SweepPlan, failures: dict[str, str]) -> dict:
@@ -300,9 +393,13 @@ def sweep(plan: SweepPlan, scheduler: str | None, workers: int, scratch: str | N
             todo.append(point)
     records = run_points(plan, todo, scheduler, workers, scratch, progress, tick)
     failures.update({n: r["error"] for n, r in records.items() if r["state"] != "done"})
-    done = [p.name for p in plan.points if p.name not in failures and p.name not in local]
-    if done:
-        remote = ["-r", plan.dvc_remote] if plan.dvc_remote else []
-        _tool(plan.repo, "dvc", "exp", "pull", *remote, plan.git_remote, *done,
-              what="dvc exp pull")
+    pull(plan, [p.name for p in plan.points if p.name not in failures and p.name not in local])
     return compare(plan, failures)
+
+
+def pull(plan: SweepPlan, names: list[str]) -> None:
+    """`dvc exp pull` the named experiments the workers pushed."""
+    if names:
+        remote = ["-r", plan.dvc_remote] if plan.dvc_remote else []
+        _tool(plan.repo, "dvc", "exp", "pull", *remote, plan.git_remote, *names,
+              what="dvc exp pull")

@@ -14,7 +14,7 @@ import math
 import re
 from dataclasses import dataclass
 
-from sparktrain.core.errors import SparkError
+from sparktrain.core.errors import SparkError, did_you_mean
 from sparktrain.core.safeload import load_yaml
 from sparktrain.eval.compare import render
 from sparktrain.eval.headline import is_number
@@ -73,31 +73,35 @@ def expand(axes: list[Axis], params: dict) -> list[Point]:
         raise SparkError(f"the grid has {size:,} points, above the limit of {MAX_POINTS:,}; "
                          f"sweep fewer values per -S")
     for axis in axes:
-        _check_key(params, axis)
+        check_key(params, axis)
     points = []
     for combo in itertools.product(*(a.values for a in axes)):
         values = tuple(zip(keys, combo))
         overrides = tuple(("+" if a.add else "") + f"{a.key}={v}" for a, v in zip(axes, combo))
         points.append(Point(point_name(values), overrides, values,
-                            _invalid(params, axes, combo)))
+                            invalid(params, axes, combo)))
     return points
 
 
-def _check_key(params: dict, axis: Axis) -> None:
-    """An unknown key is a mistake of the whole sweep (exit 2), like `dvc exp run -S`."""
-    node = params
+def check_key(params: dict, axis: Axis) -> None:
+    """An unknown key is a mistake of the whole sweep (exit 2), like `dvc exp run -S`;
+    a near miss of a key params.yaml has is named."""
+    node, path = params, []
     for part in axis.key.split("."):
         if not isinstance(node, dict) or part not in node:
             if axis.add and isinstance(node, dict):
                 return
             hint = f" (use +{axis.key}=... to add it)" if not axis.add else ""
-            raise SparkError(f"-S {axis.key}: params.yaml has no key {axis.key}{hint}")
+            near = did_you_mean(part, node) if isinstance(node, dict) else ""
+            near = near.replace("'", f"'{'.'.join(path)}.", 1) if near and path else near
+            raise SparkError(f"-S {axis.key}: params.yaml has no key {axis.key}{near}{hint}")
         node = node[part]
+        path.append(part)
     if axis.add:
         raise SparkError(f"-S +{axis.key}: params.yaml already has {axis.key}; drop the +")
 
 
-def _invalid(params: dict, axes: list[Axis], combo) -> str | None:
+def invalid(params: dict, axes: list[Axis], combo) -> str | None:
     """The one-line params error of this point, or None when it validates."""
     doc = copy.deepcopy(params)
     for axis, text in zip(axes, combo):

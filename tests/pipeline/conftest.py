@@ -92,6 +92,21 @@ def clone(src: Path, dest: Path) -> Path:
     return dest
 
 
+def shared_checkout(template_repo: Path, root: Path) -> Path:
+    """A driver checkout under `root` whose `origin` is a bare repo and whose default DVC
+    remote is a local folder, committed and pushed: what a cluster's workers clone
+    (spark sweep's and spark tune's tests)."""
+    subprocess.run(["git", "init", "-q", "--bare", "--initial-branch=main",
+                    str(root / "origin.git")], check=True)
+    repo = clone(template_repo, root / "driver")
+    dvc(repo, "remote", "add", "-d", "store", str(root / "dvc-store"))
+    git(repo, "add", ".dvc/config")
+    git(repo, "commit", "-q", "-m", "shared DVC remote")
+    git(repo, "remote", "add", "origin", str(root / "origin.git"))
+    git(repo, "push", "-q", "origin", "main")
+    return repo
+
+
 def _lookup(params: dict, dotted: str):
     value = params
     for part in dotted.split("."):

@@ -14,7 +14,8 @@ import yaml
 
 from sparkhelp import HANG_GUARD_S
 
-from .conftest import clone, dvc, dvc_json, exp_revs, git, lock_outs, run, tool_env
+from .conftest import (clone, dvc, dvc_json, exp_revs, git, lock_outs, run,
+                       shared_checkout, tool_env)
 
 pytestmark = pytest.mark.e2e
 
@@ -33,16 +34,7 @@ def _split(done):
 def shared(template_repo, tmp_path_factory):
     """A driver checkout whose `origin` is a bare repo and whose default DVC remote is a
     local folder, committed and pushed: what a cluster's workers clone."""
-    root = tmp_path_factory.mktemp("sweep")
-    subprocess.run(["git", "init", "-q", "--bare", "--initial-branch=main",
-                    str(root / "origin.git")], check=True)
-    repo = clone(template_repo, root / "driver")
-    dvc(repo, "remote", "add", "-d", "store", str(root / "dvc-store"))
-    git(repo, "add", ".dvc/config")
-    git(repo, "commit", "-q", "-m", "shared DVC remote")
-    git(repo, "remote", "add", "origin", str(root / "origin.git"))
-    git(repo, "push", "-q", "origin", "main")
-    return repo
+    return shared_checkout(template_repo, tmp_path_factory.mktemp("sweep"))
 
 
 # README's grid (`spark sweep -S step.lr=0.05,0.1 ...`) and two points that fail: lr=1e30

@@ -1,0 +1,138 @@
+"""`spark tune`: an Optuna search whose trials are DVC experiments run on a Dask cluster
+(sparktrain/sweep/tune.py; docs/pipeline.md "Tuning")."""
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from sparktrain.cli import name_arg, positive_int
+from sparktrain.core.errors import SparkError, printable, printable_lines
+from sparktrain.core.gate import check_output
+from sparktrain.core.jobfiles import OUT, find_root
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "tune", help="search params with Optuna, each trial a `dvc exp run` on a Dask cluster",
+        description="Each trial is `dvc exp run -n tune-STUDY-N -S ...` in a Dask worker's "
+                    "clone of the shared git remote at this commit (as `spark sweep` runs a "
+                    "point), pushed and pulled back: an ordinary DVC experiment. Optuna's TPE "
+                    "sampler picks each trial's params from what the finished ones scored; "
+                    "the held-out figure the step writes after every pass feeds a median "
+                    "pruner that stops hopeless trials. The study lives in a database "
+                    "(default: SQLite out/tune.db at the project root): run the same command "
+                    "again to resume it; a second driver on the same storage shares the work.",
+        func=cmd_tune)
+    p.add_argument("-S", "--set-param", dest="specs", action="append", default=[],
+                   metavar="KEY=RANGE|V1,V2,...",
+                   help="a params.yaml key and where to search it: log:A..B (a float on a "
+                        "log scale), int:A..B (an integer), A..B (a float) or V1,V2,... (one "
+                        "of these values); repeat for more keys, +KEY=... adds a key")
+    p.add_argument("--trials", type=positive_int, default=16,
+                   help="finished trials (complete or pruned) the study should hold "
+                        "(default 16; those already there count)")
+    p.add_argument("--study", type=name_arg, default="default",
+                   help="the study's name, in the storage and in the experiments' names "
+                        "tune-STUDY-N (default: default)")
+    p.add_argument("--storage", default=None, metavar="URL",
+                   help="the study's database as an SQLAlchemy URL, e.g. "
+                        "postgresql://HOST/DB, which a cluster's workers must reach "
+                        "(default: sqlite:///out/tune.db under the project root)")
+    p.add_argument("--objective", type=name_arg, default="auto",
+                   help="the eval.json number to minimise (default auto: bpb for a corpus "
+                        "job, loss for a pairs job); pruning reads the per-pass held-out "
+                        "curve of bpb or loss, other objectives are not pruned")
+    p.add_argument("--no-prune", dest="prune", action="store_false",
+                   help="run every trial to the end")
+    p.add_argument("--seed", type=int, default=0, help="the sampler's seed (default 0)")
+    p.add_argument("--top", type=positive_int, default=5,
+                   help="how many of the best trials the table shows (default 5)")
+    p.add_argument("--scheduler", default=None, metavar="ADDR",
+                   help="a running Dask scheduler, e.g. tcp://HOST:8786 (default: a "
+                        "LocalCluster on 127.0.0.1)")
+    p.add_argument("--workers", type=positive_int, default=None,
+                   help="LocalCluster workers, one thread each (default: usable cores)")
+    p.add_argument("--git-remote", default=None,
+                   help="the shared git remote the workers clone and push to (as spark sweep)")
+    p.add_argument("--dvc-remote", default=None,
+                   help="DVC remote for the outputs (as spark sweep)")
+    p.add_argument("--scratch", default=None,
+                   help="folder on each worker for its clones (default: its temp dir)")
+    p.add_argument("-o", "--out", default=None,
+                   help="the picture (default out/tune-STUDY.png under the project root)")
+
+
+def cmd_tune(args) -> int:
+    try:
+        from sparktrain.sweep import driver, tune
+    except ImportError as err:
+        raise SparkError(f"spark tune needs Dask distributed and Optuna ({err.name} is "
+                         f"missing): pip install 'sparktrain[sweep]'") from None
+    from sparktrain.sweep.space import parse_space
+    from sparktrain.sweep.tuneplot import write_tune_png
+
+    if args.scheduler and args.workers:
+        raise SparkError("--workers sizes the LocalCluster; with --scheduler the cluster "
+                         "has its own workers")
+    study_name = tune.check_study_name(args.study)
+    root = find_root()
+    picture = check_output(args.out or os.path.relpath(root / OUT / f"tune-{study_name}.png"),
+                           "png")
+    commit, params = driver.baseline(root, "spark tune")
+    dims = parse_space(args.specs, params)
+    url = args.storage or tune.default_storage(root)
+    study = tune.open_study(tune.open_storage(url), study_name, dims, args.objective,
+                            args.trials, args.seed, args.prune)
+
+    def say(line: str) -> None:
+        print(f"tune: {printable(line)}", file=sys.stderr, flush=True)
+
+    plan = driver.plan_remotes(root, commit, args.git_remote, args.dvc_remote,
+                               one_machine=args.scheduler is None, say=say)
+    t0 = time.perf_counter()
+    counts = {"done": 0, "pruned": 0, "failed": 0}
+    have = tune.finished(study)
+    if have < args.trials:
+        _run(args, driver, tune, plan, params, study, url, dims, have, counts, say)
+    else:
+        say(f"study {study_name!r} in {url} already holds {have} finished trials")
+    # every complete trial's experiment, a killed driver's too
+    _, local = driver.existing_experiments(plan)
+    driver.pull(plan, [name for name in tune.experiments(study) if name not in local])
+    table, best = tune.report(study, dims, args.top)
+    points = tune.trial_points(study)
+    metric = tune.metric_name(study)
+    if points:
+        write_tune_png(picture, f"study {study_name}: {len(points)} finished trials", metric,
+                       [(d.key, d.kind) for d in dims], points)
+    print(printable_lines(table))
+    print(f"this run: {sum(counts.values())} trials in {time.perf_counter() - t0:.0f} s wall"
+          + (f"; wrote {os.path.relpath(picture)}" if points else ""))
+    if best:
+        print(f"best: dvc exp apply {best}")
+    return 0 if best else 1
+
+
+def _run(args, driver, tune, plan, params, study, url, dims, have, counts, say) -> None:
+    """The study's missing trials on the cluster."""
+    from sparktrain.core.progress import Progress
+
+    workers = args.workers or (0 if args.scheduler else driver.usable_cores())
+    client, cluster = driver.open_client(args.scheduler, workers)
+    try:
+        slots = max(1, len(client.scheduler_info()["workers"]))
+        say(f"study {study.study_name!r} in {url}: {have} of {args.trials} trials finished, "
+            f"running the rest {slots} at a time on Dask worker(s) "
+            f"({args.scheduler or 'LocalCluster on 127.0.0.1'})")
+        with Progress("tune", total=args.trials - have, unit="trials") as bar:
+            def tick(state: str) -> None:
+                counts[state] += 1
+                bar.advance(note=", ".join(f"{n} {k}" for k, n in counts.items()))
+
+            tune.run_study(plan, params, study, url, dims, args.trials, args.objective,
+                                  args.prune, client, slots, args.scratch,
+                                  progress=lambda line: bar.log(f"tune: {printable(line)}"),
+                                  tick=tick)
+    finally:
+        driver.close_client(client, cluster)

@@ -1,0 +1,170 @@
+"""`spark tune` with the real dvc on a Dask LocalCluster of two single-threaded workers,
+the default tiny job, a bare git repository and a local folder as the remotes (as
+test_sweep.py sets them up): every trial is a DVC experiment that `dvc exp show` lists
+and `spark compare --where` picks; and a driver killed mid-study loses no completed trial
+when started again and runs none twice."""
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from sparkhelp import HANG_GUARD_S
+
+from .conftest import REPO, dvc_json, exp_revs, run, shared_checkout, tool_env
+
+optuna = pytest.importorskip("optuna")
+
+from sparktrain.sweep import tune  # noqa: E402
+
+pytestmark = pytest.mark.e2e
+README = (REPO / "README.md").read_text()
+
+# README's line, as written: a small space on the tiny pairs job (step.outer 2..3 keeps
+# each trial short), 3 trials on 2 workers
+README_LINE = README.split("\n## Tuning with Optuna\n", 1)[1].split("```sh\n", 1)[1] \
+    .split("\n", 1)[0]
+SPACE = tuple(shlex.split(README_LINE)[2:8])
+
+
+def spark(repo, *args, timeout=HANG_GUARD_S):
+    return run(repo, sys.executable, "-m", "sparktrain.cli", *args, timeout=timeout)
+
+
+def _study(repo, name):
+    storage = tune.open_storage(tune.default_storage(repo))
+    return optuna.load_study(study_name=name, storage=storage)
+
+
+@pytest.fixture(scope="module")
+def shared(template_repo, tmp_path_factory):
+    return shared_checkout(template_repo, tmp_path_factory.mktemp("tune"))
+
+
+@pytest.fixture(scope="module")
+def tuned(shared):
+    argv = shlex.split(README_LINE)
+    assert argv[:2] == ["spark", "tune"] and argv[8:] == ["--trials", "3", "--study", "t",
+                                                          "--workers", "2"], argv
+    done = spark(shared, *argv[1:])
+    return done, _study(shared, "t")
+
+
+def test_tune_runs_every_trial_as_an_experiment(shared, tuned):
+    done, study = tuned
+    assert done.returncode == 0, done.stdout
+    assert "Traceback" not in done.stdout
+    trials = study.get_trials()
+    finished = [t for t in trials if t.state in tune.FINISHED]
+    assert len(finished) == 3 and len(trials) == 3, [t.state for t in trials]
+    complete = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
+    shown = {e["name"]: e for e in exp_revs(dvc_json(shared, "exp", "show"))}
+    for t in complete:
+        exp = shown[f"tune-t-{t.number}"]
+        data = exp["data"]
+        step = data["params"]["params.yaml"]["data"]["step"]
+        assert step["lr"] == pytest.approx(t.params["step.lr"], rel=1e-12)
+        assert (step["outer"], step["seed"]) == (t.params["step.outer"],
+                                                 int(t.params["step.seed"]))
+        loss = data["metrics"]["out/train/job-dry-001/eval.json"]["data"]["loss"]
+        assert t.value == pytest.approx(loss, rel=1e-6)
+        assert len(t.intermediate_values) == t.params["step.outer"]   # one per pass
+    best = min(complete, key=lambda t: t.value)
+    lines = done.stdout.splitlines()
+    assert f"best: dvc exp apply tune-t-{best.number}" in lines
+    head = next(ln for ln in lines if ln.startswith("Trial "))
+    assert head.split() == ["Trial", "Experiment", "step.lr", "step.outer", "step.seed",
+                            "loss", "Seconds"]
+    assert (shared / "out" / "tune-t.png").read_bytes()[:4] == b"\x89PNG"
+    # README's second line: every trial with step.seed 1, and no other
+    compare = README.split("\n## Tuning with Optuna\n", 1)[1].split("```sh\n", 1)[1] \
+        .splitlines()[1].split("#")[0].split()
+    picked = spark(shared, *compare[1:], "--json")
+    wanted = {f"tune-t-{t.number}" for t in complete if t.params["step.seed"] == "1"}
+    if not wanted:   # the sampler drew seed 0 three times
+        assert picked.returncode == 2 and "no experiment has step.seed=1" in picked.stdout
+        return
+    assert picked.returncode == 0, picked.stdout
+    assert {e["name"] for e in json.loads(picked.stdout)["experiments"]} == wanted
+
+
+def test_a_resumed_study_keeps_its_trials_and_refuses_another_space(shared, tuned):
+    _, study = tuned
+    before = {t.number: t.value for t in study.get_trials()}
+    again = spark(shared, "tune", *SPACE, "--trials", "3", "--study", "t", "--workers", "2")
+    assert again.returncode == 0, again.stdout
+    assert "already holds 3 finished trials" in again.stdout, again.stdout
+    assert "Dask worker" not in again.stdout and " started" not in again.stdout
+    assert {t.number: t.value for t in _study(shared, "t").get_trials()} == before
+    other = spark(shared, "tune", "-S", "step.lr=0.01..0.2", "--study", "t")
+    assert other.returncode == 2
+    assert other.stdout.strip().splitlines() == [
+        "spark: error: study 't' holds another search space (-S step.lr=log:0.01..0.3 "
+        "-S step.outer=int:2..3 -S step.seed=0,1); give those -S again to resume it, or "
+        "another --study"]
+
+
+@pytest.mark.parametrize("args, needle", [
+    (("-S", "step.lr=0.3..0.01"), "the range 0.3..0.01 is inverted"),
+    (("-S", "step.lr=log:x..1"), "'x' is not a number (log range)"),
+    (("-S", "step.outr=int:1..3"), "no key step.outr; did you mean 'step.outer'?"),
+    (("-S", "step.lr=0.1..0.2", "--storage", "nosuchdb://x/y"),
+     "cannot open the study storage nosuchdb://x/y"),
+    (("-S", "step.lr=0.1..0.2", "--study", "a b"), "a study name is letters"),
+])
+def test_tune_mistakes_are_one_line(shared, args, needle):
+    done = spark(shared, "tune", *args)
+    lines = [ln for ln in done.stdout.splitlines() if ln.strip()]
+    assert done.returncode == 2 and len(lines) == 1 and needle in lines[0], done.stdout
+
+
+def test_a_killed_driver_resumes_without_losing_or_repeating_a_trial(shared):
+    cmd = [sys.executable, "-m", "sparktrain.cli", "tune", *SPACE, "--trials", "4",
+           "--study", "k", "--workers", "2"]
+    first = subprocess.Popen(cmd, cwd=shared, env=tool_env(shared), stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + HANG_GUARD_S
+    try:
+        while True:   # kill it (and its cluster) once a trial is complete and others run
+            assert first.poll() is None, "the driver ended before it could be killed"
+            assert time.monotonic() < deadline
+            time.sleep(1)
+            if not (shared / "out" / "tune.db").exists():
+                continue
+            try:
+                states = [t.state for t in _study(shared, "k").get_trials()]
+            except KeyError:   # the study is not created yet
+                continue
+            if optuna.trial.TrialState.COMPLETE in states and \
+                    optuna.trial.TrialState.RUNNING in states:
+                break
+    finally:
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait()
+    kept = {t.number: (t.params, t.value) for t in _study(shared, "k").get_trials()
+            if t.state == optuna.trial.TrialState.COMPLETE}
+    cut = [t.number for t in _study(shared, "k").get_trials()
+           if t.state == optuna.trial.TrialState.RUNNING]
+    assert kept and cut
+
+    done = spark(shared, "tune", *SPACE, "--trials", "4", "--study", "k", "--workers", "2")
+    assert done.returncode == 0, done.stdout
+    trials = _study(shared, "k").get_trials()
+    assert {t.number: (t.params, t.value) for t in trials if t.number in kept} == kept
+    finished = [t for t in trials if t.state in tune.FINISHED]
+    assert len(finished) == 4, [(t.number, t.state) for t in trials]
+    # the cut trials failed as stale and ran again under new numbers, each once
+    assert all(trials[n].state == optuna.trial.TrialState.FAIL for n in cut)
+    retried = [t for t in trials if t.system_attrs.get("failed_trial") in cut]
+    assert sorted(t.system_attrs["failed_trial"] for t in retried) == sorted(cut)
+    # one experiment per complete trial, none for the cut ones (their runs never finished)
+    names = {e["name"] for e in exp_revs(dvc_json(shared, "exp", "show"))
+             if e["name"].startswith("tune-k-")}
+    assert names == {f"tune-k-{t.number}" for t in trials
+                     if t.state == optuna.trial.TrialState.COMPLETE}
