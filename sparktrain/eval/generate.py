@@ -12,6 +12,7 @@ from sparktrain.core.jobfiles import CORPUS, TOKENIZER, WEIGHTS
 from sparktrain.model.config import ModelConfig
 from sparktrain.model.build import MAX_NEW, generate_tokens
 from sparktrain.model.weights import load_model
+from sparktrain.data.baselines import BASELINE_BPB, BASELINE_ORDERS
 from sparktrain.data.pairs import prompt_tokens
 from sparktrain.data.tokenizer import BYTES, read_tokenizer
 
@@ -85,8 +86,8 @@ def _check_sampling(max_new: int, temperature: float, top_k: int, seed: int) -> 
 
 
 # What a Spark-coder run learned, said at its end (docs/compat.md, `spark code train`): the
-# whole held-out stream's bits per byte (non-overlapping and sliding windows) beside zlib-9
-# and lzma-9e, and fixed prompts completed sampled (fixed seed) and greedy.
+# whole held-out stream's bits per byte (non-overlapping and sliding windows) beside the
+# compressors (data/baselines.py), and fixed prompts completed sampled (fixed seed) and greedy.
 LEARNED_PROMPTS = ("import os\n", "def read_config(path", "for i in range(")
 TEMPERATURE, TOP_K, SEED, LEARNED_MAX_NEW = 0.7, 40, 0, 48
 
@@ -100,8 +101,8 @@ def learned(folder, source, eval_cfg) -> dict:
     sampled = continue_text(params, cfg, tok, LEARNED_PROMPTS, max_new=LEARNED_MAX_NEW,
                             temperature=TEMPERATURE, top_k=TOP_K, seed=SEED)
     greedy = continue_text(params, cfg, tok, LEARNED_PROMPTS, max_new=LEARNED_MAX_NEW)
-    return {**{k: score[k] for k in ("bpb", "bpb_sliding", "sliding_stride", "zlib9_bpb",
-                                     "lzma9e_bpb", "heldout_bytes")},
+    return {**{k: score[k] for k in ("bpb", "bpb_sliding", "sliding_stride", *BASELINE_BPB,
+                                     *BASELINE_ORDERS, "heldout_bytes")},
             "sampling": {"temperature": TEMPERATURE, "top_k": TOP_K, "seed": SEED,
                          "max_new_tokens": LEARNED_MAX_NEW},
             "samples": [{"prompt": p, "sampled": s, "greedy": g}
@@ -117,7 +118,14 @@ def learned_text(report: dict, model: str) -> str:
              f"  {'  in sliding windows, stride ' + str(report['sliding_stride']):32s} "
              f"{report['bpb_sliding']:.4f}",
              f"  {'zlib level 9':32s} {report['zlib9_bpb']:.4f}",
-             f"  {'lzma preset 9e':32s} {report['lzma9e_bpb']:.4f}"]
+             f"  {'lzma preset 9e':32s} {report['lzma9e_bpb']:.4f}",
+             f"  {'PPMd, order ' + str(report['ppmd_order']):32s} {report['ppmd_bpb']:.4f}",
+             "  given the train split first (C(train + held-out) - C(train)):",
+             f"  {'lzma preset 9e, primed':32s} {report['lzma9e_primed_bpb']:.4f}",
+             f"  {'PPMd, order ' + str(report['ppmd_primed_order']) + ', primed':32s} "
+             f"{report['ppmd_primed_bpb']:.4f}",
+             f"  model / primed PPMd: {report['bpb'] / report['ppmd_primed_bpb']:.4f}, sliding "
+             f"{report['bpb_sliding'] / report['ppmd_primed_bpb']:.4f}"]
     for item in report["samples"]:
         lines += ["", f"--- prompt ---\n{item['prompt']}",
                   f"--- sampled (temperature {s['temperature']}, top-k {s['top_k']}, seed "
