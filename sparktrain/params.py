@@ -100,9 +100,10 @@ class StepConfig:
                           "cool-down")
     cooldown: Float = Field(0.0, ge=0, le=1, description="wsd: fraction of the micro-steps spent "
                             "cooling down to min_lr")
-    init_out: Literal["scaled", "zero"] = Field(
+    init_out: Literal["scaled", "zero", "zero_head"] = Field(
         "scaled", description="init of the residual-out projections (o, mlp_down): "
-                              "normal(0, 0.02/sqrt(2 n_layer)), or zero")
+                              "normal(0, 0.02/sqrt(2 n_layer)), or zero; zero_head: those "
+                              "and the LM head zero")
     checkpoint_every: StrictInt = Field(0, ge=0, description="save a resumable state every N "
                                         "outer passes (0 = off)")
     device: Literal[DEVICES] = Field(
@@ -176,6 +177,18 @@ class CorpusConfig:
 
 
 @dataclass(frozen=True, config=STRICT)
+class ArchOptions:
+    """params.yaml's `arch`: the attention model's opt-in options (model/config.py
+    OPTION_DEFAULTS; docs/training.md "Architecture options"). At their defaults a job's
+    bytes are those of a params file without the section."""
+    mlp: Literal["swiglu", "relu2"] = Field("swiglu", description="the MLP: swiglu (gate, up, "
+                                            "down) or relu2 (relu(h Wup)^2 Wdown, no gate)")
+    qk_norm: StrictBool = Field(False, description="rms-normalise q and k per head (no weight)")
+    logit_cap: Float = Field(0.0, ge=0, description="> 0: logits = cap * tanh(logits / cap); "
+                             "0 = off")
+
+
+@dataclass(frozen=True, config=STRICT)
 class ScaleRow:
     """A row of params.yaml's `scales`: a new scale (all five keys) or an
     override of some keys of a built-in one (model/config.py SCALES)."""
@@ -209,9 +222,11 @@ class Params:
     vocab_size: Annotated[StrictInt, Field(ge=MIN_BPE_VOCAB, le=MAX_VOCAB)] = Field(
         1024, description="BPE vocab, BOS/SEP/EOS included (byte: ignored)")
     corpus: CorpusConfig = Field(default_factory=CorpusConfig)
+    arch: ArchOptions = Field(default_factory=ArchOptions)
 
     def model_config(self) -> ModelConfig:
-        return model_config(self.scale, self.scales, train_attn=self.step.train_attn)
+        return model_config(self.scale, self.scales, train_attn=self.step.train_attn,
+                            options=dataclasses.asdict(self.arch))
 
     def heldout(self) -> str | None:
         """The held-out pairs measured after every pass: eval.data."""
@@ -219,9 +234,9 @@ class Params:
 
 
 def model_config(scale: str, scales: dict | None = None, *, train_attn: bool = True,
-                 **overrides) -> ModelConfig:
+                 options: dict | None = None, **overrides) -> ModelConfig:
     """The arch of a named scale of the one scale table (the built-in rows, params.yaml's
-    `scales` over them), with per-knob overrides (None = keep)."""
+    `scales` over them), with per-knob overrides (None = keep) and params' `arch` options."""
     table = {name: {k: getattr(cfg, k) for k in ARCH_KEYS} for name, cfg in SCALES.items()}
     for name, row in (scales or {}).items():
         given = row.given() if isinstance(row, ScaleRow) else dict(row)
@@ -235,7 +250,7 @@ def model_config(scale: str, scales: dict | None = None, *, train_attn: bool = T
                          f"{', '.join(missing)} too")
     arch = {k: table[scale][k] for k in ARCH_KEYS}
     arch.update({k: v for k, v in overrides.items() if v is not None})
-    return ModelConfig(**arch, train_attn=train_attn).validate()
+    return ModelConfig(**arch, train_attn=train_attn, **(options or {})).validate()
 
 
 @dataclass(frozen=True, config=STRICT)

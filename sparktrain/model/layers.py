@@ -61,6 +61,19 @@ class SwigluCache(NamedTuple):
     w_down: np.ndarray     # (C, F)
 
 
+class Relu2Cache(NamedTuple):
+    h: np.ndarray          # (N, C) input
+    r: np.ndarray          # (N, F) relu(h @ Wup.T)
+    a: np.ndarray          # (N, F) r * r
+    w_up: np.ndarray       # (F, C)
+    w_down: np.ndarray     # (C, F)
+
+
+class SoftCapCache(NamedTuple):
+    t: np.ndarray          # (..., V) tanh(x / cap)
+    cap: float
+
+
 class CrossEntropyCache(NamedTuple):
     probs: np.ndarray      # (N, V) softmax, reused in place by the backward
     targets: np.ndarray    # (N,)
@@ -283,6 +296,48 @@ def swiglu_backward(dout, cache):
     dh = dg @ w_gu[0, ...]                                   # (N, C)
     dh += du @ w_gu[1, ...]
     return dh, dw_gu[0, ...], dw_gu[1, ...], dw_down
+
+
+# ----------------------------------------------------------------- relu^2 mlp
+
+def relu2_forward(h, w_up, w_down):
+    """relu(h @ Wup.T)^2 @ Wdown.T (the `mlp: relu2` option); h (N, C), hidden F = 4C."""
+    xp = backend.of(h).xp
+    u = h @ w_up.T                                           # (N, F)
+    r = xp.maximum(u, 0)                                     # (N, F)
+    a = r * r                                                # (N, F)
+    out = a @ w_down.T                                       # (N, C)
+    return out, Relu2Cache(h, r, a, w_up, w_down)
+
+
+def relu2_backward(dout, cache):
+    """Returns (dh, dw_up, dw_down)."""
+    h, r, a, w_up, w_down = cache
+    # out = a @ w_down.T
+    dw_down = dout.T @ a                                     # (C, F)
+    da = dout @ w_down                                       # (N, F)
+    # a = relu(u)^2:  du = da * 2 relu(u)
+    du = da * r                                              # (N, F)
+    du *= 2.0
+    # u = h @ w_up.T
+    dw_up = du.T @ h                                         # (F, C)
+    dh = du @ w_up                                           # (N, C)
+    return dh, dw_up, dw_down
+
+
+# ------------------------------------------------------------ logit soft-cap
+
+def softcap_forward(x, cap: float):
+    """cap * tanh(x / cap) (the `logit_cap` option): logits stay within (-cap, cap)."""
+    t = backend.of(x).xp.tanh(x * (1.0 / cap))               # (..., V)
+    return t * cap, SoftCapCache(t, cap)
+
+
+def softcap_backward(dout, cache):
+    """Returns dx."""
+    t, cap = cache
+    # out = cap * tanh(x / cap):  dx = dout * (1 - t^2)
+    return dout - dout * (t * t)                             # (..., V)
 
 
 # ------------------------------------------------------------- cross-entropy

@@ -82,6 +82,13 @@ def test_zero_init_out_zeroes_only_the_residual_out_projections():
             assert not zero[n].any() and scaled[n].any()
         else:
             assert np.array_equal(zero[n], scaled[n]), n
+    # zero_head: the head too; every other tensor drawn the same
+    head = model.init_params(3, b"z", residual_out="zero_head")
+    for n in scaled:
+        if n.endswith(RESIDUAL_OUT) or n == "spark.lm_head.weight":
+            assert not head[n].any() and scaled[n].any(), n
+        else:
+            assert np.array_equal(head[n], scaled[n]), n
 
 
 @pytest.mark.hf
@@ -135,10 +142,20 @@ def test_a_muon_run_learns_and_records_its_knobs(tmp_path):
     assert ck["loss_after"] < ck["loss_before"]
 
 
+# every architecture option on, and the head zeroed too (docs/training.md "Architecture options")
+OPTIONS = {"arch": {"mlp": "relu2", "qk_norm": True, "logit_cap": 15.0}}
+
+
 @pytest.mark.slow
-def test_a_muon_run_stopped_mid_way_resumes_to_the_same_bytes_on_any_workers(tmp_path):
-    whole = pipeline(coder_project(tmp_path / "a", step={**STEP, "workers": 2}))
-    root = coder_project(tmp_path / "b", step={**STEP, "checkpoint_every": 1, "workers": 1})
+@pytest.mark.parametrize("changes", [{}, OPTIONS], ids=["plain", "options"])
+def test_a_muon_run_stopped_mid_way_resumes_to_the_same_bytes_on_any_workers(tmp_path, changes):
+    if changes:
+        changes = {**changes, "step": {"init_out": "zero_head"}}
+    step = {**STEP, **changes.get("step", {})}
+    arch = {k: v for k, v in changes.items() if k != "step"}
+    whole = pipeline(coder_project(tmp_path / "a", step={**step, "workers": 2}, **arch))
+    root = coder_project(tmp_path / "b", step={**step, "checkpoint_every": 1, "workers": 1},
+                         **arch)
     folder = pipeline(root, until="prepare")
     stop_after_pass_2(root, folder)
     assert (folder / "resume.json").exists() and not (folder / "weights.safetensors").exists()
@@ -148,6 +165,7 @@ def test_a_muon_run_stopped_mid_way_resumes_to_the_same_bytes_on_any_workers(tmp
     saved = json.loads((folder / "checkpoint.json").read_text())
     assert saved["weights_sha256"] == json.loads(
         (whole / "checkpoint.json").read_text())["weights_sha256"]
+    assert {k: saved["arch"].get(k) for k in changes.get("arch", {})} == changes.get("arch", {})
 
 
 def stop_after_pass_2(root, folder):
