@@ -186,6 +186,9 @@ class ArchOptions:
     qk_norm: StrictBool = Field(False, description="rms-normalise q and k per head (no weight)")
     logit_cap: Float = Field(0.0, ge=0, description="> 0: logits = cap * tanh(logits / cap); "
                              "0 = off")
+    bigram: Annotated[StrictInt, Field(ge=0, le=1 << 20)] = Field(
+        0, description="> 0: buckets of a hashed (previous, current) token embedding added to "
+                       "the token's; 0 = off")
 
 
 @dataclass(frozen=True, config=STRICT)

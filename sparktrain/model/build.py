@@ -14,7 +14,7 @@ import numpy as np
 
 from sparktrain.model import backend, layers
 from sparktrain.model.base import Model, PoolBatch, TokenBatch, right_pad
-from sparktrain.model.config import AttentionArch, MeanPoolArch, ModelConfig, layer_names
+from sparktrain.model.config import BIGRAM, AttentionArch, MeanPoolArch, ModelConfig, layer_names
 
 
 class BlockCache(NamedTuple):
@@ -32,6 +32,7 @@ class BlockCache(NamedTuple):
 
 class TrunkCache(NamedTuple):
     embed: layers.EmbeddingCache
+    bigram: layers.EmbeddingCache | None  # x += bigram[hash(prev, cur)] (bigram option)
     blocks: list[BlockCache]         # one per layer
     final_norm: layers.RmsNormCache
 
@@ -149,15 +150,22 @@ class Transformer(AttentionArch, Model):
                                                                  cache.attn_norm)
         return dx + dxn
 
-    def _trunk_forward(self, params, inputs):
-        """embed -> blocks -> final norm: inputs (B, T) -> hidden (B, T, C), TrunkCache."""
-        x, c_emb = layers.embedding_forward(inputs, params["spark.embed.weight"])  # (B, T, C)
+    def _trunk_forward(self, params, host_inputs):
+        """embed -> blocks -> final norm: host inputs (B, T) -> hidden (B, T, C), TrunkCache."""
+        embed = params["spark.embed.weight"]
+        be = backend.of(embed)
+        x, c_emb = layers.embedding_forward(be.asarray(host_inputs, embed), embed)  # (B, T, C)
+        c_big = None
+        if self.cfg.bigram:
+            ids = layers.bigram_ids(host_inputs, self.cfg.vocab, self.cfg.bigram)  # (B, T)
+            xb, c_big = layers.embedding_forward(be.asarray(ids, embed), params[BIGRAM])
+            x = x + xb                                                 # (B, T, C)
         c_blocks = []
         for L in range(self.cfg.n_layer):
             x, c = self._block_forward(x, params, L)                   # (B, T, C)
             c_blocks.append(c)
         hf, c_fn = layers.rmsnorm_forward(x, params["spark.final_norm.weight"])  # (B, T, C)
-        return hf, TrunkCache(c_emb, c_blocks, c_fn)
+        return hf, TrunkCache(c_emb, c_big, c_blocks, c_fn)
 
     def _trunk_backward(self, dhf, cache: TrunkCache, grads):
         """Reverse of _trunk_forward; writes the grads of every tensor but lm_head."""
@@ -165,6 +173,9 @@ class Transformer(AttentionArch, Model):
         dx, grads["spark.final_norm.weight"] = layers.rmsnorm_backward(dhf, cache.final_norm)
         for L in reversed(range(self.cfg.n_layer)):
             dx = self._block_backward(dx, cache.blocks[L], L, grads)  # (B, T, C)
+        if cache.bigram is not None:
+            # x = x + bigram[ids]
+            grads[BIGRAM] = layers.embedding_backward(dx, cache.bigram)
         # x = embed[inputs]
         grads["spark.embed.weight"] = layers.embedding_backward(dx, cache.embed)
 
@@ -173,9 +184,8 @@ class Transformer(AttentionArch, Model):
         embed = params["spark.embed.weight"]
         be = backend.of(embed)
         xp = be.xp
-        inputs = be.asarray(batch.inputs, embed)                       # (B, T) to the device
-        B, T = inputs.shape
-        hf, c_trunk = self._trunk_forward(params, inputs)              # (B, T, C)
+        B, T = np.shape(batch.inputs)
+        hf, c_trunk = self._trunk_forward(params, batch.inputs)        # (B, T, C)
         mask = np.asarray(batch.mask).reshape(-1)                      # (N,) host
         rows = np.flatnonzero(mask)                                    # (M,) counted rows, host
         h_sel = be.take_rows(xp.reshape(hf, (B * T, -1)), rows)        # (M, C)
@@ -208,9 +218,7 @@ class Transformer(AttentionArch, Model):
 
     def forward_logits(self, params, inputs):
         """inputs (B, T) int -> logits (B, T, 256) at every position, where params live."""
-        embed = params["spark.embed.weight"]
-        be = backend.of(embed)
-        hf, _ = self._trunk_forward(params, be.asarray(inputs, embed))  # (B, T, C)
+        hf, _ = self._trunk_forward(params, inputs)                    # (B, T, C)
         logits, _ = layers.linear_forward(hf, params["spark.lm_head.weight"])
         if self.cfg.logit_cap:
             logits, _ = layers.softcap_forward(logits, self.cfg.logit_cap)

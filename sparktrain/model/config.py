@@ -31,6 +31,7 @@ class ModelConfig:
     mlp: str = "swiglu"    # "relu2": relu(h @ Wup.T)^2 @ Wdown.T, two matrices, no gate
     qk_norm: bool = False  # q and k rms-normalised per head (no weight) before the scores
     logit_cap: float = 0.0  # > 0: logits = cap * tanh(logits / cap); 0 = off
+    bigram: int = 0        # > 0: buckets of a hashed (previous, current) token embedding
 
     @property
     def head_dim(self) -> int:
@@ -67,6 +68,10 @@ class ModelConfig:
                 or not 0 <= self.logit_cap < math.inf:
             raise SparkError(f"logit_cap must be a number >= 0 (0 = off), got "
                              f"{self.logit_cap!r}")
+        if isinstance(self.bigram, bool) or not isinstance(self.bigram, int) \
+                or not 0 <= self.bigram <= MAX_BIGRAM:
+            raise SparkError(f"bigram must be an integer in [0, {MAX_BIGRAM}] (buckets; 0 = "
+                             f"off), got {self.bigram!r}")
         if self.options() and not self.train_attn:
             raise SparkError(f"the options {', '.join(self.options())} need the attention "
                              f"model (train_attn: true)")
@@ -97,7 +102,8 @@ class ModelConfig:
 
 
 # the options and their defaults: absent from a recorded arch means the default
-OPTION_DEFAULTS = {"mlp": "swiglu", "qk_norm": False, "logit_cap": 0.0}
+OPTION_DEFAULTS = {"mlp": "swiglu", "qk_norm": False, "logit_cap": 0.0, "bigram": 0}
+MAX_BIGRAM = 1 << 20  # buckets
 MLPS = ("swiglu", "relu2")
 # a scale's keys: vocab comes from the tokenizer, train_attn from the step knobs
 ARCH_KEYS = tuple(f.name for f in fields(ModelConfig)
@@ -148,6 +154,7 @@ class Arch:
         return 0
 
 
+BIGRAM = "spark.bigram.weight"  # the bigram option's table: (buckets, dim)
 LAYER_TENSORS = ("attn_norm", "q", "k", "v", "o", "mlp_norm", "mlp_gate", "mlp_up", "mlp_down")
 
 
@@ -183,15 +190,20 @@ class AttentionArch(Arch):
 
     def outer_shapes(self) -> dict[str, tuple[int, ...]]:
         d, v = self.cfg.dim, self.cfg.vocab
-        return {"spark.embed.weight": (v, d), "spark.final_norm.weight": (d,),
-                "spark.lm_head.weight": (v, d)}
+        shapes = {"spark.embed.weight": (v, d), "spark.final_norm.weight": (d,),
+                  "spark.lm_head.weight": (v, d)}
+        if self.cfg.bigram:
+            shapes[BIGRAM] = (self.cfg.bigram, d)
+        return shapes
 
     def param_shapes(self) -> dict[str, tuple[int, ...]]:
-        layer = self.layer_shapes()
-        embed, final_norm, lm_head = self.outer_shapes().items()
+        layer, outer = self.layer_shapes(), self.outer_shapes()
+        head = [name for name in outer if name != BIGRAM]  # embed, [bigram,] blocks, the rest
         blocks = [(name, layer[key]) for L in range(self.cfg.n_layer)
                   for key, name in layer_names(L).items() if key in layer]
-        return dict([embed, *blocks, final_norm, lm_head])
+        first = [(head[0], outer[head[0]])] + ([(BIGRAM, outer[BIGRAM])] if BIGRAM in outer
+                                               else [])
+        return dict([*first, *blocks, *((n, outer[n]) for n in head[1:])])
 
     @property
     def n_params(self) -> int:

@@ -18,6 +18,7 @@ from sparktrain.model import backend
 
 RMS_EPS = 1e-5
 ROPE_BASE = 10000.0
+BIGRAM_MULT = 1_000_003  # a prime: (prev, cur) pairs spread over the buckets
 
 
 class EmbeddingCache(NamedTuple):
@@ -98,6 +99,14 @@ def embedding_backward(dout, cache):
     flat_ids = xp.reshape(ids, (-1,))                        # (N,)
     dflat = xp.reshape(dout, (flat_ids.shape[0], -1))        # (N, C)
     return be.embedding_grad(flat_ids, dflat, vocab)         # (V, C) = onehot (V, N) @ dflat
+
+
+def bigram_ids(ids: np.ndarray, vocab: int, buckets: int) -> np.ndarray:
+    """Host ids (B, T) -> the hashed bucket of each (previous, current) pair (B, T); a row's
+    first token pairs with `vocab`, an id no token has (the `bigram` option)."""
+    ids = np.asarray(ids, dtype=np.int64)
+    prev = np.concatenate([np.full((ids.shape[0], 1), vocab, np.int64), ids[:, :-1]], axis=1)
+    return (prev * BIGRAM_MULT + ids) % buckets                 # (B, T)
 
 
 # ------------------------------------------------------------------- rmsnorm

@@ -22,7 +22,8 @@ pytestmark = pytest.mark.hf
 BASE = dict(dim=16, n_layer=2, n_head=4, n_kv_head=2, seq_len=8, vocab=300)
 OPTIONS = {"default": {}, "relu2": {"mlp": "relu2"}, "qk_norm": {"qk_norm": True},
            "logit_cap": {"logit_cap": 2.0},
-           "all": {"mlp": "relu2", "qk_norm": True, "logit_cap": 2.0}}
+           "bigram": {"bigram": 37},
+           "all": {"mlp": "relu2", "qk_norm": True, "logit_cap": 2.0, "bigram": 37}}
 
 
 def rms(x, w=None):
@@ -44,6 +45,9 @@ def torch_loss(p, inputs, targets, mask, cfg: ModelConfig):
     B, T = inputs.shape
     H, KV, hd = cfg.n_head, cfg.n_kv_head, cfg.head_dim
     x = p["spark.embed.weight"][inputs]                                  # (B, T, C)
+    if cfg.bigram:  # the pair (previous token, token), the row's first after an id past vocab
+        prev = torch.cat([torch.full((B, 1), cfg.vocab), inputs[:, :-1]], dim=1)
+        x = x + p["spark.bigram.weight"][(prev * 1_000_003 + inputs) % cfg.bigram]
     causal = torch.triu(torch.ones(T, T, dtype=torch.bool), 1)
     for L in range(cfg.n_layer):
         w = {k.split(".")[3]: v for k, v in p.items() if k.startswith(f"spark.layers.{L}.")}

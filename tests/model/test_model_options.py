@@ -15,8 +15,8 @@ from .test_model_transformer import _gradcheck, big_params, token_batch
 
 BASE = dict(dim=8, n_layer=2, n_head=4, n_kv_head=2, seq_len=8)
 OPTIONS = {"relu2": {"mlp": "relu2"}, "qk_norm": {"qk_norm": True},
-           "logit_cap": {"logit_cap": 3.0},
-           "all": {"mlp": "relu2", "qk_norm": True, "logit_cap": 3.0}}
+           "logit_cap": {"logit_cap": 3.0}, "bigram": {"bigram": 64},
+           "all": {"mlp": "relu2", "qk_norm": True, "logit_cap": 3.0, "bigram": 64}}
 
 
 def test_relu2_backward():
@@ -49,11 +49,14 @@ def test_options_change_the_maths_and_the_shape_table():
     plain = build_model(ModelConfig(**BASE))
     params = big_params(plain)
     base_logits = plain.forward_logits(params, batch.inputs)
-    for name in ("qk_norm", "logit_cap"):
+    bigram = {**params, "spark.bigram.weight": _rng(5).standard_normal((64, BASE["dim"]))}
+    for name, weights in (("qk_norm", params), ("logit_cap", params), ("bigram", bigram)):
         model = build_model(ModelConfig(**BASE, **OPTIONS[name]))
-        assert not np.allclose(model.forward_logits(params, batch.inputs), base_logits), name
+        assert not np.allclose(model.forward_logits(weights, batch.inputs), base_logits), name
     capped = build_model(ModelConfig(**BASE, logit_cap=3.0)).forward_logits(params, batch.inputs)
     assert np.abs(capped).max() < 3.0 < np.abs(base_logits).max()
+    names = list(param_shapes(ModelConfig(**BASE, bigram=64)))
+    assert names[:2] == ["spark.embed.weight", "spark.bigram.weight"]
     relu2 = ModelConfig(**BASE, mlp="relu2")
     assert not any("mlp_gate" in n for n in param_shapes(relu2))
     assert len(param_shapes(relu2)) == len(param_shapes(ModelConfig(**BASE))) - BASE["n_layer"]
@@ -68,7 +71,16 @@ def test_the_record_names_only_options_in_use():
     assert ModelConfig.from_dict(cfg.to_dict()) == cfg
 
 
-@pytest.mark.parametrize("bad, words", [({"mlp": "gelu"}, "mlp must be one of swiglu, relu2"),
+def test_bigram_ids_hash_each_pair_and_the_row_start():
+    ids = np.array([[5, 7, 7], [7, 7, 5]])
+    got = layers.bigram_ids(ids, vocab=300, buckets=1000)
+    mult = layers.BIGRAM_MULT
+    assert got.tolist() == [[(300 * mult + 5) % 1000, (5 * mult + 7) % 1000, (7 * mult + 7) % 1000],
+                            [(300 * mult + 7) % 1000, (7 * mult + 7) % 1000, (7 * mult + 5) % 1000]]
+    assert got[0, 2] == got[1, 1]  # the same pair, the same bucket, wherever it is
+
+
+@pytest.mark.parametrize("bad, words", [({"bigram": -1}, "bigram must be an integer"),({"mlp": "gelu"}, "mlp must be one of swiglu, relu2"),
                                         ({"logit_cap": -1.0}, "logit_cap must be a number >= 0"),
                                         ({"qk_norm": 1}, "qk_norm must be true or false"),
                                         ({"qk_norm": True, "train_attn": False},
