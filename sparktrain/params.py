@@ -89,6 +89,9 @@ class StepConfig:
                                      "scheduled like lr")
     muon_momentum: Float = Field(0.95, ge=0, lt=1,
                                  description="optimizer muon: Nesterov momentum of the matrices")
+    muon_ns: Literal["jordan", "polar"] = Field(
+        "jordan", description="optimizer muon: Newton-Schulz coefficients, jordan (fixed, "
+                              "torch.optim.Muon's) or polar (Polar Express, one set a step)")
     beta1: Float = Field(0.9, ge=0, lt=1, description="AdamW first-moment decay")
     beta2: Float = Field(0.95, ge=0, lt=1, description="AdamW second-moment decay")
     schedule: Literal["constant", "cosine", "wsd"] = Field(
@@ -135,6 +138,8 @@ class StepConfig:
                              f"within {n} micro-steps")
         if self.optimizer != "muon" and self.adam_lr is not None:
             raise ValueError("adam_lr applies to optimizer muon")
+        if self.optimizer != "muon" and self.muon_ns != "jordan":
+            raise ValueError("muon_ns applies to optimizer muon")
         return self
 
     def adam_lr_or_default(self) -> float:
@@ -380,7 +385,7 @@ def _override_value(value) -> str:
 # Knobs recorded only when they differ from their defaults, so a run that does
 # not use them has the checkpoint bytes of a plain SGD run.
 LATER_KNOBS = ("optimizer", "weight_decay", "beta1", "beta2", "schedule", "warmup", "min_lr",
-               "checkpoint_every", "adam_lr", "muon_momentum", "cooldown", "init_out")
+               "checkpoint_every", "adam_lr", "muon_momentum", "cooldown", "init_out", "muon_ns")
 
 
 def step_record(step: StepConfig) -> dict:
