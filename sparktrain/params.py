@@ -160,6 +160,11 @@ class EvalConfig:
                                     "score: windows every `stride` tokens, each target scored "
                                     "once with >= seq_len - stride tokens of context (default "
                                     "seq_len / 4; seq_len = the non-overlapping score)")
+    adapt_lr: Optional[Float] = Field(None, gt=0, description="corpus jobs' score-first "
+                                      "adaptive score (spark code train, the coder proof): "
+                                      "each batch of held-out windows scored, then one AdamW "
+                                      "step at this rate on a copy of the weights; unset = off")
+    adapt_batch: Count = Field(16, description="windows per adapting step (adapt_lr)")
 
 
 def _patterns(value):
