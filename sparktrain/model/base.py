@@ -9,7 +9,7 @@ from typing import Sequence
 import numpy as np
 
 from sparktrain.core.errors import SparkError
-from sparktrain.model.config import Arch
+from sparktrain.model.config import BIGRAM, Arch
 
 INIT_STD = 0.02
 RESIDUAL_OUT = ("o.weight", "mlp_down.weight")
@@ -44,7 +44,8 @@ class Model(Arch):
             std = resid_std if name.endswith(RESIDUAL_OUT) else INIT_STD
             params[name] = (rng.standard_normal(shape) * std).astype(dtype)
             if (residual_out in ("zero", "zero_head") and name.endswith(RESIDUAL_OUT)) \
-                    or (residual_out == "zero_head" and name == HEAD):
+                    or (residual_out == "zero_head" and name == HEAD) \
+                    or name == BIGRAM:  # the bigram table starts at zero: no noise added
                 params[name] = np.zeros(shape, dtype=dtype)
         return params
 
