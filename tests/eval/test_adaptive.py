@@ -39,3 +39,4 @@ def test_scores_every_target_once_and_leaves_the_weights():
     assert adaptive_score(model, params, STREAM, 8, 4, 1e-9, BYTES, 0).bpb == pytest.approx(bpb,
                                                                                            rel=1e-5)
     assert got.bpb < bpb - 0.05 and got.seconds > 0
+

@@ -129,3 +129,17 @@ def test_spark_help_and_training_do_not_load_matplotlib():
             "print('matplotlib' in sys.modules)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout == "False\n"
+
+
+def test_the_bpb_panel_draws_every_baseline_a_run_has():
+    from types import SimpleNamespace
+
+    from sparktrain.eval.plot import _references
+
+    metrics = {"zlib9_bpb": 2.0, "lzma9e_bpb": 1.7, "ppmd_bpb": 1.47,
+               "lzma9e_primed_bpb": 1.42, "ppmd_primed_bpb": 1.25}
+    refs = _references([SimpleNamespace(unit="bpb", metrics=metrics)])
+    assert [text for _, text, _ in refs] == [
+        "zlib-9 (2.000 bpb)", "lzma-9e (1.700 bpb)", "PPMd (1.470 bpb)",
+        "lzma-9e primed (1.420 bpb)", "PPMd primed (1.250 bpb)"]
+    assert len({style for _, _, style in refs}) == 5  # each its own line style
