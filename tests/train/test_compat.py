@@ -202,8 +202,8 @@ def test_every_scale_has_a_recipe():
 
     for scale in SCALES:
         p = load_recipe(scale, ROOT / "data/programs/coder-recipes.yaml")
-        assert p.scale == scale and p.tokenizer == "bpe" and p.step.optimizer == "adamw"
-        assert p.step.schedule == "cosine" and p.step.outer * p.step.inner >= 500
+        assert p.scale == scale and p.tokenizer == "bpe" and p.step.optimizer in ("adamw", "muon")
+        assert p.step.schedule in ("cosine", "wsd") and p.step.outer * p.step.inner >= 500
 
 
 @pytest.mark.e2e
