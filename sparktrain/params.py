@@ -96,6 +96,9 @@ class StepConfig:
                                      "scheduled like lr")
     muon_momentum: Float = Field(0.95, ge=0, lt=1,
                                  description="optimizer muon: Nesterov momentum of the matrices")
+    muon_ns: Literal["jordan", "polar"] = Field(
+        "jordan", description="optimizer muon: Newton-Schulz coefficients, jordan (fixed, "
+                              "torch.optim.Muon's) or polar (Polar Express, one set a step)")
     beta1: Float = Field(0.9, ge=0, lt=1, description="AdamW first-moment decay")
     beta2: Float = Field(0.95, ge=0, lt=1, description="AdamW second-moment decay")
     schedule: Literal["constant", "cosine", "wsd"] = Field(
@@ -107,9 +110,10 @@ class StepConfig:
                           "cool-down")
     cooldown: Float = Field(0.0, ge=0, le=1, description="wsd: fraction of the micro-steps spent "
                             "cooling down to min_lr")
-    init_out: Literal["scaled", "zero"] = Field(
+    init_out: Literal["scaled", "zero", "zero_head"] = Field(
         "scaled", description="init of the residual-out projections (o, mlp_down): "
-                              "normal(0, 0.02/sqrt(2 n_layer)), or zero")
+                              "normal(0, 0.02/sqrt(2 n_layer)), or zero; zero_head: those "
+                              "and the LM head zero")
     checkpoint_every: StrictInt = Field(0, ge=0, description="save a resumable state every N "
                                         "outer passes (0 = off)")
     device: Literal[DEVICES] = Field(
@@ -141,6 +145,8 @@ class StepConfig:
                              f"within {n} micro-steps")
         if self.optimizer != "muon" and self.adam_lr is not None:
             raise ValueError("adam_lr applies to optimizer muon")
+        if self.optimizer != "muon" and self.muon_ns != "jordan":
+            raise ValueError("muon_ns applies to optimizer muon")
         return self
 
     def adam_lr_or_default(self) -> float:
@@ -161,6 +167,11 @@ class EvalConfig:
                                     "score: windows every `stride` tokens, each target scored "
                                     "once with >= seq_len - stride tokens of context (default "
                                     "seq_len / 4; seq_len = the non-overlapping score)")
+    adapt_lr: Optional[Float] = Field(None, gt=0, description="corpus jobs' score-first "
+                                      "adaptive score (spark code train, the coder proof): "
+                                      "each batch of held-out windows scored, then one AdamW "
+                                      "step at this rate on a copy of the weights; unset = off")
+    adapt_batch: Count = Field(16, description="windows per adapting step (adapt_lr)")
 
 
 def _patterns(value):
@@ -180,6 +191,21 @@ class CorpusConfig:
         ("**/*.py",), description="files of the corpus, relative to its root")
     heldout: Float = Field(0.1, gt=0, lt=1, description="fraction of files held out, chosen "
                            "by a hash of the path")
+
+
+@dataclass(frozen=True, config=STRICT)
+class ArchOptions:
+    """params.yaml's `arch`: the attention model's opt-in options (model/config.py
+    OPTION_DEFAULTS; docs/training.md "Architecture options"). At their defaults a job's
+    bytes are those of a params file without the section."""
+    mlp: Literal["swiglu", "relu2"] = Field("swiglu", description="the MLP: swiglu (gate, up, "
+                                            "down) or relu2 (relu(h Wup)^2 Wdown, no gate)")
+    qk_norm: StrictBool = Field(False, description="rms-normalise q and k per head (no weight)")
+    logit_cap: Float = Field(0.0, ge=0, description="> 0: logits = cap * tanh(logits / cap); "
+                             "0 = off")
+    bigram: Annotated[StrictInt, Field(ge=0, le=1 << 20)] = Field(
+        0, description="> 0: buckets of a hashed (previous, current) token embedding added to "
+                       "the token's; 0 = off")
 
 
 @dataclass(frozen=True, config=STRICT)
@@ -216,9 +242,11 @@ class Params:
     vocab_size: Annotated[StrictInt, Field(ge=MIN_BPE_VOCAB, le=MAX_VOCAB)] = Field(
         1024, description="BPE vocab, BOS/SEP/EOS included (byte: ignored)")
     corpus: CorpusConfig = Field(default_factory=CorpusConfig)
+    arch: ArchOptions = Field(default_factory=ArchOptions)
 
     def model_config(self) -> ModelConfig:
-        return model_config(self.scale, self.scales, train_attn=self.step.train_attn)
+        return model_config(self.scale, self.scales, train_attn=self.step.train_attn,
+                            options=dataclasses.asdict(self.arch))
 
     def heldout(self) -> str | None:
         """The held-out pairs measured after every pass: eval.data."""
@@ -226,9 +254,9 @@ class Params:
 
 
 def model_config(scale: str, scales: dict | None = None, *, train_attn: bool = True,
-                 **overrides) -> ModelConfig:
+                 options: dict | None = None, **overrides) -> ModelConfig:
     """The arch of a named scale of the one scale table (the built-in rows, params.yaml's
-    `scales` over them), with per-knob overrides (None = keep)."""
+    `scales` over them), with per-knob overrides (None = keep) and params' `arch` options."""
     table = {name: {k: getattr(cfg, k) for k in ARCH_KEYS} for name, cfg in SCALES.items()}
     for name, row in (scales or {}).items():
         given = row.given() if isinstance(row, ScaleRow) else dict(row)
@@ -242,7 +270,7 @@ def model_config(scale: str, scales: dict | None = None, *, train_attn: bool = T
                          f"{', '.join(missing)} too")
     arch = {k: table[scale][k] for k in ARCH_KEYS}
     arch.update({k: v for k, v in overrides.items() if v is not None})
-    return ModelConfig(**arch, train_attn=train_attn).validate()
+    return ModelConfig(**arch, train_attn=train_attn, **(options or {})).validate()
 
 
 @dataclass(frozen=True, config=STRICT)
@@ -388,7 +416,7 @@ def _override_value(value) -> str:
 # Knobs recorded only when they differ from their defaults, so a run that does
 # not use them has the checkpoint bytes of a plain SGD run.
 LATER_KNOBS = ("optimizer", "weight_decay", "beta1", "beta2", "schedule", "warmup", "min_lr",
-               "checkpoint_every", "adam_lr", "muon_momentum", "cooldown", "init_out")
+               "checkpoint_every", "adam_lr", "muon_momentum", "cooldown", "init_out", "muon_ns")
 
 
 def step_record(step: StepConfig) -> dict:

@@ -185,6 +185,9 @@ def heldout_bpb(p: dict, cfg, data, tokenizer) -> dict:
 def run_peer(params_doc: dict, threads: int, prepare: bool = False,
              progress=lambda line: None) -> dict:
     p = parse_params(params_doc)
+    if p.model_config().options() or p.step.muon_ns != "jordan" or p.step.init_out == "zero_head":
+        raise SparkError("the PyTorch peer trains the plain Llama recipe: drop the arch "
+                         "options, step.muon_ns and init_out zero_head")
     job = job_from_program(p.program, p.job)
     if prepare:
         prepare_job(job.out_dir, source_for(job.dataset, p), p.tokenizer, p.vocab_size)

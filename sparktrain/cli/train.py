@@ -4,6 +4,7 @@ a person beyond their JSON (see docs/outputs.md, "failed.json")."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -134,6 +135,7 @@ def resolve_configs(args, params_path: str | None, default_params: bool, fallbac
     step = step_from_flags(knobs.step, args)
     resolve_device(step.device)  # a GPU that cannot be had: one line before anything is written
     cfg = model_config(args.scale or knobs.scale, knobs.scales, train_attn=step.train_attn,
+                       options=dataclasses.asdict(knobs.arch),
                        **{d: getattr(args, d) for _, d in ARCH})
     return knobs, step, cfg, args.heldout or knobs.heldout()
 

@@ -12,6 +12,8 @@ from sparktrain.core.errors import SparkError
 OUT = "out"
 PARAMS_FILE = "params.yaml"   # the knobs, at the root beside dvc.yaml (sparktrain/params.py)
 JOBS_ROOT = Path("out/train")   # the pipeline's job folders: out/train/<job id>/
+# a corpus's compressor baselines, by its sha256 (data/baselines.py): not a DVC output
+BASELINE_CACHE = Path("out/cache/baselines")
 
 PROGRAM = "program.json"        # decode-bc: the program and the resolved TRAIN
 TOKENIZER = "tokenizer.json"    # tokenizer: byte or the job's BPE

@@ -2,7 +2,8 @@
 hash of each relative path, a bad file one line naming it (docs/training.md "Corpora"); its
 token streams (nanoGPT's train.bin / val.bin: [BOS] + tokens + [EOS] per file, flat uint8 or
 uint16, little-endian, memory-mapped) and their windows; a job's prepared `corpus/`: files.json
-(what was read, token counts, the tokenizer's sha256, the compressor baselines) and the streams."""
+(what was read, token counts, the tokenizer's sha256, the compressor baselines of
+data/baselines.py) and the streams."""
 from __future__ import annotations
 
 import hashlib
@@ -15,7 +16,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from sparktrain.data.base import compressor_bpb
+from sparktrain.data.baselines import cached_baselines
 from sparktrain.vocab import token_dtype
 from sparktrain.core.errors import SparkError, printable
 from sparktrain.core.fsutil import (atomic_write_bytes, read_input, sha256_bytes, size_cap,
@@ -292,6 +293,11 @@ def heldout_bytes(corpus: Corpus) -> bytes:
     return b"".join(f.text.encode("utf-8") for f in corpus.heldout)
 
 
+def train_bytes(corpus: Corpus) -> bytes:
+    """The train text in path order: what primes the compressors before the held-out text."""
+    return b"".join(f.text.encode("utf-8") for f in corpus.train)
+
+
 def write_prepared(folder: str | Path, corpus: Corpus, tokenizer, tokenizer_sha256: str) -> Path:
     folder = Path(folder)
     with Progress("prepare", total=4, unit="steps") as bar:
@@ -302,9 +308,11 @@ def write_prepared(folder: str | Path, corpus: Corpus, tokenizer, tokenizer_sha2
         write_stream(folder / TRAIN_BIN, train, tokenizer.vocab)
         write_stream(folder / VAL_BIN, val, tokenizer.vocab)
         bar.advance(note=f"wrote {TRAIN_BIN}, {VAL_BIN}")
-        baselines = compressor_bpb(heldout_bytes(corpus))
-        bar.advance(note=f"zlib-9 {baselines['zlib9_bpb']:.3f} bpb, "
-                         f"lzma-9e {baselines['lzma9e_bpb']:.3f} bpb on the held-out bytes")
+        baselines = cached_baselines(heldout_bytes(corpus), train_bytes(corpus),
+                                     manifest_sha256(corpus.files), folder)
+        bar.advance(note=f"zlib-9 {baselines['zlib9_bpb']:.3f}, lzma-9e "
+                         f"{baselines['lzma9e_bpb']:.3f}, PPMd primed "
+                         f"{baselines['ppmd_primed_bpb']:.3f} bpb on the held-out bytes")
     manifest = {**corpus.manifest(), "kind": "corpus", "tokenizer": tokenizer.kind,
                 "tokenizer_sha256": tokenizer_sha256, "vocab": tokenizer.vocab,
                 "dtype": token_dtype(tokenizer.vocab).newbyteorder("<").str,

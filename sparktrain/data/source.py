@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from sparktrain.data.base import DataSource, EvalSet, TrainingData, bits_per_byte, measure
+from sparktrain.data.baselines import BASELINE_BPB, BASELINE_ORDERS
 from sparktrain.data.corpus import (MAX_FILES, STDLIB, Corpus, CorpusFile, WindowSampler,
                                     check_splits, is_heldout, read_corpus, read_prepared,
                                     sliding_batches, stream_batches, windows_batch,
@@ -109,9 +110,10 @@ class CorpusSource:
         loss, nbytes = total / count, data.heldout_bytes
         base = data.manifest["heldout_baselines"]
         return {"mode": self.kind, "loss": loss, "perplexity": math.exp(loss),
-                "bpb": bits_per_byte(total, nbytes), "zlib9_bpb": base["zlib9_bpb"],
+                "bpb": bits_per_byte(total, nbytes),
                 "bpb_sliding": bits_per_byte(sliding, nbytes), "sliding_stride": stride,
-                "lzma9e_bpb": base["lzma9e_bpb"], "heldout_bytes": base["bytes"],
+                **{k: base[k] for k in BASELINE_BPB + BASELINE_ORDERS},
+                "heldout_bytes": base["bytes"],
                 "heldout_targets": count, "tokenizer": tokenizer.kind, "vocab": tokenizer.vocab}
 
     @staticmethod

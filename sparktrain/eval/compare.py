@@ -288,6 +288,7 @@ def as_json(sweep: dict) -> dict:
 
 # Short headers keep the table inside 80 columns.
 TABLE_HEADS = {"loss": "held-out", "bpb": "bpb", "zlib9_bpb": "zlib9", "lzma9e_bpb": "lzma9e",
+               "lzma9e_primed_bpb": "lzma9e+", "ppmd_bpb": "ppmd", "ppmd_primed_bpb": "ppmd+",
                "perplexity": "ppl", "next_token_accuracy": "acc", "exact_match": "exact",
                "copy_recall": "copy"}
 WIDTH = 80   # the terminal the table is laid out for

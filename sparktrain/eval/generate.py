@@ -10,10 +10,13 @@ import numpy as np
 from sparktrain.core.errors import SparkError
 from sparktrain.core.jobfiles import CORPUS, TOKENIZER, WEIGHTS
 from sparktrain.model.config import ModelConfig
-from sparktrain.model.build import MAX_NEW, generate_tokens
+from sparktrain.model.build import MAX_NEW, build_model, generate_tokens
 from sparktrain.model.weights import load_model
+from sparktrain.data.baselines import BASELINE_BPB, BASELINE_ORDERS
+from sparktrain.data.corpus import read_prepared
 from sparktrain.data.pairs import prompt_tokens
 from sparktrain.data.tokenizer import BYTES, read_tokenizer
+from sparktrain.eval.adaptive import adaptive_score
 
 GEN_BATCH = 64
 
@@ -89,8 +92,8 @@ def _check_sampling(max_new: int, temperature: float, top_k: int, seed: int) -> 
 
 
 # What a Spark-coder run learned, said at its end (docs/compat.md, `spark code train`): the
-# whole held-out stream's bits per byte (non-overlapping and sliding windows) beside zlib-9
-# and lzma-9e, and fixed prompts completed sampled (fixed seed) and greedy.
+# whole held-out stream's bits per byte (non-overlapping and sliding windows) beside the
+# compressors (data/baselines.py), and fixed prompts completed sampled (fixed seed) and greedy.
 LEARNED_PROMPTS = ("import os\n", "def read_config(path", "for i in range(")
 TEMPERATURE, TOP_K, SEED, LEARNED_MAX_NEW = 0.7, 40, 0, 48
 
@@ -101,11 +104,20 @@ def learned(folder, source, eval_cfg) -> dict:
     tok, tok_sha256 = read_tokenizer(folder / TOKENIZER)
     params, cfg, _ = load_model(folder / WEIGHTS)
     score = source.evaluate(folder / CORPUS, params, cfg, tok, tok_sha256, eval_cfg)
+    adaptive = {}
+    if eval_cfg.adapt_lr:  # the stored weights stay: adaptive_score steps a copy
+        held = read_prepared(folder / CORPUS, tok_sha256).val
+        got = adaptive_score(build_model(cfg), params, held, cfg.seq_len, eval_cfg.adapt_batch,
+                             eval_cfg.adapt_lr, tok.byte_lengths(), tok.eos)
+        adaptive = {"bpb_adaptive": got.bpb, "adaptive": {
+            "lr": eval_cfg.adapt_lr, "batch": eval_cfg.adapt_batch, "steps": got.steps},
+            "adaptive_seconds": got.seconds}
     sampled = continue_text(params, cfg, tok, LEARNED_PROMPTS, max_new=LEARNED_MAX_NEW,
                             temperature=TEMPERATURE, top_k=TOP_K, seed=SEED)
     greedy = continue_text(params, cfg, tok, LEARNED_PROMPTS, max_new=LEARNED_MAX_NEW)
-    return {**{k: score[k] for k in ("bpb", "bpb_sliding", "sliding_stride", "zlib9_bpb",
-                                     "lzma9e_bpb", "heldout_bytes")},
+    return {**{k: score[k] for k in ("bpb", "bpb_sliding", "sliding_stride", *BASELINE_BPB,
+                                     *BASELINE_ORDERS, "heldout_bytes")},
+            **adaptive,
             "sampling": {"temperature": TEMPERATURE, "top_k": TOP_K, "seed": SEED,
                          "max_new_tokens": LEARNED_MAX_NEW},
             "samples": [{"prompt": p, "sampled": s, "greedy": g}
@@ -120,8 +132,21 @@ def learned_text(report: dict, model: str) -> str:
              f"  {'model (' + model + ')':32s} {report['bpb']:.4f}",
              f"  {'  in sliding windows, stride ' + str(report['sliding_stride']):32s} "
              f"{report['bpb_sliding']:.4f}",
+             *([f"  {'  adaptive, score first':32s} {report['bpb_adaptive']:.4f} "
+                f"(an AdamW step at {report['adaptive']['lr']:g} after each "
+                f"{report['adaptive']['batch']} windows scored; {report['adaptive_seconds']:.1f} s)"]
+               if "bpb_adaptive" in report else []),
              f"  {'zlib level 9':32s} {report['zlib9_bpb']:.4f}",
-             f"  {'lzma preset 9e':32s} {report['lzma9e_bpb']:.4f}"]
+             f"  {'lzma preset 9e':32s} {report['lzma9e_bpb']:.4f}",
+             f"  {'PPMd, order ' + str(report['ppmd_order']):32s} {report['ppmd_bpb']:.4f}",
+             "  given the train split first (C(train + held-out) - C(train)):",
+             f"  {'lzma preset 9e, primed':32s} {report['lzma9e_primed_bpb']:.4f}",
+             f"  {'PPMd, order ' + str(report['ppmd_primed_order']) + ', primed':32s} "
+             f"{report['ppmd_primed_bpb']:.4f}",
+             f"  model / primed PPMd: {report['bpb'] / report['ppmd_primed_bpb']:.4f}, sliding "
+             f"{report['bpb_sliding'] / report['ppmd_primed_bpb']:.4f}"
+             + (f", adaptive {report['bpb_adaptive'] / report['ppmd_primed_bpb']:.4f}"
+                if "bpb_adaptive" in report else "")]
     for item in report["samples"]:
         lines += ["", f"--- prompt ---\n{item['prompt']}",
                   f"--- sampled (temperature {s['temperature']}, top-k {s['top_k']}, seed "

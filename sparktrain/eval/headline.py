@@ -6,7 +6,8 @@ import math
 
 # The headline numbers a sweep compares: eval.json (the DVC metric) holds exactly these,
 # flat; the rest of an eval is eval_detail.json. A new metric slots in by name here.
-HEADLINE_KEYS = ("loss", "bpb", "bpb_sliding", "zlib9_bpb", "lzma9e_bpb", "perplexity",
+HEADLINE_KEYS = ("loss", "bpb", "bpb_sliding", "zlib9_bpb", "lzma9e_bpb", "lzma9e_primed_bpb",
+                 "ppmd_bpb", "ppmd_primed_bpb", "perplexity",
                  "next_token_accuracy", "exact_match", "copy_recall")
 
 

@@ -179,7 +179,11 @@ LEGEND_CHARS = 100        # characters of legend text one row holds at LEGEND_FO
 LEGEND_FONT = 9
 AXIS_FONTS = (11, 10, 9)   # title, axis labels, ticks
 MAX_LEGEND_COLUMNS = 4
-REFERENCES = (("zlib9_bpb", "zlib-9", (0, (5, 3))), ("lzma9e_bpb", "lzma-9e", (0, (1, 2))))
+# The compressors on the same held-out bytes: cold, then primed with the train split
+REFERENCES = (("zlib9_bpb", "zlib-9", (0, (5, 3))), ("lzma9e_bpb", "lzma-9e", (0, (1, 2))),
+              ("ppmd_bpb", "PPMd", (0, (3, 1, 1, 1))),
+              ("lzma9e_primed_bpb", "lzma-9e primed", (0, (8, 2))),
+              ("ppmd_primed_bpb", "PPMd primed", (0, (3, 1, 1, 1, 1, 1))))
 LINE_STYLES = ("-", "--", "-.", ":")
 LEGEND_TITLES = {"loss": "loss: ● training  ■ held-out",
                  "bpb": "bits per byte: ■ held-out (per pass: 64-window estimate)"}

@@ -75,10 +75,16 @@ def name_map(cfg: ModelConfig, to: str) -> dict[str, str]:
     return {name: table[name] for name in param_shapes(cfg)}
 
 
-def require_attention(cfg: ModelConfig, path) -> None:
+def require_llama(cfg: ModelConfig, path, to: str) -> None:
+    """One line when a Llama cannot compute this model: the mean-pool kind, or an
+    architecture option (docs/export.md "What exports")."""
     if not cfg.train_attn:
         raise SparkError(f"{path} is a mean-pool model (train_attn false); it has no Llama "
                          "equivalent, export a model trained with attention")
+    for name, value in cfg.options().items():
+        raise SparkError(f"{path} uses the architecture option {name}: {value}, which a "
+                         f"Llama cannot express; it is not exported to {to} (train without it "
+                         f"to export)")
 
 
 def hf_config(cfg: ModelConfig, meta: dict, ids: dict[str, int]) -> dict:
@@ -191,7 +197,7 @@ def export_hf(weights: str | os.PathLike, out: str | os.PathLike,
     """Write the Hugging Face folder; returns the file names written."""
     out = check_target(out, force, "hf", inputs=(weights, tokenizer))
     params, cfg, meta = load_model(weights)
-    require_attention(cfg, weights)
+    require_llama(cfg, weights, "hf")
     tok_text = model_tokenizer_json(weights, meta, cfg, tokenizer)
     ids = special_ids(tok_text)
     names = name_map(cfg, "hf")
@@ -266,7 +272,7 @@ def export_gguf(weights: str | os.PathLike, out: str | os.PathLike,
                 tokenizer: str | os.PathLike | None = None, force: bool = False) -> None:
     out = check_target(out, force, "gguf", inputs=(weights, tokenizer))
     params, cfg, meta = load_model(weights)
-    require_attention(cfg, weights)
+    require_llama(cfg, weights, "gguf")
     tok_text = model_tokenizer_json(weights, meta, cfg, tokenizer)
     publish_file(lambda tmp: write_gguf(tmp, params, cfg, meta, tok_text), out)
 

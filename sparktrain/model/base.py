@@ -9,10 +9,11 @@ from typing import Sequence
 import numpy as np
 
 from sparktrain.core.errors import SparkError
-from sparktrain.model.config import Arch
+from sparktrain.model.config import BIGRAM, Arch
 
 INIT_STD = 0.02
 RESIDUAL_OUT = ("o.weight", "mlp_down.weight")
+HEAD = "spark.lm_head.weight"  # zeroed too by init_out zero_head
 
 
 def init_rng(seed: int, salt: bytes = b"") -> np.random.Generator:
@@ -42,7 +43,9 @@ class Model(Arch):
                 continue
             std = resid_std if name.endswith(RESIDUAL_OUT) else INIT_STD
             params[name] = (rng.standard_normal(shape) * std).astype(dtype)
-            if residual_out == "zero" and name.endswith(RESIDUAL_OUT):
+            if (residual_out in ("zero", "zero_head") and name.endswith(RESIDUAL_OUT)) \
+                    or (residual_out == "zero_head" and name == HEAD) \
+                    or name == BIGRAM:  # the bigram table starts at zero: no noise added
                 params[name] = np.zeros(shape, dtype=dtype)
         return params
 

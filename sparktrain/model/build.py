@@ -14,7 +14,7 @@ import numpy as np
 
 from sparktrain.model import backend, layers
 from sparktrain.model.base import Model, PoolBatch, TokenBatch, right_pad
-from sparktrain.model.config import AttentionArch, MeanPoolArch, ModelConfig, layer_names
+from sparktrain.model.config import BIGRAM, AttentionArch, MeanPoolArch, ModelConfig, layer_names
 
 
 class BlockCache(NamedTuple):
@@ -23,14 +23,16 @@ class BlockCache(NamedTuple):
     w_planes: np.ndarray             # (2, X, C) q and k weights as rope's two planes
     w_v: np.ndarray                  # (KV hd, C)
     rope: layers.RopeCache
+    qk_norm: layers.RmsNormCache | None  # heads = rmsnorm(heads) per head (qk_norm option)
     attention: layers.AttentionCache
     o: layers.LinearCache            # att_out = y @ Wo.T
     mlp_norm: layers.RmsNormCache
-    mlp: layers.SwigluCache
+    mlp: layers.SwigluCache | layers.Relu2Cache
 
 
 class TrunkCache(NamedTuple):
     embed: layers.EmbeddingCache
+    bigram: layers.EmbeddingCache | None  # x += bigram[hash(prev, cur)] (bigram option)
     blocks: list[BlockCache]         # one per layer
     final_norm: layers.RmsNormCache
 
@@ -40,6 +42,7 @@ class LossCache(NamedTuple):
     rows: np.ndarray                 # (M,) flat indices of the counted positions
     hidden_shape: tuple              # (B, T, C)
     lm_head: layers.LinearCache
+    cap: layers.SoftCapCache | None  # logits = cap * tanh(logits / cap) (logit_cap option)
     ce: layers.CrossEntropyCache
 
 
@@ -54,14 +57,22 @@ def _qk_planes(w_q, w_k, half):
     return xp.reshape(planes, (2, heads * half, C))
 
 
+# The MLP of each `mlp` option: its tensors' short names (after the input), forward, backward
+MLPS = {"swiglu": (("mlp_gate", "mlp_up", "mlp_down"), layers.swiglu_forward,
+                   layers.swiglu_backward),
+        "relu2": (("mlp_up", "mlp_down"), layers.relu2_forward, layers.relu2_backward)}
+
+
 class Transformer(AttentionArch, Model):
-    """The attention decoder's maths, trained on every counted next byte."""
+    """The attention decoder's maths, trained on every counted next byte; the options of
+    cfg (docs/training.md "Architecture options") each one more layer pair in the chain."""
     batch_type = TokenBatch
 
     def _block_forward(self, x, params, L):
         """One pre-norm block: x (B, T, C) -> (B, T, C), BlockCache; q and k come out as
         rope's two planes (_qk_planes), regrouped per head after rope."""
-        w = {k: params[n] for k, n in layer_names(L).items()}
+        w = {k: params[n] for k, n in layer_names(L).items() if n in params}
+        mlp_names, mlp_forward, _ = MLPS[self.cfg.mlp]
         be = backend.of(x)
         xp = be.xp
         B, T, C = x.shape
@@ -75,6 +86,9 @@ class Transformer(AttentionArch, Model):
         heads = be.contiguous(be.permute(xp.reshape(qk, (2, B, T, H + KV, half)),
                                          (1, 3, 2, 0, 4)))
         heads = xp.reshape(heads, (B, H + KV, T, hd))                  # (B, H + KV, T, hd)
+        c_qk = None
+        if self.cfg.qk_norm:  # rope rotates pairs: the norm of a head is the same before it
+            heads, c_qk = layers.rmsnorm_forward(heads, be.ones((hd,), heads))
         v = h2 @ w["v"].T                                              # (N, KV hd)
         v = be.contiguous(be.permute(xp.reshape(v, (B, T, KV, hd)), (0, 2, 1, 3)))  # (B, KV, T, hd)
         y, c_att = layers.attention_forward(heads[:, :H, ...], heads[:, H:, ...], v)  # (B,H,T,hd)
@@ -82,10 +96,11 @@ class Transformer(AttentionArch, Model):
         att_out, c_o = layers.linear_forward(y, w["o"])                # (B, T, C)
         x = x + att_out                                                # (B, T, C)
         h2n, c_n2 = layers.rmsnorm_forward(x, w["mlp_norm"])           # (B, T, C)
-        mlp_out, c_mlp = layers.swiglu_forward(
-            xp.reshape(h2n, (N, C)), w["mlp_gate"], w["mlp_up"], w["mlp_down"])  # (N, C)
+        mlp_out, c_mlp = mlp_forward(xp.reshape(h2n, (N, C)),
+                                     *(w[k] for k in mlp_names))      # (N, C)
         x = x + xp.reshape(mlp_out, (B, T, C))                         # (B, T, C)
-        return x, BlockCache(c_n1, h2, w_planes, w["v"], c_rope, c_att, c_o, c_n2, c_mlp)
+        return x, BlockCache(c_n1, h2, w_planes, w["v"], c_rope, c_qk, c_att, c_o, c_n2,
+                             c_mlp)
 
     def _block_backward(self, dx, cache: BlockCache, L, grads):
         """Reverse of _block_forward; writes this layer's grads, returns dx (B, T, C)."""
@@ -95,9 +110,10 @@ class Transformer(AttentionArch, Model):
         B, T, C = dx.shape
         H, KV, hd = self.cfg.n_head, self.cfg.n_kv_head, self.cfg.head_dim
         half, N = hd // 2, B * T
-        # x = x + mlp_out ; mlp_out = swiglu(h2n)
-        dh2n, grads[names["mlp_gate"]], grads[names["mlp_up"]], grads[names["mlp_down"]] = \
-            layers.swiglu_backward(xp.reshape(dx, (N, C)), cache.mlp)  # (N, C)
+        mlp_names, _, mlp_backward = MLPS[self.cfg.mlp]
+        # x = x + mlp_out ; mlp_out = mlp(h2n)
+        dh2n, *dw_mlp = mlp_backward(xp.reshape(dx, (N, C)), cache.mlp)  # (N, C)
+        grads.update((names[k], dw) for k, dw in zip(mlp_names, dw_mlp))
         # h2n = rmsnorm(x, mlp_norm)
         dxn, grads[names["mlp_norm"]] = layers.rmsnorm_backward(xp.reshape(dh2n, (B, T, C)),
                                                                 cache.mlp_norm)
@@ -114,6 +130,11 @@ class Transformer(AttentionArch, Model):
         # heads = planes regrouped per head
         dheads = be.concat([xp.reshape(dq, (B, H, T, 2, half)),
                             xp.reshape(dk, (B, KV, T, 2, half))], axis=1)  # (B, H + KV, T, 2, half)
+        if cache.qk_norm is not None:
+            # heads = rmsnorm(heads) (a weight of ones, its gradient unused)
+            dheads, _ = layers.rmsnorm_backward(xp.reshape(dheads, (B, H + KV, T, hd)),
+                                                cache.qk_norm)
+            dheads = xp.reshape(dheads, (B, H + KV, T, 2, half))
         dqk = xp.reshape(be.contiguous(be.permute(dheads, (3, 0, 2, 1, 4))), (2, B, T, -1))
         # qk = rope(planes)
         dqk = xp.reshape(layers.rope_backward(dqk, cache.rope), (2, N, -1))  # (2, N, X)
@@ -129,15 +150,22 @@ class Transformer(AttentionArch, Model):
                                                                  cache.attn_norm)
         return dx + dxn
 
-    def _trunk_forward(self, params, inputs):
-        """embed -> blocks -> final norm: inputs (B, T) -> hidden (B, T, C), TrunkCache."""
-        x, c_emb = layers.embedding_forward(inputs, params["spark.embed.weight"])  # (B, T, C)
+    def _trunk_forward(self, params, host_inputs):
+        """embed -> blocks -> final norm: host inputs (B, T) -> hidden (B, T, C), TrunkCache."""
+        embed = params["spark.embed.weight"]
+        be = backend.of(embed)
+        x, c_emb = layers.embedding_forward(be.asarray(host_inputs, embed), embed)  # (B, T, C)
+        c_big = None
+        if self.cfg.bigram:
+            ids = layers.bigram_ids(host_inputs, self.cfg.vocab, self.cfg.bigram)  # (B, T)
+            xb, c_big = layers.embedding_forward(be.asarray(ids, embed), params[BIGRAM])
+            x = x + xb                                                 # (B, T, C)
         c_blocks = []
         for L in range(self.cfg.n_layer):
             x, c = self._block_forward(x, params, L)                   # (B, T, C)
             c_blocks.append(c)
         hf, c_fn = layers.rmsnorm_forward(x, params["spark.final_norm.weight"])  # (B, T, C)
-        return hf, TrunkCache(c_emb, c_blocks, c_fn)
+        return hf, TrunkCache(c_emb, c_big, c_blocks, c_fn)
 
     def _trunk_backward(self, dhf, cache: TrunkCache, grads):
         """Reverse of _trunk_forward; writes the grads of every tensor but lm_head."""
@@ -145,6 +173,9 @@ class Transformer(AttentionArch, Model):
         dx, grads["spark.final_norm.weight"] = layers.rmsnorm_backward(dhf, cache.final_norm)
         for L in reversed(range(self.cfg.n_layer)):
             dx = self._block_backward(dx, cache.blocks[L], L, grads)  # (B, T, C)
+        if cache.bigram is not None:
+            # x = x + bigram[ids]
+            grads[BIGRAM] = layers.embedding_backward(dx, cache.bigram)
         # x = embed[inputs]
         grads["spark.embed.weight"] = layers.embedding_backward(dx, cache.embed)
 
@@ -153,24 +184,29 @@ class Transformer(AttentionArch, Model):
         embed = params["spark.embed.weight"]
         be = backend.of(embed)
         xp = be.xp
-        inputs = be.asarray(batch.inputs, embed)                       # (B, T) to the device
-        B, T = inputs.shape
-        hf, c_trunk = self._trunk_forward(params, inputs)              # (B, T, C)
+        B, T = np.shape(batch.inputs)
+        hf, c_trunk = self._trunk_forward(params, batch.inputs)        # (B, T, C)
         mask = np.asarray(batch.mask).reshape(-1)                      # (N,) host
         rows = np.flatnonzero(mask)                                    # (M,) counted rows, host
         h_sel = be.take_rows(xp.reshape(hf, (B * T, -1)), rows)        # (M, C)
         logits, c_head = layers.linear_forward(h_sel, params["spark.lm_head.weight"])  # (M, V)
+        c_cap = None
+        if self.cfg.logit_cap:
+            logits, c_cap = layers.softcap_forward(logits, self.cfg.logit_cap)  # (M, V)
         weights = mask[rows].astype(be.host_dtype(embed))              # (M,) host
         targets = np.asarray(batch.targets).reshape(-1)[rows]          # (M,) host
         denom = denom_of(weights)
         loss, c_ce = layers.cross_entropy_forward(
             logits, be.asarray(targets, embed), be.asarray(weights, embed), denom)
-        return loss, LossCache(c_trunk, rows, hf.shape, c_head, c_ce)
+        return loss, LossCache(c_trunk, rows, hf.shape, c_head, c_cap, c_ce)
 
     def _loss_backward(self, cache: LossCache) -> dict[str, np.ndarray]:
         grads: dict[str, np.ndarray] = {}
         # loss = cross_entropy(logits, targets, weights)
         dlogits = layers.cross_entropy_backward(cache.ce)              # (M, V)
+        if cache.cap is not None:
+            # logits = softcap(logits)
+            dlogits = layers.softcap_backward(dlogits, cache.cap)
         # logits = h_sel @ lm_head.T
         dh_sel, grads["spark.lm_head.weight"] = layers.linear_backward(dlogits, cache.lm_head)
         # h_sel = hf[rows] (uncounted rows: 0)
@@ -182,10 +218,10 @@ class Transformer(AttentionArch, Model):
 
     def forward_logits(self, params, inputs):
         """inputs (B, T) int -> logits (B, T, 256) at every position, where params live."""
-        embed = params["spark.embed.weight"]
-        be = backend.of(embed)
-        hf, _ = self._trunk_forward(params, be.asarray(inputs, embed))  # (B, T, C)
+        hf, _ = self._trunk_forward(params, inputs)                    # (B, T, C)
         logits, _ = layers.linear_forward(hf, params["spark.lm_head.weight"])
+        if self.cfg.logit_cap:
+            logits, _ = layers.softcap_forward(logits, self.cfg.logit_cap)
         return logits                                                  # (B, T, V)
 
     def scored_logits(self, params, batch):

@@ -26,6 +26,12 @@ class ModelConfig:
     seq_len: int = 64      # context window in tokens
     vocab: int = VOCAB     # from the tokenizer: 256 bytes (0xFD/0xFE/0xFF the specials) or BPE
     train_attn: bool = True  # False: the mean-pool fallback (embed + lm_head only)
+    # Opt-in options of the attention model (docs/training.md "Architecture options"); a
+    # config records them only when they differ from these defaults (to_dict)
+    mlp: str = "swiglu"    # "relu2": relu(h @ Wup.T)^2 @ Wdown.T, two matrices, no gate
+    qk_norm: bool = False  # q and k rms-normalised per head (no weight) before the scores
+    logit_cap: float = 0.0  # > 0: logits = cap * tanh(logits / cap); 0 = off
+    bigram: int = 0        # > 0: buckets of a hashed (previous, current) token embedding
 
     @property
     def head_dim(self) -> int:
@@ -54,6 +60,21 @@ class ModelConfig:
             raise SparkError(f"n_layer {self.n_layer} is above the limit of {MAX_LAYERS}")
         if self.seq_len > MAX_SEQ_LEN:
             raise SparkError(f"seq_len {self.seq_len} is above the limit of {MAX_SEQ_LEN}")
+        if self.mlp not in MLPS:
+            raise SparkError(f"mlp must be one of {', '.join(MLPS)}, got {self.mlp!r}")
+        if not isinstance(self.qk_norm, bool):
+            raise SparkError(f"qk_norm must be true or false, got {self.qk_norm!r}")
+        if isinstance(self.logit_cap, bool) or not isinstance(self.logit_cap, (int, float)) \
+                or not 0 <= self.logit_cap < math.inf:
+            raise SparkError(f"logit_cap must be a number >= 0 (0 = off), got "
+                             f"{self.logit_cap!r}")
+        if isinstance(self.bigram, bool) or not isinstance(self.bigram, int) \
+                or not 0 <= self.bigram <= MAX_BIGRAM:
+            raise SparkError(f"bigram must be an integer in [0, {MAX_BIGRAM}] (buckets; 0 = "
+                             f"off), got {self.bigram!r}")
+        if self.options() and not self.train_attn:
+            raise SparkError(f"the options {', '.join(self.options())} need the attention "
+                             f"model (train_attn: true)")
         size = self.kind(self).n_params  # the kind checks its own rules first
         if size > MAX_PARAMS:
             raise SparkError(
@@ -61,7 +82,15 @@ class ModelConfig:
         return self
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """Every field, less the options at their defaults: a run without them keeps the
+        bytes of its checkpoint, weights metadata and plans."""
+        return {k: v for k, v in asdict(self).items()
+                if not (k in OPTION_DEFAULTS and v == OPTION_DEFAULTS[k])}
+
+    def options(self) -> dict:
+        """The options that differ from their defaults, by name."""
+        return {k: getattr(self, k) for k in OPTION_DEFAULTS
+                if getattr(self, k) != OPTION_DEFAULTS[k]}
 
     @classmethod
     def from_dict(cls, d: dict) -> "ModelConfig":
@@ -72,8 +101,15 @@ class ModelConfig:
         return cls(**d)
 
 
+# the options and their defaults: absent from a recorded arch means the default
+OPTION_DEFAULTS = {"mlp": "swiglu", "qk_norm": False, "logit_cap": 0.0, "bigram": 0}
+MAX_BIGRAM = 1 << 20  # buckets
+MLPS = ("swiglu", "relu2")
 # a scale's keys: vocab comes from the tokenizer, train_attn from the step knobs
-ARCH_KEYS = tuple(f.name for f in fields(ModelConfig) if f.name not in ("vocab", "train_attn"))
+ARCH_KEYS = tuple(f.name for f in fields(ModelConfig)
+                  if f.name not in ("vocab", "train_attn", *OPTION_DEFAULTS))
+# what a recorded arch must hold
+REQUIRED_ARCH = tuple(f.name for f in fields(ModelConfig) if f.name not in OPTION_DEFAULTS)
 
 SCALES: dict[str, ModelConfig] = {
     "tiny": ModelConfig(dim=32, n_layer=2, n_head=4, n_kv_head=2, seq_len=64),
@@ -118,6 +154,7 @@ class Arch:
         return 0
 
 
+BIGRAM = "spark.bigram.weight"  # the bigram option's table: (buckets, dim)
 LAYER_TENSORS = ("attn_norm", "q", "k", "v", "o", "mlp_norm", "mlp_gate", "mlp_up", "mlp_down")
 
 
@@ -144,21 +181,29 @@ class AttentionArch(Arch):
     def layer_shapes(self) -> dict[str, tuple[int, ...]]:
         """One decoder block's tensors by short name (every block has the same)."""
         d, kv = self.cfg.dim, self.cfg.kv_dim
-        return {"attn_norm": (d,), "q": (d, d), "k": (kv, d), "v": (kv, d), "o": (d, d),
-                "mlp_norm": (d,), "mlp_gate": (4 * d, d), "mlp_up": (4 * d, d),
-                "mlp_down": (d, 4 * d)}
+        shapes = {"attn_norm": (d,), "q": (d, d), "k": (kv, d), "v": (kv, d), "o": (d, d),
+                  "mlp_norm": (d,), "mlp_gate": (4 * d, d), "mlp_up": (4 * d, d),
+                  "mlp_down": (d, 4 * d)}
+        if self.cfg.mlp == "relu2":  # no gate
+            del shapes["mlp_gate"]
+        return shapes
 
     def outer_shapes(self) -> dict[str, tuple[int, ...]]:
         d, v = self.cfg.dim, self.cfg.vocab
-        return {"spark.embed.weight": (v, d), "spark.final_norm.weight": (d,),
-                "spark.lm_head.weight": (v, d)}
+        shapes = {"spark.embed.weight": (v, d), "spark.final_norm.weight": (d,),
+                  "spark.lm_head.weight": (v, d)}
+        if self.cfg.bigram:
+            shapes[BIGRAM] = (self.cfg.bigram, d)
+        return shapes
 
     def param_shapes(self) -> dict[str, tuple[int, ...]]:
-        layer = self.layer_shapes()
-        embed, final_norm, lm_head = self.outer_shapes().items()
+        layer, outer = self.layer_shapes(), self.outer_shapes()
+        head = [name for name in outer if name != BIGRAM]  # embed, [bigram,] blocks, the rest
         blocks = [(name, layer[key]) for L in range(self.cfg.n_layer)
-                  for key, name in layer_names(L).items()]
-        return dict([embed, *blocks, final_norm, lm_head])
+                  for key, name in layer_names(L).items() if key in layer]
+        first = [(head[0], outer[head[0]])] + ([(BIGRAM, outer[BIGRAM])] if BIGRAM in outer
+                                               else [])
+        return dict([*first, *blocks, *((n, outer[n]) for n in head[1:])])
 
     @property
     def n_params(self) -> int:

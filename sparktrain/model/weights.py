@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import math
 import os
-from dataclasses import fields
 
 import numpy as np
 from safetensors import SafetensorError
@@ -14,7 +13,7 @@ from safetensors.numpy import load, save
 
 from sparktrain.core.errors import SparkError, first_line
 from sparktrain.core.fsutil import atomic_write_bytes, read_input
-from sparktrain.model.config import ModelConfig, param_shapes
+from sparktrain.model.config import REQUIRED_ARCH, ModelConfig, param_shapes
 from sparktrain.core.safeload import load_json
 
 META_KEY = "spark"
@@ -122,7 +121,7 @@ def config_from_meta(meta: dict, path: str | os.PathLike = "weights") -> ModelCo
     arch = meta.get("arch")
     if not isinstance(arch, dict):
         raise SparkError(f"{path}: metadata has no 'arch' object")
-    missing = [f.name for f in fields(ModelConfig) if f.name not in arch]
+    missing = [name for name in REQUIRED_ARCH if name not in arch]
     if missing:
         raise SparkError(f"{path}: arch in metadata lacks {', '.join(missing)}")
     if not isinstance(arch["train_attn"], bool):

@@ -15,6 +15,15 @@ ADAM_EPS = 1e-8
 NS_COEFFICIENTS = (3.4445, -4.7750, 2.0315)
 NS_STEPS = 5
 MUON_EPS = 1e-7
+# step.muon_ns: polar: Polar Express (Amsel, Persson, Musco, Gower 2025, arXiv 2505.16932),
+# one (a, b, c) a step, fitted for 5 steps with a 2 % safety factor on the input's norm, the
+# schedule the speedrun (KellerJordan/modded-nanogpt) uses
+POLAR_EXPRESS = ((8.156554524902461, -22.48329292557795, 15.878769915207462),
+                 (4.042929935166739, -2.808917465908714, 0.5000178451051316),
+                 (3.8916678022926607, -2.772484153217685, 0.5060648178503393),
+                 (3.285753657755655, -2.3681294933425376, 0.46449024233003106),
+                 (2.3465413258596377, -1.7097828382687081, 0.42323551169305323))
+POLAR_SAFETY = 1.02
 HIDDEN = "spark.layers."  # the hidden matrices Muon trains are the layers' ones
 
 
@@ -124,14 +133,20 @@ class AdamW:
         self.t = int(tensors["t"][0])
 
 
-def orthogonalise(be, g):
-    """Newton-Schulz towards the nearest semi-orthogonal matrix of g (m, n), as
-    torch.optim.Muon's, in float32: X <- a X + (b A + c A A) X, A = X X^T, wide side."""
-    a, b, c = (be.f32(k) for k in NS_COEFFICIENTS)
+def orthogonalise(be, g, ns: str = "jordan"):
+    """Newton-Schulz towards the nearest semi-orthogonal matrix of g (m, n), in float32:
+    X <- a X + (b A + c A A) X, A = X X^T, wide side; `ns` jordan: torch.optim.Muon's fixed
+    (a, b, c), polar: Polar Express's schedule, one (a, b, c) a step (docs/training.md)."""
     tall = g.shape[0] > g.shape[1]
     x = be.mT(g) if tall else g                                    # (r, s), r <= s
-    x = x / be.f32(max(be.global_norm([x]), MUON_EPS))
-    for _ in range(NS_STEPS):
+    if ns == "polar":
+        x = x / be.f32(be.global_norm([x]) * POLAR_SAFETY + MUON_EPS)
+        schedule = POLAR_EXPRESS
+    else:
+        x = x / be.f32(max(be.global_norm([x]), MUON_EPS))
+        schedule = (NS_COEFFICIENTS,) * NS_STEPS
+    for coefficients in schedule:
+        a, b, c = (be.f32(k) for k in coefficients)
         gram = x @ be.mT(x)                                        # (r, r)
         x = a * x + (b * gram + c * (gram @ gram)) @ x             # (r, s)
     return be.mT(x) if tall else x
@@ -143,6 +158,7 @@ class Muon:
 
     def __init__(self, params: dict, names, step):
         self.mu, self.wd, self.lr = step.muon_momentum, step.weight_decay, step.lr
+        self.ns = step.muon_ns
         self.adam_lr = step.adam_lr_or_default()
         self.be = be = backend.of_params(params)
         self.hidden = [n for n in names if n.startswith(HIDDEN) and params[n].ndim == 2]
@@ -155,7 +171,7 @@ class Muon:
         for n, buf in self.buf.items():
             g = grads[n] if scale == 1.0 else grads[n] * f32(scale)
             buf += one_mu * (g - buf)
-            o = orthogonalise(self.be, g + mu * (buf - g))
+            o = orthogonalise(self.be, g + mu * (buf - g), self.ns)
             rows, cols = o.shape
             if self.wd:
                 params[n] *= f32(1.0 - lr * self.wd)

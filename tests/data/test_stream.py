@@ -6,7 +6,8 @@ import zlib
 import numpy as np
 import pytest
 
-from sparktrain.data.base import bits_per_byte, compressor_bpb
+from sparktrain.data.base import bits_per_byte
+from sparktrain.data.baselines import compressor_bpb
 from sparktrain.data.corpus import (WindowSampler, read_stream, sliding_batches, stream_batches,
                                     stream_of,
                                     write_stream)

@@ -141,3 +141,20 @@ def test_a_corpus_curve_says_what_its_points_measure():
     legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
     assert legend == ["training loss, 32 fixed train windows (last 4)",
                       "held-out loss, 64-window estimate (last 4.4)"]
+
+
+def test_the_bpb_panel_draws_every_baseline_a_run_has():
+    from types import SimpleNamespace
+
+    from sparktrain.eval.plot import _references
+
+    metrics = {"zlib9_bpb": 2.0, "lzma9e_bpb": 1.7, "ppmd_bpb": 1.47,
+               "lzma9e_primed_bpb": 1.42, "ppmd_primed_bpb": 1.25}
+    run = SimpleNamespace(unit="bpb", metrics=metrics, params={"job": "job-c"}, number=1,
+                          name="r1")
+    refs = _references([run], {"r1": ("C0",)})
+    assert [text for _, text, _, _ in refs] == [
+        f"{name} ({value:.3f} bpb): run 1; job-c" for name, value in (
+            ("zlib-9", 2.0), ("lzma-9e", 1.7), ("PPMd", 1.47), ("lzma-9e primed", 1.42),
+            ("PPMd primed", 1.25))]
+    assert len({style for _, _, style, _ in refs}) == 5  # each its own line style

@@ -106,7 +106,9 @@ def test_the_readmes_reproducible_figures_are_in_generated_blocks():
     text = (ROOT / "README.md").read_text()
     coder = rf.coder_figures(rf.block(text, "coder-tiny"))
     assert coder["loss_after"] and coder["loss_before"]
-    assert set(coder["bpb"]) == {"model (tiny, bpe)", "zlib level 9", "lzma preset 9e"}
+    assert set(coder["bpb"]) == {"model (tiny, bpe)", "zlib level 9", "lzma preset 9e",
+                                 "PPMd, order 16", "lzma preset 9e, primed",
+                                 "PPMd, order 16, primed"}
     scale = rf.scale_figures(rf.block(text, "scale-proof"))
     assert {"copy", "upper", "lookup"} <= set(scale)
     assert "coder-tiny" in rf.FIGURES and " on " in rf.block(text, "coder-tiny").split("\n")[0]

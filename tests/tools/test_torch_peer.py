@@ -82,3 +82,12 @@ def test_the_peer_trains_the_tiny_coder_job_and_measures_bpb_the_project_way(pro
     nats = sum(model.batch_loss(params, b)[0]
                for b in stream_batches(data.val, cfg.seq_len, peer.LOSS_BATCH, tok.eos))
     assert got["heldout_loss"] * got["heldout_targets"] == pytest.approx(nats, rel=1e-5)
+
+
+@pytest.mark.parametrize("change", [{"arch": {"qk_norm": True}}, {"arch": {"bigram": 64}},
+                                    {"step": {**STEP, "init_out": "zero_head"}}])
+def test_the_peer_refuses_what_it_does_not_implement(change):
+    doc = {"job": "job-coder-tiny", "program": "data/programs/train-coder.sparkbc",
+           "step": STEP, **change}
+    with pytest.raises(peer.SparkError, match="plain Llama recipe"):
+        peer.run_peer(doc, threads=1)

@@ -163,9 +163,15 @@ def test_spark_code_train_on_the_cpu(project):
     model_bpb = float(next(ln for ln in lines if ln.strip().startswith("model (tiny, bpe)"))
                       .split()[-1])
     assert 0 < model_bpb < 16
-    for name, key in (("zlib level 9", "zlib9_bpb"), ("lzma preset 9e", "lzma9e_bpb")):
+    base = files["heldout_baselines"]
+    for name, key in (("zlib level 9", "zlib9_bpb"), ("lzma preset 9e", "lzma9e_bpb"),
+                      (f"PPMd, order {base['ppmd_order']} ", "ppmd_bpb"),
+                      ("lzma preset 9e, primed", "lzma9e_primed_bpb"),
+                      (f"PPMd, order {base['ppmd_primed_order']}, primed", "ppmd_primed_bpb")):
         shown = next(ln for ln in lines if ln.strip().startswith(name)).split()[-1]
-        assert shown == f"{files['heldout_baselines'][key]:.4f}"
+        assert shown == f"{base[key]:.4f}"
+    shown = next(ln for ln in lines if "model / primed PPMd:" in ln)
+    assert f"{model_bpb / base['ppmd_primed_bpb']:.4f}, sliding" in shown
     assert report.count("--- sampled (temperature 0.7, top-k 40, seed 0) ---") == 3
     assert report.count("--- greedy ---") == 3
     assert "--- prompt ---\nfor i in range(" in report
@@ -201,8 +207,8 @@ def test_every_scale_has_a_recipe():
 
     for scale in SCALES:
         p = load_recipe(scale, ROOT / "data/programs/coder-recipes.yaml")
-        assert p.scale == scale and p.tokenizer == "bpe" and p.step.optimizer == "adamw"
-        assert p.step.schedule == "cosine" and p.step.outer * p.step.inner >= 500
+        assert p.scale == scale and p.tokenizer == "bpe" and p.step.optimizer in ("adamw", "muon")
+        assert p.step.schedule in ("cosine", "wsd") and p.step.outer * p.step.inner >= 500
 
 
 @pytest.mark.e2e

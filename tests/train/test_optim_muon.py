@@ -44,14 +44,23 @@ def test_muon_takes_the_layers_matrices_and_adamw_the_rest():
     assert opt.adam_lr == MUON_ADAM_LR
 
 
-def test_newton_schulz_brings_singular_values_near_one_either_way_round():
+@pytest.mark.parametrize("ns, band", [("jordan", (0.5, 1.5)), ("polar", (0.7, 1.2))])
+def test_newton_schulz_brings_singular_values_near_one_either_way_round(ns, band):
     rng = np.random.default_rng(0)
     for shape in ((64, 16), (16, 64), (32, 32)):
         g = rng.standard_normal(shape).astype(np.float32)
-        o = orthogonalise(backend.of(g), g)
+        o = orthogonalise(backend.of(g), g, ns)
         assert o.shape == shape and o.dtype == np.float32
         s = np.linalg.svd(o, compute_uv=False)
-        assert 0.5 < s.min() and s.max() < 1.5  # the quintic's band, not exactly 1
+        assert band[0] < s.min() and s.max() < band[1], (ns, s.min(), s.max())
+
+
+def test_polar_express_is_closer_to_orthogonal_than_the_fixed_quintic():
+    rng = np.random.default_rng(1)
+    g = (rng.standard_normal((48, 16)) * np.logspace(0, -3, 16)).astype(np.float32)  # ill-conditioned
+    worst = {ns: np.abs(np.linalg.svd(orthogonalise(backend.of(g), g, ns),
+                                      compute_uv=False) - 1).max() for ns in ("jordan", "polar")}
+    assert worst["polar"] < worst["jordan"], worst
 
 
 def test_wsd_schedule_warms_up_holds_then_cools_down_linearly():
@@ -65,6 +74,7 @@ def test_wsd_schedule_warms_up_holds_then_cools_down_linearly():
 @pytest.mark.parametrize("changes, needle", [
     ({"cooldown": 0.2}, "cooldown needs schedule: wsd"),
     ({"adam_lr": 0.01}, "adam_lr applies to optimizer muon"),
+    ({"optimizer": "adamw", "muon_ns": "polar"}, "muon_ns applies to optimizer muon"),
     ({"schedule": "wsd", "warmup": 30, "cooldown": 0.5}, "overlap"),
 ])
 def test_incoherent_knobs_are_refused(changes, needle):
@@ -82,6 +92,13 @@ def test_zero_init_out_zeroes_only_the_residual_out_projections():
             assert not zero[n].any() and scaled[n].any()
         else:
             assert np.array_equal(zero[n], scaled[n]), n
+    # zero_head: the head too; every other tensor drawn the same
+    head = model.init_params(3, b"z", residual_out="zero_head")
+    for n in scaled:
+        if n.endswith(RESIDUAL_OUT) or n == "spark.lm_head.weight":
+            assert not head[n].any() and scaled[n].any(), n
+        else:
+            assert np.array_equal(head[n], scaled[n]), n
 
 
 @pytest.mark.hf
@@ -135,10 +152,20 @@ def test_a_muon_run_learns_and_records_its_knobs(tmp_path):
     assert ck["loss_after"] < ck["loss_before"]
 
 
+# every architecture option on, and the head zeroed too (docs/training.md "Architecture options")
+OPTIONS = {"arch": {"mlp": "relu2", "qk_norm": True, "logit_cap": 15.0, "bigram": 512}}
+
+
 @pytest.mark.slow
-def test_a_muon_run_stopped_mid_way_resumes_to_the_same_bytes_on_any_workers(tmp_path):
-    whole = pipeline(coder_project(tmp_path / "a", step={**STEP, "workers": 2}))
-    root = coder_project(tmp_path / "b", step={**STEP, "checkpoint_every": 1, "workers": 1})
+@pytest.mark.parametrize("changes", [{}, OPTIONS], ids=["plain", "options"])
+def test_a_muon_run_stopped_mid_way_resumes_to_the_same_bytes_on_any_workers(tmp_path, changes):
+    if changes:
+        changes = {**changes, "step": {"init_out": "zero_head", "muon_ns": "polar"}}
+    step = {**STEP, **changes.get("step", {})}
+    arch = {k: v for k, v in changes.items() if k != "step"}
+    whole = pipeline(coder_project(tmp_path / "a", step={**step, "workers": 2}, **arch))
+    root = coder_project(tmp_path / "b", step={**step, "checkpoint_every": 1, "workers": 1},
+                         **arch)
     folder = pipeline(root, until="prepare")
     stop_after_pass_2(root, folder)
     assert (folder / "resume.json").exists() and not (folder / "weights.safetensors").exists()
@@ -148,6 +175,7 @@ def test_a_muon_run_stopped_mid_way_resumes_to_the_same_bytes_on_any_workers(tmp
     saved = json.loads((folder / "checkpoint.json").read_text())
     assert saved["weights_sha256"] == json.loads(
         (whole / "checkpoint.json").read_text())["weights_sha256"]
+    assert {k: saved["arch"].get(k) for k in changes.get("arch", {})} == changes.get("arch", {})
 
 
 def stop_after_pass_2(root, folder):

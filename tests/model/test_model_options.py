@@ -1,0 +1,90 @@
+"""The architecture options (docs/training.md "Architecture options"): each new layer pair and
+the whole model with each option against central finite differences in float64; the options
+stay out of a default config's record; a bad option is one line."""
+import numpy as np
+import pytest
+
+from sparktrain.core.errors import SparkError
+from sparktrain.model import layers
+from sparktrain.model.build import build_model
+from sparktrain.model.config import ModelConfig, param_shapes
+
+from .gradcheck import TOL, check_tensors
+from .test_model_layers import _check, _rng
+from .test_model_transformer import _gradcheck, big_params, token_batch
+
+BASE = dict(dim=8, n_layer=2, n_head=4, n_kv_head=2, seq_len=8)
+OPTIONS = {"relu2": {"mlp": "relu2"}, "qk_norm": {"qk_norm": True},
+           "logit_cap": {"logit_cap": 3.0}, "bigram": {"bigram": 64},
+           "all": {"mlp": "relu2", "qk_norm": True, "logit_cap": 3.0, "bigram": 64}}
+
+
+def test_relu2_backward():
+    rng = _rng()
+    inputs = {"h": rng.standard_normal((6, 4)), "w_up": rng.standard_normal((16, 4)),
+              "w_down": rng.standard_normal((4, 16))}
+    _check(layers.relu2_forward, inputs,
+           lambda layers_backward, cache: dict(zip(("h", "w_up", "w_down"),
+                                                   layers.relu2_backward(layers_backward, cache))))
+
+
+def test_softcap_backward_and_bound():
+    x = 4 * _rng().standard_normal((5, 7))
+    _check(lambda x: layers.softcap_forward(x, 2.5), {"x": x},
+           lambda layers_backward, cache: {"x": layers.softcap_backward(layers_backward, cache)})
+    out, _ = layers.softcap_forward(100 * x, 2.5)
+    assert 2.4 < np.abs(out).max() <= 2.5
+
+
+@pytest.mark.parametrize("name", OPTIONS)
+def test_model_with_option_gradients(name):
+    model = build_model(ModelConfig(**{**BASE, "n_layer": 1}, **OPTIONS[name]))  # 1: cheaper
+    batch = token_batch()
+    worst = _gradcheck(model, big_params(model), batch, batch.inputs)
+    assert max(worst.values()) < TOL
+
+
+def test_options_change_the_maths_and_the_shape_table():
+    batch = token_batch()
+    plain = build_model(ModelConfig(**BASE))
+    params = big_params(plain)
+    base_logits = plain.forward_logits(params, batch.inputs)
+    bigram = {**params, "spark.bigram.weight": _rng(5).standard_normal((64, BASE["dim"]))}
+    for name, weights in (("qk_norm", params), ("logit_cap", params), ("bigram", bigram)):
+        model = build_model(ModelConfig(**BASE, **OPTIONS[name]))
+        assert not np.allclose(model.forward_logits(weights, batch.inputs), base_logits), name
+    capped = build_model(ModelConfig(**BASE, logit_cap=3.0)).forward_logits(params, batch.inputs)
+    assert np.abs(capped).max() < 3.0 < np.abs(base_logits).max()
+    names = list(param_shapes(ModelConfig(**BASE, bigram=64)))
+    assert names[:2] == ["spark.embed.weight", "spark.bigram.weight"]
+    relu2 = ModelConfig(**BASE, mlp="relu2")
+    assert not any("mlp_gate" in n for n in param_shapes(relu2))
+    assert len(param_shapes(relu2)) == len(param_shapes(ModelConfig(**BASE))) - BASE["n_layer"]
+
+
+def test_the_record_names_only_options_in_use():
+    plain = ModelConfig(**BASE)
+    assert set(plain.to_dict()) == {*BASE, "vocab", "train_attn"} and plain.options() == {}
+    cfg = ModelConfig(**BASE, mlp="relu2", logit_cap=15.0)
+    assert cfg.to_dict()["mlp"] == "relu2" and cfg.to_dict()["logit_cap"] == 15.0
+    assert "qk_norm" not in cfg.to_dict()
+    assert ModelConfig.from_dict(cfg.to_dict()) == cfg
+
+
+def test_bigram_ids_hash_each_pair_and_the_row_start():
+    ids = np.array([[5, 7, 7], [7, 7, 5]])
+    got = layers.bigram_ids(ids, vocab=300, buckets=1000)
+    mult = layers.BIGRAM_MULT
+    assert got.tolist() == [[(300 * mult + 5) % 1000, (5 * mult + 7) % 1000, (7 * mult + 7) % 1000],
+                            [(300 * mult + 7) % 1000, (7 * mult + 7) % 1000, (7 * mult + 5) % 1000]]
+    assert got[0, 2] == got[1, 1]  # the same pair, the same bucket, wherever it is
+
+
+@pytest.mark.parametrize("bad, words", [({"bigram": -1}, "bigram must be an integer"),({"mlp": "gelu"}, "mlp must be one of swiglu, relu2"),
+                                        ({"logit_cap": -1.0}, "logit_cap must be a number >= 0"),
+                                        ({"qk_norm": 1}, "qk_norm must be true or false"),
+                                        ({"qk_norm": True, "train_attn": False},
+                                         "need the attention model")])
+def test_bad_options_are_one_line(bad, words):
+    with pytest.raises(SparkError, match=words):
+        ModelConfig(**BASE, **bad).validate()
