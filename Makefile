@@ -43,8 +43,9 @@ setup: $(STAMP) $(PLOTS_PAGE)
 # The template `dvc plots show` fills (.dvc/config names it): DVC's page with vega,
 # vega-lite and vega-embed written in from their npm packages (pinned, sha512-checked),
 # so the page draws offline; DVC's own page loads them from a CDN.
+# Where npm cannot be had, DVC's own page (online only) rather than a failed set-up.
 $(PLOTS_PAGE): tools/plots_page.py | $(STAMP)
-	$(PY) tools/plots_page.py $@
+	$(PY) tools/plots_page.py $@ || $(PY) tools/plots_page.py --online $@
 
 # The stamp stands only for a .venv of this checkout that works: when .venv is a link
 # (another checkout's venv), or its python is missing, dangling, a folder or lacks the

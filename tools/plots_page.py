@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import base64
 import hashlib
-import json
 import shutil
 import subprocess
 import sys
@@ -25,6 +24,8 @@ from pathlib import Path
 from sparktrain import runtime  # first, as every entry point (no numpy is loaded here)
 
 runtime.start()
+
+from sparktrain.core.safeload import load_json  # noqa: E402
 
 # (npm package@version, file in its tarball, the registry's sha512 of the tarball);
 # the versions of dvc_render's VegaRenderer.SCRIPTS, so DVC's specs draw as DVC meant
@@ -93,7 +94,7 @@ def fetch(spec: str, member: str, sha512: str, folder: Path) -> str:
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["no message"])[-1]
         fail(f"npm pack {spec} failed: {last}")
-    tarball = folder / json.loads(done.stdout)[0]["filename"]
+    tarball = folder / load_json(done.stdout, "npm pack's listing")[0]["filename"]
     digest = base64.b64encode(hashlib.sha512(tarball.read_bytes()).digest()).decode()
     if digest != sha512:
         fail(f"{tarball.name} has sha512-{digest}, not the pinned sha512-{sha512}")
@@ -115,14 +116,22 @@ def build_page() -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out", type=Path, help="the template to write (build/dvc-plots.html)")
+    ap.add_argument("--online", action="store_true",
+                    help="where npm cannot be had: DVC's own page, which loads the libraries "
+                         "from its CDN (DVC fills {scripts}), so `dvc plots show` still works "
+                         "with a network")
     args = ap.parse_args()
-    page = build_page()
+    page = PAGE % "\n".join(["    {scripts}", EMBED]) if args.online else build_page()
     args.out.parent.mkdir(parents=True, exist_ok=True)
     partial = args.out.with_name(args.out.name + ".tmp")
     partial.write_text(page, encoding="utf-8")
     partial.replace(args.out)
-    print(f"wrote {args.out} ({len(page) // 1024} KiB: "
-          f"{', '.join(spec for spec, _, _ in LIBRARIES)})")
+    if args.online:
+        print(f"plots_page: note: wrote {args.out}, which loads Vega from DVC's CDN: "
+              f"`dvc plots show` draws only with a network", file=sys.stderr)
+    else:
+        print(f"wrote {args.out} ({len(page) // 1024} KiB: "
+              f"{', '.join(spec for spec, _, _ in LIBRARIES)})")
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass
 
 from sparktrain.core.errors import SparkError
+from sparktrain.core.safeload import load_json
 from sparktrain.sweep.grid import KEY, Axis, check_key
 
 RANGE = re.compile(r"^(?:(log|int):)?([^,]*)\.\.([^,]*)$")
@@ -113,7 +114,7 @@ def signature(dims) -> str:
 def describe(text: str) -> str:
     """A stored signature as the -S arguments that made it."""
     parts = []
-    for key, kind, low, high, choices, add in json.loads(text):
+    for key, kind, low, high, choices, add in load_json(text, "the study's search space"):
         spec = ",".join(choices) if kind == "choice" else \
             f"{'' if kind == 'float' else kind + ':'}{low}..{high}"
         parts.append(f"-S {'+' if add else ''}{key}={spec}")

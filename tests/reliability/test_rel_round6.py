@@ -303,9 +303,9 @@ def _sigint_caught(pid: int) -> bool:
 @pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="reads /proc/PID/status")
 def test_sweep_workers_take_ctrl_c_without_a_traceback():
     pytest.importorskip("distributed")
-    from sparktrain.sweep.driver import _client
+    from sparktrain.sweep.driver import open_client
 
-    client, cluster = _client(None, 1)
+    client, cluster = open_client(None, 1)
     try:
         pids = list(client.run(os.getpid).values())
         assert pids and not any(_sigint_caught(pid) for pid in pids)

@@ -6,6 +6,7 @@ import json
 import shutil
 
 import pytest
+import yaml
 
 from sparkhelp import ROOT, assert_one_line_error, run_spark
 
@@ -37,7 +38,9 @@ def test_a_text_folder_trains_with_the_recipe_and_spark_eval_scores_it(text_fold
                             "--out", out, *FAST])
     assert rc == 0, err
     first = knobs_line(err)
-    assert "tiny coder recipe" in first and "optimizer adamw" in first, first
+    recipe = yaml.safe_load((ROOT / "data/programs/coder-recipes.yaml").read_text())["tiny"]
+    assert "tiny coder recipe" in first and f"optimizer {recipe['step']['optimizer']}" in first, \
+        first
     assert "the dataset's own split" in first
     ck = json.loads((out / "checkpoint.json").read_text())
     assert ck["tokenizer"] == "bpe" and ck["dataset_kind"] == "corpus"
