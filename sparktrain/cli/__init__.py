@@ -79,6 +79,31 @@ def positive_int(text: str) -> int:
     return value
 
 
+def add_cluster_flags(p: argparse.ArgumentParser) -> None:
+    """Where `spark sweep` and `spark tune` run their points: the Dask cluster, the remotes
+    the workers share, their scratch folder (docs/pipeline.md)."""
+    p.add_argument("--scheduler", default=None, metavar="ADDR",
+                   help="a running Dask scheduler, e.g. tcp://HOST:8786 (default: a "
+                        "LocalCluster on 127.0.0.1)")
+    p.add_argument("--workers", type=positive_int, default=None,
+                   help="LocalCluster workers, one thread each (default: usable cores)")
+    p.add_argument("--git-remote", default=None,
+                   help="the shared git remote the workers clone and push to (default "
+                        "origin; on one machine with no origin and committed DVC remote, "
+                        "a local bare repository under out/sweep-remote/)")
+    p.add_argument("--dvc-remote", default=None,
+                   help="DVC remote for the outputs (default: .dvc/config's default remote; "
+                        "on one machine without one, a local store under out/sweep-remote/)")
+    p.add_argument("--scratch", default=None,
+                   help="folder on each worker for its clones (default: its temp dir)")
+
+
+def check_cluster_flags(args: argparse.Namespace) -> None:
+    if args.scheduler and args.workers:
+        raise SparkError("--workers sizes the LocalCluster; with --scheduler the cluster "
+                         "has its own workers")
+
+
 def subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
     """The parser's subcommand parsers by name (empty: it has none)."""
     for action in parser._actions:

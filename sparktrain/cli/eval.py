@@ -9,7 +9,7 @@ import json
 import os
 import sys
 
-from sparktrain.cli import positive_int
+from sparktrain.cli import add_cluster_flags, check_cluster_flags, positive_int
 from sparktrain.core.errors import SparkError, printable, printable_lines
 from sparktrain.core.fsutil import canonical_json, read_input, write_json
 from sparktrain.core.gate import check_output
@@ -185,20 +185,7 @@ def register(sub) -> None:
                    metavar="KEY=V1[,V2...]",
                    help="a params.yaml key and its values, e.g. step.lr=0.02,0.05 "
                         "(repeat for more axes; +KEY=... adds a key)")
-    p.add_argument("--scheduler", default=None, metavar="ADDR",
-                   help="a running Dask scheduler, e.g. tcp://HOST:8786 (default: a "
-                        "LocalCluster on 127.0.0.1)")
-    p.add_argument("--workers", type=positive_int, default=None,
-                   help="LocalCluster workers, one thread each (default: usable cores)")
-    p.add_argument("--git-remote", default=None,
-                   help="the shared git remote the workers clone and push to (default "
-                        "origin; on one machine with no origin and committed DVC remote, "
-                        "a local bare repository under out/sweep-remote/)")
-    p.add_argument("--dvc-remote", default=None,
-                   help="DVC remote for the outputs (default: .dvc/config's default remote; "
-                        "on one machine without one, a local store under out/sweep-remote/)")
-    p.add_argument("--scratch", default=None,
-                   help="folder on each worker for its clones (default: its temp dir)")
+    add_cluster_flags(p)
     p.add_argument("-o", "--out", default=None,
                    help="write the comparison here as JSON (default out/sweep.json under "
                         "the project root)")
@@ -511,9 +498,7 @@ def cmd_sweep(args) -> int:
     from sparktrain.core.progress import Progress
     from sparktrain.sweep.grid import format_table
 
-    if args.scheduler and args.workers:
-        raise SparkError("--workers sizes the LocalCluster; with --scheduler the cluster "
-                         "has its own workers")
+    check_cluster_flags(args)
 
     def say(line: str) -> None:
         print(f"sweep: {printable(line)}", file=sys.stderr, flush=True)

@@ -6,7 +6,7 @@ import os
 import sys
 import time
 
-from sparktrain.cli import name_arg, positive_int
+from sparktrain.cli import add_cluster_flags, check_cluster_flags, name_arg, positive_int
 from sparktrain.core.errors import SparkError, printable, printable_lines
 from sparktrain.core.gate import check_output
 from sparktrain.core.jobfiles import OUT, find_root
@@ -48,17 +48,7 @@ def register(sub) -> None:
     p.add_argument("--seed", type=int, default=0, help="the sampler's seed (default 0)")
     p.add_argument("--top", type=positive_int, default=5,
                    help="how many of the best trials the table shows (default 5)")
-    p.add_argument("--scheduler", default=None, metavar="ADDR",
-                   help="a running Dask scheduler, e.g. tcp://HOST:8786 (default: a "
-                        "LocalCluster on 127.0.0.1)")
-    p.add_argument("--workers", type=positive_int, default=None,
-                   help="LocalCluster workers, one thread each (default: usable cores)")
-    p.add_argument("--git-remote", default=None,
-                   help="the shared git remote the workers clone and push to (as spark sweep)")
-    p.add_argument("--dvc-remote", default=None,
-                   help="DVC remote for the outputs (as spark sweep)")
-    p.add_argument("--scratch", default=None,
-                   help="folder on each worker for its clones (default: its temp dir)")
+    add_cluster_flags(p)
     p.add_argument("-o", "--out", default=None,
                    help="the picture (default out/tune-STUDY.png under the project root)")
 
@@ -72,9 +62,7 @@ def cmd_tune(args) -> int:
     from sparktrain.sweep.space import parse_space
     from sparktrain.sweep.tuneplot import write_tune_png
 
-    if args.scheduler and args.workers:
-        raise SparkError("--workers sizes the LocalCluster; with --scheduler the cluster "
-                         "has its own workers")
+    check_cluster_flags(args)
     study_name = tune.check_study_name(args.study)
     root = find_root()
     picture = check_output(args.out or os.path.relpath(root / OUT / f"tune-{study_name}.png"),
