@@ -12,6 +12,33 @@ FAST = ["--outer", "1", "--inner", "2"]
 TRAIN = ["train", "--dataset", "data/train/dataset.jsonl"]
 
 
+def killed_in_pass_two(root, monkeypatch, knobs, *, as_sigkill=False):
+    """`root`'s job out/j, trained with `knobs` (a state saved every pass) and stopped by
+    Ctrl-C in pass 2, after the state of pass 1 was saved. as_sigkill: .live-run stays, as
+    a SIGKILL leaves it (Ctrl-C removes it)."""
+    from sparktrain.cli import main
+    from sparktrain.train import live, loop, outputs
+
+    real, calls = loop.apply_update, [0]
+
+    def dies(*a):
+        calls[0] += 1
+        if calls[0] == 3:
+            raise KeyboardInterrupt
+        return real(*a)
+
+    monkeypatch.chdir(root)
+    with monkeypatch.context() as m:
+        m.setattr(loop, "apply_update", dies)
+        if as_sigkill:
+            m.setattr(live, "discard", lambda folder: None)
+        assert main(TRAIN + ["--out", "out/j"] + knobs) == 130
+    outputs.unlock_job("out/j")
+    job = root / "out/j"
+    assert (job / "resume.json").is_file() and (job / ".live-run").is_dir() == as_sigkill
+    return job
+
+
 def snapshot(folder):
     """Every file under `folder` (dot files included) with its bytes."""
     return {p.relative_to(folder).as_posix(): p.read_bytes()

@@ -32,9 +32,10 @@ import sys
 import pytest
 import yaml
 
-from relkit import FAST, TRAIN, copy_project, git_project, snapshot, train_j, trained  # noqa: F401
+from relkit import (FAST, TRAIN, copy_project, git_project, killed_in_pass_two,  # noqa: F401
+                    snapshot, train_j, trained)
 from sparkhelp import ROOT, assert_one_line_error, run_spark
-from sparktrain.train import live, loop, outputs
+from sparktrain.train import live, outputs
 
 D, PROGRAM = "data/train/dataset.jsonl", "data/programs/train-step.sparkbc"
 SERIES = "dvclive/plots/metrics"
@@ -322,30 +323,6 @@ def whole(tmp_path_factory):
     return root, root / "out/j"
 
 
-def _killed(root, monkeypatch):
-    """A run of RESUMABLE stopped in pass 2 (after its state of pass 1 was saved)."""
-    from sparktrain.cli import main
-
-    real, calls = loop.apply_update, [0]
-
-    def dies(*a):
-        calls[0] += 1
-        if calls[0] == 3:
-            raise KeyboardInterrupt
-        return real(*a)
-
-    monkeypatch.chdir(root)
-    with monkeypatch.context() as m:
-        m.setattr(loop, "apply_update", dies)
-        # Ctrl-C removes .live-run (round six); a SIGKILL leaves it: kept here as one would
-        m.setattr(live, "discard", lambda folder: None)
-        assert main(TRAIN + ["--out", "out/j"] + RESUMABLE) == 130
-    outputs.unlock_job("out/j")
-    job = root / "out/j"
-    assert (job / "resume.json").is_file() and (job / ".live-run").is_dir()
-    return job
-
-
 def _resume(root):
     return run_spark(TRAIN + ["--out", "out/j"] + RESUMABLE, cwd=root)
 
@@ -375,7 +352,7 @@ TAMPERED_SERIES = {
 @pytest.mark.parametrize("how", TAMPERED_SERIES)
 def test_a_tampered_dvclive_series_is_rebuilt_on_resume(tmp_path, monkeypatch, whole, how):
     root = copy_project(tmp_path / "p")
-    job = _killed(root, monkeypatch)
+    job = killed_in_pass_two(root, monkeypatch, RESUMABLE, as_sigkill=True)
     TAMPERED_SERIES[how](job / ".live-run" / SERIES / "loss.tsv")
     rc, _, err = _resume(root)
     assert rc == 0 and "Traceback" not in err, err
@@ -408,7 +385,7 @@ def _edit(data: bytes, **fields) -> bytes:
 @pytest.mark.parametrize("how", TORN_STATES)
 def test_a_torn_resume_state_is_discarded_in_one_line(tmp_path, monkeypatch, whole, how):
     root = copy_project(tmp_path / "p")
-    job = _killed(root, monkeypatch)
+    job = killed_in_pass_two(root, monkeypatch, RESUMABLE, as_sigkill=True)
     name, change = TORN_STATES[how]
     (job / name).write_bytes(change((job / name).read_bytes()))
     rc, _, err = _resume(root)

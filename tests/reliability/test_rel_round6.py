@@ -33,14 +33,15 @@ import pytest
 
 import yaml
 
-from relkit import TRAIN, copy_project, snapshot, train_j, trained  # noqa: F401
+from relkit import (TRAIN, copy_project, killed_in_pass_two, snapshot, train_j,  # noqa: F401
+                    trained)
 from sparkhelp import ROOT, assert_one_line_error, run_spark
 from sparktrain.core import fsutil
 from sparktrain.core.jobfiles import STAGED
 from sparktrain.model.weights import load_weights, weights_bytes
 from sparktrain.core.errors import SparkError
 from sparktrain.params import StepConfig, load_params
-from sparktrain.train import loop, outputs
+from sparktrain.train import outputs
 from sparktrain.train.optim import lr_at
 from stages import common
 
@@ -186,29 +187,8 @@ def whole(tmp_path_factory):
     return train_j(copy_project(tmp_path_factory.mktemp("whole")), RESUMABLE) / "out/j"
 
 
-def _killed(root, monkeypatch):
-    """A run of RESUMABLE stopped in pass 2, after its state of pass 1 was saved."""
-    from sparktrain.cli import main
-
-    real, calls = loop.apply_update, [0]
-
-    def dies(*a):
-        calls[0] += 1
-        if calls[0] == 3:
-            raise KeyboardInterrupt
-        return real(*a)
-
-    monkeypatch.chdir(root)
-    with monkeypatch.context() as m:
-        m.setattr(loop, "apply_update", dies)
-        assert main(TRAIN + ["--out", "out/j"] + RESUMABLE) == 130
-    outputs.unlock_job("out/j")
-    assert (root / "out/j/resume.json").is_file()
-    return root / "out/j"
-
-
 def test_ctrl_c_with_a_resume_state_leaves_no_live_run(tmp_path, monkeypatch):
-    job = _killed(copy_project(tmp_path / "p"), monkeypatch)
+    job = killed_in_pass_two(copy_project(tmp_path / "p"), monkeypatch, RESUMABLE)
     assert not (job / ".live-run").exists()  # docs/pipeline.md: none is left
 
 
@@ -239,7 +219,7 @@ BAD_STATES = {"t 0": lambda t: t.update({"opt.t": t["opt.t"] * 0}),
 @pytest.mark.parametrize("how", BAD_STATES)
 def test_a_resume_state_with_wrong_counters_is_discarded(tmp_path, monkeypatch, whole, how):
     root = copy_project(tmp_path / "p")
-    job = _killed(root, monkeypatch)
+    job = killed_in_pass_two(root, monkeypatch, RESUMABLE)
     _edit_state(job, BAD_STATES[how])
     err = _resume(root)
     said = [ln for ln in err.splitlines() if "saved state" in ln]
@@ -251,7 +231,7 @@ def test_a_resume_state_with_wrong_counters_is_discarded(tmp_path, monkeypatch, 
 
 def test_an_edited_heldout_file_is_not_resumed(tmp_path, monkeypatch):
     root = copy_project(tmp_path / "p")
-    job = _killed(root, monkeypatch)
+    job = killed_in_pass_two(root, monkeypatch, RESUMABLE)
     heldout = root / "data/eval/tiny_heldout.jsonl"
     heldout.write_text("".join(heldout.read_text().splitlines(keepends=True)[:-1]))
     err = _resume(root)
