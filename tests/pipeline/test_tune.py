@@ -163,8 +163,79 @@ def test_a_killed_driver_resumes_without_losing_or_repeating_a_trial(shared):
     assert all(trials[n].state == optuna.trial.TrialState.FAIL for n in cut)
     retried = [t for t in trials if t.system_attrs.get("failed_trial") in cut]
     assert sorted(t.system_attrs["failed_trial"] for t in retried) == sorted(cut)
-    # one experiment per complete trial, none for the cut ones (their runs never finished)
+    # one experiment per complete trial and per pruned one (its run again, cut at the pass
+    # it was stopped after), none for the killed driver's (their runs never finished)
     names = {e["name"] for e in exp_revs(dvc_json(shared, "exp", "show"))
              if e["name"].startswith("tune-k-")}
     assert names == {f"tune-k-{t.number}" for t in trials
-                     if t.state == optuna.trial.TrialState.COMPLETE}
+                     if t.state == optuna.trial.TrialState.COMPLETE
+                     or tune.STOPPED_ATTR in t.user_attrs}
+    assert not names & {f"tune-k-{n}" for n in cut}
+
+
+class _StopAfterTwoPasses:
+    """A monitor that stops the run once its held-out curve has two passes, and cuts it
+    there (as spark tune's does when the pruner stops a trial after pass 2)."""
+    stopped_after = 0
+
+    def poll(self, clone):
+        folder = tune.TrialMonitor("", "", 0, "loss", True)._job_folder(clone)
+        passes = len(tune.TrialMonitor("", "", 0, "loss", True)._curve(folder))
+        if passes >= 2:
+            self.stopped_after = passes
+        return passes >= 2
+
+    def cut(self, clone):
+        return f"++step.stop_after_pass={self.stopped_after}"
+
+    def result(self, clone):
+        return {"passes": self.stopped_after}
+
+
+def _exp_file(shared, name, path):
+    """`path` at experiment `name`'s commit on the shared git remote."""
+    refs = subprocess.run(["git", "for-each-ref", "--format=%(refname)", "refs/exps"],
+                          cwd=shared.parent / "origin.git", capture_output=True, text=True,
+                          check=True).stdout.split()
+    ref = next(r for r in refs if r.endswith(f"/{name}"))
+    return subprocess.run(["git", "show", f"{ref}:{path}"], cwd=shared.parent / "origin.git",
+                          capture_output=True, text=True, check=True).stdout
+
+
+def test_a_stopped_trial_is_kept_as_the_run_that_ends_where_it_stopped(shared, monkeypatch):
+    """A pruned trial's experiment is the trial's run again with step.stop_after_pass k:
+    its params say what made its outputs, and a plain `dvc exp run` of those params in
+    another clone (no cache shared) makes the same weights, to the byte."""
+    import yaml
+    from sparktrain.sweep import driver
+
+    monkeypatch.setattr(driver, "POLL_S", 0.2)
+    commit, _ = driver.baseline(shared)
+    plan = driver.plan_remotes(shared, commit, one_machine=True)
+    sets = ("step.outer=300", "step.lr=0.02")   # long enough to be caught mid-run
+    job = driver.PointJob(plan.git_url, commit, "cut-1", sets, plan.dvc_remote,
+                          monitor=_StopAfterTwoPasses())
+    record = driver.run_point(job)
+    k = record["result"]["passes"]
+    assert record["state"] == "stopped" and record["error"] is None, record
+    assert record["cut"] == f"++step.stop_after_pass={k}" and 2 <= k < 300
+    plain = driver.run_point(driver.PointJob(plan.git_url, commit, "plain-1",
+                                             (*sets, f"++step.stop_after_pass={k}"),
+                                             plan.dvc_remote))
+    assert plain["state"] == "done", plain
+    locks = {n: yaml.safe_load(_exp_file(shared, n, "dvc.lock")) for n in ("cut-1", "plain-1")}
+    step = locks["cut-1"]["stages"]["step"]
+    assert step["params"]["params.yaml"]["step"] == \
+        yaml.safe_load(_exp_file(shared, "cut-1", "params.yaml"))["step"]
+    assert (step["params"]["params.yaml"]["step"]["outer"],
+            step["params"]["params.yaml"]["step"]["stop_after_pass"]) == (300, k)
+
+    def outs(lock):
+        return {o["path"]: o["md5"] for o in lock["stages"]["step"]["outs"]}
+    assert outs(locks["cut-1"]) == outs(locks["plain-1"])   # the same weights and curves
+    # its checkpoint says the run stopped after pass k of 300, and that it learned
+    md5 = next(o["md5"] for o in step["outs"] if o["path"].endswith("checkpoint.json"))
+    ckpt = json.loads((shared.parent / "dvc-store" / "files" / "md5" / md5[:2] / md5[2:])
+                      .read_text())
+    assert (ckpt["outer"], ckpt["stop_after_pass"], ckpt["micro_steps"]) == (300, k, k * 8)
+    assert len(ckpt["loss_curve"]) == k + 1 and ckpt["trained"] is True
