@@ -3,10 +3,12 @@ points, run by the sweep's point runner on the Dask cluster (driver.py). The dri
 Optuna for a trial's params, submits it, and tells Optuna the objective the worker read
 from the trial's eval.json. While a trial runs, its monitor (on the worker) reports each
 pass's held-out figure from the curve the step writes as an intermediate value and asks
-the pruner; a pruned trial's run is stopped there. The study lives in a database (SQLite
-under out/ by default) that the driver and the workers share: heartbeats from the driver
-mark its running trials alive, so a driver that died leaves trials that the next one
-finds stale and queues again (docs/pipeline.md "Tuning")."""
+the pruner; a pruned trial's run is stopped there, then run again to the end of the pass
+it reached (`step.stop_after_pass`), and that is pushed as its experiment. The study
+lives in a database (SQLite under out/ by default) that the driver and the workers
+share: heartbeats from the driver mark its running trials alive, so a driver that died
+leaves trials that the next one finds stale and queues again (docs/pipeline.md
+"Tuning")."""
 from __future__ import annotations
 
 import math

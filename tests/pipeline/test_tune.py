@@ -1,8 +1,9 @@
 """`spark tune` with the real dvc on a Dask LocalCluster of two single-threaded workers,
 the default tiny job, a bare git repository and a local folder as the remotes (as
 test_sweep.py sets them up): every trial is a DVC experiment that `dvc exp show` lists
-and `spark compare --where` picks; and a driver killed mid-study loses no completed trial
-when started again and runs none twice."""
+and `spark compare --where` picks; a driver killed mid-study loses no completed trial
+when started again and runs none twice; and a pruned trial's experiment is its run again
+with step.stop_after_pass, the same bytes as a plain `dvc exp run` of those params."""
 from __future__ import annotations
 
 import json
@@ -239,3 +240,36 @@ def test_a_stopped_trial_is_kept_as_the_run_that_ends_where_it_stopped(shared, m
                       .read_text())
     assert (ckpt["outer"], ckpt["stop_after_pass"], ckpt["micro_steps"]) == (300, k, k * 8)
     assert len(ckpt["loss_curve"]) == k + 1 and ckpt["trained"] is True
+
+
+def test_spark_tune_keeps_a_pruned_trial_as_an_experiment(shared):
+    """Through the command: a study whose three finished trials reached 0.0 after every
+    pass prunes the next at its first poll; the trial is pruned (not failed) and its
+    experiment, pulled back, has step.stop_after_pass K and the metrics of those K passes."""
+    from sparktrain.sweep import driver
+    from sparktrain.sweep.space import distributions, parse_space
+
+    specs = ("-S", "step.lr=log:0.01..0.03", "-S", "step.outer=400")
+    _, params = driver.baseline(shared)
+    dims = parse_space(list(specs[1::2]), params)
+    study = tune.open_study(tune.open_storage(tune.default_storage(shared)), "p", dims, "auto",
+                            4, 0, True)
+    for lr in (0.01, 0.02, 0.03):
+        study.add_trial(optuna.trial.create_trial(
+            params={"step.lr": lr, "step.outer": "400"}, distributions=distributions(dims),
+            value=0.0, intermediate_values={k: 0.0 for k in range(1, 401)}))
+    done = spark(shared, "tune", *specs, "--trials", "4", "--study", "p", "--workers", "1")
+    # exit 1: the best complete trials are the made-up ones, which have no experiment
+    assert done.returncode == 1 and "Traceback" not in done.stdout, done.stdout
+    pruned = _study(shared, "p").get_trials()[3]
+    assert pruned.state == optuna.trial.TrialState.PRUNED, done.stdout
+    k = pruned.user_attrs[tune.STOPPED_ATTR]
+    assert 2 <= k == max(pruned.intermediate_values) < 400
+    assert "(1 kept as experiments with step.stop_after_pass)" in done.stdout
+    shown = {e["name"]: e for e in exp_revs(dvc_json(shared, "exp", "show"))}
+    data = shown["tune-p-3"]["data"]
+    step = data["params"]["params.yaml"]["data"]["step"]
+    assert (step["outer"], step["stop_after_pass"]) == (400, k)
+    assert step["lr"] == pytest.approx(pruned.params["step.lr"], rel=1e-12)
+    loss = data["metrics"]["out/train/job-dry-001/eval.json"]["data"]["loss"]
+    assert pruned.user_attrs["reached"] == pytest.approx(loss, rel=1e-6)
