@@ -120,6 +120,7 @@ class TrialMonitor:
     trial_id: int
     objective: str
     prune: bool
+    keep: bool = True              # a pruned run is run again to its pass and pushed (cut)
     reported: int = 0
     stopped_after: int = 0         # the passes reported when the pruner stopped the run
     _trial: optuna.trial.Trial | None = field(default=None, repr=False)
@@ -180,7 +181,7 @@ class TrialMonitor:
         """After the pruner's stop: the override that ends the run after the pass it was
         stopped at (the worker runs the trial again with it, and pushes that); None when
         the run was stopped because its trial no longer runs in the study."""
-        if not self.stopped_after or \
+        if not self.keep or not self.stopped_after or \
                 self._trial.study._storage.get_trial(self.trial_id).state != TrialState.RUNNING:
             return None
         return f"++step.stop_after_pass={self.stopped_after}"
@@ -228,9 +229,11 @@ class Running:
 
 def run_study(plan: SweepPlan, params: dict, study: optuna.Study, storage_url: str, dims,
               trials: int, objective: str, prune: bool, client, slots: int,
-              scratch: str | None, progress, tick=lambda state: None) -> None:
+              scratch: str | None, progress, tick=lambda state: None,
+              keep_pruned: bool = True) -> None:
     """Run trials until the study has `trials` finished ones (complete or pruned; failed
-    ones do not count), `slots` at a time."""
+    ones do not count), `slots` at a time; `keep_pruned`: a pruned trial's run is run
+    again to the pass it reached and kept as its experiment."""
     storage, dists = study._storage, distributions(dims)
     running: dict = {}   # Future -> Running
     while True:
@@ -254,7 +257,7 @@ def run_study(plan: SweepPlan, params: dict, study: optuna.Study, storage_url: s
             progress(f"{name} {' '.join(overrides)}: started"
                      + (f" (again: trial {retry}'s driver stopped)" if retry is not None else ""))
             monitor = TrialMonitor(storage_url, study.study_name, trial._trial_id, objective,
-                                   prune)
+                                   prune, keep_pruned)
             running[submit_point(client, plan, name, overrides, scratch, monitor)] = \
                 Running(trial, name, overrides)
         if not running:

@@ -4,6 +4,8 @@ cannot be opened, and the monitor reporting a run's per-pass held-out curve to O
 and stopping a trial the pruner rules out."""
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 optuna = pytest.importorskip("optuna")
@@ -127,6 +129,7 @@ def test_the_monitor_reports_each_pass_and_stops_a_hopeless_trial(tmp_path):
     # the worker runs the trial again to the end of pass 2, and pushes that
     _clone_with_curve(clone, [3.5, 3.2, 3.1])    # pass 3 came before the run ended
     assert monitor.cut(clone) == "++step.stop_after_pass=2"
+    assert dataclasses.replace(monitor, keep=False).cut(clone) is None   # --no-keep-pruned
 
     last = study.ask(dists)    # a run whose every pass is in ends as it is, complete
     monitor = tune.TrialMonitor(url, "s", last._trial_id, "auto", True)
