@@ -45,8 +45,12 @@ def spark(repo, *args, timeout=TUNE_GUARD_S):
     try:
         out, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        forest = subprocess.run(["ps", "-s", str(proc.pid), "-o", "pid,ppid,stat,etime,args",
-                                 "--forest"], capture_output=True, text=True).stdout
+        try:
+            forest = subprocess.run(["ps", "-s", str(proc.pid), "-o",
+                                     "pid,ppid,stat,etime,wchan:20,args", "--forest"],
+                                    capture_output=True, text=True, timeout=60).stdout
+        except (OSError, subprocess.TimeoutExpired) as err:
+            forest = f"(ps failed: {err})"
         os.killpg(proc.pid, signal.SIGKILL)
         out, _ = proc.communicate()
         pytest.fail(f"spark {' '.join(args)} ran past {timeout} s; its output:\n{out}\n"
