@@ -24,7 +24,8 @@ from sparktrain.core import compat
 from sparktrain.core.errors import SparkError, columns
 from sparktrain.core.jobfiles import CHECKPOINT
 from sparktrain.core.safeload import load_yaml
-from sparktrain.eval.headline import HEADLINE_KEYS, is_finite, is_number
+from sparktrain.core.values import is_finite, is_number
+from sparktrain.eval.headline import HEADLINE_KEYS
 from sparktrain.params import MAX_OUTER, Defaults
 from sparktrain.repro.lock import (DvcExperiments, Experiments, ExpRecord, ExpRow, read_json,
                                   read_params, read_record)

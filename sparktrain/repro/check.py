@@ -16,7 +16,7 @@ from safetensors.numpy import load
 from sparktrain.core.errors import SparkError, first_line
 from sparktrain.core.fsutil import read_input
 from sparktrain.core.jobfiles import CHECKPOINT, EVAL, EVAL_DETAIL, WEIGHTS
-from sparktrain.eval.headline import is_number
+from sparktrain.core.values import is_number
 from sparktrain.repro.lock import (LOCK, Output, cache_dir, cached_blob, git, git_blob, outputs,
                                    read_lock, tool_env)
 from sparktrain.core.safeload import load_json, load_yaml

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from sparktrain.core.errors import SparkError, did_you_mean
 from sparktrain.core.safeload import load_yaml
 from sparktrain.eval.compare import render
-from sparktrain.eval.headline import is_number
+from sparktrain.core.values import is_number
 from sparktrain.params import parse_params
 from sparktrain.repro.lock import LOCK, Experiments, outputs, read_record
 
