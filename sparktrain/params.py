@@ -20,8 +20,7 @@ from sparktrain.vocab import MAX_VOCAB, MIN_BPE_VOCAB, TOKENIZERS
 from sparktrain.core.errors import SparkError, did_you_mean
 from sparktrain.core.fsutil import read_input
 from sparktrain.core.jobfiles import PARAMS_FILE, check_job_id
-from sparktrain.model.config import ARCH_KEYS, SCALES, ModelConfig
-from sparktrain.model.backend import DEVICES
+from sparktrain.model.config import ARCH_KEYS, DEVICES, SCALES, ModelConfig
 from sparktrain.core.safeload import load_yaml
 from sparktrain.core.values import is_finite, is_number
 
