@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, fields
 
 from sparktrain.vocab import BYTE_VOCAB, MAX_VOCAB
 from sparktrain.core.errors import SparkError
+from sparktrain.core.values import is_number
 
 VOCAB = BYTE_VOCAB
 MAX_PARAMS = 200_000_000
@@ -67,8 +68,7 @@ class ModelConfig:
             raise SparkError(f"mlp must be one of {', '.join(MLPS)}, got {self.mlp!r}")
         if not isinstance(self.qk_norm, bool):
             raise SparkError(f"qk_norm must be true or false, got {self.qk_norm!r}")
-        if isinstance(self.logit_cap, bool) or not isinstance(self.logit_cap, (int, float)) \
-                or not 0 <= self.logit_cap < math.inf:
+        if not is_number(self.logit_cap) or not 0 <= self.logit_cap < math.inf:
             raise SparkError(f"logit_cap must be a number >= 0 (0 = off), got "
                              f"{self.logit_cap!r}")
         if isinstance(self.bigram, bool) or not isinstance(self.bigram, int) \
