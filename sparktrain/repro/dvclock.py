@@ -16,11 +16,13 @@ from typing import Callable
 from sparktrain.core.errors import SparkError, printable
 from sparktrain.core.fsutil import atomic_write_bytes, read_input
 from sparktrain.core.safeload import load_yaml
-from sparktrain.repro.toolenv import GIT_TIMEOUT
 
 LOCK = "dvc.lock"
 DEFAULT_CACHE = Path(".dvc/cache")
 MD5 = re.compile(r"[0-9a-f]{32}")
+# seconds for `dvc cache dir`, as for one git call (repro/toolenv.py): a hung dvc is a line
+DVC_TIMEOUT = 60
+
 
 @dataclass(frozen=True)
 class Output:
@@ -59,9 +61,9 @@ def cache_dir() -> Path:
     try:
         listed = subprocess.run([sys.executable, "-m", "dvc", "cache", "dir"], capture_output=True,
                                 text=True, env={**os.environ, "DVC_NO_ANALYTICS": "1"},
-                                timeout=GIT_TIMEOUT)
+                                timeout=DVC_TIMEOUT)
     except subprocess.TimeoutExpired:
-        raise SparkError(f"`dvc cache dir` took over {GIT_TIMEOUT} s; stopped") from None
+        raise SparkError(f"`dvc cache dir` took over {DVC_TIMEOUT} s; stopped") from None
     found = listed.stdout.strip() if listed.returncode == 0 else ""
     return Path(found) if found else DEFAULT_CACHE
 

@@ -207,7 +207,7 @@ def test_every_git_call_has_a_timeout(monkeypatch):
     from sparktrain.repro import dvclock, toolenv
 
     def hang(*args, **kw):
-        assert kw.get("timeout") == toolenv.GIT_TIMEOUT
+        assert kw.get("timeout") == toolenv.GIT_TIMEOUT == dvclock.DVC_TIMEOUT
         raise subprocess.TimeoutExpired(args[0], kw["timeout"])
 
     monkeypatch.setattr(subprocess, "run", hang)
