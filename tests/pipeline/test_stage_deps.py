@@ -56,8 +56,9 @@ def test_only_the_stages_that_run_the_model_depend_on_its_code():
     assert _stages_reaching("sparktrain/model/parallel.py") == ["step"]
     assert _stages_reaching("sparktrain/data/heldout.py") == ["eval"]
     assert _stages_reaching("sparktrain/data/pairs_score.py") == ["eval"]
-    for rel in ("sparktrain/repro/check.py", "sparktrain/eval/compare.py",
-                "sparktrain/eval/experiments.py", "sparktrain/export/hf.py"):
+    for rel in ("sparktrain/repro/check.py", "sparktrain/repro/toolenv.py",
+                "sparktrain/eval/compare.py", "sparktrain/eval/experiments.py",
+                "sparktrain/export/hf.py"):
         assert _stages_reaching(rel) == [], rel
     decode = {p.relative_to(REPO).as_posix() for p in stage_deps.reached("stages.decode_bc")}
     assert {d for d in decode if d.startswith("sparktrain/model/")} == {
