@@ -24,8 +24,9 @@ from sparktrain.core.errors import SparkError
 from sparktrain.core.safeload import load_yaml
 from sparktrain.core.fsutil import read_input
 from sparktrain.core.jobfiles import PARAMS_FILE
-from sparktrain.model.parallel import usable_cores  # noqa: F401  (commands: the default --workers)
-from sparktrain.repro.lock import DvcExperiments, tool_env
+from sparktrain.runtime import usable_cores  # noqa: F401  (commands: the default --workers)
+from sparktrain.eval.experiments import DvcExperiments
+from sparktrain.repro.toolenv import tool_env
 from sparktrain.sweep import quiet_workers
 from sparktrain.sweep.grid import Axis, Point, expand, experiments_of, parse_axis, point_record
 

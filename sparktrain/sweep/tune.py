@@ -25,6 +25,7 @@ from sparktrain.core.errors import SparkError, printable
 from sparktrain.core.jobfiles import EVAL, LIVE_PENDING, OUT, PARAMS_FILE, job_dir
 from sparktrain.core.safeload import load_json, load_yaml
 from sparktrain.core.fsutil import read_input
+from sparktrain.core.values import is_number
 from sparktrain.sweep.driver import SweepPlan, submit_point, task_failed
 from sparktrain.sweep.grid import Axis, invalid
 from sparktrain.sweep.space import Dimension, describe, distributions, signature
@@ -168,7 +169,7 @@ class TrialMonitor:
         key = self.objective if self.objective != AUTO else \
             "bpb" if isinstance(metrics.get("bpb"), (int, float)) else "loss"
         value = metrics.get(key)
-        if not isinstance(value, (int, float)) or isinstance(value, bool):
+        if not is_number(value):
             known = sorted(k for k, v in metrics.items() if isinstance(v, (int, float)))
             return {"error": f"eval.json has no number {key!r} (it has {', '.join(known)})"}
         return {"objective": float(value), "metric": key}

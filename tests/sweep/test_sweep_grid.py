@@ -13,7 +13,7 @@ import yaml
 
 from sparkhelp import ROOT
 from sparktrain.core.errors import SparkError
-from sparktrain.repro.lock import ExpRow
+from sparktrain.eval.experiments import ExpRow
 from sparktrain.sweep.grid import (expand, experiments_of, format_table, lock_outputs, parse_axis,
                                    point_name, point_record)
 from sparktrain.sweep.driver import _terminate, reason
