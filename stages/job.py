@@ -32,7 +32,8 @@ def load_job(p: Params) -> Job:
 # Step keys that leave the training recipe as it is (stamps, seeds, where it runs),
 # and lr: params.yaml's own rate (0.03) is not the schema's (0.1), and a rate alone
 # does not make the pairs job's byte / SGD 4 x 8 recipe one for a corpus.
-NOT_RECIPE = ("step_n", "seed", "shards", "workers", "device", "checkpoint_every", "lr")
+NOT_RECIPE = ("step_n", "seed", "shards", "workers", "device", "checkpoint_every", "lr",
+              "stop_after_pass")
 
 
 def untuned_for_corpus(p: Params) -> bool:
