@@ -84,9 +84,9 @@ def cmd_tune(args) -> int:
                                one_machine=args.scheduler is None, say=say)
     t0 = time.perf_counter()
     counts = {"done": 0, "pruned": 0, "failed": 0}
-    have = tune.finished(study)
+    have, whole = tune.finished(study), True
     if have < args.trials:
-        _run(args, driver, tune, plan, params, study, url, dims, have, counts, say)
+        whole = _run(args, driver, tune, plan, params, study, url, dims, have, counts, say)
     else:
         say(f"study {study_name!r} in {url} already holds {have} finished trials")
     # every complete trial's experiment, a killed driver's too
@@ -103,11 +103,11 @@ def cmd_tune(args) -> int:
           + (f"; wrote {os.path.relpath(picture)}" if points else ""))
     if best:
         print(f"best: dvc exp apply {best}")
-    return 0 if best else 1
+    return 0 if best and whole else 1
 
 
-def _run(args, driver, tune, plan, params, study, url, dims, have, counts, say) -> None:
-    """The study's missing trials on the cluster."""
+def _run(args, driver, tune, plan, params, study, url, dims, have, counts, say) -> bool:
+    """The study's missing trials on the cluster; False when failures stopped it short."""
     from sparktrain.core.progress import Progress
 
     workers = args.workers or (0 if args.scheduler else driver.usable_cores())
@@ -119,10 +119,11 @@ def _run(args, driver, tune, plan, params, study, url, dims, have, counts, say) 
             f"({args.scheduler or 'LocalCluster on 127.0.0.1'})")
         with Progress("tune", total=args.trials - have, unit="trials") as bar:
             def tick(state: str) -> None:
-                counts[state] += 1
-                bar.advance(note=", ".join(f"{n} {k}" for k, n in counts.items()))
+                counts[state] += 1   # a failed trial is not one of the finished ones
+                bar.advance(0 if state == "failed" else 1,
+                            note=", ".join(f"{n} {k}" for k, n in counts.items()))
 
-            tune.run_study(plan, params, study, url, dims, args.trials, args.objective,
+            return tune.run_study(plan, params, study, url, dims, args.trials, args.objective,
                                   args.prune, client, slots, args.scratch,
                                   progress=lambda line: bar.log(f"tune: {printable(line)}"),
                                   tick=tick, keep_pruned=args.keep_pruned)

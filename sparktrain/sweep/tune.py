@@ -39,6 +39,8 @@ SPACE_ATTR = "spark_space"         # the study's user attribute holding its spac
 OBJECTIVE_ATTR = "spark_objective"
 STOPPED_ATTR = "stopped_after_pass"  # a pruned trial's: its experiment's step.stop_after_pass
 HEARTBEAT_S, GRACE_S = 2, 10       # a running trial without a heartbeat for GRACE_S is stale
+FAILED_IN_ROW = 3                  # this many failed trials in a row stop the run: a broken
+                                   # recipe or space fails every trial, and failed ones never count
 AUTO = "auto"                      # the objective: bpb when eval.json has it, else loss
 # the per-pass held-out series (sparktrain/train/live.py) of each objective that has one
 CURVES = {"bpb": SERIES["heldout_bpb"], "loss": "heldout_loss"}
@@ -230,16 +232,33 @@ class Running:
 def run_study(plan: SweepPlan, params: dict, study: optuna.Study, storage_url: str, dims,
               trials: int, objective: str, prune: bool, client, slots: int,
               scratch: str | None, progress, tick=lambda state: None,
-              keep_pruned: bool = True) -> None:
+              keep_pruned: bool = True) -> bool:
     """Run trials until the study has `trials` finished ones (complete or pruned; failed
     ones do not count), `slots` at a time; `keep_pruned`: a pruned trial's run is run
-    again to the pass it reached and kept as its experiment."""
+    again to the pass it reached and kept as its experiment. False when it stopped short
+    because FAILED_IN_ROW trials in a row failed (a space or recipe that fails every
+    trial would otherwise ask for trials forever)."""
     storage, dists = study._storage, distributions(dims)
     running: dict = {}   # Future -> Running
+    failed_in_row = 0
+
+    def finish(trial, name, record, overrides) -> None:
+        nonlocal failed_in_row
+        state = _finish(study, trial, name, record, progress, tick, overrides)
+        failed_in_row = failed_in_row + 1 if state == "failed" else \
+            failed_in_row if state == "requeued" else 0
+
     while True:
         fail_stale_trials(study)   # a dead driver's trials: FAIL, and queued again
         states = [t.state for t in study.get_trials(deepcopy=False)]
         taken = sum(s in FINISHED or s == TrialState.RUNNING for s in states)
+        if failed_in_row >= FAILED_IN_ROW:   # ask for no more; let the running ones end
+            taken = trials
+            if not running:
+                progress(f"stopped: {failed_in_row} trials in a row failed (their lines above "
+                         f"say why); fix that and run the same command again: the study "
+                         f"keeps its finished trials")
+                return False
         while len(running) < slots and taken < trials:
             trial = study.ask(dists)
             storage.record_heartbeat(trial._trial_id)
@@ -249,8 +268,9 @@ def run_study(plan: SweepPlan, params: dict, study: optuna.Study, storage_url: s
             axes = [Axis(d.key, (), d.add) for d in dims]
             error = invalid(params, axes, [o.split("=", 1)[1] for o in overrides])
             if error:
-                _finish(study, trial, name, {"state": "failed", "error": error}, progress, tick,
-                        overrides)
+                finish(trial, name, {"state": "failed", "error": error}, overrides)
+                if failed_in_row >= FAILED_IN_ROW:
+                    break
                 continue
             retry = RetryHeartbeatStaleTrialCallback.retried_trial_number(
                 storage.get_trial(trial._trial_id))
@@ -261,9 +281,11 @@ def run_study(plan: SweepPlan, params: dict, study: optuna.Study, storage_url: s
             running[submit_point(client, plan, name, overrides, scratch, monitor)] = \
                 Running(trial, name, overrides)
         if not running:
+            if failed_in_row >= FAILED_IN_ROW:
+                continue   # says so above
             if taken - sum(s == TrialState.RUNNING for s in states) >= trials or \
                     not any(s == TrialState.RUNNING for s in states):
-                return
+                return True
             time.sleep(HEARTBEAT_S)   # another driver's (or a dead one's) trials still run
             continue
         done = _first_done(list(running), HEARTBEAT_S)
@@ -275,7 +297,7 @@ def run_study(plan: SweepPlan, params: dict, study: optuna.Study, storage_url: s
                 record = future.result()
             except Exception as err:
                 record = task_failed(run.name, err)
-            _finish(study, run.trial, run.name, record, progress, tick, run.overrides)
+            finish(run.trial, run.name, record, run.overrides)
 
 
 def _first_done(futures: list, within_s: float) -> list:
@@ -289,14 +311,15 @@ def _first_done(futures: list, within_s: float) -> list:
         time.sleep(0.1)
 
 
-def _finish(study, trial, name, record, progress, tick, overrides) -> None:
-    """Tell Optuna how the trial ended, and say it."""
+def _finish(study, trial, name, record, progress, tick, overrides) -> str:
+    """Tell Optuna how the trial ended, and say it; the state it ended in ("done",
+    "pruned", "failed", or "requeued": another driver took it meanwhile)."""
     result = record.get("result") or {}
     error = record.get("error") or result.get("error")
     frozen = study._storage.get_trial(trial._trial_id)
     if frozen.state != TrialState.RUNNING:   # taken as stale meanwhile: queued again
         progress(f"{name}: {record['state']}, but its trial was queued again meanwhile")
-        return
+        return "requeued"
     if record.get("seconds") is not None:
         trial.set_user_attr("seconds", record["seconds"])
     took = f" in {record['seconds']:.1f}s" if record.get("seconds") else ""
@@ -315,7 +338,7 @@ def _finish(study, trial, name, record, progress, tick, overrides) -> None:
         study.tell(trial, state=TrialState.PRUNED)
         progress(f"{name} {' '.join(overrides)}: pruned after pass {passes}{took}{note}")
         tick("pruned")
-        return
+        return "pruned"
     if record["state"] == "done" and not error:
         trial.set_user_attr("experiment", name)
         trial.set_user_attr("metric", result["metric"])
@@ -323,11 +346,12 @@ def _finish(study, trial, name, record, progress, tick, overrides) -> None:
         progress(f"{name} {' '.join(overrides)}: {result['metric']} "
                  f"{result['objective']:.5g}{took}")
         tick("done")
-        return
+        return "done"
     trial.set_user_attr("error", error)
     study.tell(trial, state=TrialState.FAIL)
     progress(f"{name} {' '.join(overrides)}: failed{took}: {error}")
     tick("failed")
+    return "failed"
 
 
 def trial_points(study: optuna.Study) -> list:

@@ -232,3 +232,62 @@ def test_the_picture_has_the_history_and_a_panel_per_param(tmp_path):
     assert lr.get_xscale() == "log" and opt.get_xscale() == "linear"
     assert [t.get_text() for t in opt.get_xticklabels()] == ["adamw", "muon"]
     assert write_tune_png(tmp_path / "t.png", "t", "bpb", dims, points)[:4] == b"\x89PNG"
+
+
+@dataclasses.dataclass(eq=False)
+class _Ended:
+    """A cluster's Future that has ended with `record`."""
+    record: dict
+
+    def done(self) -> bool:
+        return True
+
+    def result(self) -> dict:
+        return self.record
+
+
+@pytest.mark.parametrize("space, error", [
+    (["step.lr=log:0.001..0.1"], "dvc exp run exited 1: stage step: training failed"),
+    (["step.lr=log:0.001..0.1"], None),   # the space itself: no trial reaches a worker
+])
+def test_trials_that_all_fail_stop_the_run_instead_of_asking_forever(tmp_path, monkeypatch,
+                                                                      space, error):
+    url = f"sqlite:///{tmp_path / 'tune.db'}"
+    dims = parse_space(space, PARAMS)
+    study = tune.open_study(tune.open_storage(url), "s", dims, "auto", 8, 0, True)
+    submitted = []
+
+    def submit(client, plan, name, overrides, scratch, monitor):
+        submitted.append(name)
+        return _Ended({"state": "failed", "error": error, "seconds": 1.0})
+
+    monkeypatch.setattr(tune, "submit_point", submit)
+    # None: every value of the space is refused before it runs (the grid's params check)
+    monkeypatch.setattr(tune, "invalid",
+                        lambda params, axes, values: None if error else "no such key")
+    lines, ticks = [], []
+    whole = tune.run_study(None, PARAMS, study, url, dims, 8, "auto", True, None, 2, None,
+                           lines.append, ticks.append)
+    assert whole is False
+    # two slots: the trials already running when the third failure came end too
+    assert set(ticks) == {"failed"} and \
+        tune.FAILED_IN_ROW <= len(ticks) <= tune.FAILED_IN_ROW + 1
+    assert len(study.get_trials()) == len(ticks)
+    assert len(submitted) == (len(ticks) if error else 0)
+    assert lines[-1].startswith(f"stopped: {len(ticks)} trials in a row failed")
+
+
+def test_a_success_between_failures_keeps_the_run_going(tmp_path, monkeypatch):
+    url = f"sqlite:///{tmp_path / 'tune.db'}"
+    dims = parse_space(["step.lr=log:0.001..0.1"], PARAMS)
+    study = tune.open_study(tune.open_storage(url), "s", dims, "auto", 4, 0, False)
+    failed = {"state": "failed", "error": "a worker was lost", "seconds": 1.0}
+    done = {"state": "done", "error": None, "seconds": 1.0,
+            "result": {"objective": 2.0, "metric": "loss"}}
+    ends = iter([failed, failed, done, failed, failed, done, done, done])
+    monkeypatch.setattr(tune, "submit_point", lambda *a: _Ended(next(ends)))
+    monkeypatch.setattr(tune, "invalid", lambda params, axes, values: None)
+    ticks = []
+    assert tune.run_study(None, PARAMS, study, url, dims, 4, "auto", False, None, 1, None,
+                          lambda line: None, ticks.append) is True
+    assert ticks == ["failed", "failed", "done", "failed", "failed", "done", "done", "done"]
