@@ -170,12 +170,19 @@ def record_products(model, params, batch) -> list:
     return list(Traced.log)
 
 
+def product_flops(sa: tuple, sb: tuple) -> float:
+    """2 m k n times the batch of one matmul (a 1-D operand is one row or column)."""
+    m = sa[-2] if len(sa) > 1 else 1
+    n = sb[-1] if len(sb) > 1 else 1
+    batch = np.prod(np.broadcast_shapes(sa[:-2], sb[:-2]) or 1)
+    return 2.0 * float(batch) * m * sa[-1] * n
+
+
 def replay_products(products, repeats: int) -> tuple[float, float]:
     """(median seconds of all the step's products, their FLOPs)."""
     rng = np.random.default_rng(0)
     ops = [(_operand(sa, ta, rng), _operand(sb, tb, rng)) for (sa, ta), (sb, tb) in products]
-    flops = sum(2.0 * np.prod(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) or 1)
-                * a.shape[-2] * a.shape[-1] * b.shape[-1] for a, b in ops)
+    flops = sum(product_flops(a.shape, b.shape) for a, b in ops)
     times = []
     for _ in range(repeats + 1):
         t0 = time.perf_counter()
