@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
-"""`spark bench` against its PyTorch peers, in interleaved rounds (docs/training.md, "Peers").
+"""`spark bench` against its PyTorch peers, in interleaved rounds (docs/training.md,
+"Where a step's time goes, and the peers").
 
     .venv/bin/python tools/bench_peers.py --scale large [--rounds 5] [--threads 1 2]
                                           [--tree new=. --tree old=../main] [--no-compile]
 
 The same model, batch and update as `spark bench` (sparktrain/train/bench.py: the bench
-init, the synthetic batch, plain SGD at BENCH_LR), written in PyTorch as
-tools/torch_peer_gpu.py does (autograd, scaled_dot_product_attention), run two ways: eager,
+init, the synthetic batch, plain SGD at BENCH_LR), written in PyTorch as the coder
+proof's peer writes it (tools/torch_peer_coder.py: autograd, F.rms_norm,
+scaled_dot_product_attention with enable_gqa), its first loss checked against the
+project's on the same weights and batch, and run two ways: eager,
 and `torch.compile` (Inductor: generated C++ for the CPU). Each round times, one after the
 other, every --tree's `run_bench` (a subprocess in that checkout, with its own .venv: N
 threads = N worker processes over N shards, one BLAS thread each) and then both PyTorch
@@ -31,15 +34,21 @@ import numpy as np
 
 from sparktrain.model.build import build_model
 from sparktrain.model.config import SCALES
-from sparktrain.model.layers import ROPE_BASE
 from sparktrain.train.bench import BENCH_LR, BENCH_SEED, DEFAULT_BATCH, WARMUP_STEPS, synthetic_batch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 try:
     import torch
-    from torch_peer_gpu import loss_fn
+    import torch.nn.functional as F
+    from torch_peer_coder import logits_of, rope_tables
 except ImportError:  # checked in main(), so --help works without it
     torch = None
+
+
+def loss_fn(W, cfg, inputs, targets, cos, sin):
+    """The coder peer's model (F.rms_norm, SDPA with enable_gqa) and its mean loss."""
+    logits = logits_of(W, inputs, cfg, cos, sin)                        # (B, T, V)
+    return F.cross_entropy(logits.reshape(-1, cfg.vocab), targets.reshape(-1))
 
 SPARK_SNIPPET = """
 import json, sys
@@ -67,21 +76,22 @@ class TorchPeer:
     def __init__(self, scale: str, batch: int, threads: int, compiled: bool):
         torch.set_num_threads(threads)
         self.cfg = cfg = SCALES[scale]
-        host = build_model(cfg).init_params(BENCH_SEED, b"bench")
-        self.W = {n: torch.tensor(a, requires_grad=True) for n, a in host.items()}
+        model = build_model(cfg)
+        host = model.init_params(BENCH_SEED, b"bench")
         b = synthetic_batch(batch, cfg.seq_len, vocab=cfg.vocab)
+        spark_loss = model.batch_loss(host, b)[0] / b.n_counted        # the same model's loss
+        self.W = {n: torch.tensor(a, requires_grad=True) for n, a in host.items()}
         self.inputs, self.targets = torch.tensor(b.inputs), torch.tensor(b.targets)
-        hd = cfg.head_dim
-        angle = np.arange(cfg.seq_len)[:, None] * ROPE_BASE ** (-2.0 * np.arange(hd // 2) / hd)
-        self.cos = torch.tensor(np.cos(angle), dtype=torch.float32)
-        self.sin = torch.tensor(np.sin(angle), dtype=torch.float32)
+        self.cos, self.sin = rope_tables(cfg.seq_len, cfg.head_dim)
         self.threads, self.tokens = threads, batch * cfg.seq_len
         if compiled:  # Inductor bakes the thread count into its kernels: compile afresh
             torch._dynamo.reset()
         self.loss = torch.compile(loss_fn) if compiled else loss_fn
         t0 = time.perf_counter()
-        self.time(WARMUP_STEPS)  # compiles here
+        first = self.step()  # compiles here
+        self.time(WARMUP_STEPS - 1)
         self.warmup_s = time.perf_counter() - t0
+        self.loss_rel_diff = abs(first - spark_loss) / spark_loss  # the two models agree
 
     def step(self) -> float:
         loss = self.loss(self.W, self.cfg, self.inputs, self.targets, self.cos, self.sin)
@@ -126,6 +136,7 @@ def compare(scale: str, trees: dict[str, Path], threads: int, rounds: int, steps
     return {"scale": scale, "threads": threads, "batch_size": batch, "rounds": rounds,
             "steps": steps, "tokens_per_s": medians, "ratios": ratios, "runs": runs,
             "spark_params_sha256": {n: sorted(h) for n, h in hashes.items()},
+            "first_loss_rel_diff": {n: p.loss_rel_diff for n, p in peers.items()},
             "torch": torch.__version__, "load_before": os.getloadavg()[0]}
 
 
