@@ -20,9 +20,9 @@ from sparktrain.vocab import MAX_VOCAB, MIN_BPE_VOCAB, TOKENIZERS
 from sparktrain.core.errors import SparkError, did_you_mean
 from sparktrain.core.fsutil import read_input
 from sparktrain.core.jobfiles import PARAMS_FILE, check_job_id
-from sparktrain.model.config import ARCH_KEYS, SCALES, ModelConfig
-from sparktrain.model.backend import DEVICES
+from sparktrain.model.config import ARCH_KEYS, DEVICES, SCALES, ModelConfig
 from sparktrain.core.safeload import load_yaml
+from sparktrain.core.values import is_finite, is_number
 
 # The Spark-coder recipes, one row per scale, each row a whole params file
 # (`spark code train --scale S`; docs/compat.md).
@@ -41,9 +41,9 @@ def _as_float(value):
             value = float(value)
         except ValueError:
             pass
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if not is_number(value):
         raise ValueError(f"must be float, got {type(value).__name__} {value!r}")
-    if not math.isfinite(value):
+    if not is_finite(value):
         raise ValueError(f"must be a finite number, got {value!r}")
     return float(value)
 
@@ -116,6 +116,9 @@ class StepConfig:
                               "and the LM head zero")
     checkpoint_every: StrictInt = Field(0, ge=0, description="save a resumable state every N "
                                         "outer passes (0 = off)")
+    stop_after_pass: StrictInt = Field(0, ge=0, description="end the run after this outer "
+                                       "pass, with the learning-rate schedule of all `outer` "
+                                       "passes (0 = run every pass; spark tune's pruned trials)")
     device: Literal[DEVICES] = Field(
         "cpu", description="where the arrays live: cpu (numpy, the reference bytes), cuda or "
                            "mps (the gpu extra), auto = a GPU when one is seen (docs/gpu.md)")
@@ -127,6 +130,9 @@ class StepConfig:
             raise ValueError("weight_decay applies to optimizer adamw, not sgd")
         if self.outer > MAX_OUTER:
             raise ValueError(f"outer {self.outer:,} is above the limit of {MAX_OUTER:,} passes")
+        if self.stop_after_pass >= self.outer:
+            raise ValueError(f"stop_after_pass {self.stop_after_pass} is not before the last "
+                             f"of the run's {self.outer} outer passes (0 = run them all)")
         if n > MAX_MICRO_STEPS:
             raise ValueError(f"outer x inner = {n:,} micro-steps is above the limit of "
                              f"{MAX_MICRO_STEPS:,}")
@@ -148,6 +154,10 @@ class StepConfig:
         if self.optimizer != "muon" and self.muon_ns != "jordan":
             raise ValueError("muon_ns applies to optimizer muon")
         return self
+
+    def passes(self) -> int:
+        """The outer passes the run makes: `outer`, or `stop_after_pass` when set."""
+        return self.stop_after_pass or self.outer
 
     def adam_lr_or_default(self) -> float:
         """optimizer muon's rate of its AdamW group."""
@@ -416,7 +426,8 @@ def _override_value(value) -> str:
 # Knobs recorded only when they differ from their defaults, so a run that does
 # not use them has the checkpoint bytes of a plain SGD run.
 LATER_KNOBS = ("optimizer", "weight_decay", "beta1", "beta2", "schedule", "warmup", "min_lr",
-               "checkpoint_every", "adam_lr", "muon_momentum", "cooldown", "init_out", "muon_ns")
+               "checkpoint_every", "adam_lr", "muon_momentum", "cooldown", "init_out", "muon_ns",
+               "stop_after_pass")
 
 
 def step_record(step: StepConfig) -> dict:

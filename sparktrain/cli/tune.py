@@ -45,6 +45,10 @@ def register(sub) -> None:
                         "curve of bpb or loss, other objectives are not pruned")
     p.add_argument("--no-prune", dest="prune", action="store_false",
                    help="run every trial to the end")
+    p.add_argument("--no-keep-pruned", dest="keep_pruned", action="store_false",
+                   help="leave no experiment for a pruned trial (by default its worker runs "
+                        "it again with -S ++step.stop_after_pass=K, K the passes it reached, "
+                        "and pushes that: K passes and the eval stage more)")
     p.add_argument("--seed", type=int, default=0, help="the sampler's seed (default 0)")
     p.add_argument("--top", type=positive_int, default=5,
                    help="how many of the best trials the table shows (default 5)")
@@ -121,6 +125,6 @@ def _run(args, driver, tune, plan, params, study, url, dims, have, counts, say) 
             tune.run_study(plan, params, study, url, dims, args.trials, args.objective,
                                   args.prune, client, slots, args.scratch,
                                   progress=lambda line: bar.log(f"tune: {printable(line)}"),
-                                  tick=tick)
+                                  tick=tick, keep_pruned=args.keep_pruned)
     finally:
         driver.close_client(client, cluster)

@@ -32,7 +32,7 @@ from sparktrain.core.fsutil import (canonical_json, folder_fd, read_input, temp_
 from sparktrain.core.gate import check_output
 from sparktrain.core.jobfiles import CHECKPOINT, TOKENIZER
 from sparktrain.core.safeload import load_json
-from sparktrain.eval.headline import is_finite, is_number
+from sparktrain.core.values import is_finite, is_number
 from sparktrain.model.config import ModelConfig, n_params, param_shapes, weights_fits
 from sparktrain.model.layers import RMS_EPS, ROPE_BASE
 from sparktrain.model.weights import (check_params, check_tensors, config_from_meta, load_model,

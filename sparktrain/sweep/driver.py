@@ -24,13 +24,15 @@ from sparktrain.core.errors import SparkError
 from sparktrain.core.safeload import load_yaml
 from sparktrain.core.fsutil import read_input
 from sparktrain.core.jobfiles import PARAMS_FILE
-from sparktrain.model.parallel import usable_cores  # noqa: F401  (commands: the default --workers)
-from sparktrain.repro.lock import DvcExperiments, tool_env
+from sparktrain.runtime import usable_cores  # noqa: F401  (commands: the default --workers)
+from sparktrain.eval.experiments import DvcExperiments
+from sparktrain.repro.toolenv import tool_env
 from sparktrain.sweep import quiet_workers
 from sparktrain.sweep.grid import Axis, Point, expand, experiments_of, parse_axis, point_record
 
 ONE_THREAD = {"SPARK_BLAS_THREADS": "1", "SPARK_WORKERS": "1"}  # N workers use N cores
 POLL_S = 2.0   # how often a monitored run's monitor looks at its clone
+TERM_GRACE_S = 30.0  # a stopped run's processes get this long after SIGTERM, then SIGKILL
 
 
 class Monitor(Protocol):
@@ -41,6 +43,11 @@ class Monitor(Protocol):
 
     def result(self, clone: Path) -> dict:
         """After a run that finished: what the driver gets back (the record's "result")."""
+
+    def cut(self, clone: Path) -> str | None:
+        """After a stop: a `-S` override that makes a run end where this one was stopped
+        (the point is then run again with it and pushed: its record says what ran), or
+        None (nothing is pushed)."""
 
 
 @dataclass(frozen=True)
@@ -60,32 +67,40 @@ class PointFailed(Exception):
 
 
 class PointStopped(Exception):
-    """The point's monitor stopped its run: nothing is pushed."""
+    """The point's monitor stopped its run and nothing is pushed: it gave no cut (or
+    str(): why the run with its cut failed)."""
 
 
 def run_point(job: PointJob) -> dict:
     """Clone, `dvc exp run`, `dvc exp push`; {name, state, error, seconds, host} (+ result:
-    the monitor's, when it has one); state "done", "failed" or "stopped" (by the monitor)."""
+    the monitor's, when it has one); state "done", "failed" or "stopped" (by the monitor;
+    with "cut": the override its pushed experiment ran with, else nothing was pushed)."""
     t0 = time.perf_counter()
     record = {"name": job.name, "state": "done", "error": None, "host": os.uname().nodename}
     if job.scratch:
         Path(job.scratch).mkdir(parents=True, exist_ok=True)
     clone = Path(tempfile.mkdtemp(prefix=f"spark-{job.name}-", dir=job.scratch))
     try:
-        _in_clone(job, clone)
+        cut = _in_clone(job, clone)
+        if cut:
+            record.update(state="stopped", cut=cut)
         if job.monitor is not None:
             record["result"] = job.monitor.result(clone)
     except PointFailed as err:
         record.update(state="failed", error=str(err))
-    except PointStopped:
+    except PointStopped as err:
         record["state"] = "stopped"
+        if str(err):
+            record["cut_error"] = str(err)
     finally:
         shutil.rmtree(clone, ignore_errors=True)
     record["seconds"] = round(time.perf_counter() - t0, 2)
     return record
 
 
-def _in_clone(job: PointJob, clone: Path) -> None:
+def _in_clone(job: PointJob, clone: Path) -> str | None:
+    """The point in `clone`, pushed; the monitor's cut when it stopped the run (None:
+    it ran to the end)."""
     _call(["git", "clone", "-q", "--no-checkout", job.git_url, str(clone)], clone.parent,
           f"git clone {job.git_url}")
     _call(["git", "checkout", "-q", job.commit], clone,
@@ -96,11 +111,37 @@ def _in_clone(job: PointJob, clone: Path) -> None:
     remote = ["-r", job.dvc_remote] if job.dvc_remote else []
     sets = [arg for override in job.overrides for arg in ("-S", override)]
     run = ["dvc", "exp", "run", "-n", job.name, *sets]
+    cut = None
     if job.monitor is None:
         _call(run, clone, "dvc exp run")
     else:
-        _watched(run, clone, "dvc exp run", job.monitor)
+        try:
+            _watched(run, clone, "dvc exp run", job.monitor)
+        except PointStopped:
+            cut = _run_cut(job, clone, run)
     _call(["dvc", "exp", "push", *remote, "origin", job.name], clone, "dvc exp push")
+    return cut
+
+
+def _run_cut(job: PointJob, clone: Path, run: list[str]) -> str:
+    """After the monitor stopped `run`: the same run again in `clone`, with the monitor's
+    cut (it ends where the stop came), to be pushed as the point; its cut, or
+    PointStopped when there is none or that run failed (nothing is pushed)."""
+    cut = job.monitor.cut(clone)
+    if cut is None:
+        raise PointStopped()
+    # the stopped run's params.yaml goes (a `+KEY` override adds its key once); the stages
+    # it finished are in dvc.lock and the clone's cache, and a state its step saved
+    # (step.checkpoint_every) is resumed when it is of this run
+    _call(["git", "checkout", "-q", job.commit, "--", PARAMS_FILE], clone,
+          f"git checkout {PARAMS_FILE}")
+    try:
+        _call([*run, "-S", cut], clone, f"dvc exp run -S {cut}")
+    except PointFailed as err:   # e.g. its passes did not learn: no record of them
+        raise PointStopped(str(err)) from None
+    if job.monitor.cut(clone) is None:   # its trial was taken from it meanwhile
+        raise PointStopped()
+    return cut
 
 
 def _call(cmd: list[str], cwd: Path, what: str) -> None:
@@ -131,16 +172,23 @@ def _watched(cmd: list[str], cwd: Path, what: str, monitor: Monitor) -> None:
             raise PointFailed(f"{what} exited {proc.returncode}: {reason(log.read())}")
 
 
-def _terminate(proc: subprocess.Popen) -> None:
-    """SIGTERM to the process and every process under it, then wait for it."""
-    try:
-        tree = [*psutil.Process(proc.pid).children(recursive=True), psutil.Process(proc.pid)]
-    except psutil.NoSuchProcess:
-        tree = []
-    for process in tree:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            process.send_signal(signal.SIGTERM)
-    proc.wait()
+def _terminate(proc: subprocess.Popen, grace_s: float = TERM_GRACE_S) -> None:
+    """SIGTERM to the process and every process under it (stages end as on Ctrl-C), then
+    wait for it; whatever still runs after `grace_s` gets SIGKILL, so a stop never hangs."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            root = psutil.Process(proc.pid)
+            tree = [*root.children(recursive=True), root]
+        except psutil.NoSuchProcess:
+            tree = []
+        for process in tree:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                process.send_signal(sig)
+        try:
+            proc.wait(timeout=grace_s if sig == signal.SIGTERM else None)
+            return
+        except subprocess.TimeoutExpired:
+            continue
 
 
 def reason(output: str) -> str:

@@ -3,10 +3,12 @@ points, run by the sweep's point runner on the Dask cluster (driver.py). The dri
 Optuna for a trial's params, submits it, and tells Optuna the objective the worker read
 from the trial's eval.json. While a trial runs, its monitor (on the worker) reports each
 pass's held-out figure from the curve the step writes as an intermediate value and asks
-the pruner; a pruned trial's run is stopped there. The study lives in a database (SQLite
-under out/ by default) that the driver and the workers share: heartbeats from the driver
-mark its running trials alive, so a driver that died leaves trials that the next one
-finds stale and queues again (docs/pipeline.md "Tuning")."""
+the pruner; a pruned trial's run is stopped there, then run again to the end of the pass
+it reached (`step.stop_after_pass`), and that is pushed as its experiment. The study
+lives in a database (SQLite under out/ by default) that the driver and the workers
+share: heartbeats from the driver mark its running trials alive, so a driver that died
+leaves trials that the next one finds stale and queues again (docs/pipeline.md
+"Tuning")."""
 from __future__ import annotations
 
 import math
@@ -17,7 +19,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import optuna
-from distributed import wait
 from optuna.exceptions import ExperimentalWarning
 from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback, fail_stale_trials
 from optuna.trial import TrialState
@@ -26,6 +27,8 @@ from sparktrain.core.errors import SparkError, printable
 from sparktrain.core.jobfiles import EVAL, LIVE_PENDING, OUT, PARAMS_FILE, job_dir
 from sparktrain.core.safeload import load_json, load_yaml
 from sparktrain.core.fsutil import read_input
+from sparktrain.core.values import is_number
+from sparktrain.params import StepConfig
 from sparktrain.sweep.driver import SweepPlan, submit_point, task_failed
 from sparktrain.sweep.grid import Axis, invalid
 from sparktrain.sweep.space import Dimension, describe, distributions, signature
@@ -34,6 +37,7 @@ from sparktrain.train.live import SERIES, series_path
 STORAGE_FILE = "tune.db"           # the default storage, under the project root's out/
 SPACE_ATTR = "spark_space"         # the study's user attribute holding its space's signature
 OBJECTIVE_ATTR = "spark_objective"
+STOPPED_ATTR = "stopped_after_pass"  # a pruned trial's: its experiment's step.stop_after_pass
 HEARTBEAT_S, GRACE_S = 2, 10       # a running trial without a heartbeat for GRACE_S is stale
 AUTO = "auto"                      # the objective: bpb when eval.json has it, else loss
 # the per-pass held-out series (sparktrain/train/live.py) of each objective that has one
@@ -116,15 +120,20 @@ class TrialMonitor:
     trial_id: int
     objective: str
     prune: bool
+    keep: bool = True              # a pruned run is run again to its pass and pushed (cut)
     reported: int = 0
+    stopped_after: int = 0         # the passes reported when the pruner stopped the run
     _trial: optuna.trial.Trial | None = field(default=None, repr=False)
 
     def __getstate__(self):
         return {**self.__dict__, "_trial": None}   # the database connection stays here
 
+    def _params(self, clone: Path) -> dict:
+        """The clone's params.yaml, as the run's overrides left it."""
+        return load_yaml(read_input(clone / PARAMS_FILE, "params file"), PARAMS_FILE) or {}
+
     def _job_folder(self, clone: Path) -> Path:
-        params = load_yaml(read_input(clone / PARAMS_FILE, "params file"), PARAMS_FILE) or {}
-        return clone / job_dir(str(params.get("job", "")))
+        return clone / job_dir(str(self._params(clone).get("job", "")))
 
     def _curve(self, folder: Path) -> list[float]:
         names = [CURVES[self.objective]] if self.objective in CURVES else \
@@ -159,17 +168,33 @@ class TrialMonitor:
             if math.isfinite(values[step]):
                 self._trial.report(values[step], step + 1)
         self.reported = len(values)
-        return bool(self._trial.should_prune())
+        step = self._params(clone).get("step")
+        outer = step.get("outer", StepConfig().outer) if isinstance(step, dict) else None
+        if isinstance(outer, int) and self.reported >= outer:
+            return False   # every pass is in: the run ends as it is, complete
+        if self._trial.should_prune():
+            self.stopped_after = self.reported
+            return True
+        return False
+
+    def cut(self, clone: Path) -> str | None:
+        """After the pruner's stop: the override that ends the run after the pass it was
+        stopped at (the worker runs the trial again with it, and pushes that); None when
+        the run was stopped because its trial no longer runs in the study."""
+        if not self.keep or not self.stopped_after or \
+                self._trial.study._storage.get_trial(self.trial_id).state != TrialState.RUNNING:
+            return None
+        return f"++step.stop_after_pass={self.stopped_after}"
 
     def result(self, clone: Path) -> dict:
         folder = self._job_folder(clone)
-        if self._trial is not None:   # the passes after the last poll
+        if self._trial is not None and not self.stopped_after:   # the passes after the last poll
             self.poll(clone)
         metrics = load_json(read_input(folder / EVAL, "eval file"), EVAL)
         key = self.objective if self.objective != AUTO else \
             "bpb" if isinstance(metrics.get("bpb"), (int, float)) else "loss"
         value = metrics.get(key)
-        if not isinstance(value, (int, float)) or isinstance(value, bool):
+        if not is_number(value):
             known = sorted(k for k, v in metrics.items() if isinstance(v, (int, float)))
             return {"error": f"eval.json has no number {key!r} (it has {', '.join(known)})"}
         return {"objective": float(value), "metric": key}
@@ -180,9 +205,11 @@ def finished(study: optuna.Study) -> int:
 
 
 def experiments(study: optuna.Study) -> list[str]:
-    """The experiments of the study's complete trials (pushed by their workers)."""
-    return [t.user_attrs["experiment"] for t in study.get_trials(
-        deepcopy=False, states=(TrialState.COMPLETE,)) if "experiment" in t.user_attrs]
+    """The experiments of the study's complete trials and of its pruned ones that were
+    run again to the pass they were stopped at (pushed by their workers)."""
+    return [t.user_attrs["experiment"] for t in study.get_trials(deepcopy=False, states=FINISHED)
+            if "experiment" in t.user_attrs and
+            (t.state == TrialState.COMPLETE or STOPPED_ATTR in t.user_attrs)]
 
 
 def experiment_name(study: str, number: int) -> str:
@@ -202,9 +229,11 @@ class Running:
 
 def run_study(plan: SweepPlan, params: dict, study: optuna.Study, storage_url: str, dims,
               trials: int, objective: str, prune: bool, client, slots: int,
-              scratch: str | None, progress, tick=lambda state: None) -> None:
+              scratch: str | None, progress, tick=lambda state: None,
+              keep_pruned: bool = True) -> None:
     """Run trials until the study has `trials` finished ones (complete or pruned; failed
-    ones do not count), `slots` at a time."""
+    ones do not count), `slots` at a time; `keep_pruned`: a pruned trial's run is run
+    again to the pass it reached and kept as its experiment."""
     storage, dists = study._storage, distributions(dims)
     running: dict = {}   # Future -> Running
     while True:
@@ -228,7 +257,7 @@ def run_study(plan: SweepPlan, params: dict, study: optuna.Study, storage_url: s
             progress(f"{name} {' '.join(overrides)}: started"
                      + (f" (again: trial {retry}'s driver stopped)" if retry is not None else ""))
             monitor = TrialMonitor(storage_url, study.study_name, trial._trial_id, objective,
-                                   prune)
+                                   prune, keep_pruned)
             running[submit_point(client, plan, name, overrides, scratch, monitor)] = \
                 Running(trial, name, overrides)
         if not running:
@@ -237,10 +266,7 @@ def run_study(plan: SweepPlan, params: dict, study: optuna.Study, storage_url: s
                 return
             time.sleep(HEARTBEAT_S)   # another driver's (or a dead one's) trials still run
             continue
-        try:
-            done = wait(list(running), timeout=HEARTBEAT_S, return_when="FIRST_COMPLETED").done
-        except TimeoutError:   # none finished within a heartbeat
-            done = set()
+        done = _first_done(list(running), HEARTBEAT_S)
         for run in running.values():
             storage.record_heartbeat(run.trial._trial_id)
         for future in done:
@@ -252,6 +278,17 @@ def run_study(plan: SweepPlan, params: dict, study: optuna.Study, storage_url: s
             _finish(study, run.trial, run.name, record, progress, tick, run.overrides)
 
 
+def _first_done(futures: list, within_s: float) -> list:
+    """The futures that are done, waiting at most `within_s` for a first one. Each Future's
+    own state is polled (no call into the cluster that could block past a heartbeat)."""
+    deadline = time.monotonic() + within_s
+    while True:
+        done = [f for f in futures if f.done()]
+        if done or time.monotonic() >= deadline:
+            return done
+        time.sleep(0.1)
+
+
 def _finish(study, trial, name, record, progress, tick, overrides) -> None:
     """Tell Optuna how the trial ended, and say it."""
     result = record.get("result") or {}
@@ -260,18 +297,27 @@ def _finish(study, trial, name, record, progress, tick, overrides) -> None:
     if frozen.state != TrialState.RUNNING:   # taken as stale meanwhile: queued again
         progress(f"{name}: {record['state']}, but its trial was queued again meanwhile")
         return
-    trial.set_user_attr("experiment", name)
     if record.get("seconds") is not None:
         trial.set_user_attr("seconds", record["seconds"])
     took = f" in {record['seconds']:.1f}s" if record.get("seconds") else ""
     if record["state"] == "stopped":
+        passes, note = max(frozen.intermediate_values or [0]), ""
+        if record.get("cut"):   # its experiment: the run again, ended after that pass
+            trial.set_user_attr("experiment", name)
+            trial.set_user_attr(STOPPED_ATTR, int(record["cut"].rsplit("=", 1)[1]))
+            note = f"; experiment {name} ends there"
+            if "objective" in result:
+                trial.set_user_attr("metric", result["metric"])
+                trial.set_user_attr("reached", result["objective"])
+                note += f" ({result['metric']} {result['objective']:.5g})"
+        elif record.get("cut_error"):
+            note = f"; no experiment kept: {record['cut_error']}"
         study.tell(trial, state=TrialState.PRUNED)
-        progress(f"{name} {' '.join(overrides)}: pruned after pass "
-                 f"{max(frozen.intermediate_values or [0])}"
-                 f"{took}")
+        progress(f"{name} {' '.join(overrides)}: pruned after pass {passes}{took}{note}")
         tick("pruned")
         return
     if record["state"] == "done" and not error:
+        trial.set_user_attr("experiment", name)
         trial.set_user_attr("metric", result["metric"])
         study.tell(trial, result["objective"])
         progress(f"{name} {' '.join(overrides)}: {result['metric']} "
@@ -311,9 +357,11 @@ def report(study: optuna.Study, dims, top: int, tty: bool | None = None) -> tupl
              _cell(t.user_attrs.get("seconds"))] for t in done[:top]]
     count = {s: sum(t.state == s for t in trials) for s in TrialState}
     lines = render(head, rows, rule=True, tty=tty) if rows else ["no complete trial yet"]
+    kept = sum(t.state == TrialState.PRUNED and STOPPED_ATTR in t.user_attrs for t in trials)
     lines.append(f"study {study.study_name!r}: {len(trials)} trials, "
-                 f"{count[TrialState.COMPLETE]} complete, {count[TrialState.PRUNED]} pruned, "
-                 f"{count[TrialState.FAIL]} failed"
+                 f"{count[TrialState.COMPLETE]} complete, {count[TrialState.PRUNED]} pruned"
+                 + (f" ({kept} kept as experiments with step.stop_after_pass)" if kept else "")
+                 + f", {count[TrialState.FAIL]} failed"
                  + (f", {count[TrialState.RUNNING]} running" if count[TrialState.RUNNING] else ""))
     best = done[0].user_attrs.get("experiment") if done else None
     return "\n".join(lines), best

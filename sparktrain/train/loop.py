@@ -136,16 +136,17 @@ def _train(run: _Run, log: Log, watch: live.Watcher) -> None:
 
     watch.start(log.curve[-1], lr_of(log.done), log.done,
                 f"{run.data.describe}, {run.model.n_params:,} params, "
-                f"{step.outer}x{step.inner} micro-steps of {step.batch_size}",
+                f"{step.outer}x{step.inner} micro-steps of {step.batch_size}"
+                + (f", stopped after outer {step.stop_after_pass}" if step.stop_after_pass else ""),
                 earlier=[(p, lr_of(p["outer"])) for p in log.curve[:-1]])
-    for k in range(log.done + 1, step.outer + 1):
+    for k in range(log.done + 1, step.passes() + 1):  # stop_after_pass: fewer, same schedule
         for i in range(step.inner):
             apply_update(run, log, run.data.sampler.next(),
                          f"at outer {k} micro-step {i + 1}", (k - 1) * step.inner + i)
             watch.micro_step(k, log.rate())
         log.curve.append(_point(run, k, "after_outer"))
         log.done = k
-        if step.checkpoint_every and k % step.checkpoint_every == 0 and k < step.outer:
+        if step.checkpoint_every and k % step.checkpoint_every == 0 and k < step.passes():
             save_state(run, log)
         watch.pass_done(log.curve[-1], lr_at(step, k * step.inner - 1, total), log.rate())
 
@@ -173,7 +174,7 @@ def run_step(job: Job, step: StepConfig, cfg: ModelConfig, source: DataSource, *
     labels = dict(labels or {})
     if unknown := sorted(set(labels) - set(LABELS)):
         raise SparkError(f"unknown run labels {unknown}; known: {', '.join(LABELS)}")
-    watch = live.Watcher(job.id, job.out_dir, step.outer, step.inner, progress)
+    watch = live.Watcher(job.id, job.out_dir, step.passes(), step.inner, progress)
     run = _set_up(job, step, cfg, source, watch.say)
     log = Log(t0=time.perf_counter())
     try:
@@ -284,7 +285,7 @@ def checkpoint(run, log: Log, changed: list[str], weights_sha256: str, labels: d
         "train_attn": cfg.train_attn, "dataset": job.dataset,
         "arch": cfg.to_dict(), "n_params": run.model.n_params, "trained_tensors": len(changed),
         "frozen_tensors": ",".join(sorted(set(run.params) - set(run.trainable))),
-        "micro_steps": step.outer * step.inner, "clipped_steps": log.clipped,
+        "micro_steps": step.passes() * step.inner, "clipped_steps": log.clipped,
         "tokens_seen": log.tokens_seen, "weights": job.rel(WEIGHTS),
         "weights_sha256": weights_sha256, "sparkbc_sha256": job.sparkbc_sha256,
         "program": job.program, "method": job.method, "base": job.base,
@@ -377,11 +378,13 @@ def resolve_step_n(requested: int | None, base_step: int, base: str) -> int:
 
 
 def fingerprint(job: Job, cfg, data_fingerprint, step, device) -> str:
-    """What a saved state must match: all that decides the run's bytes (not the workers)."""
+    """What a saved state must match: all that decides the run's bytes (not the workers).
+    Not stop_after_pass: the passes before the stop are those of the whole run, so a state
+    saved after pass j resumes the run stopped after pass k >= j, and the other way."""
     return sha256_bytes(canonical_json({
         "job": job.id, "arch": cfg.to_dict(), "data": data_fingerprint,
         "step": {k: v for k, v in dataclasses.asdict(step).items()
-                 if k not in ("workers", "device")},
+                 if k not in ("workers", "device", "stop_after_pass")},
         "sparkbc_sha256": job.sparkbc_sha256, "base": job.base, **device.record()}).encode())
 
 
@@ -441,7 +444,7 @@ def _count(value) -> bool:
 def _check_state(state: dict, run) -> None:
     """resume.json's fields as save_state writes them, else ValueError naming the first bad one."""
     done, curve = state.get("done"), state.get("curve")
-    if not _count(done) or not 1 <= done < run.step.outer:
+    if not _count(done) or not 1 <= done < run.step.outer or done > run.step.passes():
         raise ValueError(f"done {done!r} is not a pass of this run")
     if not isinstance(curve, list) or len(curve) != done + 1 or not all(
             isinstance(p, dict) and p.get("outer") == i and isinstance(p.get("phase"), str)

@@ -4,6 +4,8 @@ cannot be opened, and the monitor reporting a run's per-pass held-out curve to O
 and stopping a trial the pruner rules out."""
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 optuna = pytest.importorskip("optuna")
@@ -94,10 +96,11 @@ def test_study_names_are_safe_experiment_names():
         tune.check_study_name("a b")
 
 
-def _clone_with_curve(path, values, pending=True):
-    """A fake clone whose run has written `values` (after the start row) so far."""
+def _clone_with_curve(path, values, pending=True, outer=4):
+    """A fake clone whose run of `outer` passes has written `values` (after the start
+    row) so far."""
     (path / "params.yaml").parent.mkdir(parents=True, exist_ok=True)
-    (path / "params.yaml").write_text("job: job-x\n")
+    (path / "params.yaml").write_text(f"job: job-x\nstep: {{outer: {outer}}}\n")
     base = path / "out/train/job-x" / (".live-run" if pending else "")
     series = base / "dvclive/plots/metrics/heldout_loss.tsv"
     series.parent.mkdir(parents=True, exist_ok=True)
@@ -123,12 +126,23 @@ def test_the_monitor_reports_each_pass_and_stops_a_hopeless_trial(tmp_path):
     _clone_with_curve(clone, [3.5, 3.2])
     assert monitor.poll(clone) is True           # pass 2: 3.2, the median is 2.0
     assert study._storage.get_trial(trial._trial_id).intermediate_values == {1: 3.5, 2: 3.2}
+    # the worker runs the trial again to the end of pass 2, and pushes that
+    _clone_with_curve(clone, [3.5, 3.2, 3.1])    # pass 3 came before the run ended
+    assert monitor.cut(clone) == "++step.stop_after_pass=2"
+    assert dataclasses.replace(monitor, keep=False).cut(clone) is None   # --no-keep-pruned
+
+    last = study.ask(dists)    # a run whose every pass is in ends as it is, complete
+    monitor = tune.TrialMonitor(url, "s", last._trial_id, "auto", True)
+    assert monitor.poll(_clone_with_curve(tmp_path / "c1", [3.5, 3.2], outer=2)) is False
+    assert monitor.cut(tmp_path / "c1") is None
+    study.tell(last, 3.2)
 
     kept = study.ask(dists)
     monitor = tune.TrialMonitor(url, "s", kept._trial_id, "auto", False)   # --no-prune
     assert monitor.poll(_clone_with_curve(tmp_path / "c2", [3.5, 3.2])) is False
     study.tell(kept, state=TrialState.FAIL)
     assert monitor.poll(tmp_path / "c2") is True   # not running any more: stop the run
+    assert monitor.cut(tmp_path / "c2") is None    # and push nothing
 
 
 def test_the_result_is_the_objective_from_eval_json(tmp_path):
@@ -142,6 +156,42 @@ def test_the_result_is_the_objective_from_eval_json(tmp_path):
         {"objective": 1.25, "metric": "bpb"}
     assert "no number 'exact'" in tune.TrialMonitor("sqlite://", "s", 0, "exact", True) \
         .result(clone)["error"]
+
+
+def test_a_pruned_trial_keeps_its_cut_experiment_and_says_so(tmp_path):
+    url = f"sqlite:///{tmp_path / 'tune.db'}"
+    dims = parse_space(["step.lr=log:0.001..0.1"], PARAMS)
+    study = tune.open_study(tune.open_storage(url), "s", dims, "auto", 8, 0, True)
+    lines, ticks = [], []
+    trials = [study.ask(distributions(dims)) for _ in range(3)]
+    for trial in trials:
+        trial.report(3.0, 1)
+        trial.report(2.5, 2)
+    cut = {"state": "stopped", "error": None, "seconds": 4.0,
+           "cut": "++step.stop_after_pass=2", "result": {"objective": 2.4, "metric": "loss"}}
+    lost = {"state": "stopped", "error": None, "seconds": 4.0,
+            "cut_error": "dvc exp run -S ++step.stop_after_pass=2 exited 1: stage step: "
+                         "training failed: loss did not fall"}
+    done = {"state": "done", "error": None, "seconds": 9.0,
+            "result": {"objective": 2.0, "metric": "loss"}}
+    for trial, record in zip(trials, (cut, lost, done)):
+        tune._finish(study, trial, f"tune-s-{trial.number}", record, lines.append,
+                     ticks.append, ())
+    assert ticks == ["pruned", "pruned", "done"]
+    kept, gone, _ = study.get_trials()
+    assert kept.state == gone.state == TrialState.PRUNED
+    assert kept.user_attrs == {"experiment": "tune-s-0", "stopped_after_pass": 2,
+                               "metric": "loss", "reached": 2.4, "seconds": 4.0}
+    assert "experiment" not in gone.user_attrs
+    assert lines[0] == "tune-s-0 : pruned after pass 2 in 4.0s; experiment tune-s-0 ends there " \
+                       "(loss 2.4)"
+    assert lines[1].endswith("; no experiment kept: dvc exp run -S ++step.stop_after_pass=2 "
+                             "exited 1: stage step: training failed: loss did not fall")
+    assert tune.experiments(study) == ["tune-s-0", "tune-s-2"]   # the driver pulls these
+    table, best = tune.report(study, dims, 5, tty=False)
+    assert best == "tune-s-2"
+    assert "3 trials, 1 complete, 2 pruned (1 kept as experiments with step.stop_after_pass)" \
+        ", 0 failed" in table
 
 
 def test_two_drivers_requeue_a_dead_drivers_trial_once(tmp_path, monkeypatch):

@@ -11,7 +11,7 @@ from sparktrain.core.fsutil import sha256_file
 from sparktrain.model.config import SCALES
 from sparktrain.model.weights import load_weights
 from sparktrain.data.source import source_for
-from sparktrain.params import Defaults, StepConfig
+from sparktrain.params import Defaults, StepConfig, parse_params
 from sparktrain.train.job import adhoc_job, job_from_program
 from sparktrain.data.pairs import MinibatchSampler
 from sparktrain.train import loop
@@ -233,3 +233,30 @@ def test_records_say_what_ran_the_optimizer_and_every_process(project, monkeypat
         assert 0 < perf["mfu"] <= 1
         want = perf["model_flops_per_s"] / (perf["matmul_peak_flops_per_s"] * 2)
         assert perf["mfu"] == pytest.approx(want, abs=1e-4)
+
+
+def test_a_run_stopped_after_a_pass_is_the_whole_run_up_to_it(project, monkeypatch):
+    """step.stop_after_pass k: the first k passes of the whole run, on its schedule (a
+    cosine over all `outer` passes), recorded as such; a state the whole run saved after
+    pass k resumes it to the same bytes as a fresh stopped run (spark tune's pruned
+    trials: docs/pipeline.md "Tuning")."""
+    knobs = dict(outer=4, optimizer="adamw", lr=0.01, schedule="cosine", warmup=2)
+    monkeypatch.setattr(loop, "clear_state", lambda folder: None)   # the whole run's state
+    job, whole = _train(project, monkeypatch, StepConfig(**knobs, checkpoint_every=2))
+    assert (project / job.out / "resume.json").is_file()   # saved after pass 2, kept
+    monkeypatch.undo()
+    _, resumed = _train(project, monkeypatch, StepConfig(**knobs, checkpoint_every=2,
+                                                         stop_after_pass=2))
+    _, fresh = _train(project, monkeypatch, StepConfig(**knobs, checkpoint_every=2,
+                                                       stop_after_pass=2))
+    c = fresh.checkpoint
+    assert c["loss_curve"] == whole.checkpoint["loss_curve"][:3]   # the same two passes
+    assert (c["outer"], c["stop_after_pass"], c["micro_steps"]) == (4, 2, 16)
+    assert c["trained"] is True and c["loss_after"] < c["loss_before"]
+    assert resumed.weights_sha256 == fresh.weights_sha256 != whole.weights_sha256
+    assert resumed.checkpoint["loss_curve"] == c["loss_curve"]
+    assert "stop_after_pass" not in whole.checkpoint   # absent at 0: the default's bytes
+    with pytest.raises(SparkError, match="stop_after_pass 4 is not before the last of the "
+                                         "run's 4 outer passes"):
+        parse_params({"job": "job-dry-001", "program": PROGRAM,
+                      "step": {"outer": 4, "stop_after_pass": 4}})
