@@ -27,6 +27,7 @@ class NumpyOps:
     """numpy arrays: the CPU path."""
     xp = np
     name = "numpy"
+    writes_out = True  # `out` buffers are filled (the generic twin returns fresh arrays)
 
     def asarray(self, host, like=None, dtype=None):
         """A host array in this backend (on the device of `like`), of `dtype` if given."""
@@ -61,8 +62,15 @@ class NumpyOps:
     def ones(self, shape, like):
         return np.ones(shape, dtype=like.dtype)
 
+    def empty(self, shape, like):
+        return np.empty(shape, dtype=like.dtype)
+
     def copy(self, x):
         return x.copy()
+
+    def matmul(self, a, b, out=None):
+        """a @ b, written into `out` when given (any strides numpy's BLAS call takes)."""
+        return np.matmul(a, b, out=out)
 
     def load(self, dst, src):
         """dst's contents replaced by the host array src; returns the array to keep."""
@@ -140,6 +148,26 @@ class NumpyOps:
         second(out[1], tmp, out=out[1])
         return out
 
+    def rows_to_heads(self, y, r, heads):
+        """y * r regrouped per head: y (B, KV, G*T, hd), r (B, KV, G*T, 1) -> (B, H, T, hd),
+        laid out (B, T, H, hd) in memory, so the heads side by side are a view."""
+        B, KV, GT, hd = y.shape
+        G = heads // KV
+        T = GT // G
+        buf = np.empty((B, T, KV, G, hd), dtype=y.dtype)
+        np.multiply(y.reshape(B, KV, G, T, hd), r.reshape(B, KV, G, T, 1),
+                    out=buf.transpose(0, 2, 3, 1, 4))
+        return buf.reshape(B, T, heads, hd).transpose(0, 2, 1, 3)
+
+    def heads_to_rows(self, dy, r, kv):
+        """dy (B, H, T, hd) in any layout, regrouped as (B, KV, G*T, hd) and times r
+        (B, KV, G*T, 1): one pass, C-ordered."""
+        B, H, T, hd = dy.shape
+        G = H // kv
+        out = np.empty((B, kv, G, T, hd), dtype=dy.dtype)
+        np.multiply(dy.reshape(B, kv, G, T, hd), r.reshape(B, kv, G, T, 1), out=out)
+        return out.reshape(B, kv, G * T, hd)
+
     def append_column(self, a, col):
         """[a, col] along the last axis: (..., n) and (...) or a scalar -> (..., n + 1)."""
         n = a.shape[-1]
@@ -192,6 +220,7 @@ class NumpyOps:
 
 class ArrayApiOps:
     """Any array-API namespace: standard calls only (array-api-strict runs this path in CI)."""
+    writes_out = False  # `out` buffers are left alone: every result is a fresh array
 
     def __init__(self, xp):
         self.xp = xp
@@ -243,8 +272,14 @@ class ArrayApiOps:
     def ones(self, shape, like):
         return self.xp.ones(shape, dtype=like.dtype, device=like.device)
 
+    def empty(self, shape, like):
+        return self.xp.empty(shape, dtype=like.dtype, device=like.device)
+
     def copy(self, x):
         return self.xp.asarray(x, copy=True)
+
+    def matmul(self, a, b, out=None):
+        return a @ b
 
     def load(self, dst, src):
         return self.asarray(src, dst, dst.dtype)
@@ -302,6 +337,14 @@ class ArrayApiOps:
         if inverse:
             return self.xp.stack([u1 * cos + u2 * sin, u2 * cos - u1 * sin])
         return self.xp.stack([u1 * cos - u2 * sin, u2 * cos + u1 * sin])
+
+    def rows_to_heads(self, y, r, heads):
+        B, KV, GT, hd = y.shape
+        return self.xp.reshape(y * r, (B, heads, GT * KV // heads, hd))
+
+    def heads_to_rows(self, dy, r, kv):
+        B, H, T, hd = dy.shape
+        return self.xp.reshape(dy, (B, kv, H // kv * T, hd)) * r
 
     def append_column(self, a, col):
         xp = self.xp

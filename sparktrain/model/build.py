@@ -83,6 +83,7 @@ class Transformer(AttentionArch, Model):
         h2 = xp.reshape(h, (N, C))                                     # (N, C)
         qk = h2 @ be.mT(w_planes)                                      # (2, N, X) = h @ [Wq; Wk].T
         qk, c_rope = layers.rope_forward(xp.reshape(qk, (2, B, T, -1)), hd)  # (2, B, T, X)
+        # one copy regroups the planes per head (rope on strided planes costs more than it)
         heads = be.contiguous(be.permute(xp.reshape(qk, (2, B, T, H + KV, half)),
                                          (1, 3, 2, 0, 4)))
         heads = xp.reshape(heads, (B, H + KV, T, hd))                  # (B, H + KV, T, hd)
@@ -90,16 +91,18 @@ class Transformer(AttentionArch, Model):
         if self.cfg.qk_norm:  # rope rotates pairs: the norm of a head is the same before it
             heads, c_qk = layers.rmsnorm_forward(heads, be.ones((hd,), heads))
         v = h2 @ w["v"].T                                              # (N, KV hd)
-        v = be.contiguous(be.permute(xp.reshape(v, (B, T, KV, hd)), (0, 2, 1, 3)))  # (B, KV, T, hd)
+        v = be.permute(xp.reshape(v, (B, T, KV, hd)), (0, 2, 1, 3))    # (B, KV, T, hd) a view
         y, c_att = layers.attention_forward(heads[:, :H, ...], heads[:, H:, ...], v)  # (B,H,T,hd)
-        y = xp.reshape(be.permute(y, (0, 2, 1, 3)), (B, T, C))        # (B, T, C) heads side by side
+        y = xp.reshape(be.permute(y, (0, 2, 1, 3)), (B, T, C))        # (B, T, C) numpy: a view
         att_out, c_o = layers.linear_forward(y, w["o"])                # (B, T, C)
-        x = x + att_out                                                # (B, T, C)
+        att_out += x                                                   # x = x + att_out
+        x = att_out                                                    # (B, T, C)
         h2n, c_n2 = layers.rmsnorm_forward(x, w["mlp_norm"])           # (B, T, C)
         mlp_out, c_mlp = mlp_forward(xp.reshape(h2n, (N, C)),
                                      *(w[k] for k in mlp_names))      # (N, C)
-        x = x + xp.reshape(mlp_out, (B, T, C))                         # (B, T, C)
-        return x, BlockCache(c_n1, h2, w_planes, w["v"], c_rope, c_qk, c_att, c_o, c_n2,
+        mlp_out = xp.reshape(mlp_out, (B, T, C))
+        mlp_out += x                                                   # x = x + mlp_out
+        return mlp_out, BlockCache(c_n1, h2, w_planes, w["v"], c_rope, c_qk, c_att, c_o, c_n2,
                              c_mlp)
 
     def _block_backward(self, dx, cache: BlockCache, L, grads):
@@ -117,25 +120,29 @@ class Transformer(AttentionArch, Model):
         # h2n = rmsnorm(x, mlp_norm)
         dxn, grads[names["mlp_norm"]] = layers.rmsnorm_backward(xp.reshape(dh2n, (B, T, C)),
                                                                 cache.mlp_norm)
-        dx = dx + dxn                                                  # (B, T, C)
+        dxn += dx                                                      # dx = dx + dxn
+        dx = dxn                                                       # (B, T, C)
         # x = x + att_out ; att_out = y @ Wo.T
         dy, grads[names["o"]] = layers.linear_backward(dx, cache.o)    # (B, T, C)
-        dy = be.permute(xp.reshape(dy, (B, T, H, hd)), (0, 2, 1, 3))   # (B, H, T, hd)
-        # y = attention(heads[:, :H], heads[:, H:], v)
-        dq, dk, dv = layers.attention_backward(dy, cache.attention)    # (B, H|KV, T, hd)
+        dy = be.permute(xp.reshape(dy, (B, T, H, hd)), (0, 2, 1, 3))   # (B, H, T, hd) a view
+        # y = attention(heads[:, :H], heads[:, H:], v); numpy writes dq beside dk, and dv
+        # as (B, T, KV, hd), so neither needs regrouping after
+        dheads, dvt = be.empty((B, H + KV, T, hd), dx), be.empty((B, T, KV, hd), dx)
+        dq, dk, dv = layers.attention_backward(dy, cache.attention, out=(dheads, dvt))
+        if not be.writes_out:
+            dheads = be.concat([dq, dk], axis=1)                       # (B, H + KV, T, hd)
+            dvt = be.permute(dv, (0, 2, 1, 3))                         # (B, T, KV, hd)
         # v = (h2 @ Wv.T) regrouped per head
-        dv2 = xp.reshape(be.permute(dv, (0, 2, 1, 3)), (N, KV * hd))   # (N, KV hd)
+        dv2 = xp.reshape(dvt, (N, KV * hd))                            # (N, KV hd)
         grads[names["v"]] = dv2.T @ cache.h2                           # (KV hd, C)
         dh = dv2 @ cache.w_v                                           # (N, C)
-        # heads = planes regrouped per head
-        dheads = be.concat([xp.reshape(dq, (B, H, T, 2, half)),
-                            xp.reshape(dk, (B, KV, T, 2, half))], axis=1)  # (B, H + KV, T, 2, half)
         if cache.qk_norm is not None:
             # heads = rmsnorm(heads) (a weight of ones, its gradient unused)
-            dheads, _ = layers.rmsnorm_backward(xp.reshape(dheads, (B, H + KV, T, hd)),
-                                                cache.qk_norm)
-            dheads = xp.reshape(dheads, (B, H + KV, T, 2, half))
-        dqk = xp.reshape(be.contiguous(be.permute(dheads, (3, 0, 2, 1, 4))), (2, B, T, -1))
+            dheads, _ = layers.rmsnorm_backward(dheads, cache.qk_norm)
+        # heads = planes regrouped per head
+        dqk = be.contiguous(be.permute(xp.reshape(dheads, (B, H + KV, T, 2, half)),
+                                       (3, 0, 2, 1, 4)))
+        dqk = xp.reshape(dqk, (2, B, T, -1))                           # (2, B, T, X)
         # qk = rope(planes)
         dqk = xp.reshape(layers.rope_backward(dqk, cache.rope), (2, N, -1))  # (2, N, X)
         # planes = h2 @ w_planes.T (per plane)
@@ -148,7 +155,8 @@ class Transformer(AttentionArch, Model):
         # h = rmsnorm(x, attn_norm)
         dxn, grads[names["attn_norm"]] = layers.rmsnorm_backward(xp.reshape(dh, (B, T, C)),
                                                                  cache.attn_norm)
-        return dx + dxn
+        dxn += dx                                                      # dx + dxn
+        return dxn
 
     def _trunk_forward(self, params, host_inputs):
         """embed -> blocks -> final norm: host inputs (B, T) -> hidden (B, T, C), TrunkCache."""

@@ -48,7 +48,7 @@ class AttentionCache(NamedTuple):
     v: np.ndarray          # (B, KV, T, hd)
     e: np.ndarray          # (B, KV, G*T, T) unnormalised softmax
     r: np.ndarray          # (B, KV, G*T, 1) 1 / row sums
-    y: np.ndarray          # (B, KV, G*T, hd) output
+    y: np.ndarray          # (B, H, T, hd) output (numpy: laid out (B, T, H, hd))
 
 
 class SwigluCache(NamedTuple):
@@ -227,7 +227,8 @@ def _scores_are_small(qs, k) -> bool:
 def attention_forward(q, k, v):
     """Causal grouped-query attention: q (B, H, T, hd), k and v (B, KV, T, hd) -> y (B, H,
     T, hd); query head j reads kv head j // G. Unnormalised softmax, divided afterwards
-    (docs/training.md)."""
+    (docs/training.md). Inputs may be strided views; numpy lays y out as (B, T, H, hd),
+    so the heads side by side are a view of it."""
     be = backend.of(q)
     xp = be.xp
     B, H, T, hd = q.shape
@@ -245,32 +246,40 @@ def attention_forward(q, k, v):
     ones = be.ones((T, 1), e)
     r = 1.0 / (e @ ones)                                     # (B, KV, G*T, 1) 1 / row sum
     y = e @ v                                                # (B, KV, G*T, hd)
-    y *= r                                                   # att @ v, att = e * r
-    return xp.reshape(y, (B, H, T, hd)), AttentionCache(qs, k, v, e, r, y)
+    y = be.rows_to_heads(y, r, H)                            # (B, H, T, hd) att @ v, att = e * r
+    return y, AttentionCache(qs, k, v, e, r, y)
 
 
-def attention_backward(dy, cache):
-    """Returns (dq, dk, dv); dk, dv summed over the G query heads of each kv head."""
+def attention_backward(dy, cache, out=None):
+    """Returns (dq, dk, dv); dk, dv summed over the G query heads of each kv head. dy may
+    be a strided view. `out` (numpy): buffers (B, H + KV, T, hd) for dq beside dk and
+    (B, T, KV, hd) for dv, which the results are then views of."""
     qs, k, v, e, r, y = cache
     be = backend.of(dy)
     xp = be.xp
     B, KV, GT, hd = qs.shape
-    dyg = xp.reshape(dy, (B, KV, GT, hd))                    # (B, KV, G*T, hd)
+    H = y.shape[1]
+    dq_out = dk_out = dv_out = None
+    if out is not None and be.writes_out:
+        dqk, dvt = out
+        dq_out = xp.reshape(dqk[:, :H, ...], (B, KV, GT, hd))    # views of the buffers
+        dk_out, dv_out = dqk[:, H:, ...], be.permute(dvt, (0, 2, 1, 3))
     # y = (e @ v) * r,  r = 1 / (e @ 1):
     #   de = (dy * r) @ v^T - r * rowdot(dy, y)
     # both terms come out of one matmul by appending a column to each side.
-    dyr = dyg * r                                            # (B, KV, G*T, hd)
-    lhs = be.append_column(dyr, -be.rowdot(dyr, y))          # (B, KV, G*T, hd+1)
+    dyr = be.heads_to_rows(dy, r, KV)                        # (B, KV, G*T, hd) dy * r
+    dot = be.rowdot(xp.reshape(dyr, y.shape), y)             # (B, H, T)
+    lhs = be.append_column(dyr, -xp.reshape(dot, (B, KV, GT)))  # (B, KV, G*T, hd+1)
     rhs = be.append_column(v, 1)                             # (B, KV, T, hd+1)
     ds = lhs @ be.mT(rhs)                                    # (B, KV, G*T, T) de
     # e = exp(s - const): ds = de * e
     ds *= e
-    dv = be.mT(e) @ dyr                                      # (B, KV, T, hd)
+    dv = be.matmul(be.mT(e), dyr, out=dv_out)                # (B, KV, T, hd)
     # s = qs @ k^T, qs = q * scale  (the mask and the shift are constants)
-    dq = ds @ k                                              # (B, KV, G*T, hd)
+    dq = be.matmul(ds, k, out=dq_out)                        # (B, KV, G*T, hd)
     dq *= 1.0 / math.sqrt(hd)
-    dk = be.mT(ds) @ qs                                      # (B, KV, T, hd)
-    return xp.reshape(dq, dy.shape), dk, dv
+    dk = be.matmul(be.mT(ds), qs, out=dk_out)                # (B, KV, T, hd)
+    return xp.reshape(dq, (B, H, GT // (H // KV), hd)), dk, dv
 
 
 # ---------------------------------------------------------------- swiglu mlp

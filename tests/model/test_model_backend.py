@@ -19,6 +19,9 @@ M2 = RNG.standard_normal((6, 5))
 N2 = RNG.standard_normal((6, 5))
 U = RNG.standard_normal((2, 3, 4, 6))        # (2, B, T, X) rope planes
 COS, SIN = RNG.standard_normal((4, 6)), RNG.standard_normal((4, 6))
+Y4 = RNG.standard_normal((2, 2, 6, 3))       # (B, KV, G*T, hd), G = 2, T = 3
+R4 = RNG.random((2, 2, 6, 1))                # (B, KV, G*T, 1)
+DY = RNG.standard_normal((2, 3, 4, 3)).transpose(0, 2, 1, 3)  # (B, H, T, hd) a strided view
 IDS = np.array([[3, 0, 3], [1, 3, 2]])       # repeated ids: the gradient must add them
 TARGETS_V = np.array([2, 0, 4, 4, 1, 3])
 
@@ -35,6 +38,9 @@ CASES = {
     "sigmoid": ((M2,), ()),
     "rotate_pairs": ((U, COS, SIN), ()),
     "rotate_pairs_inverse": ((U, COS, SIN, True), (3,)),
+    "rows_to_heads": ((Y4, R4, 4), (2,)),
+    "heads_to_rows": ((DY, RNG.random((2, 2, 6, 1)), 2), (2,)),
+    "matmul": ((A3, B3.swapaxes(-1, -2)), ()),
     "append_column": ((A3, RNG.standard_normal((2, 3))), ()),
     "append_column_scalar": ((A3, 1), (1,)),
     "swiglu_gate_grads": ((M2, N2, RNG.random((6, 5)), A3.reshape(6, 5)), ()),
@@ -57,7 +63,7 @@ def test_the_two_backends_offer_the_same_operations():
     assert ops == generic
     tested = {name.replace("_inverse", "").replace("_scalar", "") for name in CASES}
     plumbing = {"asarray", "constant", "to_host", "host_dtype", "zeros", "ones", "copy", "load",
-                "astype", "permute", "contiguous", "mT", "concat",
+                "astype", "permute", "contiguous", "mT", "concat", "empty",
                 "f32", "max_rowdots"}   # scalars and a host-only bound: tested below
     assert ops - plumbing == tested, "every fast-path operation has an agreement case"
 
@@ -86,6 +92,23 @@ def test_numpy_and_generic_agree(case, target):
         got = host(dev, got)
         assert got.shape == want.shape
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
+def test_numpy_layouts_and_out_buffers_change_no_bit():
+    """The numpy path's strided views, laid-out results and `out` buffers (attention's
+    heads regrouped without copies) give exactly the bytes of C-ordered copies."""
+    be = backend.NUMPY
+    y, r = Y4.astype(np.float32), R4.astype(np.float32)
+    heads = be.rows_to_heads(y, r, 4)                                   # (B, H, T, hd)
+    np.testing.assert_array_equal(heads, (y * r).reshape(2, 4, 3, 3))
+    assert heads.transpose(0, 2, 1, 3).flags.c_contiguous
+    rows = be.heads_to_rows(heads, r, 2)
+    np.testing.assert_array_equal(rows, np.ascontiguousarray(heads).reshape(2, 2, 6, 3) * r)
+    a, b = (RNG.standard_normal((2, 6, 7)).astype(np.float32) for _ in range(2))
+    buf = np.zeros((2, 3, 6, 6), np.float32)
+    got = be.matmul(a, b.swapaxes(-1, -2), out=buf[:, 1])
+    np.testing.assert_array_equal(buf[:, 1], a @ b.swapaxes(-1, -2))
+    assert got.base is not None and not buf[:, 0].any()
 
 
 def test_a_float32_scalar_multiplies_the_same_on_both_backends():
