@@ -5,6 +5,7 @@ bytes, the same bytes on one worker or two."""
 from __future__ import annotations
 
 import json
+import sys
 
 import numpy as np
 import pytest
@@ -129,7 +130,17 @@ def test_one_muon_step_equals_torch_optim_muon(monkeypatch):
     # torch runs its Newton-Schulz in bfloat16 (a GPU's fast type); ours is float32
     rough = torch_steps()
     # the same code of torch's with its bfloat16 cast kept in float32: float32 tolerance
+    # (older torch casts with Tensor.bfloat16(), newer with .to(dtype=torch.bfloat16))
     monkeypatch.setattr(torch.Tensor, "bfloat16", lambda self: self.clone())
+    muon_module = sys.modules.get("torch.optim._muon")
+    if muon_module is not None and hasattr(muon_module, "torch"):
+        class Float32Torch:   # torch, whose bfloat16 is float32, as _muon sees it
+            bfloat16 = torch.float32
+
+            def __getattr__(self, name):
+                return getattr(torch, name)
+
+        monkeypatch.setattr(muon_module, "torch", Float32Torch())
     exact = torch_steps()
     for n in hidden:
         moved = np.abs(params[n] - exact[n]).max()
