@@ -30,7 +30,7 @@ DEVICE_HELP = ("where the forward passes run: cpu (default, numpy), cuda or mps 
 # The format -> its writer (module, function), imported when used; a writer returns the
 # names of the files it wrote into a folder, or None for a single file.
 WRITERS = {"hf": ("sparktrain.export.hf", "export_hf"),
-           "gguf": ("sparktrain.export.hf", "export_gguf")}
+           "gguf": ("sparktrain.export.gguf", "export_gguf")}
 
 
 def register(sub) -> None:
