@@ -290,7 +290,7 @@ def test_literal_special_text_stays_bytes_when_asked(exported):
 
 def test_export_and_import_never_load_torch():
     """The light path: `make test` installs no torch, and export must not need it."""
-    code = ("import sys, sparktrain.export.hf, sparktrain.export.gguf, sparktrain.cli.eval;"
+    code = ("import sys, sparktrain.export.hf, sparktrain.export.gguf, sparktrain.cli.export;"
             "bad = [m for m in ('torch', 'transformers') if m in sys.modules];"
             "sys.exit(f'loaded {bad}' if bad else 0)")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
