@@ -152,7 +152,7 @@ def test_job_update_is_the_loop_update():
     from sparktrain.model.config import SCALES
     from sparktrain.params import StepConfig
     from sparktrain.train.loop import apply_update
-    from sparktrain.train.loop import Log
+    from sparktrain.train.records import Log
     from sparktrain.train.optim import make_optimizer
     from sparktrain.train.optim import JobUpdates
 
