@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 from sparktrain.core.errors import SparkError, printable
-from sparktrain.core.fsutil import canonical_json, kind_of
+from sparktrain.core.fsutil import canonical_json, is_temp, kind_of
 from sparktrain.core.jobfiles import (ARTIFACT, CHECKPOINT, CORPUS, JOB_NAMES, LIVE_DIR, LOCK,
                                       PROGRAM, STATUS, TOKENIZER, WEIGHTS, root_of)
 
@@ -137,11 +137,11 @@ def _check_folder(path: Path, name: str, kind: str) -> None:
     if not names:
         return
     allowed = HF_NAMES if kind == "hf" else JOB_NAMES
-    foreign = sorted(n for n in names if n not in allowed and not _our_temp(n))
+    foreign = sorted(n for n in names if n not in allowed and not is_temp(n))
     if kind == "job" and names & JOB_OWNED:
         foreign = []  # a job folder we made; files a user put beside ours are never touched
     if kind == "hf" and not foreign:
-        foreign = sorted(n for n in names if not _our_temp(n) and not _hf_entry(path / n, n))
+        foreign = sorted(n for n in names if not is_temp(n) and not _hf_entry(path / n, n))
     if foreign or (kind == "hf" and "config.json" not in names):
         what = "an exported Hugging Face folder" if kind == "hf" else "a job folder"
         shown = ", ".join(printable(n) for n in foreign[:3]) or "no config.json"
@@ -200,11 +200,6 @@ def _canonical_doc(path: Path, size: int):
         return doc if canonical_json(doc).encode() == text else None
     except (SparkError, ValueError):
         return None
-
-
-def _our_temp(entry: str) -> bool:
-    """The dot files of our atomic writes and journal: .NAME.PID.xxx.tmp, .NAME.pending."""
-    return entry.startswith(".") and entry.endswith((".tmp", ".pending", ".old"))
 
 
 def _made_by_us(path: Path, kind: str, size: int) -> bool:

@@ -4,16 +4,13 @@ and a killed writer's temps removed by the next (docs/outputs.md "Links")."""
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
-import re
-import secrets
 import shutil
 import stat
 from pathlib import Path
 
 from sparktrain.core.errors import SparkError
-from sparktrain.core.fsutil import folder_fd, temp_stem, write_at, write_error
+from sparktrain.core.fsutil import folder_fd, new_temp, temp_pattern, write_at, write_error
 
 
 def publish_dir(files: dict[str, bytes], out: Path) -> None:
@@ -21,7 +18,7 @@ def publish_dir(files: dict[str, bytes], out: Path) -> None:
     full, a name too long, a parent that is a file) is one line, the temp folder gone."""
     with _one_line(out), folder_fd(out.parent, create=True) as fd:
         remove_stale(out, fd)
-        tmp = _temp_name(out, fd, ".tmp", folder=True)
+        tmp, _ = new_temp(fd, out.name, folder=True)
         try:
             tfd = os.open(tmp, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
             try:
@@ -41,7 +38,8 @@ def publish_file(write, out: Path) -> None:
     so it writes into the folder opened without following a link, whatever the path becomes."""
     with _one_line(out), folder_fd(out.parent, create=True) as fd:
         remove_stale(out, fd)
-        tmp = _temp_name(out, fd, ".tmp", folder=False)
+        tmp, tfd = new_temp(fd, out.name)
+        os.close(tfd)  # `write` opens it by name
         proc = f"/proc/self/fd/{fd}"  # a path to tmp in the folder fd that no link can redirect
         try:
             write(f"{proc}/{tmp}" if os.path.isdir(proc) else tmp)
@@ -72,32 +70,13 @@ def _one_line(out: Path):
         raise SparkError(f"{why}; nothing was replaced") from None
 
 
-def _temp_name(out: Path, fd: int, suffix: str, folder: bool) -> str:
-    """A new temp folder or empty file ".STEM.PID.xxxxxxxx<suffix>" in the folder `fd` (STEM:
-    OUT's name cut to fit beside a 255-byte one, fsutil.temp_stem; the PID tells a later run
-    a dead writer's)."""
-    for _ in range(100):
-        name = f".{temp_stem(out.name)}.{os.getpid()}.{secrets.token_hex(4)}{suffix}"
-        try:
-            if folder:
-                os.mkdir(name, 0o777, dir_fd=fd)  # the umask applies
-            else:
-                os.close(os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
-                                 0o666, dir_fd=fd))
-            return name
-        except FileExistsError:
-            continue
-    raise FileExistsError(errno.EEXIST, "no free temp name", os.fspath(out))
-
-
 def remove_stale(out: Path, fd: int) -> None:
     """Temp files and folders of earlier runs writing this OUT that were killed (their
     process is gone): only our own name pattern, only beside OUT (the folder `fd`)."""
-    pattern = re.compile(re.escape(f".{temp_stem(out.name)}.")
-                         + r"(\d+)\.[A-Za-z0-9_]+\.(tmp|old)$")
+    pattern = temp_pattern(out.name)
     for entry in os.scandir(fd):
         match = pattern.match(entry.name)
-        if not match or _alive(int(match.group(1))):
+        if not match or match.group(1) is None or _alive(int(match.group(1))):
             continue
         if entry.is_dir(follow_symlinks=False):
             shutil.rmtree(entry.name, ignore_errors=True, dir_fd=fd)
@@ -130,7 +109,7 @@ def _swap_in(fd: int, new: str, out: Path) -> None:
     if stat.S_ISLNK(st.st_mode):
         raise SparkError(f"refusing to replace {os.fspath(out)}: it became a symbolic link "
                          "after it was checked; nothing was replaced")
-    old = _temp_name(out, fd, ".old", folder=True)
+    old, _ = new_temp(fd, out.name, ".old", folder=True)
     os.rename(out.name, f"{old}/x", src_dir_fd=fd, dst_dir_fd=fd)
     os.rename(new, out.name, src_dir_fd=fd, dst_dir_fd=fd)
     shutil.rmtree(old, ignore_errors=True, dir_fd=fd)

@@ -8,7 +8,6 @@ import fcntl
 import json
 import math
 import os
-import re
 import shutil
 import stat
 from datetime import datetime, timezone
@@ -17,7 +16,7 @@ from pathlib import Path
 from sparktrain.core import compat
 from sparktrain.core.errors import SparkError, TrainingFailed
 from sparktrain.core.fsutil import (atomic_write_bytes, canonical_json, folder_fd, read_input,
-                                    sha256_file, write_error)
+                                    sha256_file, temp_pattern, write_error)
 from sparktrain.core.jobfiles import (ARTIFACT, CHECKPOINT, CORPUS, CORPUS_FILES, EVAL,
                                       EVAL_DETAIL, FAILED, JOURNAL, LIVE_DIR, LOCK, PERF,
                                       RESUME_STATE, RESUME_TENSORS, STAGED, STATUS, TOKENIZER,
@@ -78,14 +77,11 @@ def lock_job(folder: str | os.PathLike) -> None:
         _remove_entry(dir_fd, STAGED)
 
 
-# fsutil.atomic_write_bytes's temp files: ".NAME.XXXXXXXX.tmp" (mkstemp's 8 characters)
-STALE_TEMP = re.compile(r"^\..+\.[A-Za-z0-9_]{8}\.tmp$")
-
-
 def remove_stale_temps(folder: Path) -> None:
     """Temp files of our pattern a killed writer left (only the lock holder calls this)."""
+    ours = temp_pattern()
     for entry in os.scandir(folder):
-        if STALE_TEMP.match(entry.name) and entry.is_file(follow_symlinks=False):
+        if ours.match(entry.name) and entry.is_file(follow_symlinks=False):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(entry.path)
 
