@@ -7,10 +7,10 @@ import os
 import sys
 
 from sparktrain.core.errors import SparkError, printable, printable_lines
-from sparktrain.core.fsutil import canonical_json, read_input
+from sparktrain.core.fsutil import canonical_json
 from sparktrain.core.gate import check_output
 from sparktrain.core.jobfiles import OUT, find_root
-from sparktrain.core.safeload import load_json
+from sparktrain.core.safeload import load_json_file
 
 
 def register(sub) -> None:
@@ -61,17 +61,13 @@ def add_repro_check(sub) -> None:
                    help="relative tolerance for numbers in drifted float outputs (default 1e-4)")
 
 
-def _read_json(path, what: str):
-    return load_json(read_input(path, what), f"{what} {path}")
-
-
 def cmd_plot(args) -> int:
     from sparktrain.data.source import SOURCES, PairsSource
     from sparktrain.eval.plot import heldout_points, scale_label, write_loss_png
     from sparktrain.train.outputs import number
 
     out = check_output(args.out, "png", (args.checkpoint, args.eval))
-    ckpt = _read_json(args.checkpoint, "checkpoint")
+    ckpt = load_json_file(args.checkpoint, "checkpoint", f"checkpoint {args.checkpoint}")
     curve = ckpt.get("loss_curve") if isinstance(ckpt, dict) else None
     if not isinstance(curve, list) or not curve:
         raise SparkError(f"checkpoint {args.checkpoint} has no 'loss_curve' list")
@@ -79,8 +75,8 @@ def cmd_plot(args) -> int:
         if number(point.get("loss") if isinstance(point, dict) else None) is None:
             raise SparkError(f"checkpoint {args.checkpoint}: loss_curve[{i}] has no finite "
                              "'loss' number")
-    heldout = heldout_points(_read_json(args.eval, "eval file"), curve, args.eval) \
-        if args.eval else None
+    heldout = heldout_points(load_json_file(args.eval, "eval file", f"eval file {args.eval}"),
+                             curve, args.eval) if args.eval else None
     job = ckpt.get("job") if isinstance(ckpt.get("job"), str) else None
     kind = next((k for k in SOURCES if k.kind == ckpt.get("dataset_kind")), PairsSource)
     write_loss_png(out, curve, heldout, job=job, scale=scale_label(ckpt.get("arch")),

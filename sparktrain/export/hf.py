@@ -15,7 +15,7 @@ from sparktrain.core.fsutil import canonical_json, read_input
 from sparktrain.core.gate import check_target
 from sparktrain.core.jobfiles import TOKENIZER
 from sparktrain.core.publish import publish_dir, publish_file
-from sparktrain.core.safeload import load_json
+from sparktrain.core.safeload import load_json_file
 from sparktrain.eval.headline import is_number
 from sparktrain.export.card import CARD_FILE, job_records, model_card, tokenizer_kind
 from sparktrain.export.names import name_map, require_llama
@@ -167,7 +167,7 @@ def import_hf(folder: str | os.PathLike, out: str | os.PathLike, force: bool = F
         raise SparkError(f"{os.fspath(folder)} is not a folder; give the Hugging Face model "
                          "folder")
     out = check_target(out, force, "safetensors", inputs=(folder,))
-    conf = _read_json(folder / "config.json", "config.json")
+    conf = _json_object(folder / "config.json", "config.json")
     cfg = spark_config(conf, os.fspath(folder / "config.json"))
     weights_fits("spark import", cfg, copies=3)  # the file's tensors, Spark's, the bytes
     meta = _import_meta(conf, cfg, folder)
@@ -196,8 +196,8 @@ def _import_meta(conf: dict, cfg: ModelConfig, folder: Path) -> dict:
     return meta
 
 
-def _read_json(path: Path, what: str) -> dict:
-    obj = load_json(read_input(path, what), os.fspath(path))  # no NaN, bounded depth
+def _json_object(path: Path, what: str) -> dict:
+    obj = load_json_file(path, what)  # no NaN, bounded depth
     if not isinstance(obj, dict):
         raise SparkError(f"{os.fspath(path)} is not a JSON object")
     return obj
@@ -206,7 +206,7 @@ def _read_json(path: Path, what: str) -> dict:
 def _shard_files(folder: Path) -> list[Path]:
     """The shard files an index names, each a plain file directly in `folder`."""
     index = os.fspath(folder / INDEX_FILE)
-    weight_map = _read_json(folder / INDEX_FILE, "index").get("weight_map")
+    weight_map = _json_object(folder / INDEX_FILE, "index").get("weight_map")
     if not isinstance(weight_map, dict) or not weight_map:
         raise SparkError(f"{index}: weight_map must be an object of tensor name -> shard file "
                          "name")

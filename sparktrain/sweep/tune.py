@@ -24,7 +24,7 @@ from optuna.trial import TrialState
 
 from sparktrain.core.errors import SparkError, printable
 from sparktrain.core.jobfiles import EVAL, LIVE_PENDING, OUT, PARAMS_FILE, job_dir
-from sparktrain.core.safeload import load_json, load_yaml
+from sparktrain.core.safeload import load_json_file, load_yaml
 from sparktrain.core.fsutil import read_input
 from sparktrain.sweep.driver import SweepPlan, submit_point, task_failed
 from sparktrain.sweep.grid import Axis, invalid
@@ -165,7 +165,7 @@ class TrialMonitor:
         folder = self._job_folder(clone)
         if self._trial is not None:   # the passes after the last poll
             self.poll(clone)
-        metrics = load_json(read_input(folder / EVAL, "eval file"), EVAL)
+        metrics = load_json_file(folder / EVAL, "eval file", EVAL)
         key = self.objective if self.objective != AUTO else \
             "bpb" if isinstance(metrics.get("bpb"), (int, float)) else "loss"
         value = metrics.get(key)

@@ -22,7 +22,7 @@ from sparktrain.core.jobfiles import (ARTIFACT, CHECKPOINT, CORPUS, CORPUS_FILES
                                       RESUME_STATE, RESUME_TENSORS, STAGED, STATUS, TOKENIZER,
                                       WEIGHTS)
 from sparktrain.eval.headline import split_headline
-from sparktrain.core.safeload import load_json
+from sparktrain.core.safeload import load_json_file
 
 # the only names a journal may roll forward: the set one run makes (its inputs, weights,
 # records and curves, which must change together) and a run's resume pair
@@ -287,8 +287,9 @@ def parse_artifact(text: str) -> dict:
 
 
 def read_json(path: Path):
+    """A job file's JSON, None when it is missing or unreadable (job_state says which)."""
     try:
-        return load_json(read_input(path, "job file"), os.fspath(path))
+        return load_json_file(path, "job file")
     except (SparkError, ValueError, RecursionError):
         return None
 

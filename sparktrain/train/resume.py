@@ -4,14 +4,13 @@ this run's (docs/outputs.md "The commit journal", which saves it)."""
 from __future__ import annotations
 
 import dataclasses
-import os
 
 import numpy as np
 
 from sparktrain.core.errors import SparkError
-from sparktrain.core.fsutil import canonical_json, read_input, sha256_bytes
+from sparktrain.core.fsutil import canonical_json, sha256_bytes
 from sparktrain.core.jobfiles import RESUME_STATE, RESUME_TENSORS
-from sparktrain.core.safeload import load_json
+from sparktrain.core.safeload import load_json_file
 from sparktrain.model.base import Model
 from sparktrain.model.weights import check_params, config_from_meta, load_weights, weights_bytes
 from sparktrain.train import outputs
@@ -74,7 +73,7 @@ def load_state(run, log, say) -> None:
     if not path.is_file() or not (folder / RESUME_TENSORS).is_file():
         return
     try:
-        state = load_json(read_input(path, "job file"), os.fspath(path))
+        state = load_json_file(path, "job file")
         if not isinstance(state, dict) or state.get("fingerprint") != run.fingerprint:
             say(f"[{run.job.id}] {path} is the state of another run; starting afresh")
             return
