@@ -24,7 +24,7 @@ from sparktrain.core import compat
 from sparktrain.core.errors import SparkError, columns
 from sparktrain.core.jobfiles import CHECKPOINT
 from sparktrain.core.safeload import load_yaml
-from sparktrain.eval.headline import HEADLINE_KEYS, is_finite, is_number
+from sparktrain.eval.headline import HEADLINE_KEYS, SHORT_HEADS, is_finite, is_number
 from sparktrain.params import MAX_OUTER, Defaults
 from sparktrain.repro.lock import (DvcExperiments, Experiments, ExpRecord, ExpRow, read_json,
                                   read_params, read_record)
@@ -286,11 +286,6 @@ def as_json(sweep: dict) -> dict:
             } for e in sweep["experiments"]]}
 
 
-# Short headers keep the table inside 80 columns.
-TABLE_HEADS = {"loss": "held-out", "bpb": "bpb", "zlib9_bpb": "zlib9", "lzma9e_bpb": "lzma9e",
-               "lzma9e_primed_bpb": "lzma9e+", "ppmd_bpb": "ppmd", "ppmd_primed_bpb": "ppmd+",
-               "perplexity": "ppl", "next_token_accuracy": "acc", "exact_match": "exact",
-               "copy_recall": "copy"}
 WIDTH = 80   # the terminal the table is laid out for
 
 
@@ -317,7 +312,7 @@ def format_table(sweep: dict, tty: bool | None = None) -> str:
     keys, exps = sweep["changed_params"], sweep["experiments"]
     shared = sweep.get("shared_params") or {}
     metric_keys = [k for k in HEADLINE_KEYS if any(k in e.metrics for e in exps)]
-    metric_head = ["train", *(TABLE_HEADS.get(k, k) for k in metric_keys)]
+    metric_head = ["train", *(SHORT_HEADS.get(k, k) for k in metric_keys)]
     metric_cells = [[_metric("loss", e.loss_curve[-1]["loss"]),
                      *(_metric(k, e.metrics.get(k)) for k in metric_keys)] for e in exps]
     short = [short_values([e.params.get(k) for e in exps]) for k in keys]
@@ -348,7 +343,7 @@ def format_table(sweep: dict, tty: bool | None = None) -> str:
                            [[str(e.number), *m] for e, m in zip(exps, metric_cells)], tty=tty)
     lines += table
     key = "train: training loss after the last pass; on the held-out data: " + ", ".join(
-        f"{TABLE_HEADS.get(k, k)} = {k}" for k in metric_keys)
+        f"{SHORT_HEADS.get(k, k)} = {k}" for k in metric_keys)
     if "bpb" in metric_keys:
         key += " (bpb: the whole held-out stream; the per-pass bpb is a 64-window estimate)"
     lines += ["", *textwrap.wrap(key, WIDTH - 2)]

@@ -14,7 +14,7 @@ from tokenizers import Tokenizer
 from sparktrain.core.errors import printable
 from sparktrain.core.jobfiles import CHECKPOINT, TOKENIZER
 from sparktrain.core.safeload import load_json
-from sparktrain.eval.headline import is_finite
+from sparktrain.eval.headline import CARD_BASELINES, CARD_KEYS, is_finite
 from sparktrain.export.tokenizer import special_ids
 from sparktrain.model.config import ModelConfig, n_params
 from sparktrain.params import StepConfig
@@ -24,8 +24,6 @@ CARD_FILE = "README.md"
 # The knobs a checkpoint records (StepConfig's fields less those never recorded)
 KNOBS = tuple(f.name for f in dataclasses.fields(StepConfig)
               if f.name not in ("step_n", "workers", "device"))
-METRICS = ("loss", "perplexity", "bpb", "next_token_accuracy", "exact_match", "copy_recall")
-BASELINES = ("zlib9_bpb", "lzma9e_bpb")
 # What a quoted string may not hold: a line break, a table cell break, raw HTML, a code-span break
 CARD_SAFE = str.maketrans({"\r": " ", "\n": " ", "|": "\\|", "<": "&lt;", ">": "&gt;", "`": "'"})
 
@@ -71,7 +69,7 @@ def model_card(meta: dict, cfg: ModelConfig, tok_kind: str, records: dict) -> st
     """README.md's text for an export of weights with metadata `meta` and arch `cfg`."""
     ckpt, state = records.get("checkpoint", {}), records.get("state", {})
     job = str(meta.get("job") or ckpt.get("job") or "spark-model")
-    metrics = {k: state["eval"][k] for k in METRICS
+    metrics = {k: state["eval"][k] for k in CARD_KEYS
                if k in state.get("eval", {}) and is_finite(state["eval"][k])}
     corpus = "corpus" if ckpt.get("dataset_kind") or "bpb" in metrics else "pairs"
     tags = ["spark-train", "llama", "causal-lm", "numpy-trained", corpus]
@@ -95,7 +93,7 @@ def model_card(meta: dict, cfg: ModelConfig, tok_kind: str, records: dict) -> st
                 "On rows (or files) never trained on, from the job's eval.json:", "",
                 "| metric | value |", "|---|---|"]
         out += [f"| {k} | {_num(v)} |" for k, v in metrics.items()]
-        out += [f"| {k} | {_num(detail[k])} |" for k in BASELINES
+        out += [f"| {k} | {_num(detail[k])} |" for k in CARD_BASELINES
                 if is_finite(detail.get(k))] + [""]
     out += ["## Tokenizer", "", tok_kind, "",
             "## Use it", "", "```python",
