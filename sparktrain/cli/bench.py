@@ -5,12 +5,9 @@ from __future__ import annotations
 from sparktrain.cli import positive_int
 from sparktrain.core.fsutil import canonical_json
 from sparktrain.model.backend import DEVICES, resolve
-from sparktrain.model.config import SCALES
+from sparktrain.model.config import OPTIMIZERS, SCALES
 from sparktrain.params import (StepConfig, load_params, load_params_or_defaults, model_config,
                                override)
-
-# step.optimizer's choices, from the schema (sparktrain/params.py)
-OPTIMIZERS = tuple(StepConfig.__pydantic_fields__["optimizer"].annotation.__args__)
 
 
 def register(sub) -> None:

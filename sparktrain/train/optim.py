@@ -8,6 +8,7 @@ import math
 import numpy as np
 
 from sparktrain.model import backend
+from sparktrain.model.config import OPTIMIZERS
 from sparktrain.params import cooldown_steps
 
 ADAM_EPS = 1e-8
@@ -55,8 +56,6 @@ def clip_scale(norm: float, clip: float) -> float:
 
 
 class SGD:
-    name = "sgd"
-
     def __init__(self, params: dict, names, step):
         self.momentum = step.momentum
         self.be = backend.of_params(params)
@@ -82,8 +81,6 @@ class SGD:
 
 
 class AdamW:
-    name = "adamw"
-
     def __init__(self, params: dict, names, step):
         self.b1, self.b2, self.wd = step.beta1, step.beta2, step.weight_decay
         self.be = be = backend.of_params(params)
@@ -154,8 +151,6 @@ def orthogonalise(be, g, ns: str = "jordan"):
 
 class Muon:
     """Muon (torch.optim.Muon's, nesterov) on hidden matrices, AdamW on the rest (training.md)."""
-    name = "muon"
-
     def __init__(self, params: dict, names, step):
         self.mu, self.wd, self.lr = step.muon_momentum, step.weight_decay, step.lr
         self.ns = step.muon_ns
@@ -191,11 +186,12 @@ class Muon:
         self.adam.load_state(tensors)
 
 
-OPTIMIZERS = {"sgd": SGD, "adamw": AdamW, "muon": Muon}
+# step.optimizer -> its class, in the order of model/config.py OPTIMIZERS
+OPTIMIZER_CLASSES = dict(zip(OPTIMIZERS, (SGD, AdamW, Muon), strict=True))
 
 
 def make_optimizer(step, params: dict, names):
-    return OPTIMIZERS[step.optimizer](params, names, step)
+    return OPTIMIZER_CLASSES[step.optimizer](params, names, step)
 
 
 def clipped_update(optimizer, step, params: dict, grads: dict, names, t: int, total: int,
