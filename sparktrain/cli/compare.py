@@ -86,7 +86,7 @@ def cmd_plot(args) -> int:
 
 
 def cmd_compare(args) -> int:
-    from sparktrain.eval.compare import as_json, compare, format_table
+    from sparktrain.eval.compare import as_json, compare, compare_table
     from sparktrain.eval.plot import write_compare_png
 
     args.out = args.out or os.path.relpath(find_root() / OUT / "compare.png")
@@ -100,7 +100,7 @@ def cmd_compare(args) -> int:
     if args.json:
         sys.stdout.write(canonical_json(as_json(sweep)))
     else:
-        sys.stdout.write(printable_lines(format_table(sweep)))
+        sys.stdout.write(printable_lines(compare_table(sweep)))
         print(f"\nwrote {args.out}")
     return 0
 

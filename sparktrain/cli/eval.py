@@ -117,7 +117,7 @@ def cmd_eval(args) -> int:
     result.update(data=str(args.data), data_sha256=data_sha256, weights=str(args.weights))
     if out is not None:
         write_json(out, result)
-    sys.stdout.write(canonical_json(result) if args.json else printable_lines(format_table(result)))
+    sys.stdout.write(canonical_json(result) if args.json else printable_lines(eval_report(result)))
     return 0
 
 
@@ -153,7 +153,7 @@ def _eval_corpus(args, out, params, cfg, meta) -> int:
     return 0
 
 
-def format_table(m: dict) -> str:
+def eval_report(m: dict) -> str:
     def num(v):
         return "-" if v is None else f"{v:.4f}"
 

@@ -41,7 +41,7 @@ def cmd_sweep(args) -> int:
         raise SparkError(f"spark sweep needs Dask distributed ({err.name} is missing): "
                          f"pip install 'sparktrain[sweep]'") from None
     from sparktrain.core.progress import Progress
-    from sparktrain.sweep.grid import format_table
+    from sparktrain.sweep.grid import sweep_table
 
     check_cluster_flags(args)
 
@@ -64,6 +64,6 @@ def cmd_sweep(args) -> int:
                            progress=lambda line: bar.log(f"sweep: {printable(line)}"),
                            tick=tick)
     write_json(target, doc)  # makes the missing folders, never through a link
-    print(canonical_json(doc) if args.json else printable_lines(format_table(doc)),
+    print(canonical_json(doc) if args.json else printable_lines(sweep_table(doc)),
           end="" if args.json else "\n")
     return 1 if any(p["state"] != "done" for p in doc["points"]) else 0

@@ -299,7 +299,7 @@ def trial_points(study: optuna.Study) -> list:
 
 def report(study: optuna.Study, dims, top: int, tty: bool | None = None) -> tuple[str, str | None]:
     """(the table of the best complete trials and the counts, the best's experiment)."""
-    from sparktrain.eval.compare import render
+    from sparktrain.core.errors import columns
 
     trials = study.get_trials(deepcopy=False)
     done = sorted((t for t in trials if t.state == TrialState.COMPLETE),
@@ -310,7 +310,7 @@ def report(study: optuna.Study, dims, top: int, tty: bool | None = None) -> tupl
              *(_cell(t.params.get(d.key)) for d in dims), f"{t.value:.5g}",
              _cell(t.user_attrs.get("seconds"))] for t in done[:top]]
     count = {s: sum(t.state == s for t in trials) for s in TrialState}
-    lines = render(head, rows, rule=True, tty=tty) if rows else ["no complete trial yet"]
+    lines = columns(head, rows, rule=True, tty=tty) if rows else ["no complete trial yet"]
     lines.append(f"study {study.study_name!r}: {len(trials)} trials, "
                  f"{count[TrialState.COMPLETE]} complete, {count[TrialState.PRUNED]} pruned, "
                  f"{count[TrialState.FAIL]} failed"
