@@ -23,7 +23,7 @@ from sparktrain.params import StepConfig
 from sparktrain.train import live, outputs
 from sparktrain.train.job import Job
 from sparktrain.train.optim import clipped_update, lr_at, make_optimizer
-from sparktrain.train.records import (Log, StepResult, changed_tensors, check_learned, commit,
+from sparktrain.train.records import (Counters, StepResult, changed_tensors, check_learned, commit,
                                       run_failed)
 from sparktrain.train.resume import (fingerprint, initial_params, load_state, resolve_step_n,
                                      save_state)
@@ -108,8 +108,8 @@ def _point(run: _Run, outer: int, phase: str) -> dict:
     return point
 
 
-def apply_update(run: _Run, log: Log, batch, where: str, t: int) -> None:
-    """Gradients of `batch`, the clipped update at micro-step `t`, counted in `log`."""
+def apply_update(run: _Run, counts: Counters, batch, where: str, t: int) -> None:
+    """Gradients of `batch`, the clipped update at micro-step `t`, counted in `counts`."""
     step, params = run.step, run.params
     ts = time.perf_counter()
     loss, grads = run.engine.loss_and_grads(params, batch)
@@ -117,33 +117,33 @@ def apply_update(run: _Run, log: Log, batch, where: str, t: int) -> None:
     _, scale = clipped_update(run.optimizer, step, params, grads, run.trainable, t,
                               step.outer * step.inner,
                               check=lambda norm: _finite_or_fail(norm, "gradient norm", where))
-    log.count(batch.n_tokens, batch.n_tokens * run.model.flops_per_token(batch.width),
+    counts.count(batch.n_tokens, batch.n_tokens * run.model.flops_per_token(batch.width),
               scale != 1.0, time.perf_counter() - ts)
 
 
-def _train(run: _Run, log: Log, watch: live.Watcher) -> None:
+def _train(run: _Run, counts: Counters, watch: live.Watcher) -> None:
     """Outer passes of inner micro-steps; the curve point after each to the watcher."""
     step = run.step
     total = step.outer * step.inner
-    if not log.curve:
-        log.curve.append(_point(run, 0, "start"))
+    if not counts.curve:
+        counts.curve.append(_point(run, 0, "start"))
     def lr_of(k: int) -> float:  # the lr logged with pass k's point
         return lr_at(step, max(k * step.inner - 1, 0), total)
 
-    watch.start(log.curve[-1], lr_of(log.done), log.done,
+    watch.start(counts.curve[-1], lr_of(counts.done), counts.done,
                 f"{run.data.describe}, {run.model.n_params:,} params, "
                 f"{step.outer}x{step.inner} micro-steps of {step.batch_size}",
-                earlier=[(p, lr_of(p["outer"])) for p in log.curve[:-1]])
-    for k in range(log.done + 1, step.outer + 1):
+                earlier=[(p, lr_of(p["outer"])) for p in counts.curve[:-1]])
+    for k in range(counts.done + 1, step.outer + 1):
         for i in range(step.inner):
-            apply_update(run, log, run.data.sampler.next(),
+            apply_update(run, counts, run.data.sampler.next(),
                          f"at outer {k} micro-step {i + 1}", (k - 1) * step.inner + i)
-            watch.micro_step(k, log.rate())
-        log.curve.append(_point(run, k, "after_outer"))
-        log.done = k
+            watch.micro_step(k, counts.rate())
+        counts.curve.append(_point(run, k, "after_outer"))
+        counts.done = k
         if step.checkpoint_every and k % step.checkpoint_every == 0 and k < step.outer:
-            save_state(run, log)
-        watch.pass_done(log.curve[-1], lr_at(step, k * step.inner - 1, total), log.rate())
+            save_state(run, counts)
+        watch.pass_done(counts.curve[-1], lr_at(step, k * step.inner - 1, total), counts.rate())
 
 
 @contextlib.contextmanager
@@ -171,15 +171,15 @@ def run_step(job: Job, step: StepConfig, cfg: ModelConfig, source: DataSource, *
         raise SparkError(f"unknown run labels {unknown}; known: {', '.join(LABELS)}")
     watch = live.Watcher(job.id, job.out_dir, step.outer, step.inner, progress)
     run = _set_up(job, step, cfg, source, watch.say)
-    log = Log(t0=time.perf_counter())
+    counts = Counters(t0=time.perf_counter())
     try:
         with run.engine:
-            load_state(run, log, watch.say)
+            load_state(run, counts, watch.say)
             with watch, out_of_memory_is_one_line(run):
-                _train(run, log, watch)
+                _train(run, counts, watch)
         changed = changed_tensors(run)
-        check_learned(log.curve, run.model.cfg.vocab)
-        return commit(run, log, changed, labels)
+        check_learned(counts.curve, run.model.cfg.vocab)
+        return commit(run, counts, changed, labels)
     except BaseException:  # a resumed run rebuilds its curves from its state: none kept
         live.discard(job.out_dir)
         raise

@@ -273,8 +273,10 @@ def dry_artifact(job) -> str:
                           ("checkpoint", job.rel(CHECKPOINT))], f"spark-train-dry {job.id}")
 
 
-def sgd_artifact(job, step_n: int, device: str = "cpu", optimizer: str = "sgd") -> str:
-    """The trained run's marker; `mode` is device-optimizer (`cpu-sgd`, `cuda-muon`, ...)."""
+def trained_artifact(job, step_n: int, device: str = "cpu", optimizer: str = "sgd") -> str:
+    """The trained run's marker; `mode` is device-optimizer (`cpu-sgd`, `cuda-muon`, ...).
+    The header `spark-train-sgd` and `not_sgd=false` are the original's fixed fields, the
+    same for every optimizer (docs/outputs.md "ARTIFACT")."""
     return artifact_text([("mode", f"{device}-{optimizer}"), ("not_sgd", False), ("trained", True),
                           ("step_n", step_n), ("op", "step"), ("weights", job.rel(WEIGHTS)),
                           ("checkpoint", job.rel(CHECKPOINT))], f"spark-train-sgd {job.id}")

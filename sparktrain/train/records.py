@@ -1,5 +1,5 @@
-"""What a run records and claims (docs/outputs.md): its counters (Log), the learned-check
-that must pass before `trained=true` (docs/training.md), the weights' metadata,
+"""What a run records and claims (docs/outputs.md): its curve and counters (Counters), the
+learned-check that must pass before `trained=true` (docs/training.md), the weights' metadata,
 checkpoint.json, perf.json and the one commit of them all; failed.json for a run that must
 not be claimed."""
 from __future__ import annotations
@@ -29,7 +29,7 @@ class StepResult:
 
 
 @dataclass
-class Log:
+class Counters:
     """The loss curve and the run's counters (a resumed state's included); `seconds`
     and what was counted since `resumed` are this process's, so its speed is its own."""
     t0: float
@@ -88,25 +88,26 @@ def changed_tensors(run) -> list[str]:
     return changed
 
 
-def weights_meta(run, log: Log, labels: dict) -> dict:
+def weights_meta(run, counts: Counters, labels: dict) -> dict:
     job = run.job
     return {"job": job.id, "step_n": run.step_n, "trained": True, "not_sgd": False,
-            "arch": run.model.cfg.to_dict(), "loss_before": log.curve[0]["loss"],
-            "loss_after": log.curve[-1]["loss"], "sparkbc_sha256": job.sparkbc_sha256,
+            "arch": run.model.cfg.to_dict(), "loss_before": counts.curve[0]["loss"],
+            "loss_after": counts.curve[-1]["loss"], "sparkbc_sha256": job.sparkbc_sha256,
             "base": job.base, **run.data.weights_meta, **labels, **run.device.record()}
 
 
-def checkpoint(run, log: Log, changed: list[str], weights_sha256: str, labels: dict) -> dict:
+def checkpoint(run, counts: Counters, changed: list[str], weights_sha256: str,
+               labels: dict) -> dict:
     """checkpoint.json (docs/outputs.md); trained/not_sgd/sgd/claim: the original's fixed fields."""
     job, step, cfg = run.job, run.step, run.model.cfg
     return {
-        "job": job.id, "step_n": run.step_n, "loss_before": log.curve[0]["loss"],
-        "loss_after": log.curve[-1]["loss"], "loss_curve": log.curve, **step_record(step),
+        "job": job.id, "step_n": run.step_n, "loss_before": counts.curve[0]["loss"],
+        "loss_after": counts.curve[-1]["loss"], "loss_curve": counts.curve, **step_record(step),
         "train_attn": cfg.train_attn, "dataset": job.dataset,
         "arch": cfg.to_dict(), "n_params": run.model.n_params, "trained_tensors": len(changed),
         "frozen_tensors": ",".join(sorted(set(run.params) - set(run.trainable))),
-        "micro_steps": step.outer * step.inner, "clipped_steps": log.clipped,
-        "tokens_seen": log.tokens_seen, "weights": job.rel(WEIGHTS),
+        "micro_steps": step.outer * step.inner, "clipped_steps": counts.clipped,
+        "tokens_seen": counts.tokens_seen, "weights": job.rel(WEIGHTS),
         "weights_sha256": weights_sha256, "sparkbc_sha256": job.sparkbc_sha256,
         "program": job.program, "method": job.method, "base": job.base,
         "base_step_n": run.base_step, "blas_threads": live_threads(), "trained": True,
@@ -122,17 +123,17 @@ def checkpoint(run, log: Log, changed: list[str], weights_sha256: str, labels: d
 PEAK_MIN_TRAIN_S = 5.0
 
 
-def perf(run, log: Log) -> dict:
+def perf(run, counts: Counters) -> dict:
     """perf.json: this process's speed (undeclared to DVC: timings vary)."""
-    seconds = max(log.seconds, 1e-9)
-    record = {"train_seconds": round(log.seconds, 4),
-              "total_seconds": round(time.perf_counter() - log.t0, 4),
-              "tokens": log.tokens_seen, "tokens_per_s": round(log.rate(), 1),
-              "model_flops_per_s": round((log.flops_seen - log.before[1]) / seconds, 1),
+    seconds = max(counts.seconds, 1e-9)
+    record = {"train_seconds": round(counts.seconds, 4),
+              "total_seconds": round(time.perf_counter() - counts.t0, 4),
+              "tokens": counts.tokens_seen, "tokens_per_s": round(counts.rate(), 1),
+              "model_flops_per_s": round((counts.flops_seen - counts.before[1]) / seconds, 1),
               "blas_threads": live_threads(), "shards": run.engine.shards,
               "workers": run.engine.workers, "device": run.device.name,
               **run.device.kernel_record()}
-    peak = run.device.matmul_peak() if log.seconds >= PEAK_MIN_TRAIN_S else 0.0
+    peak = run.device.matmul_peak() if counts.seconds >= PEAK_MIN_TRAIN_S else 0.0
     if peak:
         # every worker process computed, one BLAS pool each: over the peak of all of them
         processes = run.engine.workers if run.device.host else 1
@@ -143,16 +144,16 @@ def perf(run, log: Log) -> dict:
     return record
 
 
-def commit(run, log: Log, changed: list[str], labels: dict) -> StepResult:
+def commit(run, counts: Counters, changed: list[str], labels: dict) -> StepResult:
     """One commit of the run's set: weights, checkpoint, ARTIFACT, perf.json, its curves
     (dvclive/) and the tokenizer.json and corpus/ it staged; then the resume state goes."""
     job = run.job
-    wbytes = weights_bytes(run.host_params(), weights_meta(run, log, labels))
+    wbytes = weights_bytes(run.host_params(), weights_meta(run, counts, labels))
     wsha = sha256_bytes(wbytes)
-    ck = checkpoint(run, log, changed, wsha, labels)
-    speed = perf(run, log)
+    ck = checkpoint(run, counts, changed, wsha, labels)
+    speed = perf(run, counts)
     files = {WEIGHTS: wbytes, CHECKPOINT: canonical_json(ck).encode(),
-             ARTIFACT: outputs.sgd_artifact(job, run.step_n, run.device.kind,
+             ARTIFACT: outputs.trained_artifact(job, run.step_n, run.device.kind,
                                             run.step.optimizer).encode(),
              PERF: canonical_json(speed).encode()}
     outputs.commit_files(job.out_dir, files,

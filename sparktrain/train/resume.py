@@ -52,20 +52,20 @@ def fingerprint(job: Job, cfg, data_fingerprint, step, device) -> str:
         "sparkbc_sha256": job.sparkbc_sha256, "base": job.base, **device.record()}).encode())
 
 
-def save_state(run, log) -> None:
-    """The whole state after pass `log.done`, through the commit journal (never half)."""
+def save_state(run, counts) -> None:
+    """The whole state after pass `counts.done`, through the commit journal (never half)."""
     tensors = {f"param.{n}": a for n, a in run.host_params().items()}
     opt_state = run.device.to_host(run.optimizer.state())
     tensors.update({f"opt.{n}": a for n, a in opt_state.items()})
-    state = {"fingerprint": run.fingerprint, "done": log.done, "curve": log.curve,
-             "tokens_seen": log.tokens_seen, "clipped": log.clipped,
-             "flops_seen": log.flops_seen, "sampler": run.data.sampler.state()}
+    state = {"fingerprint": run.fingerprint, "done": counts.done, "curve": counts.curve,
+             "tokens_seen": counts.tokens_seen, "clipped": counts.clipped,
+             "flops_seen": counts.flops_seen, "sampler": run.data.sampler.state()}
     outputs.commit_files(run.job.out_dir, {
         RESUME_TENSORS: weights_bytes(tensors, {"resume_of": run.job.id}),
         RESUME_STATE: canonical_json(state).encode()})
 
 
-def load_state(run, log, say) -> None:
+def load_state(run, counts, say) -> None:
     """Continue a saved state of this very run, checked first; else `say` why and start afresh."""
     folder = run.job.out_dir
     outputs.recover(folder)
@@ -97,7 +97,7 @@ def load_state(run, log, say) -> None:
         run.params[n] = ops.load(run.params[n], tensors[f"param.{n}"])
     run.optimizer.load_state({k[4:]: v for k, v in tensors.items() if k.startswith("opt.")})
     run.data.sampler.set_state(state["sampler"])
-    log.resumed(state["curve"], state["done"], state["tokens_seen"], state["clipped"],
+    counts.resumed(state["curve"], state["done"], state["tokens_seen"], state["clipped"],
                 state["flops_seen"])
 
 
