@@ -15,8 +15,10 @@ from sparktrain.core.fsutil import write_json
 from sparktrain.core.jobfiles import BASELINE_CACHE, root_of
 from sparktrain.core.safeload import load_json_file
 
-# What a report carries of the baselines: each coder's bits per held-out byte (cold, primed:
-# eval/headline.py BASELINE_BPB), and the PPMd orders that gave them.
+# What a report carries of the baselines: each coder's bits per held-out byte, cold and
+# primed (its keys end in BPB_SUFFIX; eval/headline.py BASELINE_BPB names them), and the
+# PPMd orders that gave them.
+BPB_SUFFIX = "_bpb"
 BASELINE_ORDERS = ("ppmd_order", "ppmd_primed_order")
 # PPMd (variant I, as 7-Zip's .7z PPMd): the orders tried on each text, the fewest bytes named.
 # Above 16 pyppmd codes this corpus's held-out bytes to the same size as at 16.

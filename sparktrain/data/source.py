@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from sparktrain.data.base import DataSource, EvalSet, TrainingData, bits_per_byte, measure
-from sparktrain.data.baselines import BASELINE_ORDERS
+from sparktrain.data.baselines import BASELINE_ORDERS, BPB_SUFFIX
 from sparktrain.data.corpus import (MAX_FILES, STDLIB, Corpus, CorpusFile, WindowSampler,
                                     check_splits, is_heldout, read_corpus, read_prepared,
                                     sliding_batches, stream_batches, windows_batch,
@@ -22,7 +22,6 @@ from sparktrain.data.tokenizer import make_tokenizer
 from sparktrain.core.errors import SparkError
 from sparktrain.core.fsutil import atomic_write_text, open_input, read_input, sha256_bytes
 from sparktrain.core.jobfiles import CORPUS, TOKENIZER
-from sparktrain.eval.headline import BASELINE_BPB
 from sparktrain.model.build import build_model
 from sparktrain.model.config import flops_per_token, line_count
 
@@ -113,7 +112,8 @@ class CorpusSource:
         return {"mode": self.kind, "loss": loss, "perplexity": math.exp(loss),
                 "bpb": bits_per_byte(total, nbytes),
                 "bpb_sliding": bits_per_byte(sliding, nbytes), "sliding_stride": stride,
-                **{k: base[k] for k in (*BASELINE_BPB, *BASELINE_ORDERS)},
+                **{k: v for k, v in base.items() if k.endswith(BPB_SUFFIX)},
+                **{k: base[k] for k in BASELINE_ORDERS},
                 "heldout_bytes": base["bytes"],
                 "heldout_targets": count, "tokenizer": tokenizer.kind, "vocab": tokenizer.vocab}
 
