@@ -64,7 +64,7 @@ class SGD:
     def update(self, params: dict, grads: dict, lr: float, scale: float) -> None:
         f32 = self.be.f32
         for n, v in self.velocity.items():
-            v *= self.momentum  # a Python float, exactly as the seed loop multiplied
+            v *= self.momentum  # the Python float itself: the weights' bytes are of this product
             # g * 1.0 == g exactly: an unclipped step skips the product and its temporary
             v += grads[n] if scale == 1.0 else grads[n] * f32(scale)
             params[n] -= f32(lr) * v
@@ -95,7 +95,7 @@ class AdamW:
         c1 = f32(1.0 - self.b1 ** self.t)
         c2 = f32(1.0 - self.b2 ** self.t)
         b1, b2 = np.float32(self.b1), np.float32(self.b2)
-        one_b1, one_b2 = f32(1 - b1), f32(1 - b2)   # rounded in float32, as before
+        one_b1, one_b2 = f32(1 - b1), f32(1 - b2)   # 1 - b of the float32 b, in float32
         b1, b2, lr32, eps = f32(b1), f32(b2), f32(lr), f32(ADAM_EPS)
         for n, m in self.m.items():
             g = grads[n] if scale == 1.0 else grads[n] * f32(scale)  # exact either way
