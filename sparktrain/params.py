@@ -20,9 +20,9 @@ from sparktrain.vocab import MAX_VOCAB, MIN_BPE_VOCAB, TOKENIZERS
 from sparktrain.core.errors import SparkError, did_you_mean
 from sparktrain.core.fsutil import read_input
 from sparktrain.core.jobfiles import PARAMS_FILE, check_job_id
-from sparktrain.model.config import ARCH_KEYS, OPTIMIZERS, SCALES, ModelConfig
-from sparktrain.model.backend import DEVICES
+from sparktrain.model.config import ARCH_KEYS, DEVICES, OPTIMIZERS, SCALES, ModelConfig
 from sparktrain.core.safeload import load_yaml
+from sparktrain.core.values import is_finite, is_number
 
 # The Spark-coder recipes, one row per scale, each row a whole params file
 # (`spark code train --scale S`; docs/compat.md).
@@ -41,9 +41,9 @@ def _as_float(value):
             value = float(value)
         except ValueError:
             pass
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if not is_number(value):
         raise ValueError(f"must be float, got {type(value).__name__} {value!r}")
-    if not math.isfinite(value):
+    if not is_finite(value):
         raise ValueError(f"must be a finite number, got {value!r}")
     return float(value)
 

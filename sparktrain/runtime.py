@@ -24,6 +24,8 @@ X86 = ("x86_64", "amd64", "x86-64")
 THREADS_ENV = "SPARK_BLAS_THREADS"
 DEFAULT_THREADS = 1
 MAX_THREADS = 1024  # like SPARK_WORKERS: no machine we run on has more cores
+WORKERS_ENV = "SPARK_WORKERS"   # the gradient engine's worker processes (model/parallel.py)
+MAX_WORKERS = 1024   # processes; each is a spawned interpreter
 # What the BLAS and OpenMP builds numpy may load read at start-up.
 LIBRARY_ENV = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
                "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")
@@ -131,6 +133,18 @@ def env_count(name: str, default, environ=os.environ, most: int | None = None):
 def requested_threads(environ=os.environ) -> int:
     """SPARK_BLAS_THREADS, else 1."""
     return env_count(THREADS_ENV, DEFAULT_THREADS, environ, most=MAX_THREADS)
+
+
+def usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def default_workers() -> int:
+    """SPARK_WORKERS, else the cores this process may run on."""
+    return env_count(WORKERS_ENV, usable_cores, most=MAX_WORKERS)
 
 
 def pin(threads: int) -> int:

@@ -4,14 +4,17 @@ picture (loss.png)."""
 import sys
 from pathlib import Path
 
+from sparktrain.data.heldout import heldout_metrics
 from sparktrain.data.tokenizer import read_tokenizer, tokenizer_for
 from sparktrain.eval.headline import split_headline
 from sparktrain.eval.plot import heldout_points, loss_png
 from sparktrain.core.fsutil import atomic_write_bytes, canonical_json, sha256_file
 from sparktrain.core.jobfiles import CHECKPOINT, CORPUS, EVAL, EVAL_DETAIL, LOSS_PNG, TOKENIZER, WEIGHTS
 from sparktrain.model.weights import load_model
+from sparktrain.repro.dvclock import check_room
 from sparktrain.train.outputs import read_json
-from stages.common import check_room, job_source, params, run
+from stages.common import params, run
+from stages.job import job_source
 
 
 def eval_stage() -> Path:
@@ -23,7 +26,8 @@ def eval_stage() -> Path:
     # the tokenizer the weights record (bytes when they record none), checked
     tokenizer = tokenizer_for(weights, meta, cfg.vocab, folder / TOKENIZER)
     _, tokenizer_sha256 = read_tokenizer(folder / TOKENIZER)
-    metrics = source.evaluate(folder / CORPUS, tensors, cfg, tokenizer, tokenizer_sha256, p.eval)
+    metrics = heldout_metrics(source, folder / CORPUS, tensors, cfg, tokenizer, tokenizer_sha256,
+                              p.eval)
     metrics["weights_sha256"] = sha256_file(weights)
     # The DVC metric is the few flat numbers `dvc exp show` compares; the rest
     # (counts, per-family tables, samples, hashes) is a plain output beside it.

@@ -9,7 +9,8 @@ from pathlib import Path
 
 from sparktrain.data.tokenizer import read_tokenizer
 from sparktrain.core.jobfiles import CORPUS, TOKENIZER
-from stages.common import job_source, params, run
+from stages.common import params, run
+from stages.job import job_source
 
 
 def prepare() -> Path:

@@ -11,9 +11,10 @@ from pathlib import Path
 
 from sparktrain.core.errors import TrainingFailed
 from sparktrain.core.jobfiles import CHECKPOINT
-from sparktrain.repro.lock import restore_outputs
+from sparktrain.repro.dvclock import restore_outputs
 from sparktrain.train.loop import step_job
-from stages.common import job_source, params, run
+from stages.common import params, run
+from stages.job import job_source
 
 STAGE = "step"
 

@@ -11,7 +11,8 @@ from pathlib import Path
 from sparktrain.data.tokenizer import make_tokenizer
 from sparktrain.core.fsutil import atomic_write_text
 from sparktrain.core.jobfiles import TOKENIZER
-from stages.common import job_source, params, run
+from stages.common import params, run
+from stages.job import job_source
 
 
 def tokenizer_stage() -> Path:

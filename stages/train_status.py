@@ -5,7 +5,8 @@ import sys
 from pathlib import Path
 
 from sparktrain.train.plan import job_plan, write_status
-from stages.common import job_source, params, run
+from stages.common import params, run
+from stages.job import job_source
 
 
 def train_status() -> Path:

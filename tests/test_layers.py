@@ -20,9 +20,10 @@ PACKAGE = Path(__file__).resolve().parents[1] / "sparktrain"
 # on purpose, not by accident).
 FLOORS = (
     ("cli", ("sparktrain.cli",)),
-    # `spark compare` reads DVC's experiments as `spark sweep` does: it stands on their floor
+    # `spark compare` reads DVC's experiments as `spark sweep` does: it and the one reader
+    # of experiments they share stand on their floor
     ("export, sweep, repro", ("sparktrain.export", "sparktrain.sweep", "sparktrain.repro",
-                              "sparktrain.eval.compare")),
+                              "sparktrain.eval.compare", "sparktrain.eval.experiments")),
     ("eval", ("sparktrain.eval",)),
     ("train", ("sparktrain.train",)),
     ("data", ("sparktrain.data",)),

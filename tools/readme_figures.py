@@ -43,7 +43,7 @@ from sparktrain import runtime  # noqa: E402  (first: the BLAS kernel and thread
 
 runtime.start()
 
-from sparktrain.repro.lock import copy_project, tool_env  # noqa: E402
+from sparktrain.repro.toolenv import copy_project, tool_env  # noqa: E402
 from tools.proof import TABLE_BEGIN, TABLE_END  # noqa: E402
 from sparktrain.core.safeload import load_json
 

@@ -23,7 +23,7 @@ runtime.start()
 from sparktrain.core.errors import SparkError
 from sparktrain.core.fsutil import sha256_file
 from sparktrain.core.jobfiles import PARAMS_FILE, WEIGHTS, job_dir
-from sparktrain.repro.lock import copy_project, tool_env
+from sparktrain.repro.toolenv import copy_project, tool_env
 from sparktrain.core.safeload import load_yaml
 
 def _run(cmd: list[str], cwd: Path) -> None:

@@ -6,8 +6,10 @@
 A stage runs `python3 -m stages.X`; its code is every project module that
 stages/X.py reaches through imports (read with ast, imports inside functions
 included, so the list is a superset of what one run loads), plus each package's
-__init__.py on the way. A package folder the stage uses at least half of is one
-folder dep; the rest are listed file by file. The data deps (every entry not
+__init__.py on the way. A package folder the stage uses whole is one folder dep;
+the modules of a folder it uses in part are listed file by file, so an edit to a
+module the stage never imports (the model's layers for the tokenizer stage,
+`spark repro-check` for any stage) re-runs nothing. The data deps (every entry not
 under stages/ or sparktrain/) are kept as dvc.yaml has them, after the code.
 
 tests/pipeline/test_stage_deps.py fails when dvc.yaml and the graph disagree;
@@ -28,7 +30,6 @@ runtime.start()
 
 ROOT = Path(__file__).resolve().parents[1]
 CODE = ("stages/", "sparktrain/")
-FOLDER_SHARE = 0.5   # a package folder becomes one dep when a stage uses this much of it
 WIDTH = 96
 
 
@@ -76,8 +77,8 @@ def reached(module: str, root: Path = ROOT) -> set[Path]:
 
 
 def code_deps(module: str, root: Path = ROOT) -> list[str]:
-    """The stage's code deps: its script, the stage glue, then the library, folders
-    where the stage uses at least FOLDER_SHARE of one."""
+    """The stage's code deps: its script, the stage glue, then the library: a folder the
+    stage uses every module of as one entry, the others module by module."""
     used = {p.relative_to(root).as_posix() for p in reached(module, root)}
     script = module.replace(".", "/") + ".py"
     deps = [script] + sorted(u for u in used if u.startswith("stages/") and u != script)
@@ -86,7 +87,7 @@ def code_deps(module: str, root: Path = ROOT) -> list[str]:
     whole = set()
     for folder in folders:
         modules = sorted(p.relative_to(root).as_posix() for p in (root / folder).rglob("*.py"))
-        if sum(m in used for m in modules) >= FOLDER_SHARE * len(modules):
+        if all(m in used for m in modules):
             whole.add(folder)
     for entry in library:
         folder = next((f for f in whole if entry.startswith(f + "/")), None)

@@ -19,7 +19,7 @@ from pathlib import Path
 from sparktrain import runtime  # first: the BLAS kernel and threads before numpy loads
 
 runtime.start()
-from sparktrain.repro.lock import copy_project, tool_env
+from sparktrain.repro.toolenv import copy_project, tool_env
 
 ROOT = Path(__file__).resolve().parents[1]
 GRID = ["step.lr=0.02,0.05,0.1,0.2", "step.seed=0,1"]

@@ -162,7 +162,7 @@ def main(argv: list[str] | None = None, *, spark_code: bool = False) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    from sparktrain.repro.lock import Terminated, on_sigterm
+    from sparktrain.repro.signals import Terminated, on_sigterm
 
     on_sigterm()  # SIGTERM unwinds like Ctrl-C: every `finally` runs, no .live-run left
     try:

@@ -64,7 +64,7 @@ def add_repro_check(sub) -> None:
 def cmd_plot(args) -> int:
     from sparktrain.data.source import SOURCES, PairsSource
     from sparktrain.eval.plot import heldout_points, scale_label, write_loss_png
-    from sparktrain.train.outputs import number
+    from sparktrain.core.values import number
 
     out = check_output(args.out, "png", (args.checkpoint, args.eval))
     ckpt = load_json_file(args.checkpoint, "checkpoint", f"checkpoint {args.checkpoint}")

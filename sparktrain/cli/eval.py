@@ -127,6 +127,7 @@ def _eval_corpus(args, out, params, cfg, meta) -> int:
     from pathlib import Path
 
     from sparktrain.core.jobfiles import CORPUS, TOKENIZER
+    from sparktrain.data.heldout import heldout_metrics
     from sparktrain.data.source import CorpusSource
     from sparktrain.data.tokenizer import read_tokenizer
     from sparktrain.params import EvalConfig
@@ -137,9 +138,9 @@ def _eval_corpus(args, out, params, cfg, meta) -> int:
                          f"on its job folder's prepared held-out split")
     tok, tok_sha256 = read_tokenizer(args.tokenizer or folder / TOKENIZER,
                                      meta.get("tokenizer_sha256"), args.weights)
-    source = CorpusSource(str(meta.get("dataset", "")), (), 0.1)  # evaluate reads corpus/ only
-    result = source.evaluate(folder / CORPUS, _on_device(args, params), cfg, tok, tok_sha256,
-                             EvalConfig())
+    source = CorpusSource(str(meta.get("dataset", "")), (), 0.1)  # scored on corpus/ only
+    result = heldout_metrics(source, folder / CORPUS, _on_device(args, params), cfg, tok,
+                             tok_sha256, EvalConfig())
     result.update(weights=str(args.weights))
     if out is not None:
         write_json(out, result)

@@ -293,7 +293,7 @@ def cmd_status(args) -> int:
 
 
 def _summary_text(state: dict, folder: Path) -> str:
-    from sparktrain.train.outputs import number
+    from sparktrain.core.values import number
 
     def num(v, fmt: str) -> str:  # job_state checked the numbers; None is unreadable
         return "unreadable" if number(v) is None else format(v, fmt)

@@ -11,6 +11,10 @@ from typing import Iterable, Protocol
 
 import numpy as np
 
+# The one dataset name that is not a path: the default proof corpus, the running
+# interpreter's standard library (a job names it; train/job.py checks it without the corpus)
+STDLIB = "@stdlib"
+
 
 @dataclass(frozen=True)
 class EvalSet:
@@ -53,8 +57,7 @@ class DataSource(Protocol):
     def training_data(self, folder: Path, model, tokenizer, tokenizer_sha256: str | None,
                       step) -> TrainingData: ...
 
-    def evaluate(self, folder: Path, params, cfg, tokenizer, tokenizer_sha256: str | None,
-                 eval_cfg) -> dict: ...
+    # Held-out scoring builds a model, so it is not a source's: data/heldout.py.
 
 
 def measure(losses, batches, byte_lengths=None) -> tuple[float, int, int]:

@@ -16,6 +16,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
+from sparktrain.data.base import STDLIB
 from sparktrain.data.baselines import cached_baselines
 from sparktrain.vocab import token_dtype
 from sparktrain.core.errors import SparkError, printable
@@ -26,7 +27,6 @@ from sparktrain.core.progress import Progress
 from sparktrain.core.safeload import load_json_file
 from sparktrain.model.base import TokenBatch
 
-STDLIB = "@stdlib"  # the default proof corpus: the running interpreter's standard library
 MAX_FILE_BYTES = 64 << 20  # one source file above this is a mistake, not code
 MAX_FILES = 100_000        # paths one glob may match
 

@@ -4,25 +4,20 @@ SOURCES, the one table of them, and `source_for`, the one place that asks which 
 from __future__ import annotations
 
 import hashlib
-import math
 from pathlib import Path
 
 import numpy as np
 
-from sparktrain.data.base import DataSource, EvalSet, TrainingData, bits_per_byte, measure
-from sparktrain.data.baselines import BASELINE_ORDERS, BPB_SUFFIX
-from sparktrain.data.corpus import (MAX_FILES, STDLIB, Corpus, CorpusFile, WindowSampler,
+from sparktrain.data.base import STDLIB, DataSource, EvalSet, TrainingData
+from sparktrain.data.corpus import (MAX_FILES, Corpus, CorpusFile, WindowSampler,
                                     check_splits, is_heldout, read_corpus, read_prepared,
-                                    sliding_batches, stream_batches, windows_batch,
-                                    write_pairs_note, write_prepared)
+                                    windows_batch, write_pairs_note, write_prepared)
 from sparktrain.data.pairs import (LOSS_BATCH, RowBatches, json_objects, load_dataset,
                                    load_pairs, loss_batches)
-from sparktrain.data.pairs_score import evaluate
 from sparktrain.data.tokenizer import make_tokenizer
 from sparktrain.core.errors import SparkError
 from sparktrain.core.fsutil import atomic_write_text, open_input, read_input, sha256_bytes
 from sparktrain.core.jobfiles import CORPUS, TOKENIZER
-from sparktrain.model.build import build_model
 from sparktrain.model.config import flops_per_token, line_count
 
 STREAM_BATCH = 16     # windows per forward when measuring a stream's loss
@@ -96,45 +91,6 @@ class CorpusSource:
                         "heldout_baselines": m["heldout_baselines"]},
             weights_meta={"dataset_sha256": m["sha256"], "tokenizer_sha256": tokenizer_sha256},
             fingerprint={"tokenizer_sha256": tokenizer_sha256, "corpus_sha256": m["sha256"]})
-
-    def evaluate(self, folder, params, cfg, tokenizer, tokenizer_sha256, eval_cfg) -> dict:
-        """The whole held-out stream, every target once: loss and bits per byte beside the
-        compressors, in windows apart (`bpb`) and every eval.stride tokens (`bpb_sliding`)."""
-        data = read_prepared(Path(folder), tokenizer_sha256)
-        model = build_model(cfg)
-        stride = sliding_stride(eval_cfg, cfg.seq_len)
-        total, count = self._stream_score(model, params, data, tokenizer, stream_batches(
-            data.val, cfg.seq_len, STREAM_BATCH, tokenizer.eos))
-        sliding, _ = self._stream_score(model, params, data, tokenizer, sliding_batches(
-            data.val, cfg.seq_len, stride, STREAM_BATCH, tokenizer.eos))
-        loss, nbytes = total / count, data.heldout_bytes
-        base = data.manifest["heldout_baselines"]
-        return {"mode": self.kind, "loss": loss, "perplexity": math.exp(loss),
-                "bpb": bits_per_byte(total, nbytes),
-                "bpb_sliding": bits_per_byte(sliding, nbytes), "sliding_stride": stride,
-                **{k: v for k, v in base.items() if k.endswith(BPB_SUFFIX)},
-                **{k: base[k] for k in BASELINE_ORDERS},
-                "heldout_bytes": base["bytes"],
-                "heldout_targets": count, "tokenizer": tokenizer.kind, "vocab": tokenizer.vocab}
-
-    @staticmethod
-    def _stream_score(model, params, data, tokenizer, batches) -> tuple[float, int]:
-        """(summed nats, targets) of batches that count every held-out target once."""
-        batches = list(batches)
-        total, count, nbytes = measure([model.batch_loss(params, b) for b in batches], batches,
-                                       tokenizer.byte_lengths())
-        if nbytes != data.heldout_bytes:
-            raise SparkError(f"held-out tokens stand for {nbytes} bytes, the corpus has "
-                             f"{data.heldout_bytes}; run the prepare stage again")
-        return total, count
-
-
-def sliding_stride(eval_cfg, seq_len: int) -> int:
-    """eval.stride, default a quarter of the window; at most seq_len."""
-    stride = eval_cfg.stride or max(seq_len // 4, 1)
-    if stride > seq_len:
-        raise SparkError(f"eval.stride {stride} is above seq_len {seq_len}")
-    return stride
 
 
 class TextSource(CorpusSource):
@@ -257,14 +213,6 @@ class PairsSource:
             # a resumed state's curve holds held-out losses: the file's bytes, not only its name
             fingerprint={"dataset_sha256": dataset.sha256, "tokenizer_sha256": tokenizer_sha256,
                          "heldout": self.heldout, "heldout_sha256": heldout_sha256})
-
-    def evaluate(self, folder, params, cfg, tokenizer, tokenizer_sha256, eval_cfg) -> dict:
-        """Loss, accuracy, copy recall and exact match on eval.data's pairs."""
-        metrics = evaluate(params, cfg, load_pairs(eval_cfg.data),
-                           batch_size=eval_cfg.batch_size, max_new=eval_cfg.max_new,
-                           n_samples=eval_cfg.n_samples, tokenizer=tokenizer)
-        metrics["data"] = eval_cfg.data
-        return metrics
 
 
 # The kinds, most specific first: the first whose claims() is true reads the dataset.

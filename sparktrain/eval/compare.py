@@ -1,4 +1,4 @@
-"""`spark compare`, reading: the chosen experiments (through sparktrain/repro/lock.py),
+"""`spark compare`, reading: the chosen experiments (through sparktrain/eval/experiments.py),
 their curves and labels; a headline number not finite is one line naming it. Then the text
 (runs, metrics, curves in 80 columns, laid out by errors.columns, the one column printer);
 eval/plot.py draws them. See docs/pipeline.md ("Sweep and
@@ -17,10 +17,11 @@ from sparktrain.core import compat
 from sparktrain.core.errors import SparkError, columns
 from sparktrain.core.jobfiles import CHECKPOINT
 from sparktrain.core.safeload import load_yaml
-from sparktrain.eval.headline import HEADLINE_KEYS, SHORT_HEADS, is_finite, is_number
+from sparktrain.core.values import is_finite, is_number
+from sparktrain.eval.headline import HEADLINE_KEYS, SHORT_HEADS
 from sparktrain.params import MAX_OUTER, Defaults
-from sparktrain.repro.lock import (DvcExperiments, Experiments, ExpRecord, ExpRow, read_json,
-                                  read_params, read_record)
+from sparktrain.eval.experiments import (DvcExperiments, Experiments, ExpRecord, ExpRow,
+                                         read_json, read_params, read_record)
 
 # values in one experiment's checkpoint.json: 3 a curve point, outer + 1 points at most
 CHECKPOINT_ITEMS = 4 * (MAX_OUTER + 1) + 10_000

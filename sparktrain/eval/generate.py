@@ -15,6 +15,7 @@ from sparktrain.model.build import MAX_NEW, build_model, generate_tokens
 from sparktrain.model.weights import load_model
 from sparktrain.data.baselines import BASELINE_ORDERS
 from sparktrain.data.corpus import read_prepared
+from sparktrain.data.heldout import heldout_metrics
 from sparktrain.data.pairs import prompt_tokens
 from sparktrain.data.tokenizer import BYTES, read_tokenizer
 from sparktrain.eval.adaptive import adaptive_score
@@ -104,7 +105,7 @@ def learned(folder, source, eval_cfg) -> dict:
     folder = Path(folder)
     tok, tok_sha256 = read_tokenizer(folder / TOKENIZER)
     params, cfg, _ = load_model(folder / WEIGHTS)
-    score = source.evaluate(folder / CORPUS, params, cfg, tok, tok_sha256, eval_cfg)
+    score = heldout_metrics(source, folder / CORPUS, params, cfg, tok, tok_sha256, eval_cfg)
     adaptive = {}
     if eval_cfg.adapt_lr:  # the stored weights stay: adaptive_score steps a copy
         held = read_prepared(folder / CORPUS, tok_sha256).val

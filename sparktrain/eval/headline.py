@@ -1,9 +1,7 @@
 """The metric keys, one table of them: the headline of an eval (docs/outputs.md
 "eval.json"), whatever the data source, the compressor baselines among them, the short
-heads and the model card's choice; and what a number of it is."""
+heads and the model card's choice (what a number of it is: sparktrain/core/values.py)."""
 from __future__ import annotations
-
-import math
 
 # The compressors' bits per held-out byte (data/baselines.py) and each one's name on a
 # picture: cold, then lzma and PPMd primed with the train split
@@ -30,11 +28,3 @@ def split_headline(metrics: dict) -> tuple[dict, dict]:
     headline = {k: metrics[k] for k in HEADLINE_KEYS if k in metrics}
     return headline, {k: v for k, v in metrics.items() if k not in headline}
 
-
-def is_number(v) -> bool:
-    """A JSON number: an int or a float, never a bool."""
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
-def is_finite(v) -> bool:
-    return is_number(v) and math.isfinite(v)

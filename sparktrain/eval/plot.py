@@ -18,7 +18,8 @@ from matplotlib.ticker import MaxNLocator
 from sparktrain.data.source import PairsSource
 from sparktrain.core.errors import SparkError
 from sparktrain.core.fsutil import atomic_write_bytes
-from sparktrain.eval.headline import BASELINE_BPB, is_finite, is_number
+from sparktrain.core.values import is_finite, is_number
+from sparktrain.eval.headline import BASELINE_BPB
 from sparktrain.model.config import SCALES, ModelConfig
 
 SIZE_IN, DPI = (8.0, 5.0), 100   # 800 x 500 pixels

@@ -14,7 +14,8 @@ from tokenizers import Tokenizer
 from sparktrain.core.errors import printable
 from sparktrain.core.jobfiles import CHECKPOINT, TOKENIZER
 from sparktrain.core.safeload import load_json
-from sparktrain.eval.headline import CARD_BASELINES, CARD_KEYS, is_finite
+from sparktrain.core.values import is_finite
+from sparktrain.eval.headline import CARD_BASELINES, CARD_KEYS
 from sparktrain.export.tokenizer import special_ids
 from sparktrain.model.config import ModelConfig, n_params
 from sparktrain.params import StepConfig

@@ -16,7 +16,7 @@ from sparktrain.core.gate import check_target
 from sparktrain.core.jobfiles import TOKENIZER
 from sparktrain.core.publish import publish_dir, publish_file
 from sparktrain.core.safeload import load_json_file
-from sparktrain.eval.headline import is_number
+from sparktrain.core.values import is_number
 from sparktrain.export.card import CARD_FILE, job_records, model_card, tokenizer_kind
 from sparktrain.export.names import name_map, require_llama
 from sparktrain.export.tokenizer import model_tokenizer_json, special_ids, tokenizer_config

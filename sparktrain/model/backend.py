@@ -12,6 +12,7 @@ import numpy as np
 
 from sparktrain import runtime
 from sparktrain.core.errors import SparkError
+from sparktrain.model.config import DEVICES
 
 try:  # the `gpu` extra: PyTorch / CuPy arrays get their namespace from it
     import array_api_compat
@@ -385,7 +386,6 @@ def of_params(params: dict):
     return of(next(iter(params.values())))
 
 
-DEVICES = ("cpu", "cuda", "mps", "auto")
 CUBLAS_WORKSPACE = ":4096:8"  # what PyTorch's deterministic cuBLAS needs set before its first call
 
 

@@ -10,11 +10,15 @@ from dataclasses import asdict, dataclass, fields
 
 from sparktrain.vocab import BYTE_VOCAB, MAX_VOCAB
 from sparktrain.core.errors import SparkError
+from sparktrain.core.values import is_number
 
 VOCAB = BYTE_VOCAB
 MAX_PARAMS = 200_000_000
 MAX_SEQ_LEN = 4096
 MAX_LAYERS = 1024  # the shape table has 9 tensors a layer: keep it a table, not a flood
+MAX_SHARDS = 65_536  # a step's row shards (model/parallel.py): a shard is at least a row
+# where a model runs: params.yaml's step.device, `--device` (model/backend.py resolves one)
+DEVICES = ("cpu", "cuda", "mps", "auto")
 
 
 @dataclass(frozen=True)
@@ -64,8 +68,7 @@ class ModelConfig:
             raise SparkError(f"mlp must be one of {', '.join(MLPS)}, got {self.mlp!r}")
         if not isinstance(self.qk_norm, bool):
             raise SparkError(f"qk_norm must be true or false, got {self.qk_norm!r}")
-        if isinstance(self.logit_cap, bool) or not isinstance(self.logit_cap, (int, float)) \
-                or not 0 <= self.logit_cap < math.inf:
+        if not is_number(self.logit_cap) or not 0 <= self.logit_cap < math.inf:
             raise SparkError(f"logit_cap must be a number >= 0 (0 = off), got "
                              f"{self.logit_cap!r}")
         if isinstance(self.bigram, bool) or not isinstance(self.bigram, int) \

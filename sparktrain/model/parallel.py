@@ -7,35 +7,21 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import multiprocessing
-import os
 import weakref
 from multiprocessing import shared_memory
 
 import numpy as np
 
 from sparktrain import runtime
+from sparktrain.runtime import MAX_WORKERS, default_workers
 from sparktrain.core.errors import SparkError
 from sparktrain.model import backend
 from sparktrain.model.base import Model
 from sparktrain.model.build import build_model
-from sparktrain.model.config import ModelConfig
+from sparktrain.model.config import MAX_SHARDS, ModelConfig
 
 ALIGN = 64  # bytes: every tensor in the shared block starts on a cache line
-MAX_SHARDS = 65_536  # a shard is at least a row; more shards than that is a typo
-MAX_WORKERS = 1024   # processes; each is a spawned interpreter
 LOSS_CHUNK = 4  # loss batches in flight per worker: a streamed dataset is never all laid out
-
-
-def usable_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
-
-
-def default_workers() -> int:
-    """SPARK_WORKERS, else the cores this process may run on."""
-    return runtime.env_count("SPARK_WORKERS", usable_cores, most=MAX_WORKERS)
 
 
 def shard_ranges(rows: int, shards: int) -> list[tuple[int, int]]:

@@ -16,9 +16,9 @@ from safetensors.numpy import load
 from sparktrain.core.errors import SparkError, first_line
 from sparktrain.core.fsutil import read_input
 from sparktrain.core.jobfiles import CHECKPOINT, EVAL, EVAL_DETAIL, WEIGHTS
-from sparktrain.eval.headline import is_number
-from sparktrain.repro.lock import (LOCK, Output, cache_dir, cached_blob, git, git_blob, outputs,
-                                   read_lock, tool_env)
+from sparktrain.core.values import is_number
+from sparktrain.repro.dvclock import LOCK, Output, cache_dir, cached_blob, outputs, read_lock
+from sparktrain.repro.toolenv import git, git_blob, tool_env
 from sparktrain.core.safeload import load_json, load_yaml
 
 # JSON strings under these keys are hashes of other outputs: they move with the floats.

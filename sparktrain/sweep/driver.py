@@ -24,13 +24,15 @@ from sparktrain.core.errors import SparkError
 from sparktrain.core.safeload import load_yaml
 from sparktrain.core.fsutil import read_input
 from sparktrain.core.jobfiles import PARAMS_FILE
-from sparktrain.model.parallel import usable_cores  # noqa: F401  (commands: the default --workers)
-from sparktrain.repro.lock import DvcExperiments, tool_env
+from sparktrain.runtime import usable_cores  # noqa: F401  (commands: the default --workers)
+from sparktrain.eval.experiments import DvcExperiments
+from sparktrain.repro.toolenv import tool_env
 from sparktrain.sweep import quiet_workers
 from sparktrain.sweep.grid import Axis, Point, expand, experiments_of, parse_axis, point_record
 
 ONE_THREAD = {"SPARK_BLAS_THREADS": "1", "SPARK_WORKERS": "1"}  # N workers use N cores
 POLL_S = 2.0   # how often a monitored run's monitor looks at its clone
+TERM_GRACE_S = 30.0  # a stopped run's processes get this long after SIGTERM, then SIGKILL
 
 
 class Monitor(Protocol):
@@ -131,16 +133,23 @@ def _watched(cmd: list[str], cwd: Path, what: str, monitor: Monitor) -> None:
             raise PointFailed(f"{what} exited {proc.returncode}: {reason(log.read())}")
 
 
-def _terminate(proc: subprocess.Popen) -> None:
-    """SIGTERM to the process and every process under it, then wait for it."""
-    try:
-        tree = [*psutil.Process(proc.pid).children(recursive=True), psutil.Process(proc.pid)]
-    except psutil.NoSuchProcess:
-        tree = []
-    for process in tree:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            process.send_signal(signal.SIGTERM)
-    proc.wait()
+def _terminate(proc: subprocess.Popen, grace_s: float = TERM_GRACE_S) -> None:
+    """SIGTERM to the process and every process under it (stages end as on Ctrl-C), then
+    wait for it; whatever still runs after `grace_s` gets SIGKILL, so a stop never hangs."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            root = psutil.Process(proc.pid)
+            tree = [*root.children(recursive=True), root]
+        except psutil.NoSuchProcess:
+            tree = []
+        for process in tree:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                process.send_signal(sig)
+        try:
+            proc.wait(timeout=grace_s if sig == signal.SIGTERM else None)
+            return
+        except subprocess.TimeoutExpired:
+            continue
 
 
 def reason(output: str) -> str:

@@ -3,7 +3,7 @@
 its overrides, so a re-run sweep finds the experiments it already made.
 
 Then the comparison a sweep prints and writes: each point's params, metrics and output hashes
-(repro/lock.py reads them). Only what the inputs decide goes into it (no timings, hosts
+(eval/experiments.py reads them). Only what the inputs decide goes into it (no timings, hosts
 or absolute paths): the same sweep gives the same JSON bytes however it was scheduled."""
 from __future__ import annotations
 
@@ -16,9 +16,10 @@ from dataclasses import dataclass
 
 from sparktrain.core.errors import SparkError, columns, did_you_mean
 from sparktrain.core.safeload import load_yaml
-from sparktrain.eval.headline import is_number
+from sparktrain.core.values import is_number
 from sparktrain.params import parse_params
-from sparktrain.repro.lock import LOCK, Experiments, outputs, read_record
+from sparktrain.eval.experiments import Experiments, read_record
+from sparktrain.repro.dvclock import LOCK, outputs
 
 MAX_POINTS = 10_000  # a grid larger than this is a typo, not a sweep
 KEY = re.compile(r"^(\+?)([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_]+)*)=(.+)$")

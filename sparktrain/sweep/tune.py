@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import optuna
-from distributed import wait
 from optuna.exceptions import ExperimentalWarning
 from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback, fail_stale_trials
 from optuna.trial import TrialState
@@ -26,6 +25,7 @@ from sparktrain.core.errors import SparkError, printable
 from sparktrain.core.jobfiles import EVAL, LIVE_PENDING, OUT, PARAMS_FILE, job_dir
 from sparktrain.core.safeload import load_json_file, load_yaml
 from sparktrain.core.fsutil import read_input
+from sparktrain.core.values import is_number
 from sparktrain.sweep.driver import SweepPlan, submit_point, task_failed
 from sparktrain.sweep.grid import Axis, invalid
 from sparktrain.sweep.space import Dimension, describe, distributions, signature
@@ -169,7 +169,7 @@ class TrialMonitor:
         key = self.objective if self.objective != AUTO else \
             "bpb" if isinstance(metrics.get("bpb"), (int, float)) else "loss"
         value = metrics.get(key)
-        if not isinstance(value, (int, float)) or isinstance(value, bool):
+        if not is_number(value):
             known = sorted(k for k, v in metrics.items() if isinstance(v, (int, float)))
             return {"error": f"eval.json has no number {key!r} (it has {', '.join(known)})"}
         return {"objective": float(value), "metric": key}
@@ -237,10 +237,7 @@ def run_study(plan: SweepPlan, params: dict, study: optuna.Study, storage_url: s
                 return
             time.sleep(HEARTBEAT_S)   # another driver's (or a dead one's) trials still run
             continue
-        try:
-            done = wait(list(running), timeout=HEARTBEAT_S, return_when="FIRST_COMPLETED").done
-        except TimeoutError:   # none finished within a heartbeat
-            done = set()
+        done = _first_done(list(running), HEARTBEAT_S)
         for run in running.values():
             storage.record_heartbeat(run.trial._trial_id)
         for future in done:
@@ -250,6 +247,17 @@ def run_study(plan: SweepPlan, params: dict, study: optuna.Study, storage_url: s
             except Exception as err:
                 record = task_failed(run.name, err)
             _finish(study, run.trial, run.name, record, progress, tick, run.overrides)
+
+
+def _first_done(futures: list, within_s: float) -> list:
+    """The futures that are done, waiting at most `within_s` for a first one. Each Future's
+    own state is polled (no call into the cluster that could block past a heartbeat)."""
+    deadline = time.monotonic() + within_s
+    while True:
+        done = [f for f in futures if f.done()]
+        if done or time.monotonic() >= deadline:
+            return done
+        time.sleep(0.1)
 
 
 def _finish(study, trial, name, record, progress, tick, overrides) -> None:

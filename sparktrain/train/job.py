@@ -6,7 +6,7 @@ from pathlib import Path
 
 from sparktrain.bc.codec import read_program as read_sparkbc
 from sparktrain.bc.program import job_of, train_decls
-from sparktrain.data.corpus import STDLIB
+from sparktrain.data.base import STDLIB
 from sparktrain.core.errors import SparkError
 from sparktrain.core.fsutil import check_regular, sha256_file
 from sparktrain.core.gate import check_job_live, check_output

@@ -23,6 +23,7 @@ from sparktrain.core.jobfiles import (ARTIFACT, CHECKPOINT, CORPUS, CORPUS_FILES
                                       WEIGHTS)
 from sparktrain.eval.headline import split_headline
 from sparktrain.core.safeload import load_json_file
+from sparktrain.core.values import number
 
 # the only names a journal may roll forward: the set one run makes (its inputs, weights,
 # records and curves, which must change together) and a run's resume pair
@@ -307,13 +308,6 @@ def _scrub(obj, depth: int = 0):
     if isinstance(obj, list):
         return [_scrub(v, depth + 1) for v in obj]
     return obj
-
-
-def number(value):
-    """`value` when it is a finite int or float (not a bool), else None."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return value if math.isfinite(value) else None
 
 
 def _record(path: Path):

@@ -10,8 +10,8 @@ from sparktrain.data.tokenizer import job_tokenizer
 from sparktrain.core.errors import SparkError
 from sparktrain.core.fsutil import canonical_json
 from sparktrain.core.jobfiles import ARTIFACT, STATUS
-from sparktrain.model.config import ModelConfig, flops_per_token, n_params, step_fits
-from sparktrain.model.parallel import MAX_SHARDS, MAX_WORKERS, default_workers
+from sparktrain.model.config import MAX_SHARDS, ModelConfig, flops_per_token, n_params, step_fits
+from sparktrain.runtime import MAX_WORKERS, default_workers
 from sparktrain.train import outputs
 from sparktrain.train.job import Job
 

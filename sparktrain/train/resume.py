@@ -11,6 +11,7 @@ from sparktrain.core.errors import SparkError
 from sparktrain.core.fsutil import canonical_json, sha256_bytes
 from sparktrain.core.jobfiles import RESUME_STATE, RESUME_TENSORS
 from sparktrain.core.safeload import load_json_file
+from sparktrain.core.values import number
 from sparktrain.model.base import Model
 from sparktrain.model.weights import check_params, config_from_meta, load_weights, weights_bytes
 from sparktrain.train import outputs
@@ -112,7 +113,7 @@ def _check_state(state: dict, run) -> None:
         raise ValueError(f"done {done!r} is not a pass of this run")
     if not isinstance(curve, list) or len(curve) != done + 1 or not all(
             isinstance(p, dict) and p.get("outer") == i and isinstance(p.get("phase"), str)
-            and all(outputs.number(v) is not None for k, v in p.items() if k != "phase")
+            and all(number(v) is not None for k, v in p.items() if k != "phase")
             for i, p in enumerate(curve)):
         raise ValueError("its curve is not one finite point per pass")
     for key in ("tokens_seen", "clipped", "flops_seen"):

@@ -3,7 +3,8 @@ import os
 
 import pytest
 
-from sparktrain.data.corpus import STDLIB, is_heldout, manifest_sha256, read_corpus
+from sparktrain.data.base import STDLIB
+from sparktrain.data.corpus import is_heldout, manifest_sha256, read_corpus
 from sparktrain.core.errors import SparkError
 
 

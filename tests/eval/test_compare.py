@@ -13,7 +13,7 @@ from sparktrain.core.errors import SparkError, columns
 from sparktrain.eval import plot
 from sparktrain.eval import compare as cmp
 from sparktrain.eval.headline import HEADLINE_KEYS
-from sparktrain.repro.lock import ExpRow
+from sparktrain.eval.experiments import ExpRow
 
 import yaml
 
@@ -27,7 +27,7 @@ OLD_LAYOUT = dict(HEADLINE, families={"chat": {"loss": 4.0, "n": 3}}, samples=[]
 
 
 class FakeExperiments:
-    """The reader's interface (sparktrain/repro/lock.py) over made-up
+    """The reader's interface (sparktrain/eval/experiments.py) over made-up
     experiments: rows() as exp_show lists them, read() of their files."""
 
     def __init__(self, exps, base_metric=HEADLINE, checkpoint=None):

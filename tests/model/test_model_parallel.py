@@ -7,8 +7,8 @@ from sparktrain.core.errors import SparkError
 from sparktrain.model.base import PoolBatch, TokenBatch
 from sparktrain.model.build import build_model
 from sparktrain.model.config import ModelConfig
-from sparktrain.model.parallel import (GradientEngine, add_in_order, default_workers,
-                                       shard_ranges, slice_rows)
+from sparktrain.model.parallel import GradientEngine, add_in_order, shard_ranges, slice_rows
+from sparktrain.runtime import default_workers
 
 ATTN = build_model(ModelConfig(dim=16, n_layer=2, n_head=4, n_kv_head=2, seq_len=16))
 POOL = build_model(ModelConfig(dim=16, n_layer=2, n_head=4, n_kv_head=2, seq_len=16,

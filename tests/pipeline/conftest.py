@@ -18,7 +18,7 @@ import yaml
 
 from sparkhelp import HANG_GUARD_S, compile_code
 
-from sparktrain.repro.lock import copy_project, tool_env as library_tool_env
+from sparktrain.repro.toolenv import copy_project, tool_env as library_tool_env
 
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = REPO / ".venv" / "bin"

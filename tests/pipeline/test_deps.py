@@ -1,5 +1,7 @@
 """Every file a stage's process imports or reads is one of its DVC deps (or outs),
-and DVC notices when any of them changes.
+DVC notices when any of them changes, and an edit to a module re-runs only the
+stages that import it (the model's layers: step and eval; `spark repro-check`
+and `spark compare`: none).
 
 Each stage runs under tracer_site/sitecustomize.py (put first on PYTHONPATH): it
 records the project modules in sys.modules at exit and every file opened for
@@ -131,6 +133,18 @@ def test_every_file_a_stage_uses_is_declared(traced):
     assert undeclared(repo, used) == []
 
 
+def touched(repo: Path, files: list[str], used: list[str]) -> dict:
+    """_TOUCH's report: per file in `files`, the stages `dvc status` names after a comment is
+    appended to it; and the `used` files .dvcignore hides."""
+    python = VENV_BIN / "python" if VENV_BIN.is_dir() else "python"
+    # a hang guard only: the edits take under a minute on two quiet cores
+    done = subprocess.run([str(python), "-c", _TOUCH, json.dumps(files), json.dumps(used)],
+                          cwd=repo, env=tool_env(repo), capture_output=True, text=True,
+                          timeout=HANG_GUARD_S)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def test_dvc_notices_a_change_in_every_file_a_stage_uses(traced):
     repo, used = traced
     # params.yaml is tracked by key, not by bytes: a comment changes no param
@@ -138,18 +152,28 @@ def test_dvc_notices_a_change_in_every_file_a_stage_uses(traced):
     used = {stage: files - {"params.yaml"} for stage, files in used.items()}
     plan = touch_plan(repo, used)
     files = sorted({rel for entries in plan.values() for rel in entries.values()})
-    every = sorted({f for fs in used.values() for f in fs})
-    python = VENV_BIN / "python" if VENV_BIN.is_dir() else "python"
-    # a hang guard only: the edits take under a minute on two quiet cores
-    done = subprocess.run([str(python), "-c", _TOUCH, json.dumps(files), json.dumps(every)],
-                          cwd=repo, env=tool_env(repo), capture_output=True, text=True,
-                          timeout=HANG_GUARD_S)
-    assert done.returncode == 0, done.stderr
-    report = json.loads(done.stdout.strip().splitlines()[-1])
+    report = touched(repo, files, sorted({f for fs in used.values() for f in fs}))
     assert report["ignored"] == [], f".dvcignore hides files the stages use: {report['ignored']}"
     missed = [f"{stage}: {rel}" for stage, entries in sorted(plan.items())
               for rel in sorted(entries.values()) if stage not in report["changed"][rel]]
     assert missed == [], f"an appended comment did not make dvc status report: {missed}"
+
+
+# An edit and the stages it may re-run, no more (STYLE: a stage imports what it runs):
+# the model's layers only where the model runs; the repro check and `spark compare`
+# run in no stage. Editing the model must never re-train the tokenizer.
+NARROW = {"sparktrain/model/layers.py": ["eval", "step"],
+          "sparktrain/repro/check.py": [],
+          "sparktrain/eval/compare.py": []}
+
+
+def test_an_edit_reruns_only_the_stages_that_import_it(traced):
+    repo, used = traced
+    # the tracer first: which stages' processes really loaded each file
+    assert {rel: sorted(s for s, files in used.items() if rel in files)
+            for rel in NARROW} == NARROW
+    # then DVC: which stages `dvc status` calls changed after the edit
+    assert touched(repo, sorted(NARROW), [])["changed"] == NARROW
 
 
 def test_an_undeclared_import_is_caught(fresh_repro, tmp_path):

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from sparktrain.repro.check import compare_locks
-from sparktrain.repro.lock import Output, cached_blob
+from sparktrain.repro.dvclock import Output, cached_blob
 
 from .conftest import (DECLARED_NAMES, REPO, STAGES, TRAINING_STAGES, clone, declared_outputs, dvc, git,
                        lock_outs, ran_stages, run, sha256_of)

@@ -31,7 +31,37 @@ def test_a_new_import_changes_the_stage_deps(tmp_path):
     assert after[0] == "stages/eval.py"
 
 
-def test_a_folder_used_mostly_is_one_dep():
+def test_a_folder_used_whole_is_one_dep_and_one_used_in_part_is_listed():
     deps = stage_deps.code_deps("stages.step")
-    assert "sparktrain/core" in deps and "sparktrain/train" in deps
-    assert not any(d.startswith("sparktrain/core/") for d in deps)
+    assert "sparktrain/core" in deps and "sparktrain/model" in deps
+    assert not any(d.startswith(("sparktrain/core/", "sparktrain/model/")) for d in deps)
+    # the step never imports bench.py or plan.py: train/ is listed module by module
+    assert "sparktrain/train" not in deps and "sparktrain/train/loop.py" in deps
+    assert "sparktrain/train/bench.py" not in deps
+
+
+STAGES = ("check_params", "decode_bc", "tokenizer", "prepare", "train_status", "step", "eval")
+
+
+def _stages_reaching(rel: str, root: Path = REPO) -> list[str]:
+    return [s for s in STAGES if rel in {p.relative_to(root).as_posix()
+                                         for p in stage_deps.reached(f"stages.{s}", root)}]
+
+
+def test_only_the_stages_that_run_the_model_depend_on_its_code():
+    """A stage imports what it runs: the model's code only under step and eval; the
+    stages before them see its config (params.yaml's scale) and batches at most."""
+    for module in ("layers", "build", "backend", "weights"):
+        assert _stages_reaching(f"sparktrain/model/{module}.py") == ["step", "eval"], module
+    assert _stages_reaching("sparktrain/model/parallel.py") == ["step"]
+    assert _stages_reaching("sparktrain/data/heldout.py") == ["eval"]
+    assert _stages_reaching("sparktrain/data/pairs_score.py") == ["eval"]
+    for rel in ("sparktrain/repro/check.py", "sparktrain/repro/toolenv.py",
+                "sparktrain/eval/compare.py", "sparktrain/eval/experiments.py",
+                "sparktrain/export/hf.py"):
+        assert _stages_reaching(rel) == [], rel
+    decode = {p.relative_to(REPO).as_posix() for p in stage_deps.reached("stages.decode_bc")}
+    assert {d for d in decode if d.startswith("sparktrain/model/")} == {
+        "sparktrain/model/__init__.py", "sparktrain/model/config.py"}
+    assert not any(d.startswith(("sparktrain/data/source", "sparktrain/data/corpus"))
+                   for d in decode), "decode-bc needs the bytecode and the job, not the data"

@@ -88,7 +88,7 @@ def test_sweep_runs_every_point_on_the_cluster_and_prints_the_comparison(swept):
     table, progress = _split(done)
     assert done.returncode == 1, done.stdout      # two points failed
     assert "Traceback" not in done.stdout
-    from sparktrain.model.parallel import usable_cores
+    from sparktrain.runtime import usable_cores
 
     assert any(f"on {usable_cores()} Dask worker(s)" in ln for ln in progress), progress
     assert [p["params"] for p in doc["points"]] == [

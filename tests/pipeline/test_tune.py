@@ -15,9 +15,7 @@ import time
 
 import pytest
 
-from sparkhelp import HANG_GUARD_S
-
-from .conftest import REPO, dvc_json, exp_revs, run, shared_checkout, tool_env
+from .conftest import REPO, dvc_json, exp_revs, shared_checkout, tool_env
 
 optuna = pytest.importorskip("optuna")
 
@@ -33,8 +31,31 @@ README_LINE = README.split("\n## Tuning with Optuna\n", 1)[1].split("```sh\n", 1
 SPACE = tuple(shlex.split(README_LINE)[2:8])
 
 
-def spark(repo, *args, timeout=HANG_GUARD_S):
-    return run(repo, sys.executable, "-m", "sparktrain.cli", *args, timeout=timeout)
+# a study of a few trials of a few seconds each: minutes on a busy machine, never an hour
+TUNE_GUARD_S = 900
+
+
+def spark(repo, *args, timeout=TUNE_GUARD_S):
+    """`spark ARGS` in its own session, stdout and stderr together; past `timeout` the test
+    fails with the session's processes (what each was doing) and kills them all: a driver
+    and its cluster never outlive the test."""
+    proc = subprocess.Popen([sys.executable, "-m", "sparktrain.cli", *args], cwd=repo,
+                            env=tool_env(repo), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        try:
+            forest = subprocess.run(["ps", "-s", str(proc.pid), "-o",
+                                     "pid,ppid,stat,etime,wchan:20,args", "--forest"],
+                                    capture_output=True, text=True, timeout=60).stdout
+        except (OSError, subprocess.TimeoutExpired) as err:
+            forest = f"(ps failed: {err})"
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        pytest.fail(f"spark {' '.join(args)} ran past {timeout} s; its output:\n{out}\n"
+                    f"its processes then:\n{forest}")
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out)
 
 
 def _study(repo, name):
@@ -129,7 +150,7 @@ def test_a_killed_driver_resumes_without_losing_or_repeating_a_trial(shared):
            "--study", "k", "--workers", "2"]
     first = subprocess.Popen(cmd, cwd=shared, env=tool_env(shared), stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL, start_new_session=True)
-    deadline = time.monotonic() + HANG_GUARD_S
+    deadline = time.monotonic() + TUNE_GUARD_S
     try:
         while True:   # kill it (and its cluster) once a trial is complete and others run
             assert first.poll() is None, "the driver ended before it could be killed"

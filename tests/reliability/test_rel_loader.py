@@ -74,7 +74,7 @@ def _readers(tmp: Path):
     from sparktrain.export.hf import _json_object
     from sparktrain.model.weights import load_weights
     from sparktrain.params import load_params
-    from sparktrain.repro.lock import read_lock
+    from sparktrain.repro.dvclock import read_lock
     from sparktrain.sweep.grid import lock_outputs
     from sparktrain.train.outputs import read_json
 

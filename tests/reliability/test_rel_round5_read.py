@@ -151,7 +151,7 @@ def test_an_experiments_alias_bomb_is_refused_before_anything_parses_it(exps):
 
 
 def test_a_huge_params_blob_is_refused_by_its_size(exps):
-    from sparktrain.repro.lock import DvcExperiments, read_params
+    from sparktrain.eval.experiments import DvcExperiments, read_params
 
     commit = experiment(exps, "huge", {"params.yaml": b"job: j\n" + b"#" * (17 << 20)})
     with DvcExperiments(str(exps)) as source:
@@ -182,7 +182,7 @@ def test_repro_check_refuses_a_huge_committed_lock_by_its_size(locked):
 
 def test_repro_check_refuses_a_huge_cached_weights_file_by_its_size(locked, monkeypatch):
     from sparktrain.repro import check
-    from sparktrain.repro.lock import Output
+    from sparktrain.repro.dvclock import Output
 
     md5 = "ab" * 16
     blob = locked / ".dvc/cache/files/md5" / md5[:2] / md5[2:]
@@ -203,17 +203,18 @@ def test_a_weights_output_that_is_not_safetensors_is_one_line():
 
 
 def test_every_git_call_has_a_timeout(monkeypatch):
-    from sparktrain.repro import lock
+    from sparktrain.core.errors import SparkError
+    from sparktrain.repro import dvclock, toolenv
 
     def hang(*args, **kw):
-        assert kw.get("timeout") == lock.GIT_TIMEOUT
+        assert kw.get("timeout") == toolenv.GIT_TIMEOUT == dvclock.DVC_TIMEOUT
         raise subprocess.TimeoutExpired(args[0], kw["timeout"])
 
-    monkeypatch.setattr(lock.subprocess, "run", hang)
-    with pytest.raises(lock.SparkError, match="took over 60 s"):
-        lock.git_blob("HEAD", "dvc.lock")
-    with pytest.raises(lock.SparkError, match="took over 60 s"):
-        lock.cache_dir()
+    monkeypatch.setattr(subprocess, "run", hang)
+    with pytest.raises(SparkError, match="took over 60 s"):
+        toolenv.git_blob("HEAD", "dvc.lock")
+    with pytest.raises(SparkError, match="took over 60 s"):
+        dvclock.cache_dir()
 
 
 # ---------------------------------------------------------------- names that are not UTF-8

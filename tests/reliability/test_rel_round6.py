@@ -43,7 +43,7 @@ from sparktrain.core.errors import SparkError
 from sparktrain.params import StepConfig, load_params
 from sparktrain.train import outputs
 from sparktrain.train.optim import lr_at
-from stages import common
+from sparktrain.repro import dvclock
 
 # params.yaml's knobs, named: without --params a folder trains with the tiny coder recipe
 CORPUS = ["train", "--dataset", "data/corpus/tiny", "--out", "out/c", "--outer", "1",
@@ -323,21 +323,21 @@ def test_a_stage_refuses_a_disk_without_room_for_dvcs_copies(tmpfs, monkeypatch)
     disk, left = tmpfs
     job, cache = disk / "job", disk / "cache"
     job.mkdir()
-    monkeypatch.setattr(common.lock, "cache_dir", lambda: cache)
+    monkeypatch.setattr(dvclock, "cache_dir", lambda: cache)
     files = {job / "eval.json": b"x" * (2 * PAGE + 1)}   # three pages, and three in the cache
     monkeypatch.delenv("DVC_STAGE", raising=False)
     left(PAGE)  # (a size of 0 would mean no limit at all)
-    common.check_room(files)                  # run by hand: its write says what failed
+    dvclock.check_room(files)                  # run by hand: its write says what failed
     monkeypatch.setenv("DVC_STAGE", "eval")
-    left(6 * PAGE + common.DVC_SLACK)
-    common.check_room(files)                  # exactly enough
-    left(6 * PAGE + common.DVC_SLACK - PAGE)
+    left(6 * PAGE + dvclock.DVC_SLACK)
+    dvclock.check_room(files)                  # exactly enough
+    left(6 * PAGE + dvclock.DVC_SLACK - PAGE)
     with pytest.raises(SparkError, match=r"not enough space on the disk of .*job: "
                                          r"\d+ KiB free, 280 KiB needed"):
-        common.check_room(files)
+        dvclock.check_room(files)
     data = files[job / "eval.json"]
     md5 = hashlib.md5(data).hexdigest()
     (cache / "files/md5" / md5[:2]).mkdir(parents=True)
     (cache / "files/md5" / md5[:2] / md5[2:]).write_bytes(data)
-    left(3 * PAGE + common.DVC_SLACK)
-    common.check_room(files)                  # already in the cache: no second copy
+    left(3 * PAGE + dvclock.DVC_SLACK)
+    dvclock.check_room(files)                  # already in the cache: no second copy

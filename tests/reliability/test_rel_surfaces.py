@@ -24,7 +24,7 @@ from safetensors.numpy import save
 from relkit import FAST, TRAIN, snapshot, trained  # noqa: F401  (fixture)
 from sparkhelp import PROMPT_GUARD_S, ROOT, assert_one_line_error, run_spark
 from sparktrain.core.errors import SparkError, printable
-from sparktrain.repro import lock as dvclock
+from sparktrain.repro import dvclock
 from sparktrain.sweep.grid import MAX_POINTS, expand, parse_axis
 
 PROGRAM = "data/programs/train-step.sparkbc"
@@ -54,7 +54,7 @@ def test_documented_sweep_lines_reach_the_cluster(argv, monkeypatch, tmp_path):
     cluster and git are stood in for. The default (no --workers) used to die on a
     missing `usable_cores`."""
     from sparktrain.cli import main
-    from sparktrain.model.parallel import usable_cores
+    from sparktrain.runtime import usable_cores
     from sparktrain.sweep import driver
 
     seen = {}

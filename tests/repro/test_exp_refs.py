@@ -3,7 +3,7 @@ baseline commit of a named experiment on any commit by baseline_of() (so `spark
 compare NAME` finds an experiment of an earlier commit)."""
 import subprocess
 
-from sparktrain.repro.lock import DvcExperiments
+from sparktrain.eval.experiments import DvcExperiments
 
 
 def git(repo, *args) -> str:

@@ -1,4 +1,4 @@
-"""The one reader of DVC experiments (sparktrain/repro/lock.py): its size
+"""The one reader of DVC experiments (sparktrain/eval/experiments.py): its size
 bound and, with the real dvc, a tiny project with two experiments (listed from
 git's refs, oldest first). tests/reliability/test_rel_round5_read.py reads
 experiments made with git's plumbing."""
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from sparktrain.core.errors import SparkError
-from sparktrain.repro import lock as ex
+from sparktrain.eval import experiments as ex
 
 class _FakeRepo:
     """A dvc.repo.Repo at one rev whose every file holds `data`."""

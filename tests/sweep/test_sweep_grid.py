@@ -1,17 +1,22 @@
-"""The sweep's grid, its experiment names, its comparison table and its error lines."""
+"""The sweep's grid, its experiment names, its comparison table, its error lines, and how a
+stopped run ends."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import time
 
+import psutil
 import pytest
 import yaml
 
 from sparkhelp import ROOT
 from sparktrain.core.errors import SparkError
-from sparktrain.repro.lock import ExpRow
+from sparktrain.eval.experiments import ExpRow
 from sparktrain.sweep.grid import (expand, experiments_of, lock_outputs, parse_axis, sweep_table,
                                    point_name, point_record)
-from sparktrain.sweep.driver import reason
+from sparktrain.sweep.driver import _terminate, reason
 
 PARAMS = yaml.safe_load((ROOT / "params.yaml").read_text())
 
@@ -151,3 +156,21 @@ def test_reason_prefers_the_stages_own_error_line():
     assert reason("Cloning...\nfatal: repository '/x' does not exist\n") == \
         "fatal: repository '/x' does not exist"
     assert reason("") == "(no output)"
+
+
+def test_a_stopped_run_that_ignores_sigterm_is_killed_not_waited_on_forever():
+    """A monitor's stop (spark tune's pruning) never hangs a worker: what still runs after
+    the grace period gets SIGKILL, the child under the run too."""
+    stubborn = ("import signal, subprocess, sys, time; signal.signal(signal.SIGTERM, "
+                "signal.SIG_IGN); subprocess.Popen([sys.executable, '-c', "
+                "'import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+                "time.sleep(600)']); time.sleep(600)")
+    proc = subprocess.Popen([sys.executable, "-c", stubborn])
+    time.sleep(1.0)   # the child is started
+    tree = psutil.Process(proc.pid).children(recursive=True)
+    assert tree
+    t0 = time.monotonic()
+    _terminate(proc, grace_s=1.0)
+    assert proc.returncode == -9 and time.monotonic() - t0 < 60
+    gone, alive = psutil.wait_procs(tree, timeout=10)
+    assert not alive

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from sparktrain.cli import main
-from sparktrain.model.backend import DEVICES
+from sparktrain.model.config import DEVICES
 from sparktrain.train import bench
 
 

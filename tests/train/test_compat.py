@@ -19,7 +19,7 @@ from safetensors.numpy import load_file
 
 from sparkhelp import HANG_GUARD_S, ROOT, SPARK, assert_one_line_error, run_spark
 from sparktrain.params import load_params, load_recipe
-from sparktrain.repro.lock import copy_project, tool_env
+from sparktrain.repro.toolenv import copy_project, tool_env
 
 sys.path.insert(0, str(ROOT))
 from tools import readme_figures as rf  # noqa: E402
