@@ -20,7 +20,7 @@ from sparktrain.vocab import MAX_VOCAB, MIN_BPE_VOCAB, TOKENIZERS
 from sparktrain.core.errors import SparkError, did_you_mean
 from sparktrain.core.fsutil import read_input
 from sparktrain.core.jobfiles import PARAMS_FILE, check_job_id
-from sparktrain.model.config import ARCH_KEYS, DEVICES, SCALES, ModelConfig
+from sparktrain.model.config import ARCH_KEYS, DEVICES, OPTIMIZERS, SCALES, ModelConfig
 from sparktrain.core.safeload import load_yaml
 from sparktrain.core.values import is_finite, is_number
 
@@ -86,7 +86,7 @@ class StepConfig:
                                      "SPARK_WORKERS, else the usable cores); never changes bytes")
     # Optimisation for real runs. At their defaults the loop is heavy-ball SGD, and
     # the checkpoint records these only when they differ from it (step_record).
-    optimizer: Literal["sgd", "adamw", "muon"] = Field(
+    optimizer: Literal[OPTIMIZERS] = Field(
         "sgd", description="sgd (heavy-ball, momentum), adamw, or muon (Muon on the "
                            "layers' matrices, AdamW at adam_lr on embedding, head, norms)")
     weight_decay: Float = Field(0.0, ge=0, description="AdamW / Muon decoupled weight decay on "

@@ -30,7 +30,8 @@ from sparktrain import runtime  # first: the BLAS kernel and threads before nump
 runtime.start()
 import numpy as np
 
-from sparktrain.data.baselines import BASELINE_BPB, BASELINE_ORDERS
+from sparktrain.data.baselines import BASELINE_ORDERS
+from sparktrain.eval.headline import BASELINE_BPB
 from sparktrain.data.source import prepare_job, source_for
 from sparktrain.data.tokenizer import read_tokenizer
 from sparktrain.core.errors import SparkError
@@ -115,7 +116,7 @@ def main(argv=None) -> int:
         "optimizer": p.step.optimizer, "tokens_seen": ck["tokens_seen"],
         "model_bpb": what["bpb"], "model_bpb_sliding": what["bpb_sliding"],
         "sliding_stride": what["sliding_stride"],
-        **{k: what[k] for k in BASELINE_BPB + BASELINE_ORDERS},
+        **{k: what[k] for k in (*BASELINE_BPB, *BASELINE_ORDERS)},
         "ratio_to_ppmd_primed": what["bpb"] / what["ppmd_primed_bpb"],
         "ratio_sliding_to_ppmd_primed": what["bpb_sliding"] / what["ppmd_primed_bpb"],
         **({"model_bpb_adaptive": what["bpb_adaptive"], "adaptive": what["adaptive"],

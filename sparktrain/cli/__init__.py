@@ -13,9 +13,10 @@ import sys
 from sparktrain import __version__
 from sparktrain.core.errors import SparkError, did_you_mean, printable
 
-# each registers the commands its docstring names, listed in --help in this order
-COMMAND_MODULES = tuple(f"sparktrain.cli.{name}" for name in ("train", "original", "eval",
-                                                                    "tune"))
+# the command table: each module registers the commands its docstring names, listed in
+# --help in this order
+COMMAND_MODULES = tuple(f"sparktrain.cli.{name}" for name in (
+    "train", "original", "bench", "eval", "compare", "export", "sweep", "tune"))
 # One example per subcommand, shown as its --help's last line.
 EXAMPLES = {
     "compile": "spark compile data/programs/train-step.spark -o /tmp/step.sparkbc",

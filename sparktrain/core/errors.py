@@ -1,9 +1,12 @@
 """The project's own error type (a user mistake, reported as one line, exit 2) and the one
 escaping helper for text that reaches a terminal: whatever a user or a file controls goes
-through `printable` before it is printed (docs/outputs.md, "Terminal safety")."""
+through `printable` before it is printed (docs/outputs.md, "Terminal safety"); the one
+column printer."""
 from __future__ import annotations
 
 import difflib
+import io
+import sys
 
 # C0 controls, DEL and C1 controls: bytes that steer a terminal instead of showing
 _CONTROLS = [*range(0x20), 0x7F, *range(0x80, 0xA0)]
@@ -31,11 +34,29 @@ def first_line(err: BaseException, limit: int = 160) -> str:
     return printable(lines[0].strip()[:limit]) if lines else type(err).__name__
 
 
-def columns(head: list[str], rows: list[list[str]], rule: bool = False) -> list[str]:
-    """A plain text table, columns two spaces apart, dashes under the head when `rule`."""
-    widths = [max(len(str(r[i])) for r in [head] + rows) for i in range(len(head))]
-    lines = ["  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip() for r in [head] + rows]
-    return lines[:1] + ["  ".join("-" * w for w in widths)] + lines[1:] if rule else lines
+def columns(head: list[str], rows: list[list[str]], rule: bool = False,
+            tty: bool | None = None) -> list[str]:
+    """A table's lines, the one column printer: rich (no colour) when `tty` (default: stdout
+    is a terminal), else plain columns two spaces apart; a rule under the head when `rule`."""
+    if not (sys.stdout.isatty() if tty is None else tty):
+        widths = [max(len(str(r[i])) for r in [head] + rows) for i in range(len(head))]
+        lines = ["  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip()
+                 for r in [head] + rows]
+        return lines[:1] + ["  ".join("-" * w for w in widths)] + lines[1:] if rule else lines
+    from rich import box   # only for a terminal
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
+                  padding=(0, 1, 0, 0))  # two spaces between columns, as the plain ones
+    for h in head:  # Text: a cell is never read as rich markup
+        table.add_column(Text(h))
+    for row in rows:
+        table.add_row(*(Text(str(c)) for c in row))
+    console = Console(file=io.StringIO(), width=10_000, color_system=None)
+    console.print(table)
+    return [ln.rstrip() for ln in console.file.getvalue().splitlines()]
 
 
 def did_you_mean(got: str, known) -> str:

@@ -8,6 +8,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import secrets
 import stat
 from pathlib import Path
@@ -99,12 +100,12 @@ def pinned_folder(path: str | os.PathLike, create: bool = True) -> tuple[int, Pa
 
 
 def write_at(fd: int, name: str, data: bytes) -> None:
-    """Atomically put `data` at `name` in the folder `fd`: a temp file beside it
-    (created O_EXCL | O_NOFOLLOW), fsync, rename; all relative to `fd`."""
+    """Atomically put `data` at `name` in the folder `fd`: a temp file beside it (new_temp:
+    created O_EXCL | O_NOFOLLOW), fsync, rename; all relative to `fd`."""
     with contextlib.suppress(FileNotFoundError):
         if stat.S_ISDIR(os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode):
             raise IsADirectoryError(errno.EISDIR, "it is a folder")
-    tmp, tfd = _temp_at(fd, name)
+    tmp, tfd = new_temp(fd, name)
     try:
         with os.fdopen(tfd, "wb") as f:
             f.write(data)
@@ -118,11 +119,14 @@ def write_at(fd: int, name: str, data: bytes) -> None:
 
 
 TEMP_STEM_BYTES = 64  # a temp name's share of the output's name: 255-byte names stay legal
+# The dot files our writers leave while they write: a temp file or folder (.tmp), a folder
+# replaced and on its way out (.old), the commit journal's staged files (.pending)
+TEMP_ENDINGS = (".tmp", ".old", ".pending")
 
 
 def temp_stem(name: str, limit: int = TEMP_STEM_BYTES) -> str:
     """The start of `name` that a temp file beside it is named from: whole characters, at
-    most `limit` bytes, so ".STEM.<random>.tmp" fits the 255-byte limit of a file name
+    most `limit` bytes, so ".STEM.PID.<random>.tmp" fits the 255-byte limit of a file name
     whatever the output's own (legal) name."""
     kept, size = [], 0
     for ch in name:
@@ -133,16 +137,33 @@ def temp_stem(name: str, limit: int = TEMP_STEM_BYTES) -> str:
     return "".join(kept)
 
 
-def _temp_at(fd: int, name: str) -> tuple[str, int]:
-    """A new temp file ".STEM.XXXXXXXX.tmp" in the folder `fd` (mkstemp's pattern)."""
+def new_temp(fd: int, name: str, suffix: str = ".tmp", folder: bool = False) -> tuple[str, int]:
+    """A new temp file (with its open descriptor) or folder (descriptor -1)
+    ".STEM.PID.xxxxxxxx<suffix>" beside `name` in the folder `fd`: STEM as temp_stem cuts
+    it, the PID tells a later run a dead writer's (temp_pattern)."""
     for _ in range(100):
-        tmp = f".{temp_stem(name)}.{secrets.token_hex(4)}.tmp"
+        tmp = f".{temp_stem(name)}.{os.getpid()}.{secrets.token_hex(4)}{suffix}"
         try:
+            if folder:
+                os.mkdir(tmp, 0o777, dir_fd=fd)  # the umask applies
+                return tmp, -1
             return tmp, os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
-                                | os.O_CLOEXEC, 0o666, dir_fd=fd)  # the umask applies
+                                | os.O_CLOEXEC, 0o666, dir_fd=fd)
         except FileExistsError:
             continue
     raise FileExistsError(errno.EEXIST, "no free temp name", name)
+
+
+def temp_pattern(name: str | None = None) -> re.Pattern:
+    """new_temp's names (.tmp and .old) beside the output `name`, or beside any output
+    (None); group 1 is the writer's PID, absent in the names earlier versions wrote."""
+    stem = re.escape(f".{temp_stem(name)}.") if name is not None else r"\..+\."
+    return re.compile(rf"^{stem}(?:(\d+)\.)?[A-Za-z0-9_]{{8}}\.(?:tmp|old)$")
+
+
+def is_temp(entry: str) -> bool:
+    """A dot file of our writers (TEMP_ENDINGS): never a user's file in an output folder."""
+    return entry.startswith(".") and entry.endswith(TEMP_ENDINGS)
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:

@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 from sparktrain.core.errors import SparkError, printable
-from sparktrain.core.fsutil import canonical_json, kind_of
+from sparktrain.core.fsutil import canonical_json, is_temp, kind_of
 from sparktrain.core.jobfiles import (ARTIFACT, CHECKPOINT, CORPUS, JOB_NAMES, LIVE_DIR, LOCK,
                                       PROGRAM, STATUS, TOKENIZER, WEIGHTS, root_of)
 
@@ -18,7 +18,7 @@ NAME_MAX = 255  # bytes of one path component on the file systems we run on
 JOB_MARKERS = (CHECKPOINT, ARTIFACT)
 # a folder holding one of these was made by a spark command (the stage or job writers)
 JOB_OWNED = frozenset({PROGRAM, TOKENIZER, STATUS, WEIGHTS, CHECKPOINT, ARTIFACT, LOCK})
-# README.md: the model card (export/hf.py CARD_FILE)
+# README.md: the model card (export/card.py CARD_FILE)
 HF_NAMES = frozenset({"config.json", "generation_config.json", "model.safetensors", TOKENIZER,
                       "tokenizer_config.json", "README.md"})
 # project sources too: X.sparkbc compiled beside its tracked X.spark (docs/outputs.md)
@@ -46,6 +46,20 @@ def check_output(path: str | os.PathLike, kind: str, inputs: tuple = ()) -> Path
         return _check(path, name, kind, [Path(i) for i in inputs if i is not None])
     except OSError as err:  # a name too long, a loop of links, a folder we may not list
         raise SparkError(f"cannot write {name}: {err.strerror or err}") from None
+
+
+def check_target(path: str | os.PathLike, force: bool, kind: str, inputs: tuple = ()) -> Path:
+    """check_output (a new path, or a `kind` output this tool wrote, never a device, link,
+    tracked file or one of `inputs`), after the rule of `spark export` and `spark import`:
+    something that holds data is replaced only with --force."""
+    path = Path(path)
+    if not force and not path.is_symlink():  # what holds data needs --force, then the gate
+        if path.is_dir() and kind in ("hf", "job") and any(path.iterdir()):
+            raise SparkError(f"{os.fspath(path)} exists and is not empty; "
+                             "pass --force to replace it")
+        elif path.is_file():
+            raise SparkError(f"{os.fspath(path)} exists; pass --force to replace it")
+    return check_output(path, kind, inputs)
 
 
 def _check(path: Path, name: str, kind: str, inputs: list[Path]) -> Path:
@@ -123,11 +137,11 @@ def _check_folder(path: Path, name: str, kind: str) -> None:
     if not names:
         return
     allowed = HF_NAMES if kind == "hf" else JOB_NAMES
-    foreign = sorted(n for n in names if n not in allowed and not _our_temp(n))
+    foreign = sorted(n for n in names if n not in allowed and not is_temp(n))
     if kind == "job" and names & JOB_OWNED:
         foreign = []  # a job folder we made; files a user put beside ours are never touched
     if kind == "hf" and not foreign:
-        foreign = sorted(n for n in names if not _our_temp(n) and not _hf_entry(path / n, n))
+        foreign = sorted(n for n in names if not is_temp(n) and not _hf_entry(path / n, n))
     if foreign or (kind == "hf" and "config.json" not in names):
         what = "an exported Hugging Face folder" if kind == "hf" else "a job folder"
         shown = ", ".join(printable(n) for n in foreign[:3]) or "no config.json"
@@ -141,7 +155,7 @@ def _check_folder(path: Path, name: str, kind: str) -> None:
 
 HF_JSON = ("config.json", "generation_config.json", "tokenizer_config.json", TOKENIZER)
 HF_CONFIG_KEYS = ("architectures", "spark_metadata")  # export/hf.py hf_config's own keys
-CARD_HEAD = b"---\nlibrary_name: transformers\n"  # export/hf.py's front matter
+CARD_HEAD = b"---\nlibrary_name: transformers\n"  # export/card.py's front matter
 
 
 def _hf_entry(path: Path, entry: str) -> bool:
@@ -186,11 +200,6 @@ def _canonical_doc(path: Path, size: int):
         return doc if canonical_json(doc).encode() == text else None
     except (SparkError, ValueError):
         return None
-
-
-def _our_temp(entry: str) -> bool:
-    """The dot files of our atomic writes and journal: .NAME.PID.xxx.tmp, .NAME.pending."""
-    return entry.startswith(".") and entry.endswith((".tmp", ".pending", ".old"))
 
 
 def _made_by_us(path: Path, kind: str, size: int) -> bool:

@@ -4,11 +4,13 @@ naming the file (docs/outputs.md, "The bounded loader"; docs/pipeline.md, "Hosti
 from __future__ import annotations
 
 import json
+import os
 import re
 
 import yaml
 
 from sparktrain.core.errors import SparkError
+from sparktrain.core.fsutil import read_input
 
 MAX_DEPTH = 64
 MAX_INT = 2 ** 63  # a config value beyond this is a typo (and overflows float conversion)
@@ -182,6 +184,15 @@ def load_json(text: str | bytes, name: str, max_items: int = MAX_ITEMS,
     if containers > MAX_DEPTH and depth(value) > MAX_DEPTH:  # a JSONL row: rarely walked
         raise SparkError(f"{name}: JSON nested deeper than {MAX_DEPTH} levels")
     return value
+
+
+def load_json_file(path: str | os.PathLike, what: str, name: str | None = None,
+                   max_items: int = MAX_ITEMS):
+    """load_json of the file at `path`, a file of kind `what` read within its cap
+    (fsutil.read_input: a regular file, never a FIFO); `name`: how a refusal names it
+    (default the path)."""
+    return load_json(read_input(path, what), os.fspath(path) if name is None else name,
+                     max_items=max_items)
 
 
 def depth(value) -> int:

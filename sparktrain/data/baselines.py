@@ -11,13 +11,14 @@ from pathlib import Path
 import pyppmd
 
 from sparktrain.core.errors import SparkError
-from sparktrain.core.fsutil import read_input, write_json
+from sparktrain.core.fsutil import write_json
 from sparktrain.core.jobfiles import BASELINE_CACHE, root_of
-from sparktrain.core.safeload import load_json
+from sparktrain.core.safeload import load_json_file
 
-# What a report carries of the baselines: each coder's bits per held-out byte (cold, primed),
-# and the PPMd orders that gave them.
-BASELINE_BPB = ("zlib9_bpb", "lzma9e_bpb", "lzma9e_primed_bpb", "ppmd_bpb", "ppmd_primed_bpb")
+# What a report carries of the baselines: each coder's bits per held-out byte, cold and
+# primed (its keys end in BPB_SUFFIX; eval/headline.py BASELINE_BPB names them), and the
+# PPMd orders that gave them.
+BPB_SUFFIX = "_bpb"
 BASELINE_ORDERS = ("ppmd_order", "ppmd_primed_order")
 # PPMd (variant I, as 7-Zip's .7z PPMd): the orders tried on each text, the fewest bytes named.
 # Above 16 pyppmd codes this corpus's held-out bytes to the same size as at 16.
@@ -77,7 +78,7 @@ def cached_baselines(data: bytes, primer: bytes, corpus_sha256: str, near: Path)
     path = None if root is None else root / BASELINE_CACHE / f"{cache_key(corpus_sha256)}.json"
     if path is not None and path.is_file():
         try:
-            found = load_json(read_input(path, "job file"), str(path))
+            found = load_json_file(path, "job file")
         except SparkError:  # a torn or foreign file: measured again below
             found = None
         if isinstance(found, dict) and found.get("bytes") == len(data) \

@@ -20,11 +20,11 @@ from sparktrain.data.base import STDLIB
 from sparktrain.data.baselines import cached_baselines
 from sparktrain.vocab import token_dtype
 from sparktrain.core.errors import SparkError, printable
-from sparktrain.core.fsutil import (atomic_write_bytes, read_input, sha256_bytes, size_cap,
-                                    utf8_name, write_json)
+from sparktrain.core.fsutil import (atomic_write_bytes, sha256_bytes, size_cap, utf8_name,
+                                    write_json)
 from sparktrain.core.jobfiles import CORPUS_FILES, TRAIN_BIN, VAL_BIN
 from sparktrain.core.progress import Progress
-from sparktrain.core.safeload import load_json
+from sparktrain.core.safeload import load_json_file
 from sparktrain.model.base import TokenBatch
 
 MAX_FILE_BYTES = 64 << 20  # one source file above this is a mistake, not code
@@ -335,7 +335,7 @@ def read_prepared(folder: str | Path, tokenizer_sha256: str | None = None) -> Pr
     folder = Path(folder)
     files = folder / CORPUS_FILES
     try:
-        manifest = load_json(read_input(files, "prepared corpus list"), os.fspath(files))
+        manifest = load_json_file(files, "prepared corpus list")
     except SparkError:
         raise SparkError(f"{files} is not JSON; run the prepare stage again") from None
     if not isinstance(manifest, dict) or manifest.get("kind") != "corpus":

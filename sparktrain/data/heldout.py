@@ -12,7 +12,7 @@ from pathlib import Path
 
 from sparktrain.core.errors import SparkError
 from sparktrain.data.base import DataSource, bits_per_byte, measure
-from sparktrain.data.baselines import BASELINE_BPB, BASELINE_ORDERS
+from sparktrain.data.baselines import BASELINE_ORDERS, BPB_SUFFIX
 from sparktrain.data.corpus import read_prepared, sliding_batches, stream_batches
 from sparktrain.data.pairs import load_pairs
 from sparktrain.data.pairs_score import evaluate
@@ -44,7 +44,8 @@ def heldout_metrics(source: DataSource, folder, params, cfg, tokenizer,
     return {"mode": source.kind, "loss": loss, "perplexity": math.exp(loss),
             "bpb": bits_per_byte(total, nbytes),
             "bpb_sliding": bits_per_byte(sliding, nbytes), "sliding_stride": stride,
-            **{k: base[k] for k in BASELINE_BPB + BASELINE_ORDERS},
+            **{k: v for k, v in base.items() if k.endswith(BPB_SUFFIX)},
+            **{k: base[k] for k in BASELINE_ORDERS},
             "heldout_bytes": base["bytes"],
             "heldout_targets": count, "tokenizer": tokenizer.kind, "vocab": tokenizer.vocab}
 

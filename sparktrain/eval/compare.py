@@ -1,31 +1,24 @@
 """`spark compare`, reading: the chosen experiments (through sparktrain/eval/experiments.py),
 their curves and labels; a headline number not finite is one line naming it. Then the text
-(runs, metrics, curves in 80 columns), and `render`, the one printer of the experiments
-tables (`spark sweep`'s too); eval/plot.py draws them. See docs/pipeline.md ("Sweep and
+(runs, metrics, curves in 80 columns, laid out by errors.columns, the one column printer);
+eval/plot.py draws them. See docs/pipeline.md ("Sweep and
 compare")."""
 from __future__ import annotations
 
 import dataclasses
-import io
 import json
 import os
-import sys
 import textwrap
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Sequence
-
-from rich import box
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
 
 from sparktrain.core import compat
 from sparktrain.core.errors import SparkError, columns
 from sparktrain.core.jobfiles import CHECKPOINT
 from sparktrain.core.safeload import load_yaml
 from sparktrain.core.values import is_finite, is_number
-from sparktrain.eval.headline import HEADLINE_KEYS
+from sparktrain.eval.headline import HEADLINE_KEYS, SHORT_HEADS
 from sparktrain.params import MAX_OUTER, Defaults
 from sparktrain.eval.experiments import (DvcExperiments, Experiments, ExpRecord, ExpRow,
                                          read_json, read_params, read_record)
@@ -287,38 +280,16 @@ def as_json(sweep: dict) -> dict:
             } for e in sweep["experiments"]]}
 
 
-# Short headers keep the table inside 80 columns.
-TABLE_HEADS = {"loss": "held-out", "bpb": "bpb", "zlib9_bpb": "zlib9", "lzma9e_bpb": "lzma9e",
-               "lzma9e_primed_bpb": "lzma9e+", "ppmd_bpb": "ppmd", "ppmd_primed_bpb": "ppmd+",
-               "perplexity": "ppl", "next_token_accuracy": "acc", "exact_match": "exact",
-               "copy_recall": "copy"}
 WIDTH = 80   # the terminal the table is laid out for
 
 
-def render(head: list[str], rows: list[list[str]], rule: bool = False,
-           tty: bool | None = None) -> list[str]:
-    """A table's lines: rich (no colour) when `tty` (default: stdout is a terminal), else
-    errors.columns, a dashed rule under the head when `rule`."""
-    if not (sys.stdout.isatty() if tty is None else tty):
-        return columns(head, rows, rule=rule)
-    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
-                  padding=(0, 1, 0, 0))  # two spaces between columns, as `columns`
-    for h in head:  # Text: a cell is never read as rich markup
-        table.add_column(Text(h))
-    for row in rows:
-        table.add_row(*(Text(str(c)) for c in row))
-    console = Console(file=io.StringIO(), width=10_000, color_system=None)
-    console.print(table)
-    return [ln.rstrip() for ln in console.file.getvalue().splitlines()]
-
-
-def format_table(sweep: dict, tty: bool | None = None) -> str:
+def compare_table(sweep: dict, tty: bool | None = None) -> str:
     """The runs, numbered as in the legend: one table within WIDTH, else a key of
     params and the metrics table beside the numbers; then the curves, a row per run."""
     keys, exps = sweep["changed_params"], sweep["experiments"]
     shared = sweep.get("shared_params") or {}
     metric_keys = [k for k in HEADLINE_KEYS if any(k in e.metrics for e in exps)]
-    metric_head = ["train", *(TABLE_HEADS.get(k, k) for k in metric_keys)]
+    metric_head = ["train", *(SHORT_HEADS.get(k, k) for k in metric_keys)]
     metric_cells = [[_metric("loss", e.loss_curve[-1]["loss"]),
                      *(_metric(k, e.metrics.get(k)) for k in metric_keys)] for e in exps]
     short = [short_values([e.params.get(k) for e in exps]) for k in keys]
@@ -329,11 +300,11 @@ def format_table(sweep: dict, tty: bool | None = None) -> str:
         lines += textwrap.wrap("the same in all, not in the baseline: " + " ".join(
             f"{k}={short_value(v)}" for k, v in shared.items()), WIDTH - 2)
     lines.append("")
-    table = render(["experiment", *(short_key(k, keys) for k in keys), *metric_head],
+    table = columns(["experiment", *(short_key(k, keys) for k in keys), *metric_head],
                    [[n, *(col[i] for col in short), *m]
                     for i, (n, m) in enumerate(zip(names, metric_cells))], tty=tty)
     if max(len(ln) for ln in table) > WIDTH:
-        runs = render(["experiment", *(short_key(k, keys) for k in keys)],
+        runs = columns(["experiment", *(short_key(k, keys) for k in keys)],
                       [[n, *(col[i] for col in short)] for i, n in enumerate(names)], tty=tty)
         if max(len(ln) for ln in runs) > WIDTH:    # a key: each run's params, wrapped
             w = max(len(n) for n in names) + 2
@@ -342,14 +313,14 @@ def format_table(sweep: dict, tty: bool | None = None) -> str:
                                             subsequent_indent=" " * w,
                                             break_on_hyphens=False)]
         lines += [*runs, ""]
-        table = render(["experiment", *metric_head],
+        table = columns(["experiment", *metric_head],
                        [[n, *m] for n, m in zip(names, metric_cells)], tty=tty)
         if max(len(ln) for ln in table) > WIDTH:
-            table = render(["#", *metric_head],
+            table = columns(["#", *metric_head],
                            [[str(e.number), *m] for e, m in zip(exps, metric_cells)], tty=tty)
     lines += table
     key = "train: training loss after the last pass; on the held-out data: " + ", ".join(
-        f"{TABLE_HEADS.get(k, k)} = {k}" for k in metric_keys)
+        f"{SHORT_HEADS.get(k, k)} = {k}" for k in metric_keys)
     if "bpb" in metric_keys:
         key += " (bpb: the whole held-out stream; the per-pass bpb is a 64-window estimate)"
     lines += ["", *textwrap.wrap(key, WIDTH - 2)]
@@ -378,7 +349,7 @@ def _curve_block(title: str, exps: list[Experiment], curve, key: str, tty) -> li
         title += f" ({len(shown)} of {len(outers)} passes)"
     rows = [[str(e.number), *(cells.get((e.number, o), "-") for o in shown)] for e in exps]
     return ["", f"{title}, a row per run", "",
-            *render(["run", *(json.dumps(o) for o in shown)], rows, tty=tty)]  # finite numbers
+            *columns(["run", *(json.dumps(o) for o in shown)], rows, tty=tty)]  # finite numbers
 
 
 def _metric(key: str, v) -> str:

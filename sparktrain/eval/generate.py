@@ -9,10 +9,11 @@ import numpy as np
 
 from sparktrain.core.errors import SparkError
 from sparktrain.core.jobfiles import CORPUS, TOKENIZER, WEIGHTS
+from sparktrain.eval.headline import BASELINE_BPB
 from sparktrain.model.config import ModelConfig
 from sparktrain.model.build import MAX_NEW, build_model, generate_tokens
 from sparktrain.model.weights import load_model
-from sparktrain.data.baselines import BASELINE_BPB, BASELINE_ORDERS
+from sparktrain.data.baselines import BASELINE_ORDERS
 from sparktrain.data.corpus import read_prepared
 from sparktrain.data.heldout import heldout_metrics
 from sparktrain.data.pairs import prompt_tokens

@@ -19,6 +19,7 @@ from sparktrain.data.source import PairsSource
 from sparktrain.core.errors import SparkError
 from sparktrain.core.fsutil import atomic_write_bytes
 from sparktrain.core.values import is_finite, is_number
+from sparktrain.eval.headline import BASELINE_BPB
 from sparktrain.model.config import SCALES, ModelConfig
 
 SIZE_IN, DPI = (8.0, 5.0), 100   # 800 x 500 pixels
@@ -179,11 +180,11 @@ LEGEND_CHARS = 100        # characters of legend text one row holds at LEGEND_FO
 LEGEND_FONT = 9
 AXIS_FONTS = (11, 10, 9)   # title, axis labels, ticks
 MAX_LEGEND_COLUMNS = 4
-# The compressors on the same held-out bytes: cold, then primed with the train split
-REFERENCES = (("zlib9_bpb", "zlib-9", (0, (5, 3))), ("lzma9e_bpb", "lzma-9e", (0, (1, 2))),
-              ("ppmd_bpb", "PPMd", (0, (3, 1, 1, 1))),
-              ("lzma9e_primed_bpb", "lzma-9e primed", (0, (8, 2))),
-              ("ppmd_primed_bpb", "PPMd primed", (0, (3, 1, 1, 1, 1, 1))))
+# The compressors on the same held-out bytes (headline.BASELINE_BPB), cold ones first, then
+# the primed, each drawn with its own dashes
+REFERENCES = tuple(zip(sorted(BASELINE_BPB, key=lambda key: "primed" in key),
+                       ((0, (5, 3)), (0, (1, 2)), (0, (3, 1, 1, 1)), (0, (8, 2)),
+                        (0, (3, 1, 1, 1, 1, 1)))))
 LINE_STYLES = ("-", "--", "-.", ":")
 LEGEND_TITLES = {"loss": "loss: ● training  ■ held-out",
                  "bpb": "bits per byte: ■ held-out (per pass: 64-window estimate)"}
@@ -274,7 +275,8 @@ def _references(exps: list, styles: dict) -> list[tuple[float, str, object, str]
     bpb runs: one held-out text each, named by the runs measured on it (their job) and
     drawn in the colour of the first of them, so two corpora's lines are told apart."""
     found = []
-    for key, name, style in REFERENCES:
+    for key, style in REFERENCES:
+        name = BASELINE_BPB[key]
         runs: dict[float, list] = {}
         for e in exps:
             if e.unit == "bpb" and is_finite(e.metrics.get(key)):

@@ -251,7 +251,10 @@ F32 = 4
 BASE_BYTES = 96 << 20     # python + numpy + safetensors + pydantic, measured ~80-95 MiB
 ACT_PER_LAYER = 26        # floats per token and dim a block keeps for its backward
 ENV = "SPARK_MAX_MEMORY_MB"
-OPTIMIZER_COPIES = {"sgd": 1, "adamw": 2, "muon": 2, None: 0}  # moments per parameter (at most)
+# step.optimizer's choices, the one list of them (params.py's schema, train/optim.py's
+# classes, `spark bench --optimizer`), and the moments each keeps per parameter (at most)
+OPTIMIZER_COPIES = {"sgd": 1, "adamw": 2, "muon": 2, None: 0}
+OPTIMIZERS = tuple(name for name in OPTIMIZER_COPIES if name is not None)
 
 
 @dataclass(frozen=True)

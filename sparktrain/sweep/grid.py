@@ -14,9 +14,8 @@ import math
 import re
 from dataclasses import dataclass
 
-from sparktrain.core.errors import SparkError, did_you_mean
+from sparktrain.core.errors import SparkError, columns, did_you_mean
 from sparktrain.core.safeload import load_yaml
-from sparktrain.eval.compare import render
 from sparktrain.core.values import is_number
 from sparktrain.params import parse_params
 from sparktrain.eval.experiments import Experiments, read_record
@@ -192,8 +191,8 @@ def headline(metrics: dict) -> dict[str, float]:
     return flat
 
 
-def format_table(doc: dict, tty: bool | None = None) -> str:
-    """A `dvc exp show`-like table (table.render, `tty` as its): the swept params, the
+def sweep_table(doc: dict, tty: bool | None = None) -> str:
+    """A `dvc exp show`-like table (errors.columns, `tty` as its): the swept params, the
     headline metrics, the weights' hash (8 hex digits) when it differs between points."""
     points = doc["points"]
     keys = [k for k, _ in (doc["axes"] or [])]
@@ -205,7 +204,7 @@ def format_table(doc: dict, tty: bool | None = None) -> str:
     rows = [[p["name"], p["state"], *(_cell(p["params"].get(k)) for k in keys),
              *(_cell(headline(p["metrics"]).get(k)) for k in metric_keys),
              *((p["outputs"].get(path) or "-")[:8] for path in changed)] for p in points]
-    lines = render(header, rows, rule=True, tty=tty)
+    lines = columns(header, rows, rule=True, tty=tty)
     lines += [f"{p['name']} failed: {p['error']}" for p in points if p["error"]]
     return "\n".join(lines)
 

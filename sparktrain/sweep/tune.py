@@ -25,7 +25,7 @@ from optuna.trial import TrialState
 
 from sparktrain.core.errors import SparkError, printable
 from sparktrain.core.jobfiles import EVAL, LIVE_PENDING, OUT, PARAMS_FILE, job_dir
-from sparktrain.core.safeload import load_json, load_yaml
+from sparktrain.core.safeload import load_json_file, load_yaml
 from sparktrain.core.fsutil import read_input
 from sparktrain.core.values import is_number
 from sparktrain.params import StepConfig
@@ -192,7 +192,7 @@ class TrialMonitor:
         folder = self._job_folder(clone)
         if self._trial is not None and not self.stopped_after:   # the passes after the last poll
             self.poll(clone)
-        metrics = load_json(read_input(folder / EVAL, "eval file"), EVAL)
+        metrics = load_json_file(folder / EVAL, "eval file", EVAL)
         key = self.objective if self.objective != AUTO else \
             "bpb" if isinstance(metrics.get("bpb"), (int, float)) else "loss"
         value = metrics.get(key)
@@ -369,7 +369,7 @@ def trial_points(study: optuna.Study) -> list:
 
 def report(study: optuna.Study, dims, top: int, tty: bool | None = None) -> tuple[str, str | None]:
     """(the table of the best complete trials and the counts, the best's experiment)."""
-    from sparktrain.eval.compare import render
+    from sparktrain.core.errors import columns
 
     trials = study.get_trials(deepcopy=False)
     done = sorted((t for t in trials if t.state == TrialState.COMPLETE),
@@ -380,7 +380,7 @@ def report(study: optuna.Study, dims, top: int, tty: bool | None = None) -> tupl
              *(_cell(t.params.get(d.key)) for d in dims), f"{t.value:.5g}",
              _cell(t.user_attrs.get("seconds"))] for t in done[:top]]
     count = {s: sum(t.state == s for t in trials) for s in TrialState}
-    lines = render(head, rows, rule=True, tty=tty) if rows else ["no complete trial yet"]
+    lines = columns(head, rows, rule=True, tty=tty) if rows else ["no complete trial yet"]
     kept = sum(t.state == TrialState.PRUNED and STOPPED_ATTR in t.user_attrs for t in trials)
     lines.append(f"study {study.study_name!r}: {len(trials)} trials, "
                  f"{count[TrialState.COMPLETE]} complete, {count[TrialState.PRUNED]} pruned"

@@ -8,6 +8,7 @@ import math
 import numpy as np
 
 from sparktrain.model import backend
+from sparktrain.model.config import OPTIMIZERS
 from sparktrain.params import cooldown_steps
 
 ADAM_EPS = 1e-8
@@ -55,8 +56,6 @@ def clip_scale(norm: float, clip: float) -> float:
 
 
 class SGD:
-    name = "sgd"
-
     def __init__(self, params: dict, names, step):
         self.momentum = step.momentum
         self.be = backend.of_params(params)
@@ -65,7 +64,7 @@ class SGD:
     def update(self, params: dict, grads: dict, lr: float, scale: float) -> None:
         f32 = self.be.f32
         for n, v in self.velocity.items():
-            v *= self.momentum  # a Python float, exactly as the seed loop multiplied
+            v *= self.momentum  # the Python float itself: the weights' bytes are of this product
             # g * 1.0 == g exactly: an unclipped step skips the product and its temporary
             v += grads[n] if scale == 1.0 else grads[n] * f32(scale)
             params[n] -= f32(lr) * v
@@ -82,8 +81,6 @@ class SGD:
 
 
 class AdamW:
-    name = "adamw"
-
     def __init__(self, params: dict, names, step):
         self.b1, self.b2, self.wd = step.beta1, step.beta2, step.weight_decay
         self.be = be = backend.of_params(params)
@@ -98,7 +95,7 @@ class AdamW:
         c1 = f32(1.0 - self.b1 ** self.t)
         c2 = f32(1.0 - self.b2 ** self.t)
         b1, b2 = np.float32(self.b1), np.float32(self.b2)
-        one_b1, one_b2 = f32(1 - b1), f32(1 - b2)   # rounded in float32, as before
+        one_b1, one_b2 = f32(1 - b1), f32(1 - b2)   # 1 - b of the float32 b, in float32
         b1, b2, lr32, eps = f32(b1), f32(b2), f32(lr), f32(ADAM_EPS)
         for n, m in self.m.items():
             g = grads[n] if scale == 1.0 else grads[n] * f32(scale)  # exact either way
@@ -154,8 +151,6 @@ def orthogonalise(be, g, ns: str = "jordan"):
 
 class Muon:
     """Muon (torch.optim.Muon's, nesterov) on hidden matrices, AdamW on the rest (training.md)."""
-    name = "muon"
-
     def __init__(self, params: dict, names, step):
         self.mu, self.wd, self.lr = step.muon_momentum, step.weight_decay, step.lr
         self.ns = step.muon_ns
@@ -191,11 +186,12 @@ class Muon:
         self.adam.load_state(tensors)
 
 
-OPTIMIZERS = {"sgd": SGD, "adamw": AdamW, "muon": Muon}
+# step.optimizer -> its class, in the order of model/config.py OPTIMIZERS
+OPTIMIZER_CLASSES = dict(zip(OPTIMIZERS, (SGD, AdamW, Muon), strict=True))
 
 
 def make_optimizer(step, params: dict, names):
-    return OPTIMIZERS[step.optimizer](params, names, step)
+    return OPTIMIZER_CLASSES[step.optimizer](params, names, step)
 
 
 def clipped_update(optimizer, step, params: dict, grads: dict, names, t: int, total: int,

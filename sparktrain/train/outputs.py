@@ -8,7 +8,6 @@ import fcntl
 import json
 import math
 import os
-import re
 import shutil
 import stat
 from datetime import datetime, timezone
@@ -17,13 +16,13 @@ from pathlib import Path
 from sparktrain.core import compat
 from sparktrain.core.errors import SparkError, TrainingFailed
 from sparktrain.core.fsutil import (atomic_write_bytes, canonical_json, folder_fd, read_input,
-                                    sha256_file, write_error)
+                                    sha256_file, temp_pattern, write_error)
 from sparktrain.core.jobfiles import (ARTIFACT, CHECKPOINT, CORPUS, CORPUS_FILES, EVAL,
                                       EVAL_DETAIL, FAILED, JOURNAL, LIVE_DIR, LOCK, PERF,
                                       RESUME_STATE, RESUME_TENSORS, STAGED, STATUS, TOKENIZER,
                                       WEIGHTS)
 from sparktrain.eval.headline import split_headline
-from sparktrain.core.safeload import load_json
+from sparktrain.core.safeload import load_json_file
 from sparktrain.core.values import number
 
 # the only names a journal may roll forward: the set one run makes (its inputs, weights,
@@ -79,14 +78,11 @@ def lock_job(folder: str | os.PathLike) -> None:
         _remove_entry(dir_fd, STAGED)
 
 
-# fsutil.atomic_write_bytes's temp files: ".NAME.XXXXXXXX.tmp" (mkstemp's 8 characters)
-STALE_TEMP = re.compile(r"^\..+\.[A-Za-z0-9_]{8}\.tmp$")
-
-
 def remove_stale_temps(folder: Path) -> None:
     """Temp files of our pattern a killed writer left (only the lock holder calls this)."""
+    ours = temp_pattern()
     for entry in os.scandir(folder):
-        if STALE_TEMP.match(entry.name) and entry.is_file(follow_symlinks=False):
+        if ours.match(entry.name) and entry.is_file(follow_symlinks=False):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(entry.path)
 
@@ -278,8 +274,10 @@ def dry_artifact(job) -> str:
                           ("checkpoint", job.rel(CHECKPOINT))], f"spark-train-dry {job.id}")
 
 
-def sgd_artifact(job, step_n: int, device: str = "cpu", optimizer: str = "sgd") -> str:
-    """The trained run's marker; `mode` is device-optimizer (`cpu-sgd`, `cuda-muon`, ...)."""
+def trained_artifact(job, step_n: int, device: str = "cpu", optimizer: str = "sgd") -> str:
+    """The trained run's marker; `mode` is device-optimizer (`cpu-sgd`, `cuda-muon`, ...).
+    The header `spark-train-sgd` and `not_sgd=false` are the original's fixed fields, the
+    same for every optimizer (docs/outputs.md "ARTIFACT")."""
     return artifact_text([("mode", f"{device}-{optimizer}"), ("not_sgd", False), ("trained", True),
                           ("step_n", step_n), ("op", "step"), ("weights", job.rel(WEIGHTS)),
                           ("checkpoint", job.rel(CHECKPOINT))], f"spark-train-sgd {job.id}")
@@ -292,8 +290,9 @@ def parse_artifact(text: str) -> dict:
 
 
 def read_json(path: Path):
+    """A job file's JSON, None when it is missing or unreadable (job_state says which)."""
     try:
-        return load_json(read_input(path, "job file"), os.fspath(path))
+        return load_json_file(path, "job file")
     except (SparkError, ValueError, RecursionError):
         return None
 

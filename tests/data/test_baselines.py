@@ -36,6 +36,14 @@ def test_cold_and_primed_figures_are_the_coders_own():
     assert got["primer_bytes"] == len(TRAIN) and got["bytes"] == n
 
 
+def test_the_figures_a_report_carries_are_the_headline_tables():
+    """An eval record takes every `_bpb` figure of the report: exactly BASELINE_BPB."""
+    from sparktrain.eval.headline import BASELINE_BPB
+
+    got = compressor_bpb(HELD, TRAIN)
+    assert sorted(k for k in got if k.endswith(baselines.BPB_SUFFIX)) == sorted(BASELINE_BPB)
+
+
 def test_no_primer_no_primed_figures():
     got = compressor_bpb(HELD)
     assert "ppmd_primed_bpb" not in got and got["ppmd_bpb"] > 0

@@ -9,7 +9,7 @@ import struct
 import matplotlib.axes
 import pytest
 
-from sparktrain.core.errors import SparkError
+from sparktrain.core.errors import SparkError, columns
 from sparktrain.eval import plot
 from sparktrain.eval import compare as cmp
 from sparktrain.eval.headline import HEADLINE_KEYS
@@ -132,7 +132,7 @@ def test_same_params_twice_are_told_apart_by_name():
     sweep = cmp.compare([], shown(LR_05, again))
     assert [e.label for e in sweep["experiments"]] == ["lr-five", "lr-five-again"]
     assert sweep["shared_params"] == {"step.lr": 0.05}
-    assert "the same in all, not in the baseline: step.lr=0.05" in cmp.format_table(sweep)
+    assert "the same in all, not in the baseline: step.lr=0.05" in cmp.compare_table(sweep)
 
 
 def test_old_metric_layout_is_read_and_flagged():
@@ -175,7 +175,7 @@ def test_a_hostile_file_at_a_rev_is_one_line():
 
 def test_table_and_json_hold_the_same_numbers():
     sweep = cmp.compare([], shown(LR_02, LR_05))
-    table = cmp.format_table(sweep)
+    table = cmp.compare_table(sweep)
     assert "params that differ: step.lr" in table
     assert table.splitlines()[2].split() == ["experiment", "lr", "train", "held-out",
                                              "ppl", "acc", "exact", "copy"]
@@ -191,11 +191,11 @@ def test_table_and_json_hold_the_same_numbers():
 
 def test_on_a_terminal_rich_draws_the_same_cells_under_a_solid_rule():
     sweep = cmp.compare([], shown(LR_02, LR_05))
-    plain, drawn = cmp.format_table(sweep, tty=False), cmp.format_table(sweep, tty=True)
+    plain, drawn = cmp.compare_table(sweep, tty=False), cmp.compare_table(sweep, tty=True)
     assert "\u2500" not in plain and "\u2500" * 20 in drawn
     assert [ln for ln in drawn.splitlines() if not (ln and set(ln) <= {"\u2500"})] == \
         plain.splitlines()                  # the same lines, two spaces apart, rules added
-    assert cmp.render(["a", "b"], [["[job-1]", ":x:"]], tty=True)[2] == "[job-1]  :x:"
+    assert columns(["a", "b"], [["[job-1]", ":x:"]], tty=True)[2] == "[job-1]  :x:"
 
 
 def test_the_picture_is_800_by_500_and_the_same_bytes_twice(tmp_path):
@@ -281,7 +281,7 @@ def test_every_artist_stays_inside_the_canvas(n):
         assert "data/programs" not in text and "step." not in text     # shortened
         assert "lr=" in text
     # pairs and corpus runs side by side: nine metric columns, still 80 columns
-    assert max(len(ln) for ln in cmp.format_table(sweep).splitlines()) <= 80
+    assert max(len(ln) for ln in cmp.compare_table(sweep).splitlines()) <= 80
 
 
 def test_labels_show_only_what_differs_shortened():
@@ -347,7 +347,7 @@ def test_a_16_point_sweep_table_fits_80_columns():
     sweep = cmp.compare([], _shown16())
     assert sweep["changed_params"] == ["program", "step.lr", "step.momentum",
                                        "step.optimizer", "step.seed"]
-    table = cmp.format_table(sweep)
+    table = cmp.compare_table(sweep)
     wide = [ln for ln in table.splitlines() if len(ln) > 80]
     assert wide == []
     for exp in sweep["experiments"]:          # every run is in it, by number and name
@@ -418,7 +418,7 @@ def test_many_long_params_fall_back_to_a_wrapped_key_inside_80_columns():
         params["program"] = f"data/programs/{'x' * 30}-{i}-{'y' * 10}.sparkbc"
         exps.append(_exp(f"long-run-name-{i:02d}", f"{i + 1:07x}" * 6, step, HEADLINE, params))
     sweep = cmp.compare([], shown(*exps))
-    table = cmp.format_table(sweep)
+    table = cmp.compare_table(sweep)
     assert [ln for ln in table.splitlines() if len(ln) > 80] == []
     for exp in sweep["experiments"]:     # each run's whole label is in the key, wrapped
         at = table.index(f"{exp.number:>2} {exp.name}")

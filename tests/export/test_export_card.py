@@ -85,7 +85,7 @@ def test_weights_away_from_their_records_get_no_borrowed_metrics(tmp_path):
 
 
 def test_the_card_lists_every_recorded_knob_of_the_schema():
-    from sparktrain.export.hf import KNOBS
+    from sparktrain.export.card import KNOBS
     assert {"lr", "outer", "inner", "seed", "batch_size"} <= set(KNOBS)
     assert not {"workers", "device", "step_n"} & set(KNOBS)
     assert set(KNOBS) <= {f for f in StepConfig.__dataclass_fields__}

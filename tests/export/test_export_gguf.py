@@ -5,9 +5,9 @@ import gguf
 import numpy as np
 import pytest
 
-from sparktrain.export.hf import export_gguf
-from sparktrain.export.hf import name_map
-from sparktrain.export.hf import GGUF_NULL_MERGE, bytes_to_unicode
+from sparktrain.export.gguf import GGUF_NULL_MERGE, export_gguf
+from sparktrain.export.names import name_map
+from sparktrain.export.tokenizer import bytes_to_unicode
 from sparkhelp import assert_one_line_error, run_spark
 
 from exportkit import SMALL, rope_deinterleave, write_weights

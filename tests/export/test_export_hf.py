@@ -9,8 +9,9 @@ import pytest
 from safetensors.numpy import load_file, save_file
 from tokenizers import Tokenizer
 
-from sparktrain.export.hf import META_FIELD, export_hf, import_hf, name_map, spark_config
-from sparktrain.export.hf import byte_tokenizer
+from sparktrain.export.hf import META_FIELD, export_hf, import_hf, spark_config
+from sparktrain.export.names import name_map
+from sparktrain.export.tokenizer import byte_tokenizer
 from sparktrain.model.config import param_shapes
 from sparktrain.model.weights import load_model
 from sparkhelp import assert_one_line_error, run_spark
@@ -289,7 +290,7 @@ def test_literal_special_text_stays_bytes_when_asked(exported):
 
 def test_export_and_import_never_load_torch():
     """The light path: `make test` installs no torch, and export must not need it."""
-    code = ("import sys, sparktrain.export.hf, sparktrain.cli.eval;"
+    code = ("import sys, sparktrain.export.hf, sparktrain.export.gguf, sparktrain.cli.export;"
             "bad = [m for m in ('torch', 'transformers') if m in sys.modules];"
             "sys.exit(f'loaded {bad}' if bad else 0)")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from sparktrain.eval.generate import generate                     # noqa: E402
-from sparktrain.export import hf as gguf_export                    # noqa: E402
+from sparktrain.export import gguf as gguf_export                  # noqa: E402
 from sparktrain.export.hf import export_hf                         # noqa: E402
 from sparktrain.model.build import build_model                     # noqa: E402
 from sparktrain.model.weights import load_model                    # noqa: E402

@@ -11,7 +11,7 @@ import pytest
 llama_cpp = pytest.importorskip("llama_cpp")
 
 from sparktrain.data.tokenizer import load_tokenizer              # noqa: E402
-from sparktrain.export.hf import export_gguf                      # noqa: E402
+from sparktrain.export.gguf import export_gguf                    # noqa: E402
 from sparktrain.model.build import build_model                    # noqa: E402
 from sparktrain.model.weights import load_model                   # noqa: E402
 from sparkhelp import ROOT, run_spark                             # noqa: E402

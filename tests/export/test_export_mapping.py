@@ -2,8 +2,8 @@
 import numpy as np
 import pytest
 
-from sparktrain.export.hf import rope_interleave
-from sparktrain.export.hf import TENSORS, name_map
+from sparktrain.export.gguf import rope_interleave
+from sparktrain.export.names import TENSORS, name_map
 from sparktrain.model import layers
 from sparktrain.model.config import SCALES, ModelConfig, param_shapes
 

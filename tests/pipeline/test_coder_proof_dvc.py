@@ -51,6 +51,6 @@ def test_dvc_exp_run_of_the_proof_params_gives_the_proof_tools_weights(repro_cop
     table = run(repo, "spark", "compare", "proof-short", "-o", "out/cmp.png")
     assert table.returncode == 0, table.stdout
     # the metrics table's head: the last table that starts so (a wide table puts the
-    # runs' params first, then the metrics beside the numbers; compare.format_table)
+    # runs' params first, then the metrics beside the numbers; compare.compare_table)
     head = [ln for ln in table.stdout.splitlines() if ln.startswith(("experiment", "#  "))][-1]
     assert {"bpb", "zlib9", "lzma9e"} <= set(head.split()), head

@@ -2,7 +2,7 @@
 it validated; forged checkpoint fields forge no row, no HTML, no front matter."""
 import pytest
 
-from sparktrain.export.hf import model_card
+from sparktrain.export.card import model_card
 from sparktrain.model.config import ModelConfig
 
 FORGED = ["x\n| loss | 0.0001 |", "<script>alert(1)</script>", "1\n---\nevil: true"]

@@ -8,7 +8,7 @@ import pytest
 from relkit import FAST, TRAIN, snapshot, trained  # noqa: F401  (fixture)
 from sparkhelp import assert_one_line_error, run_spark
 from sparktrain.core.errors import TrainingFailed
-from sparktrain.train.loop import check_learned
+from sparktrain.train.records import check_learned
 
 LN256 = math.log(256)
 

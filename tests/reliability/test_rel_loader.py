@@ -71,7 +71,7 @@ def _readers(tmp: Path):
     from sparktrain.data.corpus import read_prepared
     from sparktrain.data.source import TextSource
     from sparktrain.data.tokenizer import parse_tokenizer
-    from sparktrain.export.hf import _read_json
+    from sparktrain.export.hf import _json_object
     from sparktrain.model.weights import load_weights
     from sparktrain.params import load_params
     from sparktrain.repro.dvclock import read_lock
@@ -92,7 +92,7 @@ def _readers(tmp: Path):
         "params.yaml": lambda t: load_params(at("params.yaml", t)),
         "dvc.lock": lambda t: read_lock(at("dvc.lock", t)),
         "tokenizer.json": lambda t: parse_tokenizer(t.encode("utf-8", "surrogatepass"), "tok"),
-        "config.json": lambda t: _read_json(at("hf/config.json", t), "config.json"),
+        "config.json": lambda t: _json_object(at("hf/config.json", t), "config.json"),
         "job file": lambda t: read_json(at("job/checkpoint.json", t)),
         "files.json": lambda t: read_prepared(at("corpus/files.json", t).parent),
         "pairs row": lambda t: read_pairs(at("pairs.jsonl", t.replace("\n", " ") + "\n")),

@@ -27,7 +27,7 @@ from sparkhelp import assert_one_line_error, run_spark
 from sparktrain.core import fsutil
 from sparktrain.core.errors import SparkError
 from sparktrain.core.gate import check_output
-from sparktrain.export import hf as publish
+from sparktrain.core import publish
 from sparktrain.train import outputs
 
 W = "out/j/weights.safetensors"

@@ -63,7 +63,7 @@ def test_documented_sweep_lines_reach_the_cluster(argv, monkeypatch, tmp_path):
     monkeypatch.setattr(driver, "sweep", lambda plan, scheduler, workers, scratch, progress,
                         **k: seen.update(scheduler=scheduler, workers=workers) or
                         {"baseline": "0" * 40, "axes": [], "points": []})
-    monkeypatch.setattr("sparktrain.sweep.grid.format_table", lambda doc: "table")
+    monkeypatch.setattr("sparktrain.sweep.grid.sweep_table", lambda doc: "table")
     (tmp_path / ".dvc").mkdir()          # a project root for the sweep to find
     (tmp_path / "dvc.yaml").write_text("stages: {}\n")
     monkeypatch.chdir(tmp_path)
@@ -476,14 +476,14 @@ def test_stage_errors_are_escaped(monkeypatch, capsys):
 
 
 def test_sweep_and_compare_tables_escape(monkeypatch):
-    from sparktrain.sweep.grid import format_table
+    from sparktrain.sweep.grid import sweep_table
     from sparktrain.core.errors import printable_lines
 
     doc = {"baseline": "0" * 40, "axes": [["step.lr", ["0.1" + ESC]]],
            "points": [{"name": "sweep-0", "state": "failed", "params": {"step.lr": "0.1" + ESC},
                        "metrics": {}, "outputs": {}, "error": ESC}]}
     try:
-        table = format_table(doc)
+        table = sweep_table(doc)
     except (KeyError, TypeError):
         pytest.skip("comparison document layout differs")
     assert "\x1b" not in printable_lines(table)

@@ -14,7 +14,7 @@ import yaml
 from sparkhelp import ROOT
 from sparktrain.core.errors import SparkError
 from sparktrain.eval.experiments import ExpRow
-from sparktrain.sweep.grid import (expand, experiments_of, format_table, lock_outputs, parse_axis,
+from sparktrain.sweep.grid import (expand, experiments_of, lock_outputs, parse_axis, sweep_table,
                                    point_name, point_record)
 from sparktrain.sweep.driver import _terminate, reason
 
@@ -118,7 +118,7 @@ def test_comparison_reads_params_and_metrics_through_the_reader():
     lost = point_record(points[0], None, {}, None)
     assert lost["state"] == "failed" and "not found" in lost["error"]
 
-    table = format_table({"axes": [["step.lr", ["0.05", "-1"]]], "points": [done, failed]})
+    table = sweep_table({"axes": [["step.lr", ["0.05", "-1"]]], "points": [done, failed]})
     header, rule, row_done, row_failed, error_line = table.splitlines()
     assert header.split() == ["Experiment", "State", "step.lr", "loss", "n"]
     assert row_done.split() == [points[0].name, "done", "0.05", "4.25", "10"]
@@ -130,7 +130,7 @@ def test_on_a_terminal_the_sweep_table_is_drawn_by_rich():
     a = {"name": "a", "state": "done", "params": {"step.lr": 0.05}, "error": None,
          "metrics": {"e.json": {"loss": 4.25}}, "outputs": {}}
     doc = {"axes": [["step.lr", ["0.05"]]], "points": [a]}
-    plain, drawn = format_table(doc, tty=False).splitlines(), format_table(doc, tty=True).splitlines()
+    plain, drawn = sweep_table(doc, tty=False).splitlines(), sweep_table(doc, tty=True).splitlines()
     assert set(plain[1]) == {"-", " "} and set(drawn[1]) == {"\u2500"}
     assert drawn[0] == plain[0] and drawn[2] == plain[2] == "a           done   0.05     4.25"
 
@@ -140,11 +140,11 @@ def test_table_shows_the_weights_hash_when_it_differs():
          "outputs": {"out/eval.json": "1111111111", "out/w.safetensors": "2222222222"}}
     b = dict(a, name="b", outputs={"out/eval.json": "4444444444",
                                    "out/w.safetensors": "3333333333"})
-    lines = format_table({"axes": [], "points": [a, b]}).splitlines()
+    lines = sweep_table({"axes": [], "points": [a, b]}).splitlines()
     assert lines[0].split() == ["Experiment", "State", "w.safetensors"]
     assert lines[2].split() == ["a", "done", "22222222"]
     same = dict(b, outputs=a["outputs"])
-    assert format_table({"axes": [], "points": [a, same]}).splitlines()[0].split() == \
+    assert sweep_table({"axes": [], "points": [a, same]}).splitlines()[0].split() == \
         ["Experiment", "State"]
 
 

@@ -152,7 +152,7 @@ def test_job_update_is_the_loop_update():
     from sparktrain.model.config import SCALES
     from sparktrain.params import StepConfig
     from sparktrain.train.loop import apply_update
-    from sparktrain.train.loop import Log
+    from sparktrain.train.records import Counters
     from sparktrain.train.optim import make_optimizer
     from sparktrain.train.optim import JobUpdates
 
@@ -166,7 +166,7 @@ def test_job_update_is_the_loop_update():
     names = list(theirs)
     run = SimpleNamespace(step=step, params=theirs, engine=model, trainable=names, model=model,
                           optimizer=make_optimizer(step, theirs, names))
-    log = Log(t0=0.0)
+    log = Counters(t0=0.0)
     for t in range(3):
         update(ours, model.loss_and_grads(ours, batch)[1], t)
         apply_update(run, log, batch, "test", t)

@@ -1,0 +1,111 @@
+"""GGUF for llama.cpp through the `gguf` package: float32 `llama` tensors, q/k rows in its
+rope order, a `gpt2` vocabulary (docs/export.md "The GGUF file")."""
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+
+from sparktrain.core.errors import SparkError
+from sparktrain.core.gate import check_target
+from sparktrain.core.publish import publish_file
+from sparktrain.core.safeload import load_json
+from sparktrain.export.names import name_map, require_llama
+from sparktrain.export.tokenizer import model_tokenizer_json, special_ids
+from sparktrain.model.config import ModelConfig
+from sparktrain.model.layers import RMS_EPS, ROPE_BASE
+from sparktrain.model.weights import load_model
+
+GGUF_ARCH = "llama"
+GGUF_META_KEY = "spark.metadata"   # the weights' `spark` metadata, canonical JSON
+# One merge that never fires (0xFD twice; UTF-8 text never holds 0xFD): the gguf writer
+# refuses an empty array and llama.cpp a BPE vocab without merges (docs/export.md).
+GGUF_NULL_MERGE = "ý ý"
+GGUF_NORMAL, GGUF_CONTROL = 1, 3     # llama.cpp token types
+# llama.cpp's name for GPT-2's split (the regex of `tokenizers`' ByteLevel pre-tokenizer,
+# which the project's BPE uses; "default" would split digits by three and punctuation
+# apart). No `seperator_token_id` key is written: llama-cpp-python appends that token to
+# every text prompt; a pairs prompt names its SEP in the text (`hi<|sep|>`).
+GGUF_PRE_TOKENIZER = "gpt-2"
+
+
+def rope_interleave(w: np.ndarray, n_heads: int) -> np.ndarray:
+    """q/k rows from rotate-half order (u_i, u_{i+hd/2}) to llama.cpp's interleaved pairs
+    (u_2i, u_2i+1): within each head, row p * hd/2 + i moves to row 2i + p, as llama.cpp's
+    convert_hf_to_gguf.py `permute` does, so scores are unchanged."""
+    rows, C = w.shape
+    hd = rows // n_heads
+    return np.ascontiguousarray(
+        w.reshape(n_heads, 2, hd // 2, C).swapaxes(1, 2)).reshape(rows, C)  # (heads hd, C)
+
+
+def gguf_tensors(params: dict[str, np.ndarray], cfg: ModelConfig) -> dict[str, np.ndarray]:
+    """GGUF name -> float32 tensor, q/k rows in llama.cpp's interleaved rope order."""
+    heads = {"q": cfg.n_head, "k": cfg.n_kv_head}
+    out = {}
+    for spark, name in name_map(cfg, "gguf").items():
+        w = np.ascontiguousarray(params[spark], dtype=np.float32)
+        kind = spark.rsplit(".", 2)[-2]                       # spark.layers.L.<kind>.weight
+        if spark.startswith("spark.layers.") and kind in heads:
+            w = rope_interleave(w, heads[kind])
+        out[name] = w
+    return out
+
+
+def write_gguf(path: str | os.PathLike, params, cfg: ModelConfig, meta: dict,
+               tok_text: str) -> None:
+    import gguf   # only here: the other exports and imports never load it
+
+    tokens, types, merges = gguf_vocab(tok_text)
+    ids = special_ids(tok_text)
+    w = gguf.GGUFWriter(path, GGUF_ARCH)
+    w.add_name(str(meta.get("job") or "spark"))
+    w.add_string(GGUF_META_KEY, json.dumps(meta, sort_keys=True, separators=(",", ":")))
+    keys = {"file_type": gguf.LlamaFileType.ALL_F32, "vocab_size": cfg.vocab,
+            "context_length": cfg.seq_len, "embedding_length": cfg.dim,
+            "block_count": cfg.n_layer, "feed_forward_length": 4 * cfg.dim,
+            "head_count": cfg.n_head, "head_count_kv": cfg.n_kv_head,
+            "rope_dimension_count": cfg.head_dim, "rope_freq_base": ROPE_BASE,
+            "layer_norm_rms_eps": RMS_EPS, "tokenizer_model": "gpt2",
+            "tokenizer_pre": GGUF_PRE_TOKENIZER,
+            "token_list": tokens, "token_types": types, "token_merges": merges,
+            "bos_token_id": ids["bos"], "eos_token_id": ids["eos"],
+            "pad_token_id": ids["eos"], "add_bos_token": True, "add_eos_token": False}
+    for key, value in keys.items():  # in this order: the file's key-value section
+        getattr(w, f"add_{key}")(value)
+    for name, tensor in gguf_tensors(params, cfg).items():
+        w.add_tensor(name, tensor)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def export_gguf(weights: str | os.PathLike, out: str | os.PathLike,
+                tokenizer: str | os.PathLike | None = None, force: bool = False) -> None:
+    out = check_target(out, force, "gguf", inputs=(weights, tokenizer))
+    params, cfg, meta = load_model(weights)
+    require_llama(cfg, weights, "gguf")
+    tok_text = model_tokenizer_json(weights, meta, cfg, tokenizer)
+    publish_file(lambda tmp: write_gguf(tmp, params, cfg, meta, tok_text), out)
+
+
+def gguf_vocab(tok_text: str) -> tuple[list[str], list[int], list[str]]:
+    """(tokens by id, llama.cpp token types, merges) of a byte-level BPE tokenizer.json."""
+    data = load_json(tok_text, "tokenizer.json")
+    model = data.get("model") or {}
+    if model.get("type") != "BPE":
+        raise SparkError(f"GGUF export needs a byte-level BPE tokenizer, this one is a "
+                         f"{model.get('type')!r} model")
+    vocab = dict(model.get("vocab") or {})
+    for added in data.get("added_tokens") or []:
+        vocab.setdefault(added["content"], added["id"])
+    by_id = sorted((i, t) for t, i in vocab.items())
+    if [i for i, _ in by_id] != list(range(len(by_id))):
+        raise SparkError("GGUF export needs token ids 0..n-1 without gaps")
+    control = {a["content"] for a in data.get("added_tokens") or [] if a.get("special")}
+    tokens = [t for _, t in by_id]
+    types = [GGUF_CONTROL if t in control else GGUF_NORMAL for t in tokens]
+    merges = [m if isinstance(m, str) else " ".join(m) for m in model.get("merges") or []]
+    return tokens, types, merges or [GGUF_NULL_MERGE]

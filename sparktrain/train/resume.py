@@ -1,0 +1,134 @@
+"""Where a run starts and resumes: its base (a weights file or a fresh init), its step_n,
+and the saved state of this very run after a pass, used whole only when its fingerprint is
+this run's (docs/outputs.md "The commit journal", which saves it)."""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from sparktrain.core.errors import SparkError
+from sparktrain.core.fsutil import canonical_json, sha256_bytes
+from sparktrain.core.jobfiles import RESUME_STATE, RESUME_TENSORS
+from sparktrain.core.safeload import load_json_file
+from sparktrain.core.values import number
+from sparktrain.model.base import Model
+from sparktrain.model.weights import check_params, config_from_meta, load_weights, weights_bytes
+from sparktrain.train import outputs
+from sparktrain.train.job import Job
+
+
+def initial_params(job: Job, model: Model, seed: int, salt: bytes,
+                   residual_out: str = "scaled"):
+    """(params, base step_n): the base's weights when a file, else fresh init (step.init_out)."""
+    if not job.base_is_weights:
+        return model.init_params(seed, salt, dtype=np.float32, residual_out=residual_out), 0
+    params, meta = load_weights(job.base)
+    base_cfg = config_from_meta(meta, job.base)
+    if base_cfg.kind is not model.cfg.kind:
+        raise SparkError(f"base {job.base} was trained with train_attn={base_cfg.train_attn}, "
+                         f"this run has train_attn={model.cfg.train_attn}")
+    check_params(params, model.cfg, job.base)
+    step_n = meta.get("step_n", 0)
+    if not _count(step_n):
+        raise SparkError(f"base {job.base}: metadata step_n {step_n!r} is not a count")
+    return params, step_n
+
+
+def resolve_step_n(requested: int | None, base_step: int, base: str) -> int:
+    if requested is None:
+        return base_step + 1
+    if requested <= base_step:
+        raise SparkError(f"step {requested} must be greater than the base's step_n {base_step} "
+                         f"({base}); omit it to use {base_step + 1}")
+    return requested
+
+
+def fingerprint(job: Job, cfg, data_fingerprint, step, device) -> str:
+    """What a saved state must match: all that decides the run's bytes (not the workers)."""
+    return sha256_bytes(canonical_json({
+        "job": job.id, "arch": cfg.to_dict(), "data": data_fingerprint,
+        "step": {k: v for k, v in dataclasses.asdict(step).items()
+                 if k not in ("workers", "device")},
+        "sparkbc_sha256": job.sparkbc_sha256, "base": job.base, **device.record()}).encode())
+
+
+def save_state(run, counts) -> None:
+    """The whole state after pass `counts.done`, through the commit journal (never half)."""
+    tensors = {f"param.{n}": a for n, a in run.host_params().items()}
+    opt_state = run.device.to_host(run.optimizer.state())
+    tensors.update({f"opt.{n}": a for n, a in opt_state.items()})
+    state = {"fingerprint": run.fingerprint, "done": counts.done, "curve": counts.curve,
+             "tokens_seen": counts.tokens_seen, "clipped": counts.clipped,
+             "flops_seen": counts.flops_seen, "sampler": run.data.sampler.state()}
+    outputs.commit_files(run.job.out_dir, {
+        RESUME_TENSORS: weights_bytes(tensors, {"resume_of": run.job.id}),
+        RESUME_STATE: canonical_json(state).encode()})
+
+
+def load_state(run, counts, say) -> None:
+    """Continue a saved state of this very run, checked first; else `say` why and start afresh."""
+    folder = run.job.out_dir
+    outputs.recover(folder)
+    path = folder / RESUME_STATE
+    if not path.is_file() or not (folder / RESUME_TENSORS).is_file():
+        return
+    try:
+        state = load_json_file(path, "job file")
+        if not isinstance(state, dict) or state.get("fingerprint") != run.fingerprint:
+            say(f"[{run.job.id}] {path} is the state of another run; starting afresh")
+            return
+        _check_state(state, run)
+        tensors, _ = load_weights(folder / RESUME_TENSORS)
+        want = {**{f"param.{n}": a for n, a in run.host_params().items()},
+                **{f"opt.{n}": a for n, a in run.device.to_host(run.optimizer.state()).items()}}
+        if {k: (a.shape, a.dtype) for k, a in tensors.items()} != \
+                {k: (a.shape, a.dtype) for k, a in want.items()}:
+            raise ValueError("its tensors are not this run's")
+        # the optimizer's own counters and moments, against the passes the state says it did
+        run.optimizer.check_state({k[4:]: v for k, v in tensors.items() if k.startswith("opt.")},
+                                  state["done"] * run.step.inner)
+    except (SparkError, ValueError, TypeError, KeyError, RecursionError, OSError) as err:
+        say(f"[{run.job.id}] the saved state in {folder} is torn or malformed "
+            f"({str(err)[:200]}); discarding it and starting afresh")
+        clear_state(folder)
+        return
+    ops = run.device.ops
+    for n in run.params:  # host float32 in the file, whatever device saved it
+        run.params[n] = ops.load(run.params[n], tensors[f"param.{n}"])
+    run.optimizer.load_state({k[4:]: v for k, v in tensors.items() if k.startswith("opt.")})
+    run.data.sampler.set_state(state["sampler"])
+    counts.resumed(state["curve"], state["done"], state["tokens_seen"], state["clipped"],
+                state["flops_seen"])
+
+
+def _count(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _check_state(state: dict, run) -> None:
+    """resume.json's fields as save_state writes them, else ValueError naming the first bad one."""
+    done, curve = state.get("done"), state.get("curve")
+    if not _count(done) or not 1 <= done < run.step.outer:
+        raise ValueError(f"done {done!r} is not a pass of this run")
+    if not isinstance(curve, list) or len(curve) != done + 1 or not all(
+            isinstance(p, dict) and p.get("outer") == i and isinstance(p.get("phase"), str)
+            and all(number(v) is not None for k, v in p.items() if k != "phase")
+            for i, p in enumerate(curve)):
+        raise ValueError("its curve is not one finite point per pass")
+    for key in ("tokens_seen", "clipped", "flops_seen"):
+        if not _count(state.get(key)):
+            raise ValueError(f"{key} is not a count")
+    sampler, fresh = run.data.sampler, run.data.sampler.state()
+    try:  # the sampler takes the state and draws from it, or it is not this run's
+        sampler.set_state(state.get("sampler"))
+        sampler.next()
+    except (ValueError, TypeError, KeyError, IndexError, OverflowError, AttributeError):
+        raise ValueError("its sampler state is not of this run's sampler") from None
+    finally:
+        sampler.set_state(fresh)
+
+
+def clear_state(folder) -> None:
+    for name in (RESUME_STATE, RESUME_TENSORS):
+        (folder / name).unlink(missing_ok=True)
