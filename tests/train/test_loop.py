@@ -14,7 +14,7 @@ from sparktrain.data.source import source_for
 from sparktrain.params import Defaults, StepConfig, parse_params
 from sparktrain.train.job import adhoc_job, job_from_program
 from sparktrain.data.pairs import MinibatchSampler
-from sparktrain.train import loop, records
+from sparktrain.train import records
 from sparktrain.train.loop import run_step
 from sparktrain.train.outputs import job_state, parse_artifact
 
@@ -241,7 +241,7 @@ def test_a_run_stopped_after_a_pass_is_the_whole_run_up_to_it(project, monkeypat
     pass k resumes it to the same bytes as a fresh stopped run (spark tune's pruned
     trials: docs/pipeline.md "Tuning")."""
     knobs = dict(outer=4, optimizer="adamw", lr=0.01, schedule="cosine", warmup=2)
-    monkeypatch.setattr(loop, "clear_state", lambda folder: None)   # the whole run's state
+    monkeypatch.setattr(records, "clear_state", lambda folder: None)   # the whole run's state
     job, whole = _train(project, monkeypatch, StepConfig(**knobs, checkpoint_every=2))
     assert (project / job.out / "resume.json").is_file()   # saved after pass 2, kept
     monkeypatch.undo()
