@@ -6,7 +6,7 @@ from pathlib import Path
 
 from sparktrain.data.heldout import heldout_metrics
 from sparktrain.data.tokenizer import read_tokenizer, tokenizer_for
-from sparktrain.eval.headline import split_headline
+from sparktrain.core.metric_keys import split_headline
 from sparktrain.eval.plot import heldout_points, loss_png
 from sparktrain.core.fsutil import atomic_write_bytes, canonical_json, sha256_file
 from sparktrain.core.jobfiles import CHECKPOINT, CORPUS, EVAL, EVAL_DETAIL, LOSS_PNG, TOKENIZER, WEIGHTS

@@ -34,8 +34,7 @@ FLOORS = (
     ("runtime", ("sparktrain.runtime",)),
     # the output gate knows a job folder by jobfiles' names: it stands on their floor
     ("jobfiles, gate", ("sparktrain.core.jobfiles", "sparktrain.core.gate")),
-    # the headline metric keys (one table, no imports): the job-state reader uses them too
-    ("ground", ("sparktrain", "sparktrain.core", "sparktrain.vocab", "sparktrain.eval.headline")),
+    ("ground", ("sparktrain", "sparktrain.core", "sparktrain.vocab")),
 )
 
 

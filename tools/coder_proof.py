@@ -31,7 +31,7 @@ runtime.start()
 import numpy as np
 
 from sparktrain.data.baselines import BASELINE_ORDERS
-from sparktrain.eval.headline import BASELINE_BPB
+from sparktrain.core.metric_keys import BASELINE_BPB
 from sparktrain.data.source import prepare_job, source_for
 from sparktrain.data.tokenizer import read_tokenizer
 from sparktrain.core.errors import SparkError

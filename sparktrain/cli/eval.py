@@ -10,7 +10,7 @@ import sys
 from sparktrain.core.errors import SparkError, printable, printable_lines
 from sparktrain.core.fsutil import canonical_json, write_json
 from sparktrain.core.gate import check_output
-from sparktrain.eval.headline import HEADLINE_KEYS
+from sparktrain.core.metric_keys import HEADLINE_KEYS
 from sparktrain.model.backend import DEVICES, resolve
 
 TOKENIZER_HELP = ("tokenizer.json of a corpus or BPE pairs job (default: the one beside "

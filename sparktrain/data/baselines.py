@@ -16,7 +16,7 @@ from sparktrain.core.jobfiles import BASELINE_CACHE, root_of
 from sparktrain.core.safeload import load_json_file
 
 # What a report carries of the baselines: each coder's bits per held-out byte, cold and
-# primed (its keys end in BPB_SUFFIX; eval/headline.py BASELINE_BPB names them), and the
+# primed (its keys end in BPB_SUFFIX; core/metric_keys.py BASELINE_BPB names them), and the
 # PPMd orders that gave them.
 BPB_SUFFIX = "_bpb"
 BASELINE_ORDERS = ("ppmd_order", "ppmd_primed_order")

@@ -18,7 +18,7 @@ from sparktrain.core.errors import SparkError, columns
 from sparktrain.core.jobfiles import CHECKPOINT
 from sparktrain.core.safeload import load_yaml
 from sparktrain.core.values import is_finite, is_number
-from sparktrain.eval.headline import HEADLINE_KEYS, SHORT_HEADS
+from sparktrain.core.metric_keys import HEADLINE_KEYS, SHORT_HEADS
 from sparktrain.params import MAX_OUTER, Defaults
 from sparktrain.eval.experiments import (DvcExperiments, Experiments, ExpRecord, ExpRow,
                                          read_json, read_params, read_record)

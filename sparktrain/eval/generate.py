@@ -9,7 +9,7 @@ import numpy as np
 
 from sparktrain.core.errors import SparkError
 from sparktrain.core.jobfiles import CORPUS, TOKENIZER, WEIGHTS
-from sparktrain.eval.headline import BASELINE_BPB
+from sparktrain.core.metric_keys import BASELINE_BPB
 from sparktrain.model.config import ModelConfig
 from sparktrain.model.build import MAX_NEW, build_model, generate_tokens
 from sparktrain.model.weights import load_model

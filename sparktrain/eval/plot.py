@@ -19,7 +19,7 @@ from sparktrain.data.source import PairsSource
 from sparktrain.core.errors import SparkError
 from sparktrain.core.fsutil import atomic_write_bytes
 from sparktrain.core.values import is_finite, is_number
-from sparktrain.eval.headline import BASELINE_BPB
+from sparktrain.core.metric_keys import BASELINE_BPB
 from sparktrain.model.config import SCALES, ModelConfig
 
 SIZE_IN, DPI = (8.0, 5.0), 100   # 800 x 500 pixels
@@ -180,7 +180,7 @@ LEGEND_CHARS = 100        # characters of legend text one row holds at LEGEND_FO
 LEGEND_FONT = 9
 AXIS_FONTS = (11, 10, 9)   # title, axis labels, ticks
 MAX_LEGEND_COLUMNS = 4
-# The compressors on the same held-out bytes (headline.BASELINE_BPB), cold ones first, then
+# The compressors on the same held-out bytes (core/metric_keys.py BASELINE_BPB), cold ones first, then
 # the primed, each drawn with its own dashes
 REFERENCES = tuple(zip(sorted(BASELINE_BPB, key=lambda key: "primed" in key),
                        ((0, (5, 3)), (0, (1, 2)), (0, (3, 1, 1, 1)), (0, (8, 2)),

@@ -15,7 +15,7 @@ from sparktrain.core.errors import printable
 from sparktrain.core.jobfiles import CHECKPOINT, TOKENIZER
 from sparktrain.core.safeload import load_json
 from sparktrain.core.values import is_finite
-from sparktrain.eval.headline import CARD_BASELINES, CARD_KEYS
+from sparktrain.core.metric_keys import CARD_BASELINES, CARD_KEYS
 from sparktrain.export.tokenizer import special_ids
 from sparktrain.model.config import ModelConfig, n_params
 from sparktrain.params import StepConfig

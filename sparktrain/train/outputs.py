@@ -21,7 +21,7 @@ from sparktrain.core.jobfiles import (ARTIFACT, CHECKPOINT, CORPUS, CORPUS_FILES
                                       EVAL_DETAIL, FAILED, JOURNAL, LIVE_DIR, LOCK, PERF,
                                       RESUME_STATE, RESUME_TENSORS, STAGED, STATUS, TOKENIZER,
                                       WEIGHTS)
-from sparktrain.eval.headline import split_headline
+from sparktrain.core.metric_keys import split_headline
 from sparktrain.core.safeload import load_json_file
 from sparktrain.core.values import number
 

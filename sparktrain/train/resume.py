@@ -45,11 +45,13 @@ def resolve_step_n(requested: int | None, base_step: int, base: str) -> int:
 
 
 def fingerprint(job: Job, cfg, data_fingerprint, step, device) -> str:
-    """What a saved state must match: all that decides the run's bytes (not the workers)."""
+    """What a saved state must match: all that decides the run's bytes (not the workers).
+    Not stop_after_pass: the passes before the stop are those of the whole run, so a state
+    saved after pass j resumes the run stopped after pass k >= j, and the other way."""
     return sha256_bytes(canonical_json({
         "job": job.id, "arch": cfg.to_dict(), "data": data_fingerprint,
         "step": {k: v for k, v in dataclasses.asdict(step).items()
-                 if k not in ("workers", "device")},
+                 if k not in ("workers", "device", "stop_after_pass")},
         "sparkbc_sha256": job.sparkbc_sha256, "base": job.base, **device.record()}).encode())
 
 
@@ -109,7 +111,7 @@ def _count(value) -> bool:
 def _check_state(state: dict, run) -> None:
     """resume.json's fields as save_state writes them, else ValueError naming the first bad one."""
     done, curve = state.get("done"), state.get("curve")
-    if not _count(done) or not 1 <= done < run.step.outer:
+    if not _count(done) or not 1 <= done < run.step.outer or done > run.step.passes():
         raise ValueError(f"done {done!r} is not a pass of this run")
     if not isinstance(curve, list) or len(curve) != done + 1 or not all(
             isinstance(p, dict) and p.get("outer") == i and isinstance(p.get("phase"), str)

@@ -38,7 +38,7 @@ def test_cold_and_primed_figures_are_the_coders_own():
 
 def test_the_figures_a_report_carries_are_the_headline_tables():
     """An eval record takes every `_bpb` figure of the report: exactly BASELINE_BPB."""
-    from sparktrain.eval.headline import BASELINE_BPB
+    from sparktrain.core.metric_keys import BASELINE_BPB
 
     got = compressor_bpb(HELD, TRAIN)
     assert sorted(k for k in got if k.endswith(baselines.BPB_SUFFIX)) == sorted(BASELINE_BPB)

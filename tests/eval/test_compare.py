@@ -12,7 +12,7 @@ import pytest
 from sparktrain.core.errors import SparkError, columns
 from sparktrain.eval import plot
 from sparktrain.eval import compare as cmp
-from sparktrain.eval.headline import HEADLINE_KEYS
+from sparktrain.core.metric_keys import HEADLINE_KEYS
 from sparktrain.eval.experiments import ExpRow
 
 import yaml

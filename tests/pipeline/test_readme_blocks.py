@@ -24,7 +24,7 @@ import yaml
 
 from sparkhelp import HANG_GUARD_S
 
-from sparktrain.eval.headline import HEADLINE_KEYS
+from sparktrain.core.metric_keys import HEADLINE_KEYS
 
 from .conftest import (EVAL_METRICS, NUMERIC_METRICS, REPO, VENV_BIN, clone, dvc, dvc_json,
                        exp_revs, git, lock_outs, ran_stages, run, tool_env)
