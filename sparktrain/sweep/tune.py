@@ -1,5 +1,5 @@
 """`spark tune`: an Optuna study whose trials are `dvc exp run -n tune-<study>-<n> -S ...`
-points, run by the sweep's point runner on the Dask cluster (driver.py). The driver asks
+points, run by the sweep's point runner on the Dask cluster (point.py, driver.py). The driver asks
 Optuna for a trial's params, submits it, and tells Optuna the objective the worker read
 from the trial's eval.json. While a trial runs, its monitor (on the worker) reports each
 pass's held-out figure from the curve the step writes as an intermediate value and asks

@@ -229,21 +229,21 @@ def test_a_stopped_trial_is_kept_as_the_run_that_ends_where_it_stopped(shared, m
     its params say what made its outputs, and a plain `dvc exp run` of those params in
     another clone (no cache shared) makes the same weights, to the byte."""
     import yaml
-    from sparktrain.sweep import driver
+    from sparktrain.sweep import driver, point
 
-    monkeypatch.setattr(driver, "POLL_S", 0.2)
+    monkeypatch.setattr(point, "POLL_S", 0.2)
     commit, _ = driver.baseline(shared)
     plan = driver.plan_remotes(shared, commit, one_machine=True)
     sets = ("step.outer=300", "step.lr=0.02")   # long enough to be caught mid-run
-    job = driver.PointJob(plan.git_url, commit, "cut-1", sets, plan.dvc_remote,
-                          monitor=_StopAfterTwoPasses())
-    record = driver.run_point(job)
+    job = point.PointJob(plan.git_url, commit, "cut-1", sets, plan.dvc_remote,
+                         monitor=_StopAfterTwoPasses())
+    record = point.run_point(job)
     k = record["result"]["passes"]
     assert record["state"] == "stopped" and record["error"] is None, record
     assert record["cut"] == f"++step.stop_after_pass={k}" and 2 <= k < 300
-    plain = driver.run_point(driver.PointJob(plan.git_url, commit, "plain-1",
-                                             (*sets, f"++step.stop_after_pass={k}"),
-                                             plan.dvc_remote))
+    plain = point.run_point(point.PointJob(plan.git_url, commit, "plain-1",
+                                           (*sets, f"++step.stop_after_pass={k}"),
+                                           plan.dvc_remote))
     assert plain["state"] == "done", plain
     locks = {n: yaml.safe_load(_exp_file(shared, n, "dvc.lock")) for n in ("cut-1", "plain-1")}
     step = locks["cut-1"]["stages"]["step"]

@@ -16,7 +16,7 @@ from sparktrain.core.errors import SparkError
 from sparktrain.eval.experiments import ExpRow
 from sparktrain.sweep.grid import (expand, experiments_of, lock_outputs, parse_axis, sweep_table,
                                    point_name, point_record)
-from sparktrain.sweep.driver import _terminate, reason
+from sparktrain.sweep.point import _terminate, reason
 
 PARAMS = yaml.safe_load((ROOT / "params.yaml").read_text())
 
