@@ -25,7 +25,7 @@ import numpy as np
 from sparktrain.train.bench import synthetic_batch
 from sparktrain.model.build import build_model
 from sparktrain.model.config import SCALES
-from sparktrain.model.backend import CPU, resolve
+from sparktrain.model.device import CPU, resolve
 from sparktrain.train.optim import clip_scale, grad_norm, lr_at, make_optimizer
 
 

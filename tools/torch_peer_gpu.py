@@ -24,7 +24,7 @@ from sparktrain.train.bench import (BENCH_LR, BENCH_SEED, DEFAULT_BATCH, WARMUP_
                                     synthetic_batch)
 from sparktrain.model.build import build_model
 from sparktrain.model.config import SCALES, layer_names
-from sparktrain.model.backend import resolve
+from sparktrain.model.device import resolve
 from sparktrain.model.layers import RMS_EPS, ROPE_BASE
 
 

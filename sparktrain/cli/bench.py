@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from sparktrain.cli import positive_int
 from sparktrain.core.fsutil import canonical_json
-from sparktrain.model.backend import DEVICES, resolve
+from sparktrain.model.device import DEVICES, resolve
 from sparktrain.model.config import OPTIMIZERS, SCALES
 from sparktrain.params import (StepConfig, load_params, load_params_or_defaults, model_config,
                                override)

@@ -11,7 +11,7 @@ from sparktrain.core.errors import SparkError, printable, printable_lines
 from sparktrain.core.fsutil import canonical_json, write_json
 from sparktrain.core.gate import check_output
 from sparktrain.core.metric_keys import HEADLINE_KEYS
-from sparktrain.model.backend import DEVICES, resolve
+from sparktrain.model.device import DEVICES, resolve
 
 TOKENIZER_HELP = ("tokenizer.json of a corpus or BPE pairs job (default: the one beside "
                   "--weights); its sha256 must be the one the weights record")

@@ -151,7 +151,7 @@ def cmd_code_train(args) -> int:
     from sparktrain.cli.train import run_and_record
     from sparktrain.data.source import prepare_job, source_for
     from sparktrain.eval.generate import learned, learned_text
-    from sparktrain.model.backend import resolve as resolve_device
+    from sparktrain.model.device import resolve as resolve_device
     from sparktrain.core.fsutil import read_input
     from sparktrain.core.safeload import load_yaml
     from sparktrain.params import dvc_set_flags, load_params, load_recipe, override, recipe_row

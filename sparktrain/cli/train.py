@@ -127,7 +127,7 @@ def cmd_dump(args: argparse.Namespace) -> int:
 def resolve_configs(args, params_path: str | None, default_params: bool, fallback=None):
     """(params or defaults, StepConfig, ModelConfig, held-out file or None) from
     defaults (or `fallback`, when no params file is read) < params.yaml < flags."""
-    from sparktrain.model.backend import resolve as resolve_device
+    from sparktrain.model.device import resolve as resolve_device
     from sparktrain.params import load_params_or_defaults, model_config, step_from_flags
 
     knobs = (fallback if params_path is None and fallback is not None

@@ -17,7 +17,7 @@ MAX_PARAMS = 200_000_000
 MAX_SEQ_LEN = 4096
 MAX_LAYERS = 1024  # the shape table has 9 tensors a layer: keep it a table, not a flood
 MAX_SHARDS = 65_536  # a step's row shards (model/parallel.py): a shard is at least a row
-# where a model runs: params.yaml's step.device, `--device` (model/backend.py resolves one)
+# where a model runs: params.yaml's step.device, `--device` (model/device.py resolves one)
 DEVICES = ("cpu", "cuda", "mps", "auto")
 
 

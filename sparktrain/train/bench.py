@@ -13,7 +13,7 @@ from sparktrain.core.fsutil import sha256_bytes
 from sparktrain.model.base import TokenBatch
 from sparktrain.model.build import build_model
 from sparktrain.model.config import SCALES, check_fits, flops_per_token
-from sparktrain.model.backend import CPU
+from sparktrain.model.device import CPU
 from sparktrain.model.parallel import GradientEngine
 
 DEFAULT_BATCH = {"tiny": 8, "large": 16, "medium": 16, "gpu": 8}

@@ -14,7 +14,7 @@ from sparktrain.core.errors import SparkError, TrainingFailed
 from sparktrain.core.jobfiles import CORPUS
 from sparktrain.data.base import DataSource, TrainingData, score
 from sparktrain.data.tokenizer import job_tokenizer
-from sparktrain.model.backend import Device, resolve as resolve_device
+from sparktrain.model.device import Device, resolve as resolve_device
 from sparktrain.model.base import Model
 from sparktrain.model.build import build_model
 from sparktrain.model.config import ModelConfig, step_fits
@@ -45,7 +45,7 @@ class _Run:
     step: StepConfig
     model: Model
     data: TrainingData
-    device: Device                 # model/backend.py: where params and state live
+    device: Device                 # model/device.py: where params and state live
     params: dict                   # on the run's device (numpy arrays on the CPU)
     base_step: int
     step_n: int

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from sparktrain.core.errors import SparkError
-from sparktrain.model import backend as devmod
+from sparktrain.model import device as devmod
 
 TARGETS = ["strict", "torch-cpu", "torch-gpu"]
 

@@ -100,7 +100,7 @@ def test_bench_runs_the_generic_path_on_a_device():
     """The bench's step on a non-numpy namespace (array-api-strict standing in for a GPU)."""
     import array_api_strict
 
-    from sparktrain.model.backend import Device
+    from sparktrain.model.device import Device
     dev = Device("strict", "array-api-strict", array_api_strict)
     cpu = bench.run_bench("tiny", batch_size=2, steps=1, peak=1.0)
     r = bench.run_bench("tiny", batch_size=2, steps=1, device=dev)
@@ -180,7 +180,7 @@ def test_auto_on_the_cpu_says_when_a_run_would_grind():
     nothing for a short one or for an explicit --device cpu."""
     from sparktrain.train.bench import GRIND_S, cpu_estimate_s, grind_note
     from sparktrain.model.config import SCALES
-    from sparktrain.model.backend import CPU
+    from sparktrain.model.device import CPU
 
     big, tokens = SCALES["gpu"], 16 * 512 * 100
     assert cpu_estimate_s(big, tokens, peak=1e11) > GRIND_S

@@ -20,7 +20,7 @@ from sparkhelp import ROOT, assert_one_line_error, run_spark
 from sparktrain.data.source import prepare_job, source_for
 from sparktrain.core.errors import SparkError, TrainingFailed
 from sparktrain.model.config import SCALES
-from sparktrain.model.backend import CPU
+from sparktrain.model.device import CPU
 from sparktrain.model.weights import load_weights
 from sparktrain.params import Defaults, StepConfig, override
 from sparktrain.train.job import adhoc_job
