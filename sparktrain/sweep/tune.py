@@ -238,7 +238,7 @@ def run_study(plan: SweepPlan, params: dict, study: optuna.Study, storage_url: s
     again to the pass it reached and kept as its experiment. False when it stopped short
     because FAILED_IN_ROW trials in a row failed (a space or recipe that fails every
     trial would otherwise ask for trials forever)."""
-    storage, dists = study._storage, distributions(dims)
+    storage = study._storage
     running: dict = {}   # Future -> Running
     failed_in_row = 0
 
@@ -260,13 +260,8 @@ def run_study(plan: SweepPlan, params: dict, study: optuna.Study, storage_url: s
                          f"keeps its finished trials")
                 return False
         while len(running) < slots and taken < trials:
-            trial = study.ask(dists)
-            storage.record_heartbeat(trial._trial_id)
+            trial, name, overrides, error = _ask(study, dims, params)
             taken += 1
-            name = experiment_name(study.study_name, trial.number)
-            overrides = _overrides(dims, trial.params)
-            axes = [Axis(d.key, (), d.add) for d in dims]
-            error = invalid(params, axes, [o.split("=", 1)[1] for o in overrides])
             if error:
                 finish(trial, name, {"state": "failed", "error": error}, overrides)
                 if failed_in_row >= FAILED_IN_ROW:
@@ -293,11 +288,26 @@ def run_study(plan: SweepPlan, params: dict, study: optuna.Study, storage_url: s
             storage.record_heartbeat(run.trial._trial_id)
         for future in done:
             run = running.pop(future)
-            try:
-                record = future.result()
-            except Exception as err:
-                record = task_failed(run.name, err)
-            finish(run.trial, run.name, record, run.overrides)
+            finish(run.trial, run.name, _record(future, run.name), run.overrides)
+
+
+def _ask(study: optuna.Study, dims, params: dict) -> tuple:
+    """The next trial (a queued one first), its heartbeat begun: (trial, its experiment's
+    name, its -S overrides, the params check's refusal of them or None)."""
+    trial = study.ask(distributions(dims))
+    study._storage.record_heartbeat(trial._trial_id)
+    overrides = _overrides(dims, trial.params)
+    axes = [Axis(d.key, (), d.add) for d in dims]
+    error = invalid(params, axes, [o.split("=", 1)[1] for o in overrides])
+    return trial, experiment_name(study.study_name, trial.number), overrides, error
+
+
+def _record(future, name: str) -> dict:
+    """What the worker sent back, or the record of a task that itself died."""
+    try:
+        return future.result()
+    except Exception as err:   # the worker was lost, the task could not be unpickled, ...
+        return task_failed(name, err)
 
 
 def _first_done(futures: list, within_s: float) -> list:
