@@ -351,26 +351,8 @@ def job_state(folder: str | os.PathLike, job_id: str | None = None,
         except SparkError:
             text = ""
         state.update(artifact=parse_artifact(text), state="declared")
-    ckpt = _record(current_file(folder, CHECKPOINT, journal))
-    weights = current_file(folder, WEIGHTS, journal)
-    verified = False
-    if isinstance(ckpt, dict) and ckpt.get("trained") is True:
-        sha = ckpt.get("weights_sha256")
-        with contextlib.suppress(SparkError):  # above the size cap: not verified
-            verified = weights.is_file() and sha256_file(weights, "weights file") == sha
-        state.update(state="trained" if verified else "failed",
-                     step_n=ckpt["step_n"] if isinstance(number(ckpt.get("step_n")), int) else None,
-                     loss_before=number(ckpt.get("loss_before")),
-                     loss_after=number(ckpt.get("loss_after")),
-                     weights=ckpt.get("weights") if isinstance(ckpt.get("weights"), str) else None,
-                     weights_sha256=sha if isinstance(sha, str) else None,
-                     weights_verified=verified)
-        if not verified:
-            state["reason"] = ("weights file missing, above the weights size cap, or its sha256 "
-                               "differs from checkpoint.json")
-        elif mixed := _mixed_inputs(folder, ckpt, journal):
-            verified = False
-            state.update(state="failed", weights_verified=False, reason=mixed)
+    ckpt, verified, trained = _trained_state(folder, journal)
+    state.update(trained)
     failed = _record(folder / FAILED)
     if isinstance(failed, dict):
         current = failure_is_current(failed, current_step)
@@ -397,6 +379,32 @@ def job_state(folder: str | os.PathLike, job_id: str | None = None,
     if folder.is_dir() and held_elsewhere(folder):  # the files above are the last finished run's
         state.update(state="running", last_state=state["state"])
     return state
+
+
+def _trained_state(folder: Path, journal: list[str]) -> tuple[object, bool, dict]:
+    """(checkpoint.json as read, whether the weights it names are verified, the job
+    state's fields of the run it claims: {} when it claims no trained run)."""
+    ckpt = _record(current_file(folder, CHECKPOINT, journal))
+    if not (isinstance(ckpt, dict) and ckpt.get("trained") is True):
+        return ckpt, False, {}
+    weights, sha = current_file(folder, WEIGHTS, journal), ckpt.get("weights_sha256")
+    verified = False
+    with contextlib.suppress(SparkError):  # above the size cap: not verified
+        verified = weights.is_file() and sha256_file(weights, "weights file") == sha
+    fields = dict(state="trained" if verified else "failed",
+                  step_n=ckpt["step_n"] if isinstance(number(ckpt.get("step_n")), int) else None,
+                  loss_before=number(ckpt.get("loss_before")),
+                  loss_after=number(ckpt.get("loss_after")),
+                  weights=ckpt.get("weights") if isinstance(ckpt.get("weights"), str) else None,
+                  weights_sha256=sha if isinstance(sha, str) else None,
+                  weights_verified=verified)
+    if not verified:
+        fields["reason"] = ("weights file missing, above the weights size cap, or its sha256 "
+                            "differs from checkpoint.json")
+    elif mixed := _mixed_inputs(folder, ckpt, journal):
+        verified = False
+        fields.update(state="failed", weights_verified=False, reason=mixed)
+    return ckpt, verified, fields
 
 
 def _mixed_inputs(folder: Path, ckpt: dict, journal: list[str]) -> str | None:
