@@ -223,7 +223,7 @@ def run_and_record(job, knobs, step, cfg, labels: dict | None = None,
 def cmd_run(args) -> int:
     from sparktrain.bc.codec import execute
     from sparktrain.data.source import source_for
-    from sparktrain.train import outputs
+    from sparktrain.train import jobstate
     from sparktrain.train.job import job_from_train, read_program
     from sparktrain.train.plan import dry_accept
 
@@ -260,7 +260,7 @@ def cmd_run(args) -> int:
 
     def on_status(ins, ops):
         job = job_of(ops[0])
-        state = outputs.job_state(job.out_dir, job.id)
+        state = jobstate.job_state(job.out_dir, job.id)
         state.pop("perf", None)  # timings vary run to run; `spark status` shows them
         return {"op": "TRAIN_STATUS", **state}
 
@@ -271,7 +271,7 @@ def cmd_run(args) -> int:
 
 def cmd_status(args) -> int:
     from sparktrain.params import PARAMS_FILE, load_params, step_record
-    from sparktrain.train import outputs
+    from sparktrain.train import jobstate
 
     root = root_of() or Path.cwd()  # the project (from a subfolder too), else this folder
     params_file = root / PARAMS_FILE
@@ -286,7 +286,7 @@ def cmd_status(args) -> int:
         now = step_record(load_params(params_file).step) if params_file.is_file() else None
     except SparkError:
         now = None
-    state = outputs.job_state(folder, current_step=now)
+    state = jobstate.job_state(folder, current_step=now)
     sys.stdout.write(printable_lines(_summary_text(state, folder)) if args.summary  # errors.py
                      else canonical_json(state))
     return 0

@@ -19,7 +19,8 @@ from sparktrain.core.metric_keys import CARD_BASELINES, CARD_KEYS
 from sparktrain.export.tokenizer import special_ids
 from sparktrain.model.config import ModelConfig, n_params
 from sparktrain.params import StepConfig
-from sparktrain.train.outputs import job_state, read_json
+from sparktrain.train.jobstate import job_state
+from sparktrain.train.outputs import read_json
 
 CARD_FILE = "README.md"
 # The knobs a checkpoint records (StepConfig's fields less those never recorded)

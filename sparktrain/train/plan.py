@@ -12,7 +12,7 @@ from sparktrain.core.fsutil import canonical_json
 from sparktrain.core.jobfiles import ARTIFACT, STATUS
 from sparktrain.model.config import MAX_SHARDS, ModelConfig, flops_per_token, n_params, step_fits
 from sparktrain.runtime import MAX_WORKERS, default_workers
-from sparktrain.train import outputs
+from sparktrain.train import jobstate, outputs
 from sparktrain.train.job import Job
 
 
@@ -43,7 +43,7 @@ def dry_accept(job: Job, cfg: ModelConfig, batch_size: int, source: DataSource) 
     """`spark run`'s TRAIN: status.json, and an ARTIFACT stub unless the job is trained."""
     plan = job_plan(job, cfg, batch_size, source)
     write_status(job, plan)
-    state = outputs.job_state(job.out_dir, job.id)
+    state = jobstate.job_state(job.out_dir, job.id)
     if state["state"] != "trained":
         outputs.atomic_write_bytes(job.out_dir / ARTIFACT, outputs.dry_artifact(job).encode())
     return plan

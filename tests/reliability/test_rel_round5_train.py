@@ -35,7 +35,7 @@ import yaml
 from relkit import (FAST, TRAIN, copy_project, git_project, killed_in_pass_two,  # noqa: F401
                     snapshot, train_j, trained)
 from sparkhelp import ROOT, assert_one_line_error, run_spark
-from sparktrain.train import live, outputs
+from sparktrain.train import jobstate, live, outputs
 
 D, PROGRAM = "data/train/dataset.jsonl", "data/programs/train-step.sparkbc"
 SERIES = "dvclive/plots/metrics"
@@ -60,7 +60,7 @@ def leftovers(folder):
 
 
 def verified(folder):
-    state = outputs.job_state(folder)
+    state = jobstate.job_state(folder)
     return state["state"] == "trained" and state["weights_verified"]
 
 

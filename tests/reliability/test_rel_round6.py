@@ -41,7 +41,7 @@ from sparktrain.core.jobfiles import STAGED
 from sparktrain.model.weights import load_weights, weights_bytes
 from sparktrain.core.errors import SparkError
 from sparktrain.params import StepConfig, load_params
-from sparktrain.train import outputs
+from sparktrain.train import jobstate, outputs
 from sparktrain.train.optim import lr_at
 from sparktrain.repro import dvclock
 
@@ -73,7 +73,7 @@ def _same_set(folder, before):
     now = {k: v for k, v in snapshot(folder).items() if k not in KEPT}
     assert now == {k: v for k, v in before.items() if k not in KEPT}
     assert not (folder / STAGED).exists()
-    state = outputs.job_state(folder)
+    state = jobstate.job_state(folder)
     assert state["weights_verified"], state
 
 
@@ -142,14 +142,14 @@ def test_a_kill_inside_the_commit_never_pairs_new_weights_with_old_curves(corpus
     rc, _, err = run_spark(CORPUS + ["--seed", "7"], cwd=project,
                            env={outputs.CRASH_HOOK: "mid-rename"})
     assert rc == -signal.SIGKILL, err
-    state = outputs.job_state(folder)  # read as the journal will leave it
+    state = jobstate.job_state(folder)  # read as the journal will leave it
     assert state["weights_sha256"] != json.loads(before["checkpoint.json"])["weights_sha256"]
     assert state["perf"] != json.loads(before["perf.json"])
     outputs.recover(folder)  # the next writer rolls the journal forward
     outputs.unlock_job(folder)
     after = snapshot(folder)
     assert json.loads(after["checkpoint.json"])["seed"] == 7
-    assert outputs.job_state(folder)["weights_verified"]
+    assert jobstate.job_state(folder)["weights_verified"]
     curve = "dvclive/plots/metrics/loss.tsv"
     assert after[curve] != before[curve] and after["perf.json"] != before["perf.json"]
     assert not [k for k in after if k.endswith((".pending", ".old"))] and ".commit" not in after

@@ -6,7 +6,8 @@ import pytest
 
 from sparktrain.cli.train import _summary_text
 from sparktrain.core.fsutil import canonical_json
-from sparktrain.train import outputs
+from sparktrain.core.values import number
+from sparktrain.train import jobstate
 
 CKPT = {"trained": True, "step_n": 3, "loss_before": 2.0, "loss_after": 1.5,
         "weights": "weights.safetensors", "weights_sha256": "ab" * 32}
@@ -37,13 +38,13 @@ def test_forged_record_is_no_traceback(tmp_path, name, rec, raw):
         text = text.replace(key + ": " + json.dumps(rec[json.loads(key)]), raw)
         assert "1e400" in text
     (job / name).write_text(text)
-    state = outputs.job_state(job)
+    state = jobstate.job_state(job)
     json.loads(canonical_json(state))           # valid JSON, no ValueError
     summary = _summary_text(state, job)          # no ValueError / KeyError
     assert summary.startswith("job job:")
 
 
 def test_number_check():
-    assert outputs.number(1.5) == 1.5 and outputs.number(2) == 2
+    assert number(1.5) == 1.5 and number(2) == 2
     for bad in (True, float("inf"), float("nan"), "1", None):
-        assert outputs.number(bad) is None
+        assert number(bad) is None

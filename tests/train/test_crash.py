@@ -13,7 +13,8 @@ import pytest
 from sparkhelp import SPARK, run_spark
 from sparktrain.core.fsutil import sha256_file
 from sparktrain.model.weights import load_weights
-from sparktrain.train.outputs import job_state, recover, unlock_job
+from sparktrain.train.jobstate import job_state
+from sparktrain.train.outputs import recover, unlock_job
 
 TRAIN = ["train", "--dataset", "data/train/dataset.jsonl", "--out", "out/j", "--outer", "1",
          "--inner", "2"]

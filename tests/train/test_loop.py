@@ -16,7 +16,8 @@ from sparktrain.train.job import adhoc_job, job_from_program
 from sparktrain.data.pairs import MinibatchSampler
 from sparktrain.train import records
 from sparktrain.train.loop import run_step
-from sparktrain.train.outputs import job_state, parse_artifact
+from sparktrain.train.jobstate import job_state
+from sparktrain.train.outputs import parse_artifact
 
 TINY = SCALES["tiny"]
 PROGRAM = "data/programs/train-step.sparkbc"
