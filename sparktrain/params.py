@@ -6,9 +6,7 @@ or value is one line naming it, before anything runs. See docs/pipeline.md.
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import math
 from pathlib import Path
 from typing import Annotated, Literal, Optional
 
@@ -24,9 +22,6 @@ from sparktrain.model.config import ARCH_KEYS, DEVICES, OPTIMIZERS, SCALES, Mode
 from sparktrain.core.safeload import load_yaml
 from sparktrain.core.values import is_finite, is_number
 
-# The Spark-coder recipes, one row per scale, each row a whole params file
-# (`spark code train --scale S`; docs/compat.md).
-RECIPES_FILE = "data/programs/coder-recipes.yaml"
 STRICT = ConfigDict(extra="forbid")
 # `step.step` in params.yaml and `--step` on the command line are the original's
 # names; inside the code the field is `step_n`, like the weights' metadata.
@@ -365,64 +360,6 @@ def load_params(path: str | Path = PARAMS_FILE) -> Params:
     return parse_params(load_yaml(read_input(Path(path), "params file"), str(path)))
 
 
-def recipes_file() -> Path:
-    """The recipe table: the one in the working folder (a clone of the project), else the
-    checkout's own beside this package, so `spark train --dataset TEXT` run in a folder of
-    the user's finds its defaults."""
-    here, shipped = Path(RECIPES_FILE), Path(__file__).resolve().parent.parent / RECIPES_FILE
-    return shipped if not here.exists() and shipped.is_file() else here
-
-
-def load_recipe(scale: str, path: str | Path | None = None) -> Params:
-    """The row `scale` of the recipe table: a params file of its own, validated like
-    params.yaml; an unknown row is one line naming the known ones."""
-    path = Path(path) if path is not None else recipes_file()
-    row = recipe_row(scale, path)
-    try:
-        return parse_params(row)
-    except SparkError as err:
-        raise SparkError(f"{path} row {scale}: {err}") from None
-
-
-def recipe_row(scale: str, path: str | Path | None = None) -> dict:
-    """The raw mapping of row `scale` of the recipe table (load_recipe validates it)."""
-    path = Path(path) if path is not None else recipes_file()
-    table = load_yaml(read_input(path, "recipe table"), str(path))
-    if not isinstance(table, dict) or not all(isinstance(r, dict) for r in table.values()):
-        raise SparkError(f"{path}: expected a mapping of scale names to params")
-    if scale not in table:
-        raise SparkError(f"no coder recipe for scale {scale!r} in {path}; known: "
-                         f"{', '.join(table)} (or give a params file with --params)"
-                         f"{did_you_mean(scale, table)}")
-    return table[scale]
-
-
-def dvc_set_flags(raw: dict, prefix: str = "") -> list[str]:
-    """A params mapping as `dvc exp run` overrides: one `-S ++key=value` per leaf
-    (`++`: set the key whether or not params.yaml has it), values in the override
-    grammar (strings quoted, lists in brackets), so the pipeline runs that params file."""
-    flags = []
-    for key, value in raw.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict):
-            flags += dvc_set_flags(value, name + ".")
-        else:
-            flags += ["-S", f"++{name}={_override_value(value)}"]
-    return flags
-
-
-def _override_value(value) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return repr(value)
-    if isinstance(value, str):
-        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    if isinstance(value, (list, tuple)):
-        return "[" + ",".join(_override_value(v) for v in value) + "]"
-    raise SparkError(f"params: cannot pass {type(value).__name__} {value!r} to dvc exp run -S")
-
-
 # Knobs recorded only when they differ from their defaults, so a run that does
 # not use them has the checkpoint bytes of a plain SGD run.
 LATER_KNOBS = ("optimizer", "weight_decay", "beta1", "beta2", "schedule", "warmup", "min_lr",
@@ -442,48 +379,6 @@ def step_record(step: StepConfig) -> dict:
     if record["shards"] == 1:
         del record["shards"]
     return record
-
-
-def add_step_flags(parser: argparse.ArgumentParser) -> None:
-    """One flag per StepConfig field: `--batch-size`, `--no-train-attn`, ...; the
-    default None means "keep params.yaml's value"."""
-    group = parser.add_argument_group("training knobs (override params.yaml's step section)")
-    for name, info in StepConfig.__pydantic_fields__.items():
-        flag = "--" + (info.alias or name).replace("_", "-")
-        if info.default is True:
-            group.add_argument(f"--no-{name.replace('_', '-')}", dest=name,
-                               action="store_const", const=False, default=None,
-                               help=f"set step.{name} to false (default true): "
-                                    f"{info.description}")
-        elif "Literal" in str(info.annotation):
-            group.add_argument(flag, dest=name, choices=list(info.annotation.__args__),
-                               default=None, help=f"{info.description} (default {info.default})")
-        else:
-            kind = float if "float" in str(info.annotation) else int
-            shown = "" if info.default is None else f" (default {info.default})"
-            group.add_argument(flag, dest=name, type=_flag_type(info.alias or name, kind),
-                               default=None, metavar=name.upper(),
-                               help=f"{info.description}{shown}")
-
-
-def _flag_type(name: str, kind):
-    def convert(text: str):
-        try:
-            value = kind(text)
-        except ValueError:
-            value = None
-        if value is None or (kind is float and not math.isfinite(value)):
-            want = kind.__name__ if value is None else "a finite number"
-            raise argparse.ArgumentTypeError(f"--{name.replace('_', '-')} must be {want}, "
-                                             f"got {text!r}")
-        return value
-    return convert
-
-
-def step_from_flags(base: StepConfig, args: argparse.Namespace) -> StepConfig:
-    """`base` with the flags the user gave (not None) replacing its fields."""
-    return override(base, **{name: getattr(args, name, None)
-                             for name in StepConfig.__pydantic_fields__})
 
 
 def override(cfg, **changes):

@@ -40,7 +40,8 @@ from sparktrain.core.fsutil import read_input, write_json
 from sparktrain.core.jobfiles import CODER_PROOF, TOKENIZER, WEIGHTS
 from sparktrain.model.build import generate_tokens
 from sparktrain.model.weights import load_model
-from sparktrain.params import dvc_set_flags, parse_params
+from sparktrain.params import parse_params
+from sparktrain.train.recipes import dvc_set_flags
 from sparktrain.train.job import job_from_program
 from sparktrain.train.loop import run_step
 from sparktrain.core.safeload import load_yaml

@@ -154,7 +154,8 @@ def cmd_code_train(args) -> int:
     from sparktrain.model.device import resolve as resolve_device
     from sparktrain.core.fsutil import read_input
     from sparktrain.core.safeload import load_yaml
-    from sparktrain.params import dvc_set_flags, load_params, load_recipe, override, recipe_row
+    from sparktrain.params import load_params, override
+    from sparktrain.train.recipes import dvc_set_flags, load_recipe, recipe_row
     from sparktrain.train.bench import grind_note
     from sparktrain.train.job import job_from_program
     from sparktrain.train.outputs import job_writes, lock_job, stage_inputs

@@ -26,7 +26,7 @@ PARAMS_DEFAULT = {"train": "none: every knob's default, then the flags",
 def add_train_flags(p: argparse.ArgumentParser, command: str) -> None:
     from sparktrain.cli import name_arg
     from sparktrain.model.config import scale_names
-    from sparktrain.params import add_step_flags
+    from sparktrain.cli.stepflags import add_step_flags
 
     add_step_flags(p)
     a = p.add_argument_group("architecture")
@@ -128,7 +128,8 @@ def resolve_configs(args, params_path: str | None, default_params: bool, fallbac
     """(params or defaults, StepConfig, ModelConfig, held-out file or None) from
     defaults (or `fallback`, when no params file is read) < params.yaml < flags."""
     from sparktrain.model.device import resolve as resolve_device
-    from sparktrain.params import load_params_or_defaults, model_config, step_from_flags
+    from sparktrain.cli.stepflags import step_from_flags
+    from sparktrain.params import load_params_or_defaults, model_config
 
     knobs = (fallback if params_path is None and fallback is not None
              else load_params_or_defaults(params_path, default_file=default_params))
@@ -175,7 +176,8 @@ def text_defaults():
     (a BPE, AdamW with a cosine schedule, 6 x 200 steps of 16 windows), which beats zlib on
     text; the defaults made for the pairs job (byte tokens, SGD, 4 x 8) lose to it. The
     recipe's job, program and corpus stay its own: the files are the --glob's."""
-    from sparktrain.params import CorpusConfig, Defaults, load_recipe
+    from sparktrain.params import CorpusConfig, Defaults
+    from sparktrain.train.recipes import load_recipe
 
     recipe = load_recipe("tiny")
     return Defaults(**{name: getattr(recipe, name) for name in Defaults.__dataclass_fields__

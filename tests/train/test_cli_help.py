@@ -8,7 +8,8 @@ from sparkhelp import assert_one_line_error, run_spark
 from sparktrain.cli import EXAMPLES, build_parser, subcommands
 from sparktrain.cli.original import code_main
 from sparktrain.core.errors import SparkError
-from sparktrain.params import load_recipe, parse_params
+from sparktrain.params import parse_params
+from sparktrain.train.recipes import load_recipe
 
 
 def _leaves(parser, prefix=""):

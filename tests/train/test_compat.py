@@ -18,7 +18,8 @@ from dvc.utils.hydra import apply_overrides
 from safetensors.numpy import load_file
 
 from sparkhelp import HANG_GUARD_S, ROOT, SPARK, assert_one_line_error, run_spark
-from sparktrain.params import load_params, load_recipe
+from sparktrain.params import load_params
+from sparktrain.train.recipes import load_recipe
 from sparktrain.repro.toolenv import copy_project, tool_env
 
 sys.path.insert(0, str(ROOT))
@@ -203,7 +204,7 @@ def test_every_scale_has_a_recipe():
     """The recipe table's rows are valid params files, one per built-in scale, each
     training that scale with a code tokenizer and an optimizer made for it."""
     from sparktrain.model.config import SCALES
-    from sparktrain.params import load_recipe
+    from sparktrain.train.recipes import load_recipe
 
     for scale in SCALES:
         p = load_recipe(scale, ROOT / "data/programs/coder-recipes.yaml")
