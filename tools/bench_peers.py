@@ -32,6 +32,7 @@ from sparktrain import runtime  # first: the BLAS kernel and threads before nump
 runtime.start()
 import numpy as np
 
+from sparktrain.core.safeload import load_json
 from sparktrain.model.build import build_model
 from sparktrain.model.config import SCALES
 from sparktrain.train.bench import BENCH_LR, BENCH_SEED, DEFAULT_BATCH, WARMUP_STEPS, synthetic_batch
@@ -67,7 +68,7 @@ def spark_round(tree: Path, scale: str, batch: int, steps: int, workers: int) ->
     env = dict(os.environ, SPARK_BLAS_THREADS="1")
     out = subprocess.run([str(python), "-c", code], cwd=tree, env=env, check=True,
                          capture_output=True, text=True).stdout
-    return json.loads(out.strip().splitlines()[-1])
+    return load_json(out.strip().splitlines()[-1], "spark bench's line")
 
 
 class TorchPeer:
