@@ -8,7 +8,7 @@ import numpy as np
 from sparktrain.model.config import ModelConfig
 from sparktrain.model.build import build_model
 from sparktrain.model.weights import save_weights
-from sparkhelp import ROOT
+from sparkhelp import ROOT, run_spark
 
 # GQA (4 query heads over 2 kv heads), head dim 8, 2 layers: every mapping row is used.
 SMALL = ModelConfig(dim=32, n_layer=2, n_head=4, n_kv_head=2, seq_len=48)
@@ -46,3 +46,12 @@ def project_prompts(limit: int = 12) -> list[str]:
                 prompts.append(row["prompt"] if "prompt" in row else
                                [m["content"] for m in row["messages"] if m["role"] == "user"][-1])
     return prompts[:limit]
+
+
+def train_tiny_pairs(folder):
+    """A tiny pairs model trained on the project's dataset in `folder` (about a second):
+    the weights file the export proofs read."""
+    rc, _, err = run_spark(["train", "--dataset", ROOT / "data/train/dataset.jsonl",
+                            "--out", folder / "run", "--outer", 12, "--inner", 16, "--lr", 0.05])
+    assert rc == 0, err
+    return folder / "run" / "weights.safetensors"

@@ -15,9 +15,8 @@ from sparktrain.export import gguf as gguf_export                  # noqa: E402
 from sparktrain.export.hf import export_hf                         # noqa: E402
 from sparktrain.model.build import build_model                     # noqa: E402
 from sparktrain.model.weights import load_model                    # noqa: E402
-from sparkhelp import ROOT, run_spark                              # noqa: E402
 
-from exportkit import project_prompts, write_weights               # noqa: E402
+from exportkit import project_prompts, train_tiny_pairs, write_weights  # noqa: E402
 
 pytestmark = pytest.mark.hf
 REL_TOL = 1e-5      # max |logit difference| / max |logit|, the issue's bar
@@ -27,11 +26,7 @@ MAX_NEW = 24
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     """A tiny model trained on the project's dataset (about a second)."""
-    d = tmp_path_factory.mktemp("trained")
-    rc, _, err = run_spark(["train", "--dataset", ROOT / "data/train/dataset.jsonl",
-                            "--out", d / "run", "--outer", 12, "--inner", 16, "--lr", 0.05])
-    assert rc == 0, err
-    return d / "run" / "weights.safetensors"
+    return train_tiny_pairs(tmp_path_factory.mktemp("trained"))
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ from sparktrain.model.build import build_model                    # noqa: E402
 from sparktrain.model.weights import load_model                   # noqa: E402
 from sparkhelp import ROOT, run_spark                             # noqa: E402
 
-from exportkit import project_prompts                              # noqa: E402
+from exportkit import project_prompts, train_tiny_pairs  # noqa: E402
 
 pytestmark = pytest.mark.llama
 TOL = 1e-4          # max |logit difference| / max |logit|
@@ -30,11 +30,7 @@ CODE_PROMPTS = ["for i in range(", "def main():\n    ", "import os\n", "x = 1000
 @pytest.fixture(scope="module")
 def byte_model(tmp_path_factory):
     """A tiny pairs model trained on the project's dataset (about a second)."""
-    d = tmp_path_factory.mktemp("byte")
-    rc, _, err = run_spark(["train", "--dataset", ROOT / "data/train/dataset.jsonl",
-                            "--out", d / "run", "--outer", 12, "--inner", 16, "--lr", 0.05])
-    assert rc == 0, err
-    return d / "run" / "weights.safetensors"
+    return train_tiny_pairs(tmp_path_factory.mktemp("byte"))
 
 
 @pytest.fixture(scope="module")
