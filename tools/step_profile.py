@@ -7,7 +7,7 @@
 `spark bench`'s loop core (sparktrain/train/bench.py: the same synthetic batch, init and
 warm-up), timed in parts:
 
-- every layer pair of sparktrain/model/layers.py, forward and backward, by wrapping the
+- every layer pair of sparktrain/model/layers.py and options.py, forward and backward, by wrapping the
   functions (their matrix products included);
 - between the layers: a block's forward / backward less the layer functions it calls (the
   head regrouping copies, the residual adds, the fused weight planes);
@@ -37,7 +37,7 @@ from sparktrain import runtime  # first: the BLAS kernel and threads before nump
 runtime.start()
 import numpy as np
 
-from sparktrain.model import backend, build, layers, parallel
+from sparktrain.model import backend, build, layers, options, parallel
 from sparktrain.model.build import build_model
 from sparktrain.model.config import SCALES
 from sparktrain.model.parallel import GradientEngine
@@ -45,7 +45,7 @@ from sparktrain.params import StepConfig
 from sparktrain.train.bench import BENCH_SEED, DEFAULT_BATCH, WARMUP_STEPS, synthetic_batch
 from sparktrain.train.optim import make_optimizer
 
-# layers.py's pairs, grouped as the profile reports them
+# layers.py's and options.py's pairs, grouped as the profile reports them
 GROUPS = {
     "embedding": ("embedding",), "rmsnorm": ("rmsnorm",), "rope": ("rope",),
     "attention": ("attention",), "mlp": ("swiglu", "relu2"), "linear (o, lm_head)": ("linear",),
@@ -79,18 +79,20 @@ def _wrap(module, fname, timers: Timers, key: str):
 
 @contextlib.contextmanager
 def instrumented(timers: Timers):
-    """layers.py's functions and the block methods timed into `timers` (restored after)."""
+    """layers.py's and options.py's functions and the block methods timed into `timers` (restored after)."""
     saved = []
     for group, prefixes in GROUPS.items():
         for p in prefixes:
             for d in ("forward", "backward"):
                 name = f"{p}_{d}"
-                if hasattr(layers, name):
-                    saved.append((layers, name, _wrap(layers, name, timers, f"{group} {d}")))
+                for module in (layers, options):
+                    if hasattr(module, name):
+                        saved.append((module, name, _wrap(module, name, timers, f"{group} {d}")))
     # build.MLPS holds the MLP pairs themselves: point it at the timed ones
     saved_mlps = dict(build.MLPS)
     for kind, (names, fwd, bwd) in saved_mlps.items():
-        build.MLPS[kind] = (names, getattr(layers, fwd.__name__), getattr(layers, bwd.__name__))
+        module = layers if hasattr(layers, fwd.__name__) else options
+        build.MLPS[kind] = (names, getattr(module, fwd.__name__), getattr(module, bwd.__name__))
     for meth, key in (("_block_forward", "block forward"), ("_block_backward", "block backward")):
         saved.append((build.Transformer, meth, _wrap(build.Transformer, meth, timers, key)))
     try:

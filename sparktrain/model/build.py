@@ -12,7 +12,7 @@ from typing import NamedTuple, Sequence
 
 import numpy as np
 
-from sparktrain.model import backend, layers
+from sparktrain.model import backend, layers, options
 from sparktrain.model.base import Model, PoolBatch, TokenBatch, right_pad
 from sparktrain.model.config import BIGRAM, AttentionArch, MeanPoolArch, ModelConfig, layer_names
 
@@ -27,7 +27,7 @@ class BlockCache(NamedTuple):
     attention: layers.AttentionCache
     o: layers.LinearCache            # att_out = y @ Wo.T
     mlp_norm: layers.RmsNormCache
-    mlp: layers.SwigluCache | layers.Relu2Cache
+    mlp: layers.SwigluCache | options.Relu2Cache
 
 
 class TrunkCache(NamedTuple):
@@ -42,7 +42,7 @@ class LossCache(NamedTuple):
     rows: np.ndarray                 # (M,) flat indices of the counted positions
     hidden_shape: tuple              # (B, T, C)
     lm_head: layers.LinearCache
-    cap: layers.SoftCapCache | None  # logits = cap * tanh(logits / cap) (logit_cap option)
+    cap: options.SoftCapCache | None  # logits = cap * tanh(logits / cap) (logit_cap option)
     ce: layers.CrossEntropyCache
 
 
@@ -60,7 +60,7 @@ def _qk_planes(w_q, w_k, half):
 # The MLP of each `mlp` option: its tensors' short names (after the input), forward, backward
 MLPS = {"swiglu": (("mlp_gate", "mlp_up", "mlp_down"), layers.swiglu_forward,
                    layers.swiglu_backward),
-        "relu2": (("mlp_up", "mlp_down"), layers.relu2_forward, layers.relu2_backward)}
+        "relu2": (("mlp_up", "mlp_down"), options.relu2_forward, options.relu2_backward)}
 
 
 class Transformer(AttentionArch, Model):
@@ -165,7 +165,7 @@ class Transformer(AttentionArch, Model):
         x, c_emb = layers.embedding_forward(be.asarray(host_inputs, embed), embed)  # (B, T, C)
         c_big = None
         if self.cfg.bigram:
-            ids = layers.bigram_ids(host_inputs, self.cfg.vocab, self.cfg.bigram)  # (B, T)
+            ids = options.bigram_ids(host_inputs, self.cfg.vocab, self.cfg.bigram)  # (B, T)
             xb, c_big = layers.embedding_forward(be.asarray(ids, embed), params[BIGRAM])
             x = x + xb                                                 # (B, T, C)
         c_blocks = []
@@ -200,7 +200,7 @@ class Transformer(AttentionArch, Model):
         logits, c_head = layers.linear_forward(h_sel, params["spark.lm_head.weight"])  # (M, V)
         c_cap = None
         if self.cfg.logit_cap:
-            logits, c_cap = layers.softcap_forward(logits, self.cfg.logit_cap)  # (M, V)
+            logits, c_cap = options.softcap_forward(logits, self.cfg.logit_cap)  # (M, V)
         weights = mask[rows].astype(be.host_dtype(embed))              # (M,) host
         targets = np.asarray(batch.targets).reshape(-1)[rows]          # (M,) host
         denom = denom_of(weights)
@@ -214,7 +214,7 @@ class Transformer(AttentionArch, Model):
         dlogits = layers.cross_entropy_backward(cache.ce)              # (M, V)
         if cache.cap is not None:
             # logits = softcap(logits)
-            dlogits = layers.softcap_backward(dlogits, cache.cap)
+            dlogits = options.softcap_backward(dlogits, cache.cap)
         # logits = h_sel @ lm_head.T
         dh_sel, grads["spark.lm_head.weight"] = layers.linear_backward(dlogits, cache.lm_head)
         # h_sel = hf[rows] (uncounted rows: 0)
@@ -229,7 +229,7 @@ class Transformer(AttentionArch, Model):
         hf, _ = self._trunk_forward(params, inputs)                    # (B, T, C)
         logits, _ = layers.linear_forward(hf, params["spark.lm_head.weight"])
         if self.cfg.logit_cap:
-            logits, _ = layers.softcap_forward(logits, self.cfg.logit_cap)
+            logits, _ = options.softcap_forward(logits, self.cfg.logit_cap)
         return logits                                                  # (B, T, V)
 
     def scored_logits(self, params, batch):

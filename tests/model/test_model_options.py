@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from sparktrain.core.errors import SparkError
-from sparktrain.model import layers
+from sparktrain.model import layers, options
 from sparktrain.model.build import build_model
 from sparktrain.model.config import ModelConfig, param_shapes
 
@@ -23,16 +23,16 @@ def test_relu2_backward():
     rng = _rng()
     inputs = {"h": rng.standard_normal((6, 4)), "w_up": rng.standard_normal((16, 4)),
               "w_down": rng.standard_normal((4, 16))}
-    _check(layers.relu2_forward, inputs,
+    _check(options.relu2_forward, inputs,
            lambda layers_backward, cache: dict(zip(("h", "w_up", "w_down"),
-                                                   layers.relu2_backward(layers_backward, cache))))
+                                                   options.relu2_backward(layers_backward, cache))))
 
 
 def test_softcap_backward_and_bound():
     x = 4 * _rng().standard_normal((5, 7))
-    _check(lambda x: layers.softcap_forward(x, 2.5), {"x": x},
-           lambda layers_backward, cache: {"x": layers.softcap_backward(layers_backward, cache)})
-    out, _ = layers.softcap_forward(100 * x, 2.5)
+    _check(lambda x: options.softcap_forward(x, 2.5), {"x": x},
+           lambda layers_backward, cache: {"x": options.softcap_backward(layers_backward, cache)})
+    out, _ = options.softcap_forward(100 * x, 2.5)
     assert 2.4 < np.abs(out).max() <= 2.5
 
 
@@ -73,8 +73,8 @@ def test_the_record_names_only_options_in_use():
 
 def test_bigram_ids_hash_each_pair_and_the_row_start():
     ids = np.array([[5, 7, 7], [7, 7, 5]])
-    got = layers.bigram_ids(ids, vocab=300, buckets=1000)
-    mult = layers.BIGRAM_MULT
+    got = options.bigram_ids(ids, vocab=300, buckets=1000)
+    mult = options.BIGRAM_MULT
     assert got.tolist() == [[(300 * mult + 5) % 1000, (5 * mult + 7) % 1000, (7 * mult + 7) % 1000],
                             [(300 * mult + 7) % 1000, (7 * mult + 7) % 1000, (7 * mult + 5) % 1000]]
     assert got[0, 2] == got[1, 1]  # the same pair, the same bucket, wherever it is
