@@ -1,4 +1,5 @@
-"""model/backend.py: every operation has a numpy and a generic twin, and they agree.
+"""model/backend.py and model/arrayapi.py: every operation has a numpy and a generic twin,
+and they agree.
 
 The generic twin runs on array-api-strict here (and on PyTorch under
 `make test-gpu`); float64 inputs, so agreement is to rounding."""
@@ -8,7 +9,8 @@ import numpy as np
 import pytest
 
 from sparktrain.model import backend
-from sparktrain.model.backend import ArrayApiOps, NumpyOps
+from sparktrain.model.arrayapi import ArrayApiOps
+from sparktrain.model.backend import NumpyOps
 
 from .xpkit import TARGETS, host, target_device
 

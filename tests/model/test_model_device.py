@@ -1,4 +1,4 @@
-"""model/backend.py: `cpu | cuda | mps | auto` resolution and its one-line errors,
+"""model/device.py: `cpu | cuda | mps | auto` resolution and its one-line errors,
 with PyTorch replaced by a fake (the real one is only in `make test-gpu`)."""
 import os
 import types
