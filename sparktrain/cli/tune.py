@@ -1,5 +1,5 @@
 """`spark tune`: an Optuna search whose trials are DVC experiments run on a Dask cluster
-(sparktrain/sweep/tune.py; docs/pipeline.md "Tuning")."""
+(sparktrain/sweep/tune.py, its study in study.py; docs/pipeline.md "Tuning")."""
 from __future__ import annotations
 
 import os
@@ -59,7 +59,7 @@ def register(sub) -> None:
 
 def cmd_tune(args) -> int:
     try:
-        from sparktrain.sweep import driver, tune
+        from sparktrain.sweep import driver, study as studies, tune
     except ImportError as err:
         raise SparkError(f"spark tune needs Dask distributed and Optuna ({err.name} is "
                          f"missing): pip install 'sparktrain[sweep]'") from None
@@ -67,15 +67,15 @@ def cmd_tune(args) -> int:
     from sparktrain.sweep.tuneplot import write_tune_png
 
     check_cluster_flags(args)
-    study_name = tune.check_study_name(args.study)
+    study_name = studies.check_study_name(args.study)
     root = find_root()
     picture = check_output(args.out or os.path.relpath(root / OUT / f"tune-{study_name}.png"),
                            "png")
     commit, params = driver.baseline(root, "spark tune")
     dims = parse_space(args.specs, params)
-    url = args.storage or tune.default_storage(root)
-    study = tune.open_study(tune.open_storage(url), study_name, dims, args.objective,
-                            args.trials, args.seed, args.prune)
+    url = args.storage or studies.default_storage(root)
+    study = studies.open_study(studies.open_storage(url), study_name, dims, args.objective,
+                               args.trials, args.seed, args.prune)
 
     def say(line: str) -> None:
         print(f"tune: {printable(line)}", file=sys.stderr, flush=True)
@@ -84,17 +84,17 @@ def cmd_tune(args) -> int:
                                one_machine=args.scheduler is None, say=say)
     t0 = time.perf_counter()
     counts = {"done": 0, "pruned": 0, "failed": 0}
-    have, whole = tune.finished(study), True
+    have, whole = studies.finished(study), True
     if have < args.trials:
         whole = _run(args, driver, tune, plan, params, study, url, dims, have, counts, say)
     else:
         say(f"study {study_name!r} in {url} already holds {have} finished trials")
     # every complete trial's experiment, a killed driver's too
     _, local = driver.existing_experiments(plan)
-    driver.pull(plan, [name for name in tune.experiments(study) if name not in local])
-    table, best = tune.report(study, dims, args.top)
-    points = tune.trial_points(study)
-    metric = tune.metric_name(study)
+    driver.pull(plan, [name for name in studies.experiments(study) if name not in local])
+    table, best = studies.report(study, dims, args.top)
+    points = studies.trial_points(study)
+    metric = studies.metric_name(study)
     if points:
         write_tune_png(picture, f"study {study_name}: {len(points)} finished trials", metric,
                        [(d.key, d.kind) for d in dims], points)

@@ -1,7 +1,7 @@
 """`spark sweep`'s driver: plan the grid at HEAD and where the workers clone from and push
 to, run each point as a Dask task (the worker's side: sweep/point.py), `dvc exp pull` them
 back, compare. See docs/pipeline.md and README "Sweeping on a cluster". `spark tune`
-(sweep/tune.py) runs its trials through the same point runner, with a monitor."""
+(sweep/tune.py) runs its trials through the same point runner, with a monitor (monitor.py)."""
 from __future__ import annotations
 
 import logging

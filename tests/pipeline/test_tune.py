@@ -20,7 +20,8 @@ from .conftest import REPO, dvc_json, exp_revs, shared_checkout, tool_env
 
 optuna = pytest.importorskip("optuna")
 
-from sparktrain.sweep import tune  # noqa: E402
+from sparktrain.sweep import study as studies  # noqa: E402
+from sparktrain.sweep.monitor import TrialMonitor  # noqa: E402
 
 pytestmark = pytest.mark.e2e
 README = (REPO / "README.md").read_text()
@@ -60,7 +61,7 @@ def spark(repo, *args, timeout=TUNE_GUARD_S):
 
 
 def _study(repo, name):
-    storage = tune.open_storage(tune.default_storage(repo))
+    storage = studies.open_storage(studies.default_storage(repo))
     return optuna.load_study(study_name=name, storage=storage)
 
 
@@ -83,7 +84,7 @@ def test_tune_runs_every_trial_as_an_experiment(shared, tuned):
     assert done.returncode == 0, done.stdout
     assert "Traceback" not in done.stdout
     trials = study.get_trials()
-    finished = [t for t in trials if t.state in tune.FINISHED]
+    finished = [t for t in trials if t.state in studies.FINISHED]
     assert len(finished) == 3 and len(trials) == 3, [t.state for t in trials]
     complete = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
     shown = {e["name"]: e for e in exp_revs(dvc_json(shared, "exp", "show"))}
@@ -179,7 +180,7 @@ def test_a_killed_driver_resumes_without_losing_or_repeating_a_trial(shared):
     assert done.returncode == 0, done.stdout
     trials = _study(shared, "k").get_trials()
     assert {t.number: (t.params, t.value) for t in trials if t.number in kept} == kept
-    finished = [t for t in trials if t.state in tune.FINISHED]
+    finished = [t for t in trials if t.state in studies.FINISHED]
     assert len(finished) == 4, [(t.number, t.state) for t in trials]
     # the cut trials failed as stale and ran again under new numbers, each once
     assert all(trials[n].state == optuna.trial.TrialState.FAIL for n in cut)
@@ -191,7 +192,7 @@ def test_a_killed_driver_resumes_without_losing_or_repeating_a_trial(shared):
              if e["name"].startswith("tune-k-")}
     assert names == {f"tune-k-{t.number}" for t in trials
                      if t.state == optuna.trial.TrialState.COMPLETE
-                     or tune.STOPPED_ATTR in t.user_attrs}
+                     or studies.STOPPED_ATTR in t.user_attrs}
     assert not names & {f"tune-k-{n}" for n in cut}
 
 
@@ -201,8 +202,8 @@ class _StopAfterTwoPasses:
     stopped_after = 0
 
     def poll(self, clone):
-        folder = tune.TrialMonitor("", "", 0, "loss", True)._job_folder(clone)
-        passes = len(tune.TrialMonitor("", "", 0, "loss", True)._curve(folder))
+        folder = TrialMonitor("", "", 0, "loss", True)._job_folder(clone)
+        passes = len(TrialMonitor("", "", 0, "loss", True)._curve(folder))
         if passes >= 2:
             self.stopped_after = passes
         return passes >= 2
@@ -273,8 +274,8 @@ def test_spark_tune_keeps_a_pruned_trial_as_an_experiment(shared):
     specs = ("-S", "step.lr=log:0.01..0.03", "-S", "step.outer=400")
     _, params = driver.baseline(shared)
     dims = parse_space(list(specs[1::2]), params)
-    study = tune.open_study(tune.open_storage(tune.default_storage(shared)), "p", dims, "auto",
-                            4, 0, True)
+    study = studies.open_study(studies.open_storage(studies.default_storage(shared)), "p", dims,
+                               "auto", 4, 0, True)
     for lr in (0.01, 0.02, 0.03):
         study.add_trial(optuna.trial.create_trial(
             params={"step.lr": lr, "step.outer": "400"}, distributions=distributions(dims),
@@ -284,7 +285,7 @@ def test_spark_tune_keeps_a_pruned_trial_as_an_experiment(shared):
     assert done.returncode == 1 and "Traceback" not in done.stdout, done.stdout
     pruned = _study(shared, "p").get_trials()[3]
     assert pruned.state == optuna.trial.TrialState.PRUNED, done.stdout
-    k = pruned.user_attrs[tune.STOPPED_ATTR]
+    k = pruned.user_attrs[studies.STOPPED_ATTR]
     assert 2 <= k == max(pruned.intermediate_values) < 400
     assert "(1 kept as experiments with step.stop_after_pass)" in done.stdout
     shown = {e["name"]: e for e in exp_revs(dvc_json(shared, "exp", "show"))}

@@ -12,10 +12,12 @@ optuna = pytest.importorskip("optuna")
 
 from optuna.distributions import (CategoricalDistribution, FloatDistribution,  # noqa: E402
                                   IntDistribution)
+from optuna.storages import RetryHeartbeatStaleTrialCallback, fail_stale_trials  # noqa: E402
 from optuna.trial import TrialState  # noqa: E402
 
 from sparktrain.core.errors import SparkError  # noqa: E402
-from sparktrain.sweep import tune  # noqa: E402
+from sparktrain.sweep import study as studies, tune  # noqa: E402
+from sparktrain.sweep.monitor import TrialMonitor  # noqa: E402
 from sparktrain.sweep.space import (describe, distributions, parse_dimension,  # noqa: E402
                                     parse_space, signature)
 
@@ -68,32 +70,32 @@ def test_unknown_or_repeated_keys_are_refused_with_the_closest_name():
 
 
 def test_a_study_keeps_its_space(tmp_path):
-    storage = tune.open_storage(f"sqlite:///{tmp_path / 'tune.db'}")
+    storage = studies.open_storage(f"sqlite:///{tmp_path / 'tune.db'}")
     dims = parse_space(["step.lr=log:0.001..0.1"], PARAMS)
-    tune.open_study(storage, "s", dims, "auto", 8, 0, True)
-    again = tune.open_study(storage, "s", dims, "auto", 8, 0, True)   # resuming is fine
-    assert again.user_attrs[tune.SPACE_ATTR] == signature(dims)
+    studies.open_study(storage, "s", dims, "auto", 8, 0, True)
+    again = studies.open_study(storage, "s", dims, "auto", 8, 0, True)   # resuming is fine
+    assert again.user_attrs[studies.SPACE_ATTR] == signature(dims)
     other = parse_space(["step.lr=log:0.001..0.2"], PARAMS)
     with pytest.raises(SparkError, match=r"holds another search space \(-S "
                                          r"step.lr=log:0.001..0.1\)"):
-        tune.open_study(storage, "s", other, "auto", 8, 0, True)
+        studies.open_study(storage, "s", other, "auto", 8, 0, True)
     with pytest.raises(SparkError, match="minimises 'auto', not 'loss'"):
-        tune.open_study(storage, "s", dims, "loss", 8, 0, True)
+        studies.open_study(storage, "s", dims, "loss", 8, 0, True)
 
 
 @pytest.mark.parametrize("url", ["sqlite:////nonexistent-root-dir/x/../../proc/1/x.db",
                                  "nosuchdb://host/db", "not a url"])
 def test_a_storage_that_cannot_be_opened_is_one_line(url):
     with pytest.raises(SparkError) as err:
-        tune.open_storage(url)
+        studies.open_storage(url)
     assert str(err.value).startswith(f"cannot open the study storage {url}: ")
     assert "\n" not in str(err.value)
 
 
 def test_study_names_are_safe_experiment_names():
-    assert tune.check_study_name("lr-2") == "lr-2"
+    assert studies.check_study_name("lr-2") == "lr-2"
     with pytest.raises(SparkError, match="a study name is letters"):
-        tune.check_study_name("a b")
+        studies.check_study_name("a b")
 
 
 def _clone_with_curve(path, values, pending=True, outer=4):
@@ -112,7 +114,7 @@ def _clone_with_curve(path, values, pending=True, outer=4):
 def test_the_monitor_reports_each_pass_and_stops_a_hopeless_trial(tmp_path):
     url = f"sqlite:///{tmp_path / 'tune.db'}"
     dims = parse_space(["step.lr=log:0.001..0.1"], PARAMS)
-    study = tune.open_study(tune.open_storage(url), "s", dims, "auto", 8, 0, True)
+    study = studies.open_study(studies.open_storage(url), "s", dims, "auto", 8, 0, True)
     dists = distributions(dims)
     for good in range(3):    # three finished trials that reached 2.0 after two passes
         trial = study.ask(dists)
@@ -120,7 +122,7 @@ def test_the_monitor_reports_each_pass_and_stops_a_hopeless_trial(tmp_path):
         trial.report(2.0, 2)
         study.tell(trial, 1.5)
     trial = study.ask(dists)
-    monitor = tune.TrialMonitor(url, "s", trial._trial_id, "auto", True)
+    monitor = TrialMonitor(url, "s", trial._trial_id, "auto", True)
     clone = _clone_with_curve(tmp_path / "clone", [3.5])
     assert monitor.poll(clone) is False          # pass 1 is the warm-up: never pruned
     _clone_with_curve(clone, [3.5, 3.2])
@@ -132,13 +134,13 @@ def test_the_monitor_reports_each_pass_and_stops_a_hopeless_trial(tmp_path):
     assert dataclasses.replace(monitor, keep=False).cut(clone) is None   # --no-keep-pruned
 
     last = study.ask(dists)    # a run whose every pass is in ends as it is, complete
-    monitor = tune.TrialMonitor(url, "s", last._trial_id, "auto", True)
+    monitor = TrialMonitor(url, "s", last._trial_id, "auto", True)
     assert monitor.poll(_clone_with_curve(tmp_path / "c1", [3.5, 3.2], outer=2)) is False
     assert monitor.cut(tmp_path / "c1") is None
     study.tell(last, 3.2)
 
     kept = study.ask(dists)
-    monitor = tune.TrialMonitor(url, "s", kept._trial_id, "auto", False)   # --no-prune
+    monitor = TrialMonitor(url, "s", kept._trial_id, "auto", False)   # --no-prune
     assert monitor.poll(_clone_with_curve(tmp_path / "c2", [3.5, 3.2])) is False
     study.tell(kept, state=TrialState.FAIL)
     assert monitor.poll(tmp_path / "c2") is True   # not running any more: stop the run
@@ -149,19 +151,19 @@ def test_the_result_is_the_objective_from_eval_json(tmp_path):
     clone = _clone_with_curve(tmp_path / "clone", [3.0], pending=False)
     folder = clone / "out/train/job-x"
     (folder / "eval.json").write_text('{"loss": 2.5, "bpb": null}')
-    assert tune.TrialMonitor("sqlite://", "s", 0, "auto", True).result(clone) == \
+    assert TrialMonitor("sqlite://", "s", 0, "auto", True).result(clone) == \
         {"objective": 2.5, "metric": "loss"}
     (folder / "eval.json").write_text('{"loss": 2.5, "bpb": 1.25}')
-    assert tune.TrialMonitor("sqlite://", "s", 0, "auto", True).result(clone) == \
+    assert TrialMonitor("sqlite://", "s", 0, "auto", True).result(clone) == \
         {"objective": 1.25, "metric": "bpb"}
-    assert "no number 'exact'" in tune.TrialMonitor("sqlite://", "s", 0, "exact", True) \
+    assert "no number 'exact'" in TrialMonitor("sqlite://", "s", 0, "exact", True) \
         .result(clone)["error"]
 
 
 def test_a_pruned_trial_keeps_its_cut_experiment_and_says_so(tmp_path):
     url = f"sqlite:///{tmp_path / 'tune.db'}"
     dims = parse_space(["step.lr=log:0.001..0.1"], PARAMS)
-    study = tune.open_study(tune.open_storage(url), "s", dims, "auto", 8, 0, True)
+    study = studies.open_study(studies.open_storage(url), "s", dims, "auto", 8, 0, True)
     lines, ticks = [], []
     trials = [study.ask(distributions(dims)) for _ in range(3)]
     for trial in trials:
@@ -187,8 +189,8 @@ def test_a_pruned_trial_keeps_its_cut_experiment_and_says_so(tmp_path):
                        "(loss 2.4)"
     assert lines[1].endswith("; no experiment kept: dvc exp run -S ++step.stop_after_pass=2 "
                              "exited 1: stage step: training failed: loss did not fall")
-    assert tune.experiments(study) == ["tune-s-0", "tune-s-2"]   # the driver pulls these
-    table, best = tune.report(study, dims, 5, tty=False)
+    assert studies.experiments(study) == ["tune-s-0", "tune-s-2"]   # the driver pulls these
+    table, best = studies.report(study, dims, 5, tty=False)
     assert best == "tune-s-2"
     assert "3 trials, 1 complete, 2 pruned (1 kept as experiments with step.stop_after_pass)" \
         ", 0 failed" in table
@@ -199,22 +201,22 @@ def test_two_drivers_requeue_a_dead_drivers_trial_once(tmp_path, monkeypatch):
     # again, and one `ask` (of either driver) takes that copy; the other gets a new trial
     import time
 
-    monkeypatch.setattr(tune, "HEARTBEAT_S", 1)
-    monkeypatch.setattr(tune, "GRACE_S", 1)
+    monkeypatch.setattr(studies, "HEARTBEAT_S", 1)
+    monkeypatch.setattr(studies, "GRACE_S", 1)
     url = f"sqlite:///{tmp_path / 'tune.db'}"
     dims = parse_space(["step.lr=log:0.001..0.1"], PARAMS)
-    a, b = (tune.open_study(tune.open_storage(url), "s", dims, "auto", 8, seed, True)
+    a, b = (studies.open_study(studies.open_storage(url), "s", dims, "auto", 8, seed, True)
             for seed in (0, 1))
     dead = a.ask(distributions(dims))
     a._storage.record_heartbeat(dead._trial_id)
     time.sleep(2.5)
     for study in (b, a, b):
-        tune.fail_stale_trials(study)
+        fail_stale_trials(study)
     trials = a.get_trials()
     assert [t.state for t in trials] == [TrialState.FAIL, TrialState.WAITING]
     first, second = b.ask(distributions(dims)), a.ask(distributions(dims))
     assert first.params == dead.params and second.params != dead.params
-    retried = [tune.RetryHeartbeatStaleTrialCallback.retried_trial_number(
+    retried = [RetryHeartbeatStaleTrialCallback.retried_trial_number(
         a._storage.get_trial(t._trial_id)) for t in (first, second)]
     assert retried == [0, None]
 
@@ -254,7 +256,7 @@ def test_trials_that_all_fail_stop_the_run_instead_of_asking_forever(tmp_path, m
                                                                       space, error):
     url = f"sqlite:///{tmp_path / 'tune.db'}"
     dims = parse_space(space, PARAMS)
-    study = tune.open_study(tune.open_storage(url), "s", dims, "auto", 8, 0, True)
+    study = studies.open_study(studies.open_storage(url), "s", dims, "auto", 8, 0, True)
     submitted = []
 
     def submit(client, plan, name, overrides, scratch, monitor):
@@ -280,7 +282,7 @@ def test_trials_that_all_fail_stop_the_run_instead_of_asking_forever(tmp_path, m
 def test_a_success_between_failures_keeps_the_run_going(tmp_path, monkeypatch):
     url = f"sqlite:///{tmp_path / 'tune.db'}"
     dims = parse_space(["step.lr=log:0.001..0.1"], PARAMS)
-    study = tune.open_study(tune.open_storage(url), "s", dims, "auto", 4, 0, False)
+    study = studies.open_study(studies.open_storage(url), "s", dims, "auto", 4, 0, False)
     failed = {"state": "failed", "error": "a worker was lost", "seconds": 1.0}
     done = {"state": "done", "error": None, "seconds": 1.0,
             "result": {"objective": 2.0, "metric": "loss"}}

@@ -1,0 +1,160 @@
+"""`spark tune`'s study: the Optuna database that the driver (sweep/tune.py) and the
+workers' monitors (sweep/monitor.py) share (SQLite under out/ by default), opened or
+created for one search space and objective, and read back: its finished trials, the
+experiments they left, the table of the best and the points of its picture. Heartbeats
+mark a driver's running trials alive, so the trials of a driver that died turn stale
+and are queued again (docs/pipeline.md "Tuning")."""
+from __future__ import annotations
+
+import math
+import re
+import warnings
+from pathlib import Path
+
+import optuna
+from optuna.exceptions import ExperimentalWarning
+from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
+from optuna.trial import TrialState
+
+from sparktrain.core.errors import SparkError, columns, printable
+from sparktrain.core.jobfiles import OUT
+from sparktrain.sweep.space import describe, signature
+
+STORAGE_FILE = "tune.db"           # the default storage, under the project root's out/
+SPACE_ATTR = "spark_space"         # the study's user attribute holding its space's signature
+OBJECTIVE_ATTR = "spark_objective"
+STOPPED_ATTR = "stopped_after_pass"  # a pruned trial's: its experiment's step.stop_after_pass
+HEARTBEAT_S, GRACE_S = 2, 10       # a running trial without a heartbeat for GRACE_S is stale
+AUTO = "auto"                      # the objective: bpb when eval.json has it, else loss
+STUDY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
+FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+warnings.filterwarnings("ignore", category=ExperimentalWarning)  # heartbeats, the retry
+# our driver beats the heartbeats itself (study.optimize would, in one process)
+warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used")
+
+
+def default_storage(root: Path) -> str:
+    return f"sqlite:///{(root / OUT / STORAGE_FILE).resolve()}"
+
+
+def open_storage(url: str) -> RDBStorage:
+    """The study database, one line when it cannot be opened. SQLite waits for a lock
+    (the driver and every worker write to it) instead of failing at once."""
+    kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {}
+    if url.startswith("sqlite:///"):
+        Path(url[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+    try:
+        return RDBStorage(url, engine_kwargs=kwargs, heartbeat_interval=HEARTBEAT_S,
+                          grace_period=GRACE_S,
+                          heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(
+                              max_retry=None))
+    except Exception as err:  # SQLAlchemy's errors for a bad URL, driver or file are many
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise SparkError(f"cannot open the study storage {url}: {first}") from None
+
+
+def make_pruner(prune: bool):
+    """The median rule: from the 2nd pass on, a trial whose best held-out figure so far is
+    worse than the median of the finished trials' at that pass stops (after 3 finished)."""
+    if not prune:
+        return optuna.pruners.NopPruner()
+    return optuna.pruners.MedianPruner(n_startup_trials=3, n_warmup_steps=2)
+
+
+def check_study_name(name: str) -> str:
+    if not STUDY_NAME.fullmatch(name):
+        raise SparkError(f"--study {printable(name)!r}: a study name is letters, digits, _ and "
+                         f"- (at most 64, starting with a letter or digit): its trials are "
+                         f"the experiments tune-<study>-<n>")
+    return name
+
+
+def open_study(storage: RDBStorage, name: str, dims, objective: str, trials: int, seed: int,
+               prune: bool) -> optuna.Study:
+    """Create the study or load it; a study that holds another space (or objective) is
+    refused rather than mixed."""
+    study = optuna.create_study(storage=storage, study_name=name, direction="minimize",
+                                pruner=make_pruner(prune), load_if_exists=True)
+    # a resumed study's sampler starts where the last one stopped, not at the same draws
+    study.sampler = optuna.samplers.TPESampler(
+        seed=seed + len(study.get_trials(deepcopy=False)), constant_liar=True,
+        n_startup_trials=max(3, min(10, trials // 3)))
+    held = study.user_attrs.get(SPACE_ATTR)
+    if held is None:
+        study.set_user_attr(SPACE_ATTR, signature(dims))
+        study.set_user_attr(OBJECTIVE_ATTR, objective)
+    elif held != signature(dims):
+        raise SparkError(f"study {name!r} holds another search space ({describe(held)}); give "
+                         f"those -S again to resume it, or another --study")
+    elif study.user_attrs.get(OBJECTIVE_ATTR) != objective:
+        raise SparkError(f"study {name!r} minimises {study.user_attrs.get(OBJECTIVE_ATTR)!r}, "
+                         f"not {objective!r}; resume it with that --objective, or another "
+                         f"--study")
+    return study
+
+
+def finished(study: optuna.Study) -> int:
+    return len(study.get_trials(deepcopy=False, states=FINISHED))
+
+
+def experiments(study: optuna.Study) -> list[str]:
+    """The experiments of the study's complete trials and of its pruned ones that were
+    run again to the pass they were stopped at (pushed by their workers)."""
+    return [t.user_attrs["experiment"] for t in study.get_trials(deepcopy=False, states=FINISHED)
+            if "experiment" in t.user_attrs and
+            (t.state == TrialState.COMPLETE or STOPPED_ATTR in t.user_attrs)]
+
+
+def experiment_name(study: str, number: int) -> str:
+    return f"tune-{study}-{number}"
+
+
+def trial_points(study: optuna.Study) -> list:
+    """The study's finished trials as the picture draws them (tuneplot.TrialPoint)."""
+    from sparktrain.sweep.tuneplot import TrialPoint
+
+    points = []
+    for t in study.get_trials(deepcopy=False, states=FINISHED):
+        value = t.value if t.value is not None else \
+            t.intermediate_values[max(t.intermediate_values)] if t.intermediate_values else None
+        if value is not None and math.isfinite(value):
+            points.append(TrialPoint(t.number, t.state == TrialState.PRUNED, value, t.params))
+    return points
+
+
+def report(study: optuna.Study, dims, top: int, tty: bool | None = None) -> tuple[str, str | None]:
+    """(the table of the best complete trials and the counts, the best's experiment)."""
+    trials = study.get_trials(deepcopy=False)
+    done = sorted((t for t in trials if t.state == TrialState.COMPLETE),
+                  key=lambda t: (t.value, t.number))
+    metric = metric_name(study)
+    head = ["Trial", "Experiment", *(d.key for d in dims), metric, "Seconds"]
+    rows = [[str(t.number), t.user_attrs.get("experiment", "-"),
+             *(_cell(t.params.get(d.key)) for d in dims), f"{t.value:.5g}",
+             _cell(t.user_attrs.get("seconds"))] for t in done[:top]]
+    count = {s: sum(t.state == s for t in trials) for s in TrialState}
+    lines = columns(head, rows, rule=True, tty=tty) if rows else ["no complete trial yet"]
+    kept = sum(t.state == TrialState.PRUNED and STOPPED_ATTR in t.user_attrs for t in trials)
+    lines.append(f"study {study.study_name!r}: {len(trials)} trials, "
+                 f"{count[TrialState.COMPLETE]} complete, {count[TrialState.PRUNED]} pruned"
+                 + (f" ({kept} kept as experiments with step.stop_after_pass)" if kept else "")
+                 + f", {count[TrialState.FAIL]} failed"
+                 + (f", {count[TrialState.RUNNING]} running" if count[TrialState.RUNNING] else ""))
+    best = done[0].user_attrs.get("experiment") if done else None
+    return "\n".join(lines), best
+
+
+def _cell(value) -> str:
+    return "-" if value is None else f"{value:.5g}" if isinstance(value, float) else str(value)
+
+
+def metric_name(study: optuna.Study) -> str:
+    """The objective's eval.json key (auto: the one the complete trials read)."""
+    metric = study.user_attrs.get(OBJECTIVE_ATTR, AUTO)
+    if metric == AUTO:
+        read = {t.user_attrs.get("metric") for t in study.get_trials(
+            deepcopy=False, states=(TrialState.COMPLETE,))} - {None}
+        metric = read.pop() if len(read) == 1 else "objective"
+    return metric
