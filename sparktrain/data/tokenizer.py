@@ -15,6 +15,7 @@ from sparktrain.core.fsutil import canonical_json, read_input, sha256_bytes
 from sparktrain.core.jobfiles import TOKENIZER
 from sparktrain.core.progress import Progress
 from sparktrain.core.safeload import load_json
+from sparktrain.core.values import is_count
 
 
 class ByteTokenizer:
@@ -94,8 +95,7 @@ class BpeTokenizer:
 
 def train_bpe(texts: Sequence[str], vocab_size: int) -> BpeTokenizer:
     """Byte-level BPE on `texts` (the train split only): deterministic for the same texts."""
-    if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) \
-            or not MIN_BPE_VOCAB <= vocab_size <= MAX_VOCAB:
+    if not is_count(vocab_size) or not MIN_BPE_VOCAB <= vocab_size <= MAX_VOCAB:
         raise SparkError(f"vocab_size must be an integer in [{MIN_BPE_VOCAB}, {MAX_VOCAB}] for "
                          f"a BPE tokenizer (256 bytes + BOS/SEP/EOS), got {vocab_size!r}")
     tok = Tokenizer(models.BPE())

@@ -2,7 +2,6 @@
 tokenizer and the model card) and import, which gives back the same bytes (docs/export.md)."""
 from __future__ import annotations
 
-import math
 import os
 from pathlib import Path
 
@@ -16,7 +15,7 @@ from sparktrain.core.gate import check_target
 from sparktrain.core.jobfiles import TOKENIZER
 from sparktrain.core.publish import publish_dir, publish_file
 from sparktrain.core.safeload import load_json_file
-from sparktrain.core.values import is_number
+from sparktrain.core.values import integral, is_finite
 from sparktrain.export.card import CARD_FILE, job_records, model_card, tokenizer_kind
 from sparktrain.export.names import name_map, require_llama
 from sparktrain.export.tokenizer import model_tokenizer_json, special_ids, tokenizer_config
@@ -75,16 +74,17 @@ def spark_config(conf: dict, where: str) -> ModelConfig:
     eps = get("rms_norm_eps", 1e-6)
     if not _close(eps, RMS_EPS):
         raise SparkError(f"{where}: rms_norm_eps {eps!r}; Spark's RMSNorm uses {RMS_EPS}")
-    try:
-        dim, heads = _integer(get("hidden_size")), _integer(get("num_attention_heads"))
-        kv = get("num_key_value_heads")
-        kv = heads if kv is None else _integer(kv)  # 0 is a shape to refuse, not "unset"
-        cfg = ModelConfig(dim=dim, n_layer=_integer(get("num_hidden_layers")), n_head=heads,
-                          n_kv_head=kv, seq_len=_integer(get("max_position_embeddings")),
-                          vocab=_integer(get("vocab_size")))
-    except (TypeError, ValueError, OverflowError):
+    dim, layers, heads, seq_len, vocab = (integral(get(key)) for key in (
+        "hidden_size", "num_hidden_layers", "num_attention_heads", "max_position_embeddings",
+        "vocab_size"))
+    kv = get("num_key_value_heads")
+    kv = heads if kv is None else integral(kv)  # 0 is a shape to refuse, not "unset"
+    if None in (dim, layers, heads, seq_len, vocab, kv):
         raise SparkError(f"{where}: hidden_size, num_hidden_layers, num_attention_heads, "
-                         "max_position_embeddings and vocab_size must be integers") from None
+                         "num_key_value_heads, max_position_embeddings and vocab_size must be "
+                         "integers")
+    cfg = ModelConfig(dim=dim, n_layer=layers, n_head=heads, n_kv_head=kv, seq_len=seq_len,
+                      vocab=vocab)
     try:  # zero or negative shapes first: the checks below divide by them
         cfg = cfg.validate()
     except SparkError as err:
@@ -99,24 +99,9 @@ def spark_config(conf: dict, where: str) -> ModelConfig:
 
 
 def _close(value, want: float) -> bool:
-    """A finite JSON number within 1e-12 of `want` (NaN compares false: isfinite first;
-    an integer past float range is not close to anything)."""
-    if not is_number(value):
-        return False
-    try:
-        return math.isfinite(value) and abs(value - want) <= 1e-12
-    except OverflowError:
-        return False
-
-
-def _integer(value) -> int:
-    """An integer field: an int, or a float with an integer value (some writers emit
-    4096.0); anything else, NaN and infinities included, is a ValueError."""
-    if not is_number(value):
-        raise TypeError(value)
-    if isinstance(value, float) and not (math.isfinite(value) and value.is_integer()):
-        raise ValueError(value)
-    return int(value)
+    """A finite JSON number within 1e-12 of `want` (NaN and an integer past float range
+    are not close to anything)."""
+    return is_finite(value) and abs(value - want) <= 1e-12
 
 
 def _check_rope(conf: dict, where: str) -> None:

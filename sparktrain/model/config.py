@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, fields
 
 from sparktrain.vocab import BYTE_VOCAB, MAX_VOCAB
 from sparktrain.core.errors import SparkError
-from sparktrain.core.values import is_number
+from sparktrain.core.values import is_count, is_number
 
 VOCAB = BYTE_VOCAB
 MAX_PARAMS = 200_000_000
@@ -54,10 +54,9 @@ class ModelConfig:
         """Raise SparkError (one line) for an architecture we cannot build."""
         for f in ARCH_KEYS:
             v = getattr(self, f)
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            if not is_count(v) or v < 1:
                 raise SparkError(f"{f} must be a positive integer, got {v!r}")
-        if isinstance(self.vocab, bool) or not isinstance(self.vocab, int) \
-                or not VOCAB <= self.vocab <= MAX_VOCAB:
+        if not is_count(self.vocab) or not VOCAB <= self.vocab <= MAX_VOCAB:
             raise SparkError(f"vocab must be an integer in [{VOCAB}, {MAX_VOCAB}] (bytes, or "
                              f"a BPE tokenizer's vocab), got {self.vocab!r}")
         if self.n_layer > MAX_LAYERS:

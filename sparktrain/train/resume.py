@@ -11,7 +11,7 @@ from sparktrain.core.errors import SparkError
 from sparktrain.core.fsutil import canonical_json, sha256_bytes
 from sparktrain.core.jobfiles import RESUME_STATE, RESUME_TENSORS
 from sparktrain.core.safeload import load_json_file
-from sparktrain.core.values import number
+from sparktrain.core.values import is_count, number
 from sparktrain.model.base import Model
 from sparktrain.model.weights import check_params, config_from_meta, load_weights, weights_bytes
 from sparktrain.train import outputs
@@ -30,7 +30,7 @@ def initial_params(job: Job, model: Model, seed: int, salt: bytes,
                          f"this run has train_attn={model.cfg.train_attn}")
     check_params(params, model.cfg, job.base)
     step_n = meta.get("step_n", 0)
-    if not _count(step_n):
+    if not is_count(step_n):
         raise SparkError(f"base {job.base}: metadata step_n {step_n!r} is not a count")
     return params, step_n
 
@@ -104,14 +104,10 @@ def load_state(run, counts, say) -> None:
                 state["flops_seen"])
 
 
-def _count(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-
-
 def _check_state(state: dict, run) -> None:
     """resume.json's fields as save_state writes them, else ValueError naming the first bad one."""
     done, curve = state.get("done"), state.get("curve")
-    if not _count(done) or not 1 <= done < run.step.outer or done > run.step.passes():
+    if not is_count(done) or not 1 <= done < run.step.outer or done > run.step.passes():
         raise ValueError(f"done {done!r} is not a pass of this run")
     if not isinstance(curve, list) or len(curve) != done + 1 or not all(
             isinstance(p, dict) and p.get("outer") == i and isinstance(p.get("phase"), str)
@@ -119,7 +115,7 @@ def _check_state(state: dict, run) -> None:
             for i, p in enumerate(curve)):
         raise ValueError("its curve is not one finite point per pass")
     for key in ("tokens_seen", "clipped", "flops_seen"):
-        if not _count(state.get(key)):
+        if not is_count(state.get(key)):
             raise ValueError(f"{key} is not a count")
     sampler, fresh = run.data.sampler, run.data.sampler.state()
     try:  # the sampler takes the state and draws from it, or it is not this run's
