@@ -12,7 +12,7 @@ from pathlib import Path
 from sparktrain.core.errors import TrainingFailed
 from sparktrain.core.jobfiles import CHECKPOINT
 from sparktrain.repro.dvclock import restore_outputs
-from sparktrain.train.loop import step_job
+from sparktrain.train.loop import train
 from stages.common import params, run
 from stages.job import job_source
 
@@ -23,7 +23,7 @@ def step() -> Path:
     p = params()
     job, source = job_source(p)
     try:
-        step_job(job, p.step, p.model_config(), source)
+        train(job, p.step, p.model_config(), source)
     except TrainingFailed as err:  # recorded in failed.json; the last good outputs come back
         raise TrainingFailed(f"{err}; {restore_outputs(STAGE, job.out_dir)}") from None
     return job.out_dir / CHECKPOINT

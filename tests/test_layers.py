@@ -143,7 +143,7 @@ def test_libraries_never_import_the_command_layer():
     ("import sparktrain.train.loop\n", "sparktrain.train.loop"),
     ("from sparktrain.train import loop\n", "sparktrain.train.loop"),
     ("def f():\n    from sparktrain.cli import main\n", "sparktrain.cli"),
-    ("from .loop import run_step\n", "sparktrain.train.loop"),
+    ("from .loop import train_and_commit\n", "sparktrain.train.loop"),
 ])
 def test_the_reader_sees_each_form_of_import(tmp_path, source, expected):
     path = tmp_path / "x.py"

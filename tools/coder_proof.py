@@ -43,7 +43,7 @@ from sparktrain.model.weights import load_model
 from sparktrain.params import parse_params
 from sparktrain.train.recipes import dvc_set_flags
 from sparktrain.train.job import job_from_program
-from sparktrain.train.loop import run_step
+from sparktrain.train.loop import train_and_commit
 from sparktrain.core.safeload import load_yaml
 
 N_PROMPTS, PROMPT_CHARS, MAX_NEW = 3, 160, 48
@@ -104,7 +104,7 @@ def main(argv=None) -> int:
     corpus = source.read()
     print(f"prepared {len(corpus.train)} train / {len(corpus.heldout)} held-out files "
           f"({time.perf_counter() - t0:.0f}s)", file=sys.stderr)
-    result = run_step(job, p.step, p.model_config(), source)
+    result = train_and_commit(job, p.step, p.model_config(), source)
     ck = result.checkpoint
     tok, tok_sha256 = read_tokenizer(folder / TOKENIZER)
     params, cfg, _ = load_model(folder / WEIGHTS)

@@ -209,11 +209,11 @@ def run_and_record(job, knobs, step, cfg, labels: dict | None = None,
     loop's lines go to stderr (a bar on a terminal, train/live.py), `first_line` before
     them: a bad input, refused before training, stays the only line."""
     from sparktrain.data.source import source_for
-    from sparktrain.train.loop import step_job
+    from sparktrain.train.loop import train
     from sparktrain.train.live import StderrLines
 
-    result = step_job(job, step, cfg, source_for(job.dataset, knobs, heldout),
-                      labels=labels, progress=StderrLines(first_line))
+    result = train(job, step, cfg, source_for(job.dataset, knobs, heldout),
+                   labels=labels, progress=StderrLines(first_line))
     c = result.checkpoint
     return {"op": "STEP", "job": c["job"], "state": "trained", "trained": True,
             "not_sgd": c["not_sgd"], "step_n": c["step_n"], "loss_before": c["loss_before"],

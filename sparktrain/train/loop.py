@@ -121,7 +121,7 @@ def apply_update(run: _Run, counts: Counters, batch, where: str, t: int) -> None
               scale != 1.0, time.perf_counter() - ts)
 
 
-def _train(run: _Run, counts: Counters, watch: live.Watcher) -> None:
+def _run_passes(run: _Run, counts: Counters, watch: live.Watcher) -> None:
     """Outer passes of inner micro-steps; the curve point after each to the watcher."""
     step = run.step
     total = step.outer * step.inner
@@ -163,8 +163,8 @@ def out_of_memory_is_one_line(run: _Run):
             "outputs kept") from None
 
 
-def run_step(job: Job, step: StepConfig, cfg: ModelConfig, source: DataSource, *,
-             progress=None, labels: dict | None = None) -> StepResult:
+def train_and_commit(job: Job, step: StepConfig, cfg: ModelConfig, source: DataSource, *,
+                     progress=None, labels: dict | None = None) -> StepResult:
     """Train `job` on `source` (resuming this very run) and commit its outputs; `progress`:
     the lines (default stderr), `labels` (LABELS' keys): recorded in weights and checkpoint."""
     labels = dict(labels or {})
@@ -177,7 +177,7 @@ def run_step(job: Job, step: StepConfig, cfg: ModelConfig, source: DataSource, *
         with run.engine:
             load_state(run, counts, watch.say)
             with watch, out_of_memory_is_one_line(run):
-                _train(run, counts, watch)
+                _run_passes(run, counts, watch)
         changed = changed_tensors(run)
         check_learned(counts.curve, run.model.cfg.vocab)
         return commit(run, counts, changed, labels)
@@ -186,11 +186,13 @@ def run_step(job: Job, step: StepConfig, cfg: ModelConfig, source: DataSource, *
         raise
 
 
-def step_job(job, step, cfg, source, **run_kw):
-    """One attempt at STEP: run_step, non-finite warnings off; TrainingFailed: failed.json."""
+def train(job, step, cfg, source, **run_kw):
+    """One attempt at the job's STEP, as the step stage and `spark train` make it:
+    train_and_commit with numpy's non-finite warnings off; a TrainingFailed is recorded in
+    failed.json beside the last good outputs, then raised."""
     with quiet_nonfinite():
         try:
-            return run_step(job, step, cfg, source, **run_kw)
+            return train_and_commit(job, step, cfg, source, **run_kw)
         except TrainingFailed as err:
             run_failed(job, err, step)
             raise

@@ -43,8 +43,8 @@ class Clock:
 
 def _run(tmp_path, name="job", step=STEP, **kw):
     job = adhoc_job(str(ROOT / "data/train/dataset.jsonl"), str(tmp_path / name), None)
-    return loop.run_step(job, step, SCALES["tiny"], source_for(job.dataset, Defaults(), HELDOUT),
-                         **kw)
+    return loop.train_and_commit(job, step, SCALES["tiny"],
+                                 source_for(job.dataset, Defaults(), HELDOUT), **kw)
 
 
 def test_on_a_terminal_the_loop_draws_a_bar_over_its_micro_steps(tmp_path, monkeypatch):
@@ -182,7 +182,7 @@ def test_spark_train_on_a_real_terminal_draws_the_bar(tmp_path):
 
 
 def test_the_scale_proof_on_a_terminal_draws_the_bar(project):
-    """tools/proof.py calls run_step with the default progress: the bar on a terminal."""
+    """tools/proof.py calls train_and_commit with the default progress: the bar on a terminal."""
     rc, text = _on_a_pty([sys.executable, ROOT / "tools/proof.py", "scale", "--scale", "tiny",
                           "--outer", "1", "--inner", "2"], project)
     assert rc == 0, text

@@ -15,7 +15,7 @@ from sparktrain.params import Defaults, StepConfig, parse_params
 from sparktrain.train.job import adhoc_job, job_from_program
 from sparktrain.data.pairs import MinibatchSampler
 from sparktrain.train import records
-from sparktrain.train.loop import run_step
+from sparktrain.train.loop import train_and_commit
 from sparktrain.train.jobstate import job_state
 from sparktrain.train.outputs import parse_artifact
 
@@ -33,7 +33,7 @@ def _train(project, monkeypatch, step=StepConfig(), cfg=TINY, out="out/train/job
     monkeypatch.chdir(project)
     job = job_from_program(PROGRAM, "job-dry-001") if out == "out/train/job-dry-001" \
         else adhoc_job("data/train/dataset.jsonl", out, None)
-    return job, run_step(job, step, cfg, pairs(job), **QUIET)
+    return job, train_and_commit(job, step, cfg, pairs(job), **QUIET)
 
 
 def test_default_tiny_job_learns(project, monkeypatch):
@@ -107,7 +107,7 @@ def test_loss_that_does_not_fall_fails_loud_and_keeps_outputs(project, monkeypat
     rising = iter([3.0, 3.1, 3.2, 3.3, 3.4])
     monkeypatch.setattr(loop, "score", lambda *a: {"loss": next(rising)})
     with pytest.raises(TrainingFailed, match="loss did not fall"):
-        run_step(job, StepConfig(), TINY, pairs(job), **QUIET)
+        train_and_commit(job, StepConfig(), TINY, pairs(job), **QUIET)
     _assert_kept(folder, before)
 
 
@@ -116,7 +116,8 @@ def test_no_weight_change_fails_loud(project, monkeypatch):
     folder = project / job.out
     before = _outputs(folder)
     with pytest.raises(TrainingFailed, match="no weight changed"):
-        run_step(job, StepConfig(lr=1e-30, momentum=0, outer=1, inner=1), TINY, pairs(job), **QUIET)
+        train_and_commit(job, StepConfig(lr=1e-30, momentum=0, outer=1, inner=1), TINY, pairs(job),
+                         **QUIET)
     _assert_kept(folder, before)
 
 
@@ -131,7 +132,7 @@ def test_divergence_fails_loud_and_keeps_outputs(project, monkeypatch):
     save_weights(project / "out/huge.safetensors", params, meta)
     huge = adhoc_job("data/train/dataset.jsonl", job.out, "out/huge.safetensors")
     with np.errstate(all="ignore"), pytest.raises(TrainingFailed, match="diverged"):
-        run_step(huge, StepConfig(step=2), TINY, pairs(huge), **QUIET)
+        train_and_commit(huge, StepConfig(step=2), TINY, pairs(huge), **QUIET)
     _assert_kept(folder, before)
 
 
@@ -139,11 +140,12 @@ def test_resume_from_base_counts_steps(project, monkeypatch):
     job, first = _train(project, monkeypatch, out="out/first")
     base = "out/first/weights.safetensors"
     again = adhoc_job("data/train/dataset.jsonl", "out/second", base)
-    res = run_step(again, StepConfig(outer=1, inner=2, lr=0.01), TINY, pairs(again), **QUIET)
+    res = train_and_commit(again, StepConfig(outer=1, inner=2, lr=0.01), TINY, pairs(again),
+                           **QUIET)
     assert res.checkpoint["step_n"] == 2 and res.checkpoint["base_step_n"] == 1
     assert res.checkpoint["loss_before"] == pytest.approx(first.checkpoint["loss_after"], rel=1e-6)
     with pytest.raises(SparkError, match="greater than the base's step_n 1"):
-        run_step(again, StepConfig(step=1), TINY, pairs(again), **QUIET)
+        train_and_commit(again, StepConfig(step=1), TINY, pairs(again), **QUIET)
 
 
 def test_pool_fallback_trains_only_embed_and_head(project, monkeypatch):
@@ -157,7 +159,7 @@ def test_pool_fallback_trains_only_embed_and_head(project, monkeypatch):
     # an attention run cannot continue from the mean-pool weights
     onto = adhoc_job("data/train/dataset.jsonl", "out/attn", "out/pool/weights.safetensors")
     with pytest.raises(SparkError, match="trained with train_attn=False"):
-        run_step(onto, StepConfig(), TINY, pairs(onto), **QUIET)
+        train_and_commit(onto, StepConfig(), TINY, pairs(onto), **QUIET)
 
 
 def test_sampler_whole_dataset_in_file_order_and_seeded_epochs():
@@ -178,8 +180,8 @@ def test_heldout_loss_after_every_pass_matches_eval(project, monkeypatch):
     monkeypatch.chdir(project)
     job = job_from_program(PROGRAM, "job-dry-001")
     heldout = "data/eval/tiny_heldout.jsonl"
-    plain = run_step(job, StepConfig(), TINY, pairs(job), **QUIET).checkpoint
-    c = run_step(job, StepConfig(step=2), TINY, pairs(job, heldout), **QUIET).checkpoint
+    plain = train_and_commit(job, StepConfig(), TINY, pairs(job), **QUIET).checkpoint
+    c = train_and_commit(job, StepConfig(step=2), TINY, pairs(job, heldout), **QUIET).checkpoint
     assert c["heldout"] == heldout and "heldout" not in plain
     # the held-out file is only measured, never trained on: same training losses
     assert [e["loss"] for e in c["loss_curve"]] == [e["loss"] for e in plain["loss_curve"]]

@@ -48,7 +48,7 @@ def _run(tmp_path: Path, name: str, step: StepConfig, base=None, progress=None):
     source = source_for(PAIRS, Defaults(), heldout=HELDOUT)
     prepare_job(job.out_dir, source, "byte", 0)
     kw = dict(QUIET, progress=progress or QUIET["progress"])
-    return job, loop.run_step(job, step, SCALES["tiny"], source, **kw)
+    return job, loop.train_and_commit(job, step, SCALES["tiny"], source, **kw)
 
 
 def _curve_close(got: list[dict], want: list[dict]) -> None:
