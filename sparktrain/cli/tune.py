@@ -84,7 +84,7 @@ def cmd_tune(args) -> int:
                                one_machine=args.scheduler is None, say=say)
     t0 = time.perf_counter()
     counts = {"done": 0, "pruned": 0, "failed": 0}
-    have, whole = studies.finished(study), True
+    have, whole = len(study.get_trials(deepcopy=False, states=studies.FINISHED)), True
     if have < args.trials:
         whole = _run(args, driver, tune, plan, params, study, url, dims, have, counts, say)
     else:

@@ -27,12 +27,9 @@ class Dimension:
     add: bool = False           # `+key=`: a key params.yaml lacks
 
     def override(self, value) -> str:
-        """The `dvc exp run -S` argument that sets `value`."""
-        return ("+" if self.add else "") + f"{self.key}={_written(value)}"
-
-
-def _written(value) -> str:
-    return repr(value) if isinstance(value, float) else str(value)
+        """The `dvc exp run -S` argument that sets `value` (a float in full: repr)."""
+        written = repr(value) if isinstance(value, float) else str(value)
+        return ("+" if self.add else "") + f"{self.key}={written}"
 
 
 def parse_dimension(text: str) -> Dimension:

@@ -95,20 +95,12 @@ def open_study(storage: RDBStorage, name: str, dims, objective: str, trials: int
     return study
 
 
-def finished(study: optuna.Study) -> int:
-    return len(study.get_trials(deepcopy=False, states=FINISHED))
-
-
 def experiments(study: optuna.Study) -> list[str]:
     """The experiments of the study's complete trials and of its pruned ones that were
     run again to the pass they were stopped at (pushed by their workers)."""
     return [t.user_attrs["experiment"] for t in study.get_trials(deepcopy=False, states=FINISHED)
             if "experiment" in t.user_attrs and
             (t.state == TrialState.COMPLETE or STOPPED_ATTR in t.user_attrs)]
-
-
-def experiment_name(study: str, number: int) -> str:
-    return f"tune-{study}-{number}"
 
 
 def trial_points(study: optuna.Study) -> list:

@@ -17,7 +17,7 @@ from sparktrain.sweep.driver import SweepPlan, submit_point, task_failed
 from sparktrain.sweep.grid import Axis, invalid
 from sparktrain.sweep.monitor import TrialMonitor
 from sparktrain.sweep.space import distributions
-from sparktrain.sweep.study import FINISHED, HEARTBEAT_S, STOPPED_ATTR, experiment_name
+from sparktrain.sweep.study import FINISHED, HEARTBEAT_S, STOPPED_ATTR
 
 FAILED_IN_ROW = 3                  # this many failed trials in a row stop the run: a broken
                                    # recipe or space fails every trial, and failed ones never count
@@ -100,7 +100,7 @@ def _ask(study: optuna.Study, dims, params: dict) -> tuple:
     overrides = tuple(d.override(trial.params[d.key]) for d in dims)
     axes = [Axis(d.key, (), d.add) for d in dims]
     error = invalid(params, axes, [o.split("=", 1)[1] for o in overrides])
-    return trial, experiment_name(study.study_name, trial.number), overrides, error
+    return trial, f"tune-{study.study_name}-{trial.number}", overrides, error
 
 
 def _record(future, name: str) -> dict:
