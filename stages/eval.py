@@ -12,7 +12,7 @@ from sparktrain.core.fsutil import atomic_write_bytes, canonical_json, sha256_fi
 from sparktrain.core.jobfiles import CHECKPOINT, CORPUS, EVAL, EVAL_DETAIL, LOSS_PNG, TOKENIZER, WEIGHTS
 from sparktrain.model.weights import load_model
 from sparktrain.repro.dvclock import check_room
-from sparktrain.train.outputs import read_json
+from sparktrain.train.outputs import read_job_json
 from stages.common import params, run
 from stages.job import job_source
 
@@ -33,7 +33,7 @@ def eval_stage() -> Path:
     # (counts, per-family tables, samples, hashes) is a plain output beside it.
     headline, detail = split_headline(metrics)
     path = folder / EVAL
-    curve = (read_json(folder / CHECKPOINT) or {}).get("loss_curve") or []
+    curve = (read_job_json(folder / CHECKPOINT) or {}).get("loss_curve") or []
     heldout = heldout_points(headline, curve, path) if curve else None
     # every byte made before the first write: a disk without room for them and DVC's
     # copies is refused here, not by DVC after the stage succeeded

@@ -21,7 +21,7 @@ from sparktrain.core.values import is_finite, is_number
 from sparktrain.core.metric_keys import HEADLINE_KEYS, SHORT_HEADS
 from sparktrain.params import MAX_OUTER, Defaults
 from sparktrain.eval.experiments import (DvcExperiments, Experiments, ExpRecord, ExpRow,
-                                         read_json, read_params, read_record)
+                                         read_json_at, read_params, read_record)
 
 # values in one experiment's checkpoint.json: 3 a curve point, outer + 1 points at most
 CHECKPOINT_ITEMS = 4 * (MAX_OUTER + 1) + 10_000
@@ -135,7 +135,7 @@ def read_checkpoint(exp: Experiment, source: Experiments) -> dict:
     path = exp.source.job_file(CHECKPOINT)
     try:
         # a checkpoint holds outer + 1 points (step.outer is capped): far below this bound
-        ckpt = read_json(source, path, exp.rev, max_items=CHECKPOINT_ITEMS)
+        ckpt = read_json_at(source, path, exp.rev, max_items=CHECKPOINT_ITEMS)
     except SparkError as err:
         raise SparkError(f"experiment {exp.name}: its {path} is not readable ({err})") from None
     if ckpt is None:

@@ -71,7 +71,7 @@ class DvcExperiments:
 
         if rev not in self._held:
             for name in DVC_YAMLS:  # ours first: DVC's parser would expand an alias bomb
-                read_yaml(self, name, rev)
+                read_yaml_at(self, name, rev)
             self._held[rev] = Repo.open(self.repo, rev=rev, subrepos=True, uninitialized=True)
         return self._held[rev]
 
@@ -114,13 +114,13 @@ class DvcExperiments:
         return data
 
 
-def read_yaml(source: Experiments, path: str, rev: str):
+def read_yaml_at(source: Experiments, path: str, rev: str):
     """A YAML file at a rev, parsed with the bounded loader (None: no such file)."""
     data = source.read(path, rev)
     return None if data is None else load_yaml(data, f"{path} at {rev}")
 
 
-def read_json(source: Experiments, path: str, rev: str, max_items: int = MAX_ITEMS):
+def read_json_at(source: Experiments, path: str, rev: str, max_items: int = MAX_ITEMS):
     """A JSON file at a rev, parsed with the bounded loader (None: no such file)."""
     data = source.read(path, rev)
     return None if data is None else load_json(data, f"{path} at {rev}", max_items=max_items)
@@ -141,7 +141,7 @@ class ExpRecord:
 
 def read_params(source: Experiments, rev: str) -> dict:
     """params.yaml at a rev ({} when absent or not a mapping)."""
-    params = read_yaml(source, PARAMS_FILE, rev)
+    params = read_yaml_at(source, PARAMS_FILE, rev)
     return params if isinstance(params, dict) else {}
 
 
@@ -151,7 +151,7 @@ def read_record(source: Experiments, row: ExpRow) -> ExpRecord:
     params = read_params(source, row.rev)
     path = (job_dir(str(params.get("job"))) / EVAL).as_posix()
     try:
-        metrics = read_json(source, path, row.rev)
+        metrics = read_json_at(source, path, row.rev)
         error = None if isinstance(metrics, dict) else "not in the experiment"
     except SparkError as err:
         metrics, error = None, str(err)

@@ -20,7 +20,7 @@ from sparktrain.export.tokenizer import special_ids
 from sparktrain.model.config import ModelConfig, n_params
 from sparktrain.params import StepConfig
 from sparktrain.train.jobstate import job_state
-from sparktrain.train.outputs import read_json
+from sparktrain.train.outputs import read_job_json
 
 CARD_FILE = "README.md"
 # The knobs a checkpoint records (StepConfig's fields less those never recorded)
@@ -35,7 +35,7 @@ def job_records(weights: str | os.PathLike) -> dict:
     "state": job_state(...)}, or {} when the folder's checkpoint is not about
     these very weights (a copied or renamed file, an edited one)."""
     folder = Path(weights).parent
-    ckpt = read_json(folder / CHECKPOINT)
+    ckpt = read_job_json(folder / CHECKPOINT)
     if not isinstance(ckpt, dict) or Path(str(ckpt.get("weights", ""))).name != Path(weights).name:
         return {}
     state = job_state(folder)

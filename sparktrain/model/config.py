@@ -70,8 +70,7 @@ class ModelConfig:
         if not is_number(self.logit_cap) or not 0 <= self.logit_cap < math.inf:
             raise SparkError(f"logit_cap must be a number >= 0 (0 = off), got "
                              f"{self.logit_cap!r}")
-        if isinstance(self.bigram, bool) or not isinstance(self.bigram, int) \
-                or not 0 <= self.bigram <= MAX_BIGRAM:
+        if not is_count(self.bigram) or self.bigram > MAX_BIGRAM:
             raise SparkError(f"bigram must be an integer in [0, {MAX_BIGRAM}] (buckets; 0 = "
                              f"off), got {self.bigram!r}")
         if self.options() and not self.train_attn:

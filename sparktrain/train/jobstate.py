@@ -16,7 +16,7 @@ from sparktrain.core.jobfiles import (ARTIFACT, CHECKPOINT, CORPUS, CORPUS_FILES
 from sparktrain.core.metric_keys import split_headline
 from sparktrain.core.values import number
 from sparktrain.train.outputs import (current_file, held_elsewhere, journal_names,
-                                     parse_artifact, read_json)
+                                     parse_artifact, read_job_json)
 
 
 def _scrub(obj, depth: int = 0):
@@ -33,7 +33,7 @@ def _scrub(obj, depth: int = 0):
 
 
 def _record(path: Path):
-    rec = read_json(path)
+    rec = read_job_json(path)
     return _scrub(rec) if isinstance(rec, dict) else None
 
 

@@ -232,7 +232,7 @@ def _roll_in(fd: int, name: str) -> None:
     _remove_entry(fd, old)
 
 
-def read_json(path: Path):
+def read_job_json(path: Path):
     """A job file's JSON, None when it is missing or unreadable (job_state says which)."""
     try:
         return load_json_file(path, "job file")
@@ -242,7 +242,7 @@ def read_json(path: Path):
 
 def journal_names(folder: Path) -> list[str]:
     """The job files a `.commit` names; only our fixed names count, anything else is none."""
-    names = read_json(folder / JOURNAL) if (folder / JOURNAL).is_file() else None
+    names = read_job_json(folder / JOURNAL) if (folder / JOURNAL).is_file() else None
     return [n for n in JOURNALLED if n in names] if isinstance(names, list) else []
 
 

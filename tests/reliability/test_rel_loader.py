@@ -76,7 +76,7 @@ def _readers(tmp: Path):
     from sparktrain.params import load_params
     from sparktrain.repro.dvclock import read_lock
     from sparktrain.sweep.grid import lock_outputs
-    from sparktrain.train.outputs import read_json
+    from sparktrain.train.outputs import read_job_json
 
     def at(name: str, text: str) -> Path:
         path = tmp / name
@@ -93,7 +93,7 @@ def _readers(tmp: Path):
         "dvc.lock": lambda t: read_lock(at("dvc.lock", t)),
         "tokenizer.json": lambda t: parse_tokenizer(t.encode("utf-8", "surrogatepass"), "tok"),
         "config.json": lambda t: _json_object(at("hf/config.json", t), "config.json"),
-        "job file": lambda t: read_json(at("job/checkpoint.json", t)),
+        "job file": lambda t: read_job_json(at("job/checkpoint.json", t)),
         "files.json": lambda t: read_prepared(at("corpus/files.json", t).parent),
         "pairs row": lambda t: read_pairs(at("pairs.jsonl", t.replace("\n", " ") + "\n")),
         "text row": lambda t: TextSource(str(at("rows.jsonl", t.replace("\n", " ") + "\n")),

@@ -42,7 +42,7 @@ def test_a_read_is_bounded():
     assert _reader(b"x" * ex.MAX_FILE_BYTES).read("out/big.json", "abc1234") == \
         b"x" * ex.MAX_FILE_BYTES
     with pytest.raises(SparkError, match="NaN is not a JSON number"):
-        ex.read_json(_reader(b"[1, NaN]"), "out/eval.json", "abc1234")
+        ex.read_json_at(_reader(b"[1, NaN]"), "out/eval.json", "abc1234")
 
 
 def _run(cwd, *cmd):
@@ -78,7 +78,7 @@ def test_the_real_dvc_lists_and_reads_two_experiments(tmp_path, monkeypatch):
     # each experiment's own output, from the cache by its commit's dvc.lock
     losses = [json.loads(reader.read("out.json", r.rev))["loss"] for r in experiments]
     assert losses == [0.4, 0.6]                        # oldest first
-    assert ex.read_yaml(reader, "params.yaml", experiments[0].rev) == {"step": {"lr": 0.2}}
+    assert ex.read_yaml_at(reader, "params.yaml", experiments[0].rev) == {"step": {"lr": 0.2}}
     assert reader.read("no-such-file", experiments[0].rev) is None
     reader.close()
     monkeypatch.chdir(Path(tmp_path).parent)
