@@ -1,7 +1,7 @@
 """`spark tune`'s study: the Optuna database that the driver (sweep/tune.py) and the
 workers' monitors (sweep/monitor.py) share (SQLite under out/ by default), opened or
-created for one search space and objective, and read back: its finished trials, the
-experiments they left, the table of the best and the points of its picture. Heartbeats
+created for one search space and objective, and read back: the experiments its trials
+left, the table of the best and the points of its picture. Heartbeats
 mark a driver's running trials alive, so the trials of a driver that died turn stale
 and are queued again (docs/pipeline.md "Tuning")."""
 from __future__ import annotations
