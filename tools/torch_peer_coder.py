@@ -52,6 +52,7 @@ try:
 except ImportError:  # checked in main(), so --help works without it
     torch = F = None
 
+PEER_OPTIONS = {"mlp", "logit_cap"}  # the arch options logits_of computes
 LOSS_BATCH = 16  # windows per forward over the held-out stream, as the corpus loop
 
 
@@ -78,7 +79,7 @@ def logits_of(p: dict, inputs, cfg, cos, sin):
     C, H, KV, hd = cfg.dim, cfg.n_head, cfg.n_kv_head, cfg.head_dim
     x = p["spark.embed.weight"][inputs]                                   # (B, T, C)
     for L in range(cfg.n_layer):
-        w = {k: p[n] for k, n in layer_names(L).items()}
+        w = {k: p[n] for k, n in layer_names(L).items() if n in p}  # relu2: no mlp_gate
         h = F.rms_norm(x, (C,), w["attn_norm"], eps=RMS_EPS)             # (B, T, C)
         q = (h @ w["q"].T).view(B, T, H, hd).transpose(1, 2)             # (B, H, T, hd)
         k = (h @ w["k"].T).view(B, T, KV, hd).transpose(1, 2)            # (B, KV, T, hd)
@@ -87,9 +88,15 @@ def logits_of(p: dict, inputs, cfg, cos, sin):
                                            is_causal=True, enable_gqa=True)  # (B, H, T, hd)
         x = x + y.transpose(1, 2).reshape(B, T, C) @ w["o"].T
         h = F.rms_norm(x, (C,), w["mlp_norm"], eps=RMS_EPS)
-        x = x + (F.silu(h @ w["mlp_gate"].T) * (h @ w["mlp_up"].T)) @ w["mlp_down"].T
+        if cfg.mlp == "relu2":                                            # arch.mlp: relu2
+            x = x + F.relu(h @ w["mlp_up"].T).square() @ w["mlp_down"].T
+        else:
+            x = x + (F.silu(h @ w["mlp_gate"].T) * (h @ w["mlp_up"].T)) @ w["mlp_down"].T
     x = F.rms_norm(x, (C,), p["spark.final_norm.weight"], eps=RMS_EPS)
-    return x @ p["spark.lm_head.weight"].T                                # (B, T, V)
+    logits = x @ p["spark.lm_head.weight"].T                              # (B, T, V)
+    if cfg.logit_cap:                                                     # arch.logit_cap
+        logits = cfg.logit_cap * torch.tanh(logits / cfg.logit_cap)
+    return logits
 
 
 def initial_tensors(job, cfg, seed: int) -> dict:
@@ -185,9 +192,10 @@ def heldout_bpb(p: dict, cfg, data, tokenizer) -> dict:
 def run_peer(params_doc: dict, threads: int, prepare: bool = False,
              progress=lambda line: None) -> dict:
     p = parse_params(params_doc)
-    if p.model_config().options() or p.step.muon_ns != "jordan" or p.step.init_out == "zero_head":
-        raise SparkError("the PyTorch peer trains the plain Llama recipe: drop the arch "
-                         "options, step.muon_ns and init_out zero_head")
+    other = sorted(set(p.model_config().options()) - PEER_OPTIONS)
+    if other or p.step.muon_ns != "jordan" or p.step.init_out == "zero_head":
+        raise SparkError(f"the PyTorch peer trains the Llama recipe with arch mlp and logit_cap "
+                         f"only: drop {', '.join(other) or 'step.muon_ns and init_out zero_head'}")
     job = job_from_program(p.program, p.job)
     if prepare:
         prepare_job(job.out_dir, source_for(job.dataset, p), p.tokenizer, p.vocab_size)

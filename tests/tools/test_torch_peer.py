@@ -28,13 +28,15 @@ STEP = {"outer": 1, "inner": 3, "lr": 0.01, "batch_size": 4, "seed": 0, "clip": 
         "min_lr": 0.001}
 
 
-def test_the_peer_model_is_the_project_model():
-    params = build_model(CFG).init_params(0, b"peer")
-    inputs = np.random.default_rng(0).integers(0, CFG.vocab, (3, CFG.seq_len))
-    want = build_model(CFG).forward_logits(params, inputs)
-    cos, sin = peer.rope_tables(CFG.seq_len, CFG.head_dim)
+@pytest.mark.parametrize("options", [{}, {"mlp": "relu2", "logit_cap": 3.0}])
+def test_the_peer_model_is_the_project_model(options):
+    cfg = dataclasses.replace(CFG, **options)
+    params = build_model(cfg).init_params(0, b"peer")
+    inputs = np.random.default_rng(0).integers(0, cfg.vocab, (3, cfg.seq_len))
+    want = build_model(cfg).forward_logits(params, inputs)
+    cos, sin = peer.rope_tables(cfg.seq_len, cfg.head_dim)
     got = peer.logits_of({n: torch.from_numpy(a) for n, a in params.items()},
-                         torch.from_numpy(inputs), CFG, cos, sin).numpy()
+                         torch.from_numpy(inputs), cfg, cos, sin).numpy()
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
 
 
@@ -89,5 +91,5 @@ def test_the_peer_trains_the_tiny_coder_job_and_measures_bpb_the_project_way(pro
 def test_the_peer_refuses_what_it_does_not_implement(change):
     doc = {"job": "job-coder-tiny", "program": "data/programs/train-coder.sparkbc",
            "step": STEP, **change}
-    with pytest.raises(peer.SparkError, match="plain Llama recipe"):
+    with pytest.raises(peer.SparkError, match="the Llama recipe with arch mlp and logit_cap"):
         peer.run_peer(doc, threads=1)
