@@ -9,11 +9,12 @@ from typing import Sequence
 import numpy as np
 
 from sparktrain.core.errors import SparkError
-from sparktrain.model.config import BIGRAM, Arch
+from sparktrain.model.config import BIGRAM, VALUE_MIX, Arch
 
 INIT_STD = 0.02
 RESIDUAL_OUT = ("o.weight", "mlp_down.weight")
 HEAD = "spark.lm_head.weight"  # zeroed too by init_out zero_head
+VALUE_MIX_INIT = 0.5  # value_residual: each layer starts half its own values, half the first's
 
 
 def init_rng(seed: int, salt: bytes = b"") -> np.random.Generator:
@@ -38,8 +39,9 @@ class Model(Arch):
         resid_std = INIT_STD / np.sqrt(2 * self.cfg.n_layer)
         params = {}
         for name, shape in self.param_shapes().items():
-            if len(shape) == 1:
-                params[name] = np.ones(shape, dtype=dtype)
+            if len(shape) == 1:  # norms, and unet's skip weights: 1, as the speedrun's
+                params[name] = np.full(shape, VALUE_MIX_INIT if name == VALUE_MIX else 1.0,
+                                       dtype=dtype)
                 continue
             std = resid_std if name.endswith(RESIDUAL_OUT) else INIT_STD
             params[name] = (rng.standard_normal(shape) * std).astype(dtype)

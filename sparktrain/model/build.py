@@ -14,7 +14,8 @@ import numpy as np
 
 from sparktrain.model import backend, layers, options
 from sparktrain.model.base import Model, PoolBatch, TokenBatch, right_pad
-from sparktrain.model.config import BIGRAM, AttentionArch, MeanPoolArch, ModelConfig, layer_names
+from sparktrain.model.config import (BIGRAM, SKIP, VALUE_MIX, AttentionArch, MeanPoolArch,
+                                     ModelConfig, layer_names)
 
 
 class BlockCache(NamedTuple):
@@ -22,6 +23,7 @@ class BlockCache(NamedTuple):
     h2: np.ndarray                   # (N, C) h, rows flattened
     w_planes: np.ndarray             # (2, X, C) q and k weights as rope's two planes
     w_v: np.ndarray                  # (KV hd, C)
+    value_mix: options.ValueMixCache | None  # v = (1 - lam) v + lam v1 (value_residual, L > 0)
     rope: layers.RopeCache
     qk_norm: layers.RmsNormCache | None  # heads = rmsnorm(heads) per head (qk_norm option)
     attention: layers.AttentionCache
@@ -34,6 +36,7 @@ class TrunkCache(NamedTuple):
     embed: layers.EmbeddingCache
     bigram: layers.EmbeddingCache | None  # x += bigram[hash(prev, cur)] (bigram option)
     blocks: list[BlockCache]         # one per layer
+    skips: dict[int, options.SkipCache]  # x = x + w skip before block L (unet option), by L
     final_norm: layers.RmsNormCache
 
 
@@ -68,9 +71,10 @@ class Transformer(AttentionArch, Model):
     cfg (docs/training.md "Architecture options") each one more layer pair in the chain."""
     batch_type = TokenBatch
 
-    def _block_forward(self, x, params, L):
-        """One pre-norm block: x (B, T, C) -> (B, T, C), BlockCache; q and k come out as
-        rope's two planes (_qk_planes), regrouped per head after rope."""
+    def _block_forward(self, x, params, L, v1=None):
+        """One pre-norm block: x (B, T, C) -> (B, T, C), BlockCache, its values (N, KV hd);
+        q and k come out as rope's two planes (_qk_planes), regrouped per head after rope.
+        v1: the first block's values, mixed into these (value_residual), else None."""
         w = {k: params[n] for k, n in layer_names(L).items() if n in params}
         mlp_names, mlp_forward, _ = MLPS[self.cfg.mlp]
         be = backend.of(x)
@@ -90,8 +94,12 @@ class Transformer(AttentionArch, Model):
         c_qk = None
         if self.cfg.qk_norm:  # rope rotates pairs: the norm of a head is the same before it
             heads, c_qk = layers.rmsnorm_forward(heads, be.ones((hd,), heads))
-        v = h2 @ w["v"].T                                              # (N, KV hd)
-        v = be.permute(xp.reshape(v, (B, T, KV, hd)), (0, 2, 1, 3))    # (B, KV, T, hd) a view
+        v2 = h2 @ w["v"].T                                             # (N, KV hd)
+        c_mix = None
+        if v1 is not None:
+            lam = params[VALUE_MIX][L - 1:L]                           # (1,)
+            v2, c_mix = options.value_mix_forward(v2, v1, lam)         # (N, KV hd)
+        v = be.permute(xp.reshape(v2, (B, T, KV, hd)), (0, 2, 1, 3))   # (B, KV, T, hd) a view
         y, c_att = layers.attention_forward(heads[:, :H, ...], heads[:, H:, ...], v)  # (B,H,T,hd)
         y = xp.reshape(be.permute(y, (0, 2, 1, 3)), (B, T, C))        # (B, T, C) numpy: a view
         att_out, c_o = layers.linear_forward(y, w["o"])                # (B, T, C)
@@ -102,11 +110,13 @@ class Transformer(AttentionArch, Model):
                                      *(w[k] for k in mlp_names))      # (N, C)
         mlp_out = xp.reshape(mlp_out, (B, T, C))
         mlp_out += x                                                   # x = x + mlp_out
-        return mlp_out, BlockCache(c_n1, h2, w_planes, w["v"], c_rope, c_qk, c_att, c_o, c_n2,
-                             c_mlp)
+        return mlp_out, BlockCache(c_n1, h2, w_planes, w["v"], c_mix, c_rope, c_qk, c_att, c_o,
+                                   c_n2, c_mlp), v2
 
-    def _block_backward(self, dx, cache: BlockCache, L, grads):
-        """Reverse of _block_forward; writes this layer's grads, returns dx (B, T, C)."""
+    def _block_backward(self, dx, cache: BlockCache, L, grads, dv1=None):
+        """Reverse of _block_forward; writes this layer's grads, returns dx (B, T, C), the
+        gradient of the first block's values so far (value_residual; None once block 0 took
+        it, or without the option) and that of the block's mixing weight (or None)."""
         names = layer_names(L)
         be = backend.of(dx)
         xp = be.xp
@@ -134,6 +144,13 @@ class Transformer(AttentionArch, Model):
             dvt = be.permute(dv, (0, 2, 1, 3))                         # (B, T, KV, hd)
         # v = (h2 @ Wv.T) regrouped per head
         dv2 = xp.reshape(dvt, (N, KV * hd))                            # (N, KV hd)
+        dlam = None
+        if cache.value_mix is not None:
+            # v = (1 - lam) v + lam v1
+            dv2, dv1_here, dlam = options.value_mix_backward(dv2, cache.value_mix)
+            dv1 = dv1_here if dv1 is None else dv1 + dv1_here         # (N, KV hd)
+        elif dv1 is not None:  # block 0: its values are v1 too
+            dv2, dv1 = dv2 + dv1, None
         grads[names["v"]] = dv2.T @ cache.h2                           # (KV hd, C)
         dh = dv2 @ cache.w_v                                           # (N, C)
         if cache.qk_norm is not None:
@@ -156,7 +173,7 @@ class Transformer(AttentionArch, Model):
         dxn, grads[names["attn_norm"]] = layers.rmsnorm_backward(xp.reshape(dh, (B, T, C)),
                                                                  cache.attn_norm)
         dxn += dx                                                      # dx + dxn
-        return dxn
+        return dxn, dv1, dlam
 
     def _trunk_forward(self, params, host_inputs):
         """embed -> blocks -> final norm: host inputs (B, T) -> hidden (B, T, C), TrunkCache."""
@@ -168,19 +185,41 @@ class Transformer(AttentionArch, Model):
             ids = options.bigram_ids(host_inputs, self.cfg.vocab, self.cfg.bigram)  # (B, T)
             xb, c_big = layers.embedding_forward(be.asarray(ids, embed), params[BIGRAM])
             x = x + xb                                                 # (B, T, C)
-        c_blocks = []
-        for L in range(self.cfg.n_layer):
-            x, c = self._block_forward(x, params, L)                   # (B, T, C)
+        n = self.cfg.n_layer
+        skip_from = n - n // 2 if self.cfg.unet else n  # blocks from here take a skip
+        c_blocks, c_skips, outs, v1 = [], {}, [], None
+        for L in range(n):
+            if L >= skip_from:  # block n-1-i's input takes block i's output, weighted
+                i = n - 1 - L
+                x, c_skips[L] = options.skip_forward(x, outs[i], params[SKIP][i:i + 1])
+            x, c, v = self._block_forward(x, params, L, v1)            # (B, T, C)
             c_blocks.append(c)
+            if L < n - skip_from:
+                outs.append(x)
+            if L == 0 and self.cfg.value_residual:
+                v1 = v                                                 # (N, KV hd)
         hf, c_fn = layers.rmsnorm_forward(x, params["spark.final_norm.weight"])  # (B, T, C)
-        return hf, TrunkCache(c_emb, c_big, c_blocks, c_fn)
+        return hf, TrunkCache(c_emb, c_big, c_blocks, c_skips, c_fn)
 
     def _trunk_backward(self, dhf, cache: TrunkCache, grads):
         """Reverse of _trunk_forward; writes the grads of every tensor but lm_head."""
         # hf = rmsnorm(x, final_norm)
         dx, grads["spark.final_norm.weight"] = layers.rmsnorm_backward(dhf, cache.final_norm)
-        for L in reversed(range(self.cfg.n_layer)):
-            dx = self._block_backward(dx, cache.blocks[L], L, grads)  # (B, T, C)
+        n = self.cfg.n_layer
+        dv1, dlams, dskips, dws = None, {}, {}, {}
+        for L in reversed(range(n)):
+            if L in dskips:
+                # block L's output went on as block n-1-L's skip too
+                dx = dx + dskips.pop(L)                                # (B, T, C)
+            dx, dv1, dlams[L] = self._block_backward(dx, cache.blocks[L], L, grads, dv1)
+            if L in cache.skips:
+                # x = x + w skip, skip = block (n-1-L)'s output
+                dx, dskips[n - 1 - L], dws[n - 1 - L] = options.skip_backward(dx, cache.skips[L])
+        be = backend.of(dx)
+        if self.cfg.value_residual:
+            grads[VALUE_MIX] = be.concat([dlams[L] for L in range(1, n)])  # (n - 1,)
+        if self.cfg.unet:
+            grads[SKIP] = be.concat([dws[i] for i in range(n // 2)])      # (n // 2,)
         if cache.bigram is not None:
             # x = x + bigram[ids]
             grads[BIGRAM] = layers.embedding_backward(dx, cache.bigram)

@@ -36,6 +36,8 @@ class ModelConfig:
     qk_norm: bool = False  # q and k rms-normalised per head (no weight) before the scores
     logit_cap: float = 0.0  # > 0: logits = cap * tanh(logits / cap); 0 = off
     bigram: int = 0        # > 0: buckets of a hashed (previous, current) token embedding
+    value_residual: bool = False  # layers 1.. mix the first layer's values into their own
+    unet: bool = False     # block i's output added (weighted) to block n_layer-1-i's input
 
     @property
     def head_dim(self) -> int:
@@ -73,6 +75,12 @@ class ModelConfig:
         if not is_count(self.bigram) or self.bigram > MAX_BIGRAM:
             raise SparkError(f"bigram must be an integer in [0, {MAX_BIGRAM}] (buckets; 0 = "
                              f"off), got {self.bigram!r}")
+        for name in ("value_residual", "unet"):
+            if not isinstance(getattr(self, name), bool):
+                raise SparkError(f"{name} must be true or false, got {getattr(self, name)!r}")
+            if getattr(self, name) and self.n_layer < 2:
+                raise SparkError(f"{name} needs at least 2 layers (it joins layers), got "
+                                 f"n_layer {self.n_layer}")
         if self.options() and not self.train_attn:
             raise SparkError(f"the options {', '.join(self.options())} need the attention "
                              f"model (train_attn: true)")
@@ -103,7 +111,8 @@ class ModelConfig:
 
 
 # the options and their defaults: absent from a recorded arch means the default
-OPTION_DEFAULTS = {"mlp": "swiglu", "qk_norm": False, "logit_cap": 0.0, "bigram": 0}
+OPTION_DEFAULTS = {"mlp": "swiglu", "qk_norm": False, "logit_cap": 0.0, "bigram": 0,
+                   "value_residual": False, "unet": False}
 MAX_BIGRAM = 1 << 20  # buckets
 MLPS = ("swiglu", "relu2")
 # a scale's keys: vocab comes from the tokenizer, train_attn from the step knobs
@@ -156,6 +165,10 @@ class Arch:
 
 
 BIGRAM = "spark.bigram.weight"  # the bigram option's table: (buckets, dim)
+# value_residual's mixing weights: entry L - 1 is layer L's lambda, (n_layer - 1,)
+VALUE_MIX = "spark.value_mix.weight"
+# unet's skip weights: entry i scales block i's output into block n_layer-1-i, (n_layer // 2,)
+SKIP = "spark.skip.weight"
 LAYER_TENSORS = ("attn_norm", "q", "k", "v", "o", "mlp_norm", "mlp_gate", "mlp_up", "mlp_down")
 
 
@@ -190,21 +203,26 @@ class AttentionArch(Arch):
         return shapes
 
     def outer_shapes(self) -> dict[str, tuple[int, ...]]:
-        d, v = self.cfg.dim, self.cfg.vocab
-        shapes = {"spark.embed.weight": (v, d), "spark.final_norm.weight": (d,),
-                  "spark.lm_head.weight": (v, d)}
-        if self.cfg.bigram:
-            shapes[BIGRAM] = (self.cfg.bigram, d)
-        return shapes
+        """The tensors outside the blocks, in table order: those before the blocks (the
+        embeddings), then those after."""
+        cfg = self.cfg
+        d, v = cfg.dim, cfg.vocab
+        shapes = {"spark.embed.weight": (v, d)}
+        if cfg.bigram:
+            shapes[BIGRAM] = (cfg.bigram, d)
+        if cfg.value_residual:
+            shapes[VALUE_MIX] = (cfg.n_layer - 1,)
+        if cfg.unet:
+            shapes[SKIP] = (cfg.n_layer // 2,)
+        return {**shapes, "spark.final_norm.weight": (d,), "spark.lm_head.weight": (v, d)}
 
     def param_shapes(self) -> dict[str, tuple[int, ...]]:
         layer, outer = self.layer_shapes(), self.outer_shapes()
-        head = [name for name in outer if name != BIGRAM]  # embed, [bigram,] blocks, the rest
+        before = [name for name in ("spark.embed.weight", BIGRAM) if name in outer]
         blocks = [(name, layer[key]) for L in range(self.cfg.n_layer)
                   for key, name in layer_names(L).items() if key in layer]
-        first = [(head[0], outer[head[0]])] + ([(BIGRAM, outer[BIGRAM])] if BIGRAM in outer
-                                               else [])
-        return dict([*first, *blocks, *((n, outer[n]) for n in head[1:])])
+        return dict([*((n, outer[n]) for n in before), *blocks,
+                     *((n, s) for n, s in outer.items() if n not in before)])
 
     @property
     def n_params(self) -> int:

@@ -1,6 +1,6 @@
 """Forward/backward layer pairs of the opt-in architecture options (docs/training.md,
-"Architecture options"): the ReLU^2 MLP, the logit soft-cap and the bigram option's hashed
-ids. Each is off unless params.yaml's `arch` names it; model/build.py chains them in. The
+"Architecture options"): the ReLU^2 MLP, the logit soft-cap, the bigram option's hashed
+ids, the value residual's mix and the U-net's weighted skip. Each is off unless params.yaml's `arch` names it; model/build.py chains them in. The
 conventions are those of model/layers.py (returns, comments, shapes).
 """
 from __future__ import annotations
@@ -25,6 +25,16 @@ class Relu2Cache(NamedTuple):
 class SoftCapCache(NamedTuple):
     t: np.ndarray          # (..., V) tanh(x / cap)
     cap: float
+
+
+class ValueMixCache(NamedTuple):
+    diff: np.ndarray       # (N, D) v1 - v
+    lam: np.ndarray        # (1,)
+
+
+class SkipCache(NamedTuple):
+    skip: np.ndarray       # (..., C) the earlier block's output
+    w: np.ndarray          # (1,)
 
 
 # ------------------------------------------------------------ bigram ids
@@ -77,3 +87,43 @@ def softcap_backward(dout, cache):
     t, cap = cache
     # out = cap * tanh(x / cap):  dx = dout * (1 - t^2)
     return dout - dout * (t * t)                             # (..., V)
+
+
+# ------------------------------------------------------------ value residual
+
+def value_mix_forward(v, v1, lam):
+    """(1 - lam) v + lam v1 (the `value_residual` option): a layer's values v (N, D) moved
+    towards the first layer's v1 (N, D) by its learned scalar lam (1,)."""
+    diff = v1 - v                                            # (N, D)
+    return v + lam * diff, ValueMixCache(diff, lam)
+
+
+def value_mix_backward(dout, cache):
+    """Returns (dv, dv1, dlam)."""
+    diff, lam = cache
+    xp = backend.of(dout).xp
+    # out = (1 - lam) v + lam v1
+    dv1 = dout * lam                                         # (N, D)
+    dv = dout - dv1                                          # (N, D)
+    # out = v + lam (v1 - v):  dlam = sum(dout * (v1 - v))
+    dlam = xp.reshape(xp.sum(dout * diff), (1,))             # (1,)
+    return dv, dv1, dlam
+
+
+# ------------------------------------------------------------ u-net skip
+
+def skip_forward(x, skip, w):
+    """x + w skip (the `unet` option): a block's input x (B, T, C) plus the output of its
+    mirror block, skip (B, T, C), scaled by a learned scalar w (1,). A new array: x and
+    skip may be the same one."""
+    return x + w * skip, SkipCache(skip, w)
+
+
+def skip_backward(dout, cache):
+    """Returns (dx, dskip, dw); dx is dout itself."""
+    skip, w = cache
+    xp = backend.of(dout).xp
+    # out = x + w skip
+    dskip = dout * w                                         # (B, T, C)
+    dw = xp.reshape(xp.sum(dout * skip), (1,))               # (1,)
+    return dout, dskip, dw
