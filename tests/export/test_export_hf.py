@@ -308,7 +308,8 @@ def test_a_checkpoint_holding_nan_is_refused(exported, tmp_path):
 
 
 @pytest.mark.parametrize("option, value", [("mlp", "relu2"), ("qk_norm", True),
-                                           ("logit_cap", 15.0), ("bigram", 64)])
+                                           ("logit_cap", 15.0), ("bigram", 64),
+                                           ("value_residual", True), ("unet", True)])
 @pytest.mark.parametrize("to", ["hf", "gguf"])
 def test_an_option_llama_cannot_express_is_refused_naming_it(tmp_path, option, value, to):
     import dataclasses

@@ -23,7 +23,10 @@ BASE = dict(dim=16, n_layer=2, n_head=4, n_kv_head=2, seq_len=8, vocab=300)
 OPTIONS = {"default": {}, "relu2": {"mlp": "relu2"}, "qk_norm": {"qk_norm": True},
            "logit_cap": {"logit_cap": 2.0},
            "bigram": {"bigram": 37},
-           "all": {"mlp": "relu2", "qk_norm": True, "logit_cap": 2.0, "bigram": 37}}
+           "value_residual": {"value_residual": True, "n_layer": 3},
+           "unet": {"unet": True, "n_layer": 3}, "unet_even": {"unet": True, "n_layer": 4},
+           "all": {"mlp": "relu2", "qk_norm": True, "logit_cap": 2.0, "bigram": 37,
+                   "value_residual": True, "unet": True, "n_layer": 4}}
 
 
 def rms(x, w=None):
@@ -49,12 +52,21 @@ def torch_loss(p, inputs, targets, mask, cfg: ModelConfig):
         prev = torch.cat([torch.full((B, 1), cfg.vocab), inputs[:, :-1]], dim=1)
         x = x + p["spark.bigram.weight"][(prev * 1_000_003 + inputs) % cfg.bigram]
     causal = torch.triu(torch.ones(T, T, dtype=torch.bool), 1)
-    for L in range(cfg.n_layer):
+    n, outputs = cfg.n_layer, []
+    for L in range(n):
+        if cfg.unet and L >= n - n // 2:  # U-net: block n-1-L's output, weighted
+            x = x + p["spark.skip.weight"][n - 1 - L] * outputs[n - 1 - L]
         w = {k.split(".")[3]: v for k, v in p.items() if k.startswith(f"spark.layers.{L}.")}
         h = rms(x, w["attn_norm"])
         q = (h @ w["q"].T).view(B, T, H, hd)
         k = (h @ w["k"].T).view(B, T, KV, hd)
         v = (h @ w["v"].T).view(B, T, KV, hd)
+        if cfg.value_residual:  # ResFormer: the first layer's values, by lambda
+            if L == 0:
+                v_first = v
+            else:
+                lam = p["spark.value_mix.weight"][L - 1]
+                v = (1 - lam) * v + lam * v_first
         if cfg.qk_norm:
             q, k = rms(q), rms(k)
         q, k = rope(q), rope(k)
@@ -69,6 +81,7 @@ def torch_loss(p, inputs, targets, mask, cfg: ModelConfig):
         else:
             a = F.silu(h @ w["mlp_gate"].T) * (h @ w["mlp_up"].T)
         x = x + a @ w["mlp_down"].T
+        outputs.append(x)
     logits = rms(x, p["spark.final_norm.weight"]) @ p["spark.lm_head.weight"].T
     if cfg.logit_cap:
         logits = cfg.logit_cap * torch.tanh(logits / cfg.logit_cap)
@@ -78,7 +91,7 @@ def torch_loss(p, inputs, targets, mask, cfg: ModelConfig):
 
 @pytest.mark.parametrize("name", OPTIONS)
 def test_option_equals_torch_autograd(name):
-    cfg = ModelConfig(**BASE, **OPTIONS[name]).validate()
+    cfg = ModelConfig(**{**BASE, **OPTIONS[name]}).validate()
     model = build_model(cfg)
     rng = np.random.default_rng(3)
     params = model.init_params(0, b"torch", dtype=np.float64)
