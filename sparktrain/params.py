@@ -94,6 +94,9 @@ class StepConfig:
     muon_ns: Literal["jordan", "polar"] = Field(
         "jordan", description="optimizer muon: Newton-Schulz coefficients, jordan (fixed, "
                               "torch.optim.Muon's) or polar (Polar Express, one set a step)")
+    normuon: StrictBool = Field(False, description="optimizer muon: NorMuon, each "
+                                "orthogonalised update normalised by a running second moment "
+                                "per row (per column when wider), then rescaled to its norm")
     beta1: Float = Field(0.9, ge=0, lt=1, description="AdamW first-moment decay")
     beta2: Float = Field(0.95, ge=0, lt=1, description="AdamW second-moment decay")
     schedule: Literal["constant", "cosine", "wsd"] = Field(
@@ -148,6 +151,8 @@ class StepConfig:
             raise ValueError("adam_lr applies to optimizer muon")
         if self.optimizer != "muon" and self.muon_ns != "jordan":
             raise ValueError("muon_ns applies to optimizer muon")
+        if self.optimizer != "muon" and self.normuon:
+            raise ValueError("normuon applies to optimizer muon")
         return self
 
     def passes(self) -> int:
@@ -370,7 +375,7 @@ def load_params(path: str | Path = PARAMS_FILE) -> Params:
 # not use them has the checkpoint bytes of a plain SGD run.
 LATER_KNOBS = ("optimizer", "weight_decay", "beta1", "beta2", "schedule", "warmup", "min_lr",
                "checkpoint_every", "adam_lr", "muon_momentum", "cooldown", "init_out", "muon_ns",
-               "stop_after_pass")
+               "stop_after_pass", "normuon")
 
 
 def step_record(step: StepConfig) -> dict:

@@ -10,7 +10,7 @@ from sparktrain.params import StepConfig, override
 
 
 def add_step_flags(parser: argparse.ArgumentParser) -> None:
-    """One flag per StepConfig field: `--batch-size`, `--no-train-attn`, ...; the
+    """One flag per StepConfig field: `--batch-size`, `--no-train-attn`, `--normuon`, ...; the
     default None means "keep params.yaml's value"."""
     group = parser.add_argument_group("training knobs (override params.yaml's step section)")
     for name, info in StepConfig.__pydantic_fields__.items():
@@ -19,6 +19,10 @@ def add_step_flags(parser: argparse.ArgumentParser) -> None:
             group.add_argument(f"--no-{name.replace('_', '-')}", dest=name,
                                action="store_const", const=False, default=None,
                                help=f"set step.{name} to false (default true): "
+                                    f"{info.description}")
+        elif info.default is False:
+            group.add_argument(flag, dest=name, action="store_const", const=True, default=None,
+                               help=f"set step.{name} to true (default false): "
                                     f"{info.description}")
         elif "Literal" in str(info.annotation):
             group.add_argument(flag, dest=name, choices=list(info.annotation.__args__),

@@ -25,6 +25,10 @@ POLAR_EXPRESS = ((8.156554524902461, -22.48329292557795, 15.878769915207462),
                  (3.285753657755655, -2.3681294933425376, 0.46449024233003106),
                  (2.3465413258596377, -1.7097828382687081, 0.42323551169305323))
 POLAR_SAFETY = 1.02
+# step.normuon: NorMuon (Li et al. 2025, arXiv 2510.05491; the speedrun's form): the decay of
+# the running second moment of the orthogonalised update (the paper's 0.95), and its floor
+NORMUON_BETA2 = 0.95
+NORMUON_EPS = 1e-10
 HIDDEN = "spark.layers."  # the hidden matrices Muon trains are the layers' ones
 
 
@@ -149,8 +153,27 @@ def orthogonalise(be, g, ns: str = "jordan"):
     return be.mT(x) if tall else x
 
 
+def normuon_axis(shape) -> int:
+    """The axis NorMuon averages over: the shorter side's, so the moment is kept per row of
+    a tall or square matrix and per column of a wide one (an orthogonalised wide matrix's
+    rows all have norm ~1: per row it would change nothing)."""
+    return 1 if shape[0] >= shape[1] else 0
+
+
+def normuon(be, o, second):
+    """NorMuon's step on an orthogonalised update o (m, n): `second`, the running mean of
+    o^2 along normuon_axis ((m, 1) or (1, n)), takes this step's in place; returns o with
+    each row (column) divided by the root of its moment, rescaled to o's Frobenius norm."""
+    xp = be.xp
+    second += be.f32(1.0 - NORMUON_BETA2) * (xp.mean(o * o, axis=normuon_axis(o.shape),
+                                                     keepdims=True) - second)
+    u = o / xp.sqrt(be.at_least(second, NORMUON_EPS))              # (m, n)
+    return u * be.f32(be.global_norm([o]) / max(be.global_norm([u]), NORMUON_EPS))
+
+
 class Muon:
-    """Muon (torch.optim.Muon's, nesterov) on hidden matrices, AdamW on the rest (training.md)."""
+    """Muon (torch.optim.Muon's, nesterov) on hidden matrices, AdamW on the rest, NorMuon's
+    normalisation after the orthogonalisation when step.normuon says so (training.md)."""
     def __init__(self, params: dict, names, step):
         self.mu, self.wd, self.lr = step.muon_momentum, step.weight_decay, step.lr
         self.ns = step.muon_ns
@@ -158,6 +181,11 @@ class Muon:
         self.be = be = backend.of_params(params)
         self.hidden = [n for n in names if n.startswith(HIDDEN) and params[n].ndim == 2]
         self.buf = {n: be.zeros(params[n].shape, params[n]) for n in self.hidden}
+        # NorMuon's second moments: one a row (a column when wider), (m, 1) or (1, n)
+        self.second = {} if not step.normuon else {
+            n: be.zeros(tuple(1 if a == normuon_axis(params[n].shape) else k
+                              for a, k in enumerate(params[n].shape)), params[n])
+            for n in self.hidden}
         self.adam = AdamW(params, [n for n in names if n not in self.buf], step)
 
     def update(self, params: dict, grads: dict, lr: float, scale: float) -> None:
@@ -167,6 +195,8 @@ class Muon:
             g = grads[n] if scale == 1.0 else grads[n] * f32(scale)
             buf += one_mu * (g - buf)
             o = orthogonalise(self.be, g + mu * (buf - g), self.ns)
+            if self.second:
+                o = normuon(self.be, o, self.second[n])
             rows, cols = o.shape
             if self.wd:
                 params[n] *= f32(1.0 - lr * self.wd)
@@ -175,14 +205,20 @@ class Muon:
         self.adam.update(params, grads, lr * self.adam_lr / self.lr, scale)
 
     def state(self) -> dict[str, np.ndarray]:
-        return {**{f"momentum.{n}": b for n, b in self.buf.items()}, **self.adam.state()}
+        return {**{f"momentum.{n}": b for n, b in self.buf.items()},
+                **{f"normuon.{n}": v for n, v in self.second.items()}, **self.adam.state()}
 
     def check_state(self, tensors: dict, steps: int) -> None:
         self.adam.check_state(tensors, steps)
+        if negative := [n for n in self.second if (tensors[f"normuon.{n}"] < 0).any()]:
+            raise ValueError(f"its NorMuon second moment normuon.{negative[0]} has negative "
+                             "values")
 
     def load_state(self, tensors: dict) -> None:
         for n in self.buf:
             self.buf[n] = self.be.load(self.buf[n], tensors[f"momentum.{n}"])
+        for n in self.second:
+            self.second[n] = self.be.load(self.second[n], tensors[f"normuon.{n}"])
         self.adam.load_state(tensors)
 
 

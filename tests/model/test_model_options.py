@@ -8,6 +8,7 @@ from sparktrain.core.errors import SparkError
 from sparktrain.model import layers, options
 from sparktrain.model.build import build_model
 from sparktrain.model.config import SKIP, VALUE_MIX, ModelConfig, param_shapes
+from sparktrain.params import parse_params
 
 from .gradcheck import TOL, check_tensors
 from .test_model_layers import _check, _rng
@@ -168,3 +169,16 @@ def test_bigram_ids_hash_each_pair_and_the_row_start():
 def test_bad_options_are_one_line(bad, words):
     with pytest.raises(SparkError, match=words):
         ModelConfig(**{**BASE, **bad}).validate()
+
+
+@pytest.mark.parametrize("arch, words", [
+    ({"value_residual": 1}, "params: arch.value_residual must be bool, got int 1"),
+    ({"unet": "yes"}, "params: arch.unet must be bool, got str 'yes'"),
+    ({"unet": True, "scale": "one"}, "unet needs at least 2 layers")])
+def test_a_bad_option_in_params_is_one_line(arch, words):
+    scale = arch.pop("scale", "tiny")
+    raw = {"job": "job-x-001", "program": "p.sparkbc", "scale": scale, "arch": arch,
+           "scales": {"one": {"dim": 8, "n_layer": 1, "n_head": 2, "n_kv_head": 1, "seq_len": 8}}}
+    with pytest.raises(SparkError) as err:
+        parse_params(raw)
+    assert words in str(err.value) and "\n" not in str(err.value)

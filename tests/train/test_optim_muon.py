@@ -16,8 +16,8 @@ from sparktrain.model.base import RESIDUAL_OUT
 from sparktrain.model.build import build_model
 from sparktrain.model.config import ModelConfig
 from sparktrain.params import MUON_ADAM_LR, StepConfig, override, parse_params
-from sparktrain.train.optim import (NS_COEFFICIENTS, NS_STEPS, lr_at, make_optimizer,
-                                    orthogonalise)
+from sparktrain.train.optim import (NORMUON_BETA2, NS_COEFFICIENTS, NS_STEPS, lr_at,
+                                    make_optimizer, orthogonalise)
 
 from sparkhelp import HANG_GUARD_S
 from test_corpus_loop import coder_project, pipeline
@@ -64,6 +64,61 @@ def test_polar_express_is_closer_to_orthogonal_than_the_fixed_quintic():
     assert worst["polar"] < worst["jordan"], worst
 
 
+def normuon_reference(updates, params, lr):
+    """NorMuon as the paper writes it, in float64 and loops, from Muon's orthogonalised
+    updates (one list a step): v <- b2 v + (1 - b2) mean(o^2) per row (per column when
+    wider); u = o / sqrt(v), scaled to |o|_F; W <- W - lr sqrt(max(1, m/n)) u."""
+    w = params.astype(np.float64)
+    tall = w.shape[0] >= w.shape[1]
+    v = np.zeros(w.shape[0] if tall else w.shape[1])
+    for o in updates:
+        o = o.astype(np.float64)
+        lines = o if tall else o.T
+        v = NORMUON_BETA2 * v + (1 - NORMUON_BETA2) * np.array([np.mean(r * r) for r in lines])
+        u = np.stack([r / np.sqrt(vi) for r, vi in zip(lines, v)])
+        u = u if tall else u.T
+        u *= np.linalg.norm(o) / np.linalg.norm(u)
+        w -= lr * np.sqrt(max(1.0, w.shape[0] / w.shape[1])) * u
+    return w
+
+
+def test_normuon_equals_its_written_form_and_keeps_the_update_norm():
+    """Two steps of step.normuon on each hidden matrix (tall, wide, square) against the
+    reference above fed the same orthogonalised updates, which plain Muon's steps give."""
+    lr = 0.02
+    params, grads = params_and_grads(seed=5)
+    hidden = [n for n in params if n.startswith("spark.layers.") and params[n].ndim == 2]
+    rng = np.random.default_rng(9)
+    second = {n: rng.standard_normal(params[n].shape).astype(np.float32) for n in hidden}
+    plain = {n: params[n].copy() for n in hidden}
+    ours = {n: params[n].copy() for n in hidden}
+    muon = make_optimizer(StepConfig(optimizer="muon", lr=lr), plain, hidden)
+    nor = make_optimizer(StepConfig(optimizer="muon", lr=lr, normuon=True), ours, hidden)
+    updates = {n: [] for n in hidden}
+    for g in (grads, second):
+        before = {n: plain[n].copy() for n in hidden}
+        ours_before = {n: ours[n].copy() for n in hidden}
+        muon.update(plain, g, lr, 1.0)
+        nor.update(ours, g, lr, 1.0)
+        for n in hidden:  # plain Muon's step is lr sqrt(max(1, m/n)) o
+            m_, n_ = plain[n].shape
+            updates[n].append((before[n] - plain[n]) / (lr * np.sqrt(max(1.0, m_ / n_))))
+            # each step of NorMuon is as long as Muon's, in another direction
+            assert np.linalg.norm(ours[n] - ours_before[n]) == pytest.approx(
+                np.linalg.norm(plain[n] - before[n]), rel=1e-4)
+    shapes = set()
+    for n in hidden:
+        want = normuon_reference(updates[n], params[n], lr)
+        moved = np.abs(want - params[n]).max()
+        np.testing.assert_allclose(ours[n], want, rtol=0, atol=1e-4 * moved, err_msg=n)
+        assert not np.allclose(ours[n], plain[n], rtol=0, atol=1e-3 * moved), n
+        shapes.add(np.sign(params[n].shape[0] - params[n].shape[1]))
+    assert shapes == {-1, 0, 1}  # wide, square and tall matrices all checked
+    state = nor.state()
+    assert {k for k in state if k.startswith("normuon.")} == {f"normuon.{n}" for n in hidden}
+    assert "normuon." not in "".join(muon.state())  # plain Muon keeps no such state
+
+
 def test_wsd_schedule_warms_up_holds_then_cools_down_linearly():
     step = StepConfig(schedule="wsd", lr=1.0, min_lr=0.1, warmup=2, cooldown=0.4,
                       outer=2, inner=5)
@@ -76,6 +131,8 @@ def test_wsd_schedule_warms_up_holds_then_cools_down_linearly():
     ({"cooldown": 0.2}, "cooldown needs schedule: wsd"),
     ({"adam_lr": 0.01}, "adam_lr applies to optimizer muon"),
     ({"optimizer": "adamw", "muon_ns": "polar"}, "muon_ns applies to optimizer muon"),
+    ({"normuon": True}, "normuon applies to optimizer muon"),
+    ({"optimizer": "muon", "normuon": 1}, "normuon must be bool"),
     ({"schedule": "wsd", "warmup": 30, "cooldown": 0.5}, "overlap"),
 ])
 def test_incoherent_knobs_are_refused(changes, needle):
@@ -164,14 +221,16 @@ def test_a_muon_run_learns_and_records_its_knobs(tmp_path):
 
 
 # every architecture option on, and the head zeroed too (docs/training.md "Architecture options")
-OPTIONS = {"arch": {"mlp": "relu2", "qk_norm": True, "logit_cap": 15.0, "bigram": 512}}
+OPTIONS = {"arch": {"mlp": "relu2", "qk_norm": True, "logit_cap": 15.0, "bigram": 512,
+                   "value_residual": True, "unet": True}}
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("changes", [{}, OPTIONS], ids=["plain", "options"])
 def test_a_muon_run_stopped_mid_way_resumes_to_the_same_bytes_on_any_workers(tmp_path, changes):
     if changes:
-        changes = {**changes, "step": {"init_out": "zero_head", "muon_ns": "polar"}}
+        changes = {**changes, "step": {"init_out": "zero_head", "muon_ns": "polar",
+                                       "normuon": True}}
     step = {**STEP, **changes.get("step", {})}
     arch = {k: v for k, v in changes.items() if k != "step"}
     whole = pipeline(coder_project(tmp_path / "a", step={**step, "workers": 2}, **arch))
@@ -187,6 +246,7 @@ def test_a_muon_run_stopped_mid_way_resumes_to_the_same_bytes_on_any_workers(tmp
     assert saved["weights_sha256"] == json.loads(
         (whole / "checkpoint.json").read_text())["weights_sha256"]
     assert {k: saved["arch"].get(k) for k in changes.get("arch", {})} == changes.get("arch", {})
+    assert {k: saved.get(k) for k in changes.get("step", {})} == changes.get("step", {})
 
 
 def stop_after_pass_2(root, folder):
