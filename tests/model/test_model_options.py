@@ -13,6 +13,7 @@ from sparktrain.params import parse_params
 from .gradcheck import TOL, check_tensors
 from .test_model_layers import _check, _rng
 from .test_model_transformer import _gradcheck, big_params, token_batch
+from .xpkit import TARGETS, host, target_device
 
 BASE = dict(dim=8, n_layer=2, n_head=4, n_kv_head=2, seq_len=8)
 OPTIONS = {"relu2": {"mlp": "relu2"}, "qk_norm": {"qk_norm": True},
@@ -182,3 +183,20 @@ def test_a_bad_option_in_params_is_one_line(arch, words):
     with pytest.raises(SparkError) as err:
         parse_params(raw)
     assert words in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_the_options_on_a_namespace_match_numpy(target):
+    """The generic (array-API) path a GPU takes: every option's float64 gradients equal the
+    numpy path's to rounding (array-api-strict in make test, PyTorch in make test-gpu)."""
+    dev = target_device(target)
+    if dev.kind == "mps":
+        pytest.skip("MPS has no float64")
+    model = build_model(ModelConfig(**{**BASE, "n_layer": 4}, **OPTIONS["all"]))
+    params = big_params(model)
+    batch = token_batch()
+    want_loss, want = model.loss_and_grads(params, batch)
+    got_loss, got = model.loss_and_grads(dev.to_device(params), batch)
+    assert got_loss == pytest.approx(want_loss, rel=1e-12)
+    for n in want:
+        np.testing.assert_allclose(host(dev, got[n]), want[n], rtol=1e-10, atol=1e-12, err_msg=n)

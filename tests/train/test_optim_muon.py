@@ -19,6 +19,7 @@ from sparktrain.params import MUON_ADAM_LR, StepConfig, override, parse_params
 from sparktrain.train.optim import (NORMUON_BETA2, NS_COEFFICIENTS, NS_STEPS, lr_at,
                                     make_optimizer, orthogonalise)
 
+from model.xpkit import target_device
 from sparkhelp import HANG_GUARD_S
 from test_corpus_loop import coder_project, pipeline
 
@@ -117,6 +118,26 @@ def test_normuon_equals_its_written_form_and_keeps_the_update_norm():
     state = nor.state()
     assert {k for k in state if k.startswith("normuon.")} == {f"normuon.{n}" for n in hidden}
     assert "normuon." not in "".join(muon.state())  # plain Muon keeps no such state
+
+
+@pytest.mark.parametrize("target", ["strict", "torch-cpu"])
+def test_normuon_on_a_namespace_matches_numpy(target):
+    """The generic (array-API) path a GPU takes: two NorMuon steps as numpy's, to float32
+    rounding (array-api-strict in make test, PyTorch under make test-gpu)."""
+    dev = target_device(target)
+    params, grads = params_and_grads(seed=6)
+    step = StepConfig(optimizer="muon", lr=0.02, normuon=True)
+    ref = {n: a.copy() for n, a in params.items()}
+    ours = dev.to_device(params)
+    ref_opt, opt = make_optimizer(step, ref, list(ref)), make_optimizer(step, ours, list(ours))
+    for _ in range(2):
+        ref_opt.update(ref, grads, 0.02, 1.0)
+        opt.update(ours, dev.to_device(grads), 0.02, 1.0)
+    back, state = dev.to_host(ours), dev.to_host(opt.state())
+    for n, a in ref.items():
+        np.testing.assert_allclose(back[n], a, rtol=0, atol=1e-6, err_msg=n)
+    for k, a in ref_opt.state().items():
+        np.testing.assert_allclose(state[k], a, rtol=1e-4, atol=1e-9, err_msg=k)
 
 
 def test_wsd_schedule_warms_up_holds_then_cools_down_linearly():
