@@ -216,12 +216,10 @@ class ArchOptions:
     bigram: Annotated[StrictInt, Field(ge=0, le=1 << 20)] = Field(
         0, description="> 0: buckets of a hashed (previous, current) token embedding added to "
                        "the token's; 0 = off")
-    value_residual: StrictBool = Field(False, description="every layer after the first mixes "
-                                       "the first layer's attention values into its own, by a "
-                                       "learned scalar (ResFormer, the speedrun's)")
-    unet: StrictBool = Field(False, description="U-net skips: block i's output, times a "
-                             "learned scalar, added to block n_layer-1-i's input, for the "
-                             "first n_layer // 2 blocks")
+    value_residual: StrictBool = Field(False, description="layers after the first mix the "
+                                       "first's attention values into theirs, by a learned scalar")
+    unet: StrictBool = Field(False, description="U-net skips: block i < n_layer // 2's output, "
+                             "times a learned scalar, added to block n_layer-1-i's input")
 
 
 @dataclass(frozen=True, config=STRICT)

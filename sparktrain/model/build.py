@@ -114,9 +114,8 @@ class Transformer(AttentionArch, Model):
                                    c_n2, c_mlp), v2
 
     def _block_backward(self, dx, cache: BlockCache, L, grads, dv1=None):
-        """Reverse of _block_forward; writes this layer's grads, returns dx (B, T, C), the
-        gradient of the first block's values so far (value_residual; None once block 0 took
-        it, or without the option) and that of the block's mixing weight (or None)."""
+        """Reverse of _block_forward; writes this layer's grads; returns dx (B, T, C), dv1 (the
+        first block's values' gradient so far, until block 0 takes it) and dlam (or Nones)."""
         names = layer_names(L)
         be = backend.of(dx)
         xp = be.xp
@@ -145,8 +144,7 @@ class Transformer(AttentionArch, Model):
         # v = (h2 @ Wv.T) regrouped per head
         dv2 = xp.reshape(dvt, (N, KV * hd))                            # (N, KV hd)
         dlam = None
-        if cache.value_mix is not None:
-            # v = (1 - lam) v + lam v1
+        if cache.value_mix is not None:  # v = (1 - lam) v + lam v1
             dv2, dv1_here, dlam = options.value_mix_backward(dv2, cache.value_mix)
             dv1 = dv1_here if dv1 is None else dv1 + dv1_here         # (N, KV hd)
         elif dv1 is not None:  # block 0: its values are v1 too
@@ -189,15 +187,14 @@ class Transformer(AttentionArch, Model):
         skip_from = n - n // 2 if self.cfg.unet else n  # blocks from here take a skip
         c_blocks, c_skips, outs, v1 = [], {}, [], None
         for L in range(n):
-            if L >= skip_from:  # block n-1-i's input takes block i's output, weighted
-                i = n - 1 - L
-                x, c_skips[L] = options.skip_forward(x, outs[i], params[SKIP][i:i + 1])
+            if L >= skip_from:  # block L's input takes block n-1-L's output, weighted
+                x, c_skips[L] = options.skip_forward(x, outs[n - 1 - L],
+                                                     params[SKIP][n - 1 - L:n - L])
             x, c, v = self._block_forward(x, params, L, v1)            # (B, T, C)
             c_blocks.append(c)
             if L < n - skip_from:
                 outs.append(x)
-            if L == 0 and self.cfg.value_residual:
-                v1 = v                                                 # (N, KV hd)
+            v1 = v if L == 0 and self.cfg.value_residual else v1       # (N, KV hd)
         hf, c_fn = layers.rmsnorm_forward(x, params["spark.final_norm.weight"])  # (B, T, C)
         return hf, TrunkCache(c_emb, c_big, c_blocks, c_skips, c_fn)
 
@@ -215,11 +212,10 @@ class Transformer(AttentionArch, Model):
             if L in cache.skips:
                 # x = x + w skip, skip = block (n-1-L)'s output
                 dx, dskips[n - 1 - L], dws[n - 1 - L] = options.skip_backward(dx, cache.skips[L])
-        be = backend.of(dx)
         if self.cfg.value_residual:
-            grads[VALUE_MIX] = be.concat([dlams[L] for L in range(1, n)])  # (n - 1,)
+            grads[VALUE_MIX] = backend.of(dx).concat([dlams[L] for L in range(1, n)])  # (n-1,)
         if self.cfg.unet:
-            grads[SKIP] = be.concat([dws[i] for i in range(n // 2)])      # (n // 2,)
+            grads[SKIP] = backend.of(dx).concat([dws[i] for i in range(n // 2)])  # (n // 2,)
         if cache.bigram is not None:
             # x = x + bigram[ids]
             grads[BIGRAM] = layers.embedding_backward(dx, cache.bigram)

@@ -1,7 +1,8 @@
 """Forward/backward layer pairs of the opt-in architecture options (docs/training.md,
 "Architecture options"): the ReLU^2 MLP, the logit soft-cap, the bigram option's hashed
-ids, the value residual's mix and the U-net's weighted skip. Each is off unless params.yaml's `arch` names it; model/build.py chains them in. The
-conventions are those of model/layers.py (returns, comments, shapes).
+ids, the value residual's mix and the U-net's weighted skip. Each is off unless
+params.yaml's `arch` names it; model/build.py chains them in. The conventions are those
+of model/layers.py (returns, comments, shapes).
 """
 from __future__ import annotations
 
