@@ -193,9 +193,10 @@ def run_peer(params_doc: dict, threads: int, prepare: bool = False,
              progress=lambda line: None) -> dict:
     p = parse_params(params_doc)
     other = sorted(set(p.model_config().options()) - PEER_OPTIONS)
-    if other or p.step.muon_ns != "jordan" or p.step.init_out == "zero_head":
+    if other or p.step.muon_ns != "jordan" or p.step.normuon or p.step.init_out == "zero_head":
+        what = ", ".join(other) or "step.muon_ns, step.normuon and init_out zero_head"
         raise SparkError(f"the PyTorch peer trains the Llama recipe with arch mlp and logit_cap "
-                         f"only: drop {', '.join(other) or 'step.muon_ns and init_out zero_head'}")
+                         f"only: drop {what}")
     job = job_from_program(p.program, p.job)
     if prepare:
         prepare_job(job.out_dir, source_for(job.dataset, p), p.tokenizer, p.vocab_size)

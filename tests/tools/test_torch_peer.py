@@ -87,6 +87,8 @@ def test_the_peer_trains_the_tiny_coder_job_and_measures_bpb_the_project_way(pro
 
 
 @pytest.mark.parametrize("change", [{"arch": {"qk_norm": True}}, {"arch": {"bigram": 64}},
+                                    {"arch": {"value_residual": True}}, {"arch": {"unet": True}},
+                                    {"step": {**STEP, "optimizer": "muon", "normuon": True}},
                                     {"step": {**STEP, "init_out": "zero_head"}}])
 def test_the_peer_refuses_what_it_does_not_implement(change):
     doc = {"job": "job-coder-tiny", "program": "data/programs/train-coder.sparkbc",
