@@ -9,12 +9,15 @@ from typing import Sequence
 import numpy as np
 
 from sparktrain.core.errors import SparkError
-from sparktrain.model.config import BIGRAM, VALUE_MIX, Arch
+from sparktrain.model.config import BIGRAM, SKIP, VALUE_MIX, Arch
 
 INIT_STD = 0.02
 RESIDUAL_OUT = ("o.weight", "mlp_down.weight")
 HEAD = "spark.lm_head.weight"  # zeroed too by init_out zero_head
-VALUE_MIX_INIT = 0.5  # value_residual: each layer starts half its own values, half the first's
+# vectors that do not start at 1 (norms do): value_residual's lambdas start half a layer's
+# own values, half the first's (the speedrun's); unet's skip weights at 0, so the model
+# starts as the plain one (docs/training.md "Architecture options": 0 measured better than 1)
+VECTOR_INIT = {VALUE_MIX: 0.5, SKIP: 0.0}
 
 
 def init_rng(seed: int, salt: bytes = b"") -> np.random.Generator:
@@ -39,9 +42,8 @@ class Model(Arch):
         resid_std = INIT_STD / np.sqrt(2 * self.cfg.n_layer)
         params = {}
         for name, shape in self.param_shapes().items():
-            if len(shape) == 1:  # norms, and unet's skip weights: 1, as the speedrun's
-                params[name] = np.full(shape, VALUE_MIX_INIT if name == VALUE_MIX else 1.0,
-                                       dtype=dtype)
+            if len(shape) == 1:
+                params[name] = np.full(shape, VECTOR_INIT.get(name, 1.0), dtype=dtype)
                 continue
             std = resid_std if name.endswith(RESIDUAL_OUT) else INIT_STD
             params[name] = (rng.standard_normal(shape) * std).astype(dtype)

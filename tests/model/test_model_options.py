@@ -125,13 +125,23 @@ def test_new_tensors_start_as_the_speedrun_and_sit_after_the_blocks():
     model = build_model(ModelConfig(**{**BASE, "n_layer": 5}, value_residual=True, unet=True,
                                     bigram=8))
     params = model.init_params(0)
-    assert params[VALUE_MIX].tolist() == [0.5] * 4 and params[SKIP].tolist() == [1.0] * 2
+    assert params[VALUE_MIX].tolist() == [0.5] * 4 and params[SKIP].tolist() == [0.0] * 2
     names = list(params)
     assert names[:2] == ["spark.embed.weight", "spark.bigram.weight"]
     assert names[-4:] == [VALUE_MIX, SKIP, "spark.final_norm.weight", "spark.lm_head.weight"]
     plain = build_model(ModelConfig(**{**BASE, "n_layer": 5}, bigram=8)).init_params(0)
     for n, a in plain.items():  # the other tensors are drawn as without the options
         assert np.array_equal(params[n], a), n
+
+
+def test_a_fresh_unet_model_starts_as_the_plain_one():
+    """The skip weights start at 0 and nothing else is drawn differently: the same logits."""
+    batch = token_batch()
+    cfg = {**BASE, "n_layer": 4}
+    unet = build_model(ModelConfig(**cfg, unet=True))
+    plain = build_model(ModelConfig(**cfg))
+    np.testing.assert_array_equal(unet.forward_logits(unet.init_params(2), batch.inputs),
+                                  plain.forward_logits(plain.init_params(2), batch.inputs))
 
 
 def test_the_record_names_only_options_in_use():
