@@ -38,7 +38,7 @@ from sparktrain.core.errors import SparkError
 from sparktrain.eval.generate import learned, learned_text
 from sparktrain.core.fsutil import read_input, write_json
 from sparktrain.core.jobfiles import CODER_PROOF, TOKENIZER, WEIGHTS
-from sparktrain.model.build import generate_tokens
+from sparktrain.model.sampling import generate_tokens
 from sparktrain.model.weights import load_model
 from sparktrain.params import parse_params
 from sparktrain.train.recipes import dvc_set_flags

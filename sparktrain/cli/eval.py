@@ -176,7 +176,7 @@ def eval_report(m: dict) -> str:
 
 
 def _cap_max_new(value: int) -> int:
-    from sparktrain.model.build import MAX_NEW
+    from sparktrain.model.sampling import MAX_NEW
 
     if value > MAX_NEW:
         print(f"spark: note: --max-new {value} capped at {MAX_NEW}", file=sys.stderr)

@@ -13,7 +13,8 @@ from sparktrain.data.tokenizer import BYTES
 from sparktrain.core.errors import SparkError
 from sparktrain.data.tasks import COPY_PREFIX, family_of
 from sparktrain.model.base import Model
-from sparktrain.model.build import MAX_NEW, build_model, generate_tokens
+from sparktrain.model.build import build_model
+from sparktrain.model.sampling import MAX_NEW, generate_tokens
 from sparktrain.model.config import ModelConfig, check_fits
 from sparktrain.data.pairs import Encoded, Pair, encode_pair
 

@@ -11,7 +11,8 @@ from sparktrain.core.errors import SparkError
 from sparktrain.core.jobfiles import CORPUS, TOKENIZER, WEIGHTS
 from sparktrain.core.metric_keys import BASELINE_BPB
 from sparktrain.model.config import ModelConfig
-from sparktrain.model.build import MAX_NEW, build_model, generate_tokens
+from sparktrain.model.build import build_model
+from sparktrain.model.sampling import MAX_NEW, generate_tokens
 from sparktrain.model.weights import load_model
 from sparktrain.data.baselines import BASELINE_ORDERS
 from sparktrain.data.corpus import read_prepared

@@ -1,19 +1,15 @@
 """The two model kinds with their maths, in the params' array namespace and dtype
 (docs/training.md "The model", docs/gpu.md): Transformer, the Spark decoder with its
 hand-written backward, and MeanPool, the fallback. Batches arrive on the host, which works
-out the counted positions.
-
-Last, the sampling core (eval/generate.py makes the contexts and the text): greedy or
-temperature/top-k for a batch of contexts, one forward of the whole right-padded window per
-new token, no KV cache; the caller passes `eos`: this floor knows no tokenizer."""
+out the counted positions. Sampling from a model: model/sampling.py."""
 from __future__ import annotations
 
-from typing import NamedTuple, Sequence
+from typing import NamedTuple
 
 import numpy as np
 
 from sparktrain.model import backend, layers, options
-from sparktrain.model.base import Model, PoolBatch, TokenBatch, right_pad
+from sparktrain.model.base import Model, PoolBatch, TokenBatch
 from sparktrain.model.config import (BIGRAM, SKIP, VALUE_MIX, AttentionArch, MeanPoolArch,
                                      ModelConfig, layer_names)
 
@@ -114,8 +110,9 @@ class Transformer(AttentionArch, Model):
                                    c_n2, c_mlp), v2
 
     def _block_backward(self, dx, cache: BlockCache, L, grads, dv1=None):
-        """Reverse of _block_forward; writes this layer's grads; returns dx (B, T, C), dv1 (the
-        first block's values' gradient so far, until block 0 takes it) and dlam (or Nones)."""
+        """Reverse of _block_forward; writes this layer's grads, returns dx (B, T, C), the
+        gradient of the first block's values so far (value_residual; None once block 0 took
+        it, or without the option) and that of the block's mixing weight (or None)."""
         names = layer_names(L)
         be = backend.of(dx)
         xp = be.xp
@@ -144,7 +141,8 @@ class Transformer(AttentionArch, Model):
         # v = (h2 @ Wv.T) regrouped per head
         dv2 = xp.reshape(dvt, (N, KV * hd))                            # (N, KV hd)
         dlam = None
-        if cache.value_mix is not None:  # v = (1 - lam) v + lam v1
+        if cache.value_mix is not None:
+            # v = (1 - lam) v + lam v1
             dv2, dv1_here, dlam = options.value_mix_backward(dv2, cache.value_mix)
             dv1 = dv1_here if dv1 is None else dv1 + dv1_here         # (N, KV hd)
         elif dv1 is not None:  # block 0: its values are v1 too
@@ -187,14 +185,15 @@ class Transformer(AttentionArch, Model):
         skip_from = n - n // 2 if self.cfg.unet else n  # blocks from here take a skip
         c_blocks, c_skips, outs, v1 = [], {}, [], None
         for L in range(n):
-            if L >= skip_from:  # block L's input takes block n-1-L's output, weighted
-                x, c_skips[L] = options.skip_forward(x, outs[n - 1 - L],
-                                                     params[SKIP][n - 1 - L:n - L])
+            if L >= skip_from:  # block n-1-i's input takes block i's output, weighted
+                i = n - 1 - L
+                x, c_skips[L] = options.skip_forward(x, outs[i], params[SKIP][i:i + 1])
             x, c, v = self._block_forward(x, params, L, v1)            # (B, T, C)
             c_blocks.append(c)
             if L < n - skip_from:
                 outs.append(x)
-            v1 = v if L == 0 and self.cfg.value_residual else v1       # (N, KV hd)
+            if L == 0 and self.cfg.value_residual:
+                v1 = v                                                 # (N, KV hd)
         hf, c_fn = layers.rmsnorm_forward(x, params["spark.final_norm.weight"])  # (B, T, C)
         return hf, TrunkCache(c_emb, c_big, c_blocks, c_skips, c_fn)
 
@@ -212,10 +211,11 @@ class Transformer(AttentionArch, Model):
             if L in cache.skips:
                 # x = x + w skip, skip = block (n-1-L)'s output
                 dx, dskips[n - 1 - L], dws[n - 1 - L] = options.skip_backward(dx, cache.skips[L])
+        be = backend.of(dx)
         if self.cfg.value_residual:
-            grads[VALUE_MIX] = backend.of(dx).concat([dlams[L] for L in range(1, n)])  # (n-1,)
+            grads[VALUE_MIX] = be.concat([dlams[L] for L in range(1, n)])  # (n - 1,)
         if self.cfg.unet:
-            grads[SKIP] = backend.of(dx).concat([dws[i] for i in range(n // 2)])  # (n // 2,)
+            grads[SKIP] = be.concat([dws[i] for i in range(n // 2)])      # (n // 2,)
         if cache.bigram is not None:
             # x = x + bigram[ids]
             grads[BIGRAM] = layers.embedding_backward(dx, cache.bigram)
@@ -340,61 +340,3 @@ class MeanPool(MeanPoolArch, Model):
 def build_model(cfg: ModelConfig) -> Model:
     """The attention decoder or the mean-pool fallback, as cfg.kind says."""
     return {AttentionArch: Transformer, MeanPoolArch: MeanPool}[cfg.kind](cfg)
-
-
-MAX_NEW = 4096  # most new tokens one prompt may ask for: a model that never emits EOS stops here
-
-MIN_TEMPERATURE = 1e-6  # below: greedy (logits / T would overflow float64)
-
-
-def pick_next(logits: np.ndarray, temperature: float, top_k: int,
-              rng: np.random.Generator | None) -> np.ndarray:
-    """logits (A, V) -> next token ids (A,): argmax at T=0 (and below MIN_TEMPERATURE,
-    where dividing by T overflows), else a seeded draw; a row whose scaled logits are
-    not all finite is taken greedily too: never a draw from a NaN distribution."""
-    greedy = np.argmax(logits, axis=-1).astype(np.int64)          # first max on ties
-    if temperature < MIN_TEMPERATURE:
-        return greedy
-    with np.errstate(over="ignore", invalid="ignore"):
-        z = logits.astype(np.float64) / temperature                # (A, V)
-    finite = np.isfinite(z).all(axis=-1)                           # (A,)
-    if not finite.all():
-        z = np.where(finite[:, None], z, 0.0)
-    if 0 < top_k < z.shape[-1]:
-        kth = np.sort(z, axis=-1)[:, -top_k][:, None]              # (A, 1)
-        z = np.where(z >= kth, z, -np.inf)
-    z = z - z.max(axis=-1, keepdims=True)
-    p = np.exp(z)
-    p /= p.sum(axis=-1, keepdims=True)                             # (A, V)
-    u = rng.random(z.shape[0])[:, None]                            # (A, 1)
-    idx = (np.cumsum(p, axis=-1) < u).sum(axis=-1)                 # inverse CDF
-    idx = np.minimum(idx, z.shape[-1] - 1).astype(np.int64)
-    return np.where(finite, idx, greedy)
-
-
-def generate_tokens(params, cfg: ModelConfig, contexts: Sequence[np.ndarray],
-                    caps: Sequence[int], *, temperature: float = 0.0, top_k: int = 0,
-                    rng: np.random.Generator | None = None, eos: int) -> list[list[int]]:
-    """New tokens for each context (`eos` not included), at most caps[i] (and the kind's
-    max_new_tokens); the window slides once a row is longer than seq_len."""
-    model = build_model(cfg)
-    seqs = [list(int(t) for t in c) for c in contexts]
-    out: list[list[int]] = [[] for _ in seqs]
-    limit = model.max_new_tokens
-    caps = [int(c) if limit is None else min(int(c), limit) for c in caps]
-    active = [i for i, c in enumerate(caps) if c > 0]
-    while active:
-        windows = [seqs[i][-cfg.seq_len:] for i in active]
-        lens = np.array([len(w) for w in windows])                 # (A,)
-        last = model.next_logits(params, right_pad(windows), lens)  # (A, V)
-        nxt = pick_next(last, temperature, top_k, rng)             # (A,)
-        still = []
-        for i, tok in zip(active, nxt.tolist()):
-            if tok == eos:
-                continue
-            seqs[i].append(tok)
-            out[i].append(tok)
-            if len(out[i]) < caps[i]:
-                still.append(i)
-        active = still
-    return out

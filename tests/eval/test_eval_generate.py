@@ -5,7 +5,8 @@ import pytest
 from sparktrain.core.errors import SparkError
 from sparktrain.data.tokenizer import BYTES
 from sparktrain.eval.generate import generate, prompt_context
-from sparktrain.model.build import build_model, generate_tokens, pick_next
+from sparktrain.model.build import build_model
+from sparktrain.model.sampling import generate_tokens, pick_next
 from sparktrain.data.pairs import BOS, EOS, SEP
 
 from evalkit import SMALL, SMALL_POOL, oracle  # noqa: F401 (fixture)

@@ -15,7 +15,7 @@ transformers = pytest.importorskip("transformers")
 from sparktrain.data.tokenizer import train_bpe                     # noqa: E402
 from sparktrain.eval.generate import corpus_context, prompt_context  # noqa: E402
 from sparktrain.core.fsutil import sha256_bytes                           # noqa: E402
-from sparktrain.model.build import generate_tokens                  # noqa: E402
+from sparktrain.model.sampling import generate_tokens               # noqa: E402
 from sparktrain.model.weights import load_model                      # noqa: E402
 from sparkhelp import run_spark                                      # noqa: E402
 

@@ -504,7 +504,7 @@ def test_tiny_temperatures_are_greedy_and_never_emit_nul(trained, temperature):
 
 
 def test_pick_next_never_draws_from_a_non_finite_distribution():
-    from sparktrain.model.build import pick_next
+    from sparktrain.model.sampling import pick_next
 
     logits = np.array([[1e300, -1e300, 0.0], [np.finfo(np.float64).max, 1.0, 2.0]])
     for t in (1e-300, 1e-3, 1.0, 1e300):
