@@ -52,7 +52,7 @@ try:
 except ImportError:  # checked in main(), so --help works without it
     torch = F = None
 
-PEER_OPTIONS = {"mlp", "logit_cap"}  # the arch options logits_of computes
+PEER_OPTIONS = {"mlp", "qk_norm", "logit_cap"}  # the arch options logits_of computes
 LOSS_BATCH = 16  # windows per forward over the held-out stream, as the corpus loop
 
 
@@ -84,8 +84,11 @@ def logits_of(p: dict, inputs, cfg, cos, sin):
         q = (h @ w["q"].T).view(B, T, H, hd).transpose(1, 2)             # (B, H, T, hd)
         k = (h @ w["k"].T).view(B, T, KV, hd).transpose(1, 2)            # (B, KV, T, hd)
         v = (h @ w["v"].T).view(B, T, KV, hd).transpose(1, 2)            # (B, KV, T, hd)
-        y = F.scaled_dot_product_attention(rope(q, cos, sin), rope(k, cos, sin), v,
-                                           is_causal=True, enable_gqa=True)  # (B, H, T, hd)
+        q, k = rope(q, cos, sin), rope(k, cos, sin)
+        if cfg.qk_norm:                                                   # arch.qk_norm
+            q, k = F.rms_norm(q, (hd,), eps=RMS_EPS), F.rms_norm(k, (hd,), eps=RMS_EPS)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True,
+                                           enable_gqa=True)               # (B, H, T, hd)
         x = x + y.transpose(1, 2).reshape(B, T, C) @ w["o"].T
         h = F.rms_norm(x, (C,), w["mlp_norm"], eps=RMS_EPS)
         if cfg.mlp == "relu2":                                            # arch.mlp: relu2
@@ -195,8 +198,8 @@ def run_peer(params_doc: dict, threads: int, prepare: bool = False,
     other = sorted(set(p.model_config().options()) - PEER_OPTIONS)
     if other or p.step.muon_ns != "jordan" or p.step.normuon or p.step.init_out == "zero_head":
         what = ", ".join(other) or "step.muon_ns, step.normuon and init_out zero_head"
-        raise SparkError(f"the PyTorch peer trains the Llama recipe with arch mlp and logit_cap "
-                         f"only: drop {what}")
+        raise SparkError(f"the PyTorch peer trains the Llama recipe with arch mlp, qk_norm and "
+                         f"logit_cap only: drop {what}")
     job = job_from_program(p.program, p.job)
     if prepare:
         prepare_job(job.out_dir, source_for(job.dataset, p), p.tokenizer, p.vocab_size)

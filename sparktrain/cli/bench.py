@@ -60,8 +60,10 @@ def cmd_bench(args) -> int:
     stderr_line = StderrLines()  # each line on stderr as it comes
     job = load_params(args.params) if args.params else None
     scale = args.scale or (job.scale if job else "tiny")
-    # the built-in scales and those of --params (default: ./params.yaml when it exists)
-    cfg = model_config(scale, (job or load_params_or_defaults()).scales)
+    # the built-in scales and those of --params (default: ./params.yaml when it exists),
+    # with --params' arch options: the model its job trains
+    cfg = model_config(scale, (job or load_params_or_defaults()).scales,
+                       options=dataclasses.asdict(job.arch) if job else None)
     vocab = args.vocab or (job.vocab_size if job and job.tokenizer == "bpe" else None)
     if vocab:
         cfg = dataclasses.replace(cfg, vocab=vocab).validate()

@@ -28,7 +28,7 @@ STEP = {"outer": 1, "inner": 3, "lr": 0.01, "batch_size": 4, "seed": 0, "clip": 
         "min_lr": 0.001}
 
 
-@pytest.mark.parametrize("options", [{}, {"mlp": "relu2", "logit_cap": 3.0}])
+@pytest.mark.parametrize("options", [{}, {"mlp": "relu2", "qk_norm": True, "logit_cap": 3.0}])
 def test_the_peer_model_is_the_project_model(options):
     cfg = dataclasses.replace(CFG, **options)
     params = build_model(cfg).init_params(0, b"peer")
@@ -86,12 +86,12 @@ def test_the_peer_trains_the_tiny_coder_job_and_measures_bpb_the_project_way(pro
     assert got["heldout_loss"] * got["heldout_targets"] == pytest.approx(nats, rel=1e-5)
 
 
-@pytest.mark.parametrize("change", [{"arch": {"qk_norm": True}}, {"arch": {"bigram": 64}},
+@pytest.mark.parametrize("change", [{"arch": {"bigram": 64}},
                                     {"arch": {"value_residual": True}}, {"arch": {"unet": True}},
                                     {"step": {**STEP, "optimizer": "muon", "normuon": True}},
                                     {"step": {**STEP, "init_out": "zero_head"}}])
 def test_the_peer_refuses_what_it_does_not_implement(change):
     doc = {"job": "job-coder-tiny", "program": "data/programs/train-coder.sparkbc",
            "step": STEP, **change}
-    with pytest.raises(peer.SparkError, match="the Llama recipe with arch mlp and logit_cap"):
+    with pytest.raises(peer.SparkError, match="the Llama recipe with arch mlp, qk_norm and logit_cap"):
         peer.run_peer(doc, threads=1)
