@@ -125,7 +125,8 @@ def test_bench_params_file_is_the_job_people_run(capsys):
     assert main(["bench", "--params", "data/programs/coder-proof.yaml", "--scale", "tiny",
                  "--steps", "1", "--json"]) == 0
     r = json.loads(capsys.readouterr().out)
-    assert (r["vocab"], r["batch_size"], r["shards"]) == (1024, 16, 2)
+    assert (r["vocab"], r["batch_size"], r["shards"]) == (2048, 16, 2)
+    assert r["arch"]["mlp"] == "relu2" and r["arch"]["qk_norm"]  # the proof's options too
     assert r["update"].startswith("muon (lr 0.02, clip 1, adam_lr 0.015, wsd")
     assert main(["bench", "--params", "data/programs/coder-proof.yaml", "--steps", "1",
                  "--json", "--scale", "tiny", "--batch-size", "4", "--shards", "1",
