@@ -32,9 +32,13 @@ def test_a_new_import_changes_the_stage_deps(tmp_path):
 
 
 def test_a_folder_used_whole_is_one_dep_and_one_used_in_part_is_listed():
+    evals = stage_deps.code_deps("stages.eval")
+    assert "sparktrain/data" in evals   # every module of data/ runs in the eval stage
+    assert not any(d.startswith("sparktrain/data/") for d in evals)
     deps = stage_deps.code_deps("stages.step")
-    assert "sparktrain/model" in deps   # every module of model/ runs in the step
-    assert not any(d.startswith("sparktrain/model/") for d in deps)
+    # the step never samples text (model/sampling.py): model/ is listed module by module
+    assert "sparktrain/model" not in deps and "sparktrain/model/layers.py" in deps
+    assert "sparktrain/model/sampling.py" not in deps
     # core/publish.py (spark export's publisher) never runs in a stage: core/ by module
     assert "sparktrain/core" not in deps and "sparktrain/core/errors.py" in deps
     assert "sparktrain/core/publish.py" not in deps
