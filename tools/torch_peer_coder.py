@@ -52,7 +52,8 @@ try:
 except ImportError:  # checked in main(), so --help works without it
     torch = F = None
 
-PEER_OPTIONS = {"mlp", "qk_norm", "logit_cap"}  # the arch options logits_of computes
+# the arch options logits_of computes
+PEER_OPTIONS = {"mlp", "qk_norm", "logit_cap", "value_residual", "unet"}
 LOSS_BATCH = 16  # windows per forward over the held-out stream, as the corpus loop
 
 
@@ -78,12 +79,18 @@ def logits_of(p: dict, inputs, cfg, cos, sin):
     B, T = inputs.shape
     C, H, KV, hd = cfg.dim, cfg.n_head, cfg.n_kv_head, cfg.head_dim
     x = p["spark.embed.weight"][inputs]                                   # (B, T, C)
-    for L in range(cfg.n_layer):
-        w = {k: p[n] for k, n in layer_names(L).items() if n in p}  # relu2: no mlp_gate
+    n, outs, v1 = cfg.n_layer, [], None
+    for L in range(n):
+        if cfg.unet and L >= n - n // 2:      # arch.unet: block n-1-L's output, weighted
+            x = x + p["spark.skip.weight"][n - 1 - L] * outs[n - 1 - L]
+        w = {k: p[name] for k, name in layer_names(L).items() if name in p}  # relu2: no gate
         h = F.rms_norm(x, (C,), w["attn_norm"], eps=RMS_EPS)             # (B, T, C)
         q = (h @ w["q"].T).view(B, T, H, hd).transpose(1, 2)             # (B, H, T, hd)
         k = (h @ w["k"].T).view(B, T, KV, hd).transpose(1, 2)            # (B, KV, T, hd)
         v = (h @ w["v"].T).view(B, T, KV, hd).transpose(1, 2)            # (B, KV, T, hd)
+        if cfg.value_residual:                # arch.value_residual: layer 0's values mixed in
+            lam = p["spark.value_mix.weight"][L - 1] if L else None
+            v1, v = (v, v) if L == 0 else (v1, (1 - lam) * v + lam * v1)
         q, k = rope(q, cos, sin), rope(k, cos, sin)
         if cfg.qk_norm:                                                   # arch.qk_norm
             q, k = F.rms_norm(q, (hd,), eps=RMS_EPS), F.rms_norm(k, (hd,), eps=RMS_EPS)
@@ -95,6 +102,8 @@ def logits_of(p: dict, inputs, cfg, cos, sin):
             x = x + F.relu(h @ w["mlp_up"].T).square() @ w["mlp_down"].T
         else:
             x = x + (F.silu(h @ w["mlp_gate"].T) * (h @ w["mlp_up"].T)) @ w["mlp_down"].T
+        if L < n // 2:
+            outs.append(x)                                                # the U-net's skips
     x = F.rms_norm(x, (C,), p["spark.final_norm.weight"], eps=RMS_EPS)
     logits = x @ p["spark.lm_head.weight"].T                              # (B, T, V)
     if cfg.logit_cap:                                                     # arch.logit_cap
@@ -198,8 +207,8 @@ def run_peer(params_doc: dict, threads: int, prepare: bool = False,
     other = sorted(set(p.model_config().options()) - PEER_OPTIONS)
     if other or p.step.muon_ns != "jordan" or p.step.normuon or p.step.init_out == "zero_head":
         what = ", ".join(other) or "step.muon_ns, step.normuon and init_out zero_head"
-        raise SparkError(f"the PyTorch peer trains the Llama recipe with arch mlp, qk_norm and "
-                         f"logit_cap only: drop {what}")
+        raise SparkError(f"the PyTorch peer trains the Llama recipe with arch mlp, qk_norm, "
+                         f"logit_cap, value_residual and unet only: drop {what}")
     job = job_from_program(p.program, p.job)
     if prepare:
         prepare_job(job.out_dir, source_for(job.dataset, p), p.tokenizer, p.vocab_size)
