@@ -118,7 +118,7 @@ class Transformer(AttentionArch, Model):
         xp = be.xp
         B, T, C = dx.shape
         H, KV, hd = self.cfg.n_head, self.cfg.n_kv_head, self.cfg.head_dim
-        half, N = hd // 2, B * T
+        N = B * T
         mlp_names, _, mlp_backward = MLPS[self.cfg.mlp]
         # x = x + mlp_out ; mlp_out = mlp(h2n)
         dh2n, *dw_mlp = mlp_backward(xp.reshape(dx, (N, C)), cache.mlp)  # (N, C)
@@ -152,8 +152,23 @@ class Transformer(AttentionArch, Model):
         if cache.qk_norm is not None:
             # heads = rmsnorm(heads) (a weight of ones, its gradient unused)
             dheads, _ = layers.rmsnorm_backward(dheads, cache.qk_norm)
+        dh = self._qk_backward(dheads, cache, dh, names, grads)        # dh + the q, k path's
+        # h = rmsnorm(x, attn_norm)
+        dxn, grads[names["attn_norm"]] = layers.rmsnorm_backward(xp.reshape(dh, (B, T, C)),
+                                                                 cache.attn_norm)
+        dxn += dx                                                      # dx + dxn
+        return dxn, dv1, dlam
+
+    def _qk_backward(self, dheads, cache: BlockCache, dh, names, grads):
+        """Reverse of q and k as rope's two planes (_qk_planes, rope, the regrouping per
+        head): dheads (B, H + KV, T, hd) -> dh (N, C) plus their input gradient (added in
+        place where the array allows); the q and k grads written."""
+        be = backend.of(dheads)
+        xp = be.xp
+        B, HKV, T, hd = dheads.shape
+        H, half, N, C = self.cfg.n_head, hd // 2, B * T, dh.shape[1]
         # heads = planes regrouped per head
-        dqk = be.contiguous(be.permute(xp.reshape(dheads, (B, H + KV, T, 2, half)),
+        dqk = be.contiguous(be.permute(xp.reshape(dheads, (B, HKV, T, 2, half)),
                                        (3, 0, 2, 1, 4)))
         dqk = xp.reshape(dqk, (2, B, T, -1))                           # (2, B, T, X)
         # qk = rope(planes)
@@ -162,14 +177,10 @@ class Transformer(AttentionArch, Model):
         dw_planes = be.mT(dqk) @ cache.h2                              # (2, X, C)
         dh += dqk[0, ...] @ cache.w_planes[0, ...]
         dh += dqk[1, ...] @ cache.w_planes[1, ...]
-        dw_qk = xp.reshape(be.permute(xp.reshape(dw_planes, (2, H + KV, half, C)), (1, 0, 2, 3)),
+        dw_qk = xp.reshape(be.permute(xp.reshape(dw_planes, (2, HKV, half, C)), (1, 0, 2, 3)),
                            (-1, C))
         grads[names["q"]], grads[names["k"]] = dw_qk[:H * hd, ...], dw_qk[H * hd:, ...]
-        # h = rmsnorm(x, attn_norm)
-        dxn, grads[names["attn_norm"]] = layers.rmsnorm_backward(xp.reshape(dh, (B, T, C)),
-                                                                 cache.attn_norm)
-        dxn += dx                                                      # dx + dxn
-        return dxn, dv1, dlam
+        return dh
 
     def _trunk_forward(self, params, host_inputs):
         """embed -> blocks -> final norm: host inputs (B, T) -> hidden (B, T, C), TrunkCache."""
