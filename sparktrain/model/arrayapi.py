@@ -184,3 +184,5 @@ class ArrayApiOps:
     def embedding_grad(self, ids, dout, vocab):
         # the one-hot matmul, no scatter: deterministic on any device
         return self.xp.matrix_transpose(self._onehot(ids, vocab, dout)) @ dout  # (V, C)
+
+    embedding_grad_rows = embedding_grad  # on a device the whole table's one-hot matmul

@@ -210,6 +210,16 @@ class NumpyOps:
         onehot[ids, np.arange(ids.size)] = 1
         return onehot @ dout                                     # (V, C)
 
+    def embedding_grad_rows(self, ids, dout, vocab):
+        """embedding_grad for a table much larger than the ids it is looked up with: the
+        one-hot matmul over only the rows that occur (U of them), placed into zeros."""
+        rows, where = np.unique(ids, return_inverse=True)        # (U,), (N,)
+        onehot = np.zeros((rows.size, ids.size), dtype=dout.dtype)  # (U, N)
+        onehot[where.reshape(-1), np.arange(ids.size)] = 1
+        grad = np.zeros((vocab, dout.shape[1]), dtype=dout.dtype)
+        grad[rows] = onehot @ dout                               # (U, C) into (V, C)
+        return grad
+
 
 NUMPY = NumpyOps()
 _GENERIC: dict[int, ArrayApiOps] = {}

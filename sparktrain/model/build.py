@@ -229,7 +229,7 @@ class Transformer(AttentionArch, Model):
             grads[SKIP] = be.concat([dws[i] for i in range(n // 2)])      # (n // 2,)
         if cache.bigram is not None:
             # x = x + bigram[ids]
-            grads[BIGRAM] = layers.embedding_backward(dx, cache.bigram)
+            grads[BIGRAM] = layers.embedding_backward(dx, cache.bigram, sparse=True)
         # x = embed[inputs]
         grads["spark.embed.weight"] = layers.embedding_backward(dx, cache.embed)
 

@@ -76,7 +76,7 @@ def embedding_forward(ids, weight):
     return out, EmbeddingCache(ids, weight.shape[0])
 
 
-def embedding_backward(dout, cache):
+def embedding_backward(dout, cache, sparse: bool = False):
     """Returns dweight (V, C): each row of dout added to the weight row it came from, as
     a one-hot matmul (docs/training.md: one BLAS call, no unordered scatter)."""
     ids, vocab = cache
@@ -84,6 +84,8 @@ def embedding_backward(dout, cache):
     xp = be.xp
     flat_ids = xp.reshape(ids, (-1,))                        # (N,)
     dflat = xp.reshape(dout, (flat_ids.shape[0], -1))        # (N, C)
+    if sparse:  # a table far larger than the batch (the bigram option's): only rows used
+        return be.embedding_grad_rows(flat_ids, dflat, vocab)
     return be.embedding_grad(flat_ids, dflat, vocab)         # (V, C) = onehot (V, N) @ dflat
 
 
