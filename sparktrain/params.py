@@ -89,6 +89,8 @@ class StepConfig:
     adam_lr: Optional[Float] = Field(None, gt=0, description="optimizer muon: the AdamW "
                                      f"group's learning rate (default {MUON_ADAM_LR}), "
                                      "scheduled like lr")
+    embed_lr: Optional[Float] = Field(None, gt=0, description="adamw, muon: the token embedding"
+                                      "'s and bigram table's rate (default their group's)")
     muon_momentum: Float = Field(0.95, ge=0, lt=1,
                                  description="optimizer muon: Nesterov momentum of the matrices")
     muon_ns: Literal["jordan", "polar"] = Field(
@@ -124,8 +126,9 @@ class StepConfig:
     @model_validator(mode="after")
     def _coherent(self):
         n = self.outer * self.inner  # micro-steps
-        if self.optimizer == "sgd" and self.weight_decay:
-            raise ValueError("weight_decay applies to optimizer adamw, not sgd")
+        for knob in ("weight_decay", "embed_lr"):
+            if self.optimizer == "sgd" and getattr(self, knob):
+                raise ValueError(f"{knob} applies to optimizers adamw and muon, not sgd")
         if self.outer > MAX_OUTER:
             raise ValueError(f"outer {self.outer:,} is above the limit of {MAX_OUTER:,} passes")
         if self.stop_after_pass >= self.outer:
@@ -147,12 +150,9 @@ class StepConfig:
         if self.schedule == "wsd" and self.warmup + cooling > n:
             raise ValueError(f"warmup {self.warmup} and cooldown {self.cooldown} overlap "
                              f"within {n} micro-steps")
-        if self.optimizer != "muon" and self.adam_lr is not None:
-            raise ValueError("adam_lr applies to optimizer muon")
-        if self.optimizer != "muon" and self.muon_ns != "jordan":
-            raise ValueError("muon_ns applies to optimizer muon")
-        if self.optimizer != "muon" and self.normuon:
-            raise ValueError("normuon applies to optimizer muon")
+        for knob, default in (("adam_lr", None), ("muon_ns", "jordan"), ("normuon", False)):
+            if self.optimizer != "muon" and getattr(self, knob) != default:
+                raise ValueError(f"{knob} applies to optimizer muon")
         return self
 
     def passes(self) -> int:
@@ -373,7 +373,7 @@ def load_params(path: str | Path = PARAMS_FILE) -> Params:
 # not use them has the checkpoint bytes of a plain SGD run.
 LATER_KNOBS = ("optimizer", "weight_decay", "beta1", "beta2", "schedule", "warmup", "min_lr",
                "checkpoint_every", "adam_lr", "muon_momentum", "cooldown", "init_out", "muon_ns",
-               "stop_after_pass", "normuon")
+               "stop_after_pass", "normuon", "embed_lr")
 
 
 def step_record(step: StepConfig) -> dict:

@@ -70,8 +70,11 @@ def cmd_bench(args) -> int:
     step = job.step if job else None
     if args.optimizer:
         step = step or StepConfig(lr=BENCH_LR)
-        if args.optimizer != "muon" and step.adam_lr is not None:  # muon's knob goes with it
-            step = dataclasses.replace(step, adam_lr=None)
+        # the knobs of the optimizer left behind go with it (at their defaults)
+        if args.optimizer != "muon":
+            step = dataclasses.replace(step, adam_lr=None, muon_ns="jordan", normuon=False)
+        if args.optimizer == "sgd":
+            step = dataclasses.replace(step, weight_decay=0.0, embed_lr=None)
         step = override(step, optimizer=args.optimizer)
     make_update = JobUpdates(step, WARMUP_STEPS + args.steps) if step else plain_sgd
     batch_size = args.batch_size or (step.batch_size if job else None)

@@ -8,7 +8,7 @@ import math
 import numpy as np
 
 from sparktrain.model import backend
-from sparktrain.model.config import OPTIMIZERS
+from sparktrain.model.config import BIGRAM, OPTIMIZERS
 from sparktrain.params import cooldown_steps
 
 ADAM_EPS = 1e-8
@@ -30,6 +30,7 @@ POLAR_SAFETY = 1.02
 NORMUON_BETA2 = 0.95
 NORMUON_EPS = 1e-10
 HIDDEN = "spark.layers."  # the hidden matrices Muon trains are the layers' ones
+EMBED_TABLES = ("spark.embed.weight", BIGRAM)  # looked up by id: step.embed_lr's tensors
 
 
 def lr_at(step, t: int, total: int) -> float:
@@ -85,12 +86,17 @@ class SGD:
 
 
 class AdamW:
-    def __init__(self, params: dict, names, step):
+    """AdamW at the rate it is given; the embedding tables (EMBED_TABLES) at step.embed_lr /
+    group_lr times that when step.embed_lr is set (group_lr: the rate the group stands for,
+    step.lr alone, adam_lr under Muon), so they follow the same schedule."""
+    def __init__(self, params: dict, names, step, group_lr: float | None = None):
         self.b1, self.b2, self.wd = step.beta1, step.beta2, step.weight_decay
         self.be = be = backend.of_params(params)
         self.m = {n: be.zeros(params[n].shape, params[n]) for n in names}
         self.v = {n: be.zeros(params[n].shape, params[n]) for n in names}
         self.decayed = {n for n in names if params[n].ndim >= 2}
+        self.ratio = {} if step.embed_lr is None else {
+            n: step.embed_lr / (group_lr or step.lr) for n in names if n in EMBED_TABLES}
         self.t = 0
 
     def update(self, params: dict, grads: dict, lr: float, scale: float) -> None:
@@ -100,7 +106,7 @@ class AdamW:
         c2 = f32(1.0 - self.b2 ** self.t)
         b1, b2 = np.float32(self.b1), np.float32(self.b2)
         one_b1, one_b2 = f32(1 - b1), f32(1 - b2)   # 1 - b of the float32 b, in float32
-        b1, b2, lr32, eps = f32(b1), f32(b2), f32(lr), f32(ADAM_EPS)
+        b1, b2, eps = f32(b1), f32(b2), f32(ADAM_EPS)
         for n, m in self.m.items():
             g = grads[n] if scale == 1.0 else grads[n] * f32(scale)  # exact either way
             v = self.v[n]
@@ -108,9 +114,10 @@ class AdamW:
             m += one_b1 * g
             v *= b2
             v += one_b2 * (g * g)
+            rate = lr * self.ratio[n] if n in self.ratio else lr
             if n in self.decayed and self.wd:
-                params[n] *= f32(1.0 - lr * self.wd)
-            params[n] -= lr32 * (m / c1) / (xp.sqrt(v / c2) + eps)
+                params[n] *= f32(1.0 - rate * self.wd)
+            params[n] -= f32(rate) * (m / c1) / (xp.sqrt(v / c2) + eps)
 
     def state(self) -> dict[str, np.ndarray]:
         return {**{f"m.{n}": a for n, a in self.m.items()},
@@ -186,7 +193,7 @@ class Muon:
             n: be.zeros(tuple(1 if a == normuon_axis(params[n].shape) else k
                               for a, k in enumerate(params[n].shape)), params[n])
             for n in self.hidden}
-        self.adam = AdamW(params, [n for n in names if n not in self.buf], step)
+        self.adam = AdamW(params, [n for n in names if n not in self.buf], step, self.adam_lr)
 
     def update(self, params: dict, grads: dict, lr: float, scale: float) -> None:
         f32 = self.be.f32
@@ -250,6 +257,8 @@ class JobUpdates:
         knobs = f"lr {step.lr:g}, clip {step.clip:g}"
         if step.optimizer == "muon":
             knobs += f", adam_lr {step.adam_lr_or_default():g}"
+        if step.embed_lr is not None:
+            knobs += f", embed_lr {step.embed_lr:g}"
         if step.schedule == "cosine":
             knobs += f", cosine after {step.warmup} warm-up"
         if step.schedule == "wsd":

@@ -47,11 +47,13 @@ def resolve_step_n(requested: int | None, base_step: int, base: str) -> int:
 def fingerprint(job: Job, cfg, data_fingerprint, step, device) -> str:
     """What a saved state must match: all that decides the run's bytes (not the workers).
     Not stop_after_pass: the passes before the stop are those of the whole run, so a state
-    saved after pass j resumes the run stopped after pass k >= j, and the other way."""
+    saved after pass j resumes the run stopped after pass k >= j, and the other way. Not
+    embed_lr when unset, so a state saved before that knob existed still resumes."""
     return sha256_bytes(canonical_json({
         "job": job.id, "arch": cfg.to_dict(), "data": data_fingerprint,
         "step": {k: v for k, v in dataclasses.asdict(step).items()
-                 if k not in ("workers", "device", "stop_after_pass")},
+                 if k not in ("workers", "device", "stop_after_pass")
+                 and not (k == "embed_lr" and v is None)},
         "sparkbc_sha256": job.sparkbc_sha256, "base": job.base, **device.record()}).encode())
 
 

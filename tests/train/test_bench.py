@@ -1,11 +1,14 @@
 """`spark bench`: the command runs, reports sane numbers, refuses bad flags."""
 import json
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 
 from sparktrain.cli import main
+from sparktrain.core.safeload import load_yaml
 from sparktrain.model.config import DEVICES
 from sparktrain.train import bench
 
@@ -133,6 +136,20 @@ def test_bench_params_file_is_the_job_people_run(capsys):
                  "--optimizer", "adamw"]) == 0
     flags = json.loads(capsys.readouterr().out)  # flags override the file
     assert (flags["batch_size"], flags["shards"], flags["workers"]) == (4, 1, 1)
+
+
+def test_bench_another_optimizer_leaves_the_job_s_own_knobs_behind(capsys, tmp_path):
+    """A muon job with decay, Polar Express and an embedding rate benches under sgd: the
+    knobs sgd has none of go back to their defaults (they were refused in one line)."""
+    doc = load_yaml(Path("data/programs/coder-proof.yaml").read_text(), "proof")
+    doc["step"].update(muon_ns="polar", normuon=True, embed_lr=0.1)
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump(doc))
+    for optimizer in ("sgd", "adamw"):
+        assert main(["bench", "--params", str(tmp_path / "p.yaml"), "--scale", "tiny",
+                     "--steps", "1", "--batch-size", "2", "--json", "--optimizer", optimizer]) == 0
+        r = json.loads(capsys.readouterr().out)
+        assert r["update"].startswith(optimizer) and np.isfinite(r["final_loss"])
+        assert ("embed_lr 0.1" in r["update"]) == (optimizer == "adamw")
 
 
 def test_bench_medium_has_a_batch_and_help_names_every_scale(capsys):

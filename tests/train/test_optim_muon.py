@@ -4,6 +4,7 @@ torch.optim.Muon (the hf extra), a run stopped mid-way resumed to the same
 bytes, the same bytes on one worker or two."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 
@@ -15,7 +16,7 @@ from sparktrain.model import backend
 from sparktrain.model.base import RESIDUAL_OUT
 from sparktrain.model.build import build_model
 from sparktrain.model.config import ModelConfig
-from sparktrain.params import MUON_ADAM_LR, StepConfig, override, parse_params
+from sparktrain.params import MUON_ADAM_LR, StepConfig, parse_params, step_record
 from sparktrain.train.optim import (NORMUON_BETA2, NS_COEFFICIENTS, NS_STEPS, lr_at,
                                     make_optimizer, orthogonalise)
 
@@ -153,6 +154,9 @@ def test_wsd_schedule_warms_up_holds_then_cools_down_linearly():
     ({"adam_lr": 0.01}, "adam_lr applies to optimizer muon"),
     ({"optimizer": "adamw", "muon_ns": "polar"}, "muon_ns applies to optimizer muon"),
     ({"normuon": True}, "normuon applies to optimizer muon"),
+    ({"embed_lr": 0.1}, "embed_lr applies to optimizers adamw and muon, not sgd"),
+    ({"optimizer": "muon", "embed_lr": 0}, "embed_lr must be > 0"),
+    ({"weight_decay": 0.1}, "weight_decay applies to optimizers adamw and muon, not sgd"),
     ({"optimizer": "muon", "normuon": 1}, "normuon must be bool"),
     ({"schedule": "wsd", "warmup": 30, "cooldown": 0.5}, "overlap"),
 ])
@@ -285,3 +289,22 @@ def stop_after_pass_2(root, folder):
     done = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True,
                           text=True, timeout=HANG_GUARD_S)
     assert done.returncode == 9, done.stderr
+
+
+@pytest.mark.parametrize("optimizer, group_lr", [("adamw", 0.02), ("muon", 0.004)])
+def test_embed_lr_moves_the_embedding_tables_at_their_own_rate(optimizer, group_lr):
+    """Adam's first step moves every element with a gradient by its rate (m/c1 over
+    sqrt(v/c2) is the gradient's sign): the embedding and the bigram table by embed_lr,
+    the head and norms by the group's rate (lr under adamw, adam_lr under muon)."""
+    cfg = dataclasses.replace(CFG, bigram=64)
+    params = build_model(cfg).init_params(0, b"e")
+    before = {n: a.copy() for n, a in params.items()}
+    knobs = {"adam_lr": group_lr} if optimizer == "muon" else {}
+    step = StepConfig(optimizer=optimizer, lr=0.02, embed_lr=0.3, **knobs)
+    grads = {n: np.full(a.shape, 0.5, dtype=np.float32) for n, a in params.items()}
+    make_optimizer(step, params, list(params)).update(params, grads, step.lr, 1.0)
+    for name, rate in (("spark.embed.weight", 0.3), ("spark.bigram.weight", 0.3),
+                       ("spark.lm_head.weight", group_lr), ("spark.final_norm.weight", group_lr)):
+        np.testing.assert_allclose(before[name] - params[name], rate, rtol=1e-3, err_msg=name)
+    assert step_record(step)["embed_lr"] == 0.3
+    assert "embed_lr" not in step_record(dataclasses.replace(step, embed_lr=None))
