@@ -39,11 +39,13 @@ from sparktrain.core.errors import SparkError
 from sparktrain.core.fsutil import read_input, sha256_file
 from sparktrain.core.jobfiles import CORPUS, TOKENIZER
 from sparktrain.model.build import build_model
-from sparktrain.model.config import layer_names
+from sparktrain.model.config import BIGRAM, layer_names
+from sparktrain.model.options import bigram_ids
 from sparktrain.model.layers import RMS_EPS, ROPE_BASE
 from sparktrain.params import parse_params
 from sparktrain.train.job import job_from_program
-from sparktrain.train.optim import ADAM_EPS, HIDDEN, NS_COEFFICIENTS, NS_STEPS, lr_at
+from sparktrain.train.optim import (ADAM_EPS, EMBED_TABLES, HIDDEN, NS_COEFFICIENTS, NS_STEPS,
+                                    lr_at)
 from sparktrain.core.safeload import load_yaml
 
 try:
@@ -53,7 +55,7 @@ except ImportError:  # checked in main(), so --help works without it
     torch = F = None
 
 # the arch options logits_of computes
-PEER_OPTIONS = {"mlp", "qk_norm", "logit_cap", "value_residual", "unet"}
+PEER_OPTIONS = {"mlp", "qk_norm", "logit_cap", "value_residual", "unet", "bigram"}
 LOSS_BATCH = 16  # windows per forward over the held-out stream, as the corpus loop
 
 
@@ -79,6 +81,9 @@ def logits_of(p: dict, inputs, cfg, cos, sin):
     B, T = inputs.shape
     C, H, KV, hd = cfg.dim, cfg.n_head, cfg.n_kv_head, cfg.head_dim
     x = p["spark.embed.weight"][inputs]                                   # (B, T, C)
+    if cfg.bigram:                            # arch.bigram: the hashed (previous, current) row
+        ids = bigram_ids(inputs.numpy(), cfg.vocab, cfg.bigram)
+        x = x + p[BIGRAM][torch.from_numpy(ids)]                          # (B, T, C)
     n, outs, v1 = cfg.n_layer, [], None
     for L in range(n):
         if cfg.unet and L >= n - n // 2:      # arch.unet: block n-1-L's output, weighted
@@ -119,27 +124,34 @@ def initial_tensors(job, cfg, seed: int) -> dict:
 
 
 def make_optimizer(step, p: dict) -> list:
-    """The project's optimizers in torch, as (optimizer, rate / step.lr) pairs: AdamW
-    decays matrices only, SGD is heavy-ball, muon is torch.optim.Muon on the layers'
-    matrices (its bfloat16 Newton-Schulz) beside AdamW at adam_lr on the rest."""
+    """The project's optimizers in torch; each param group's "ratio" is its rate / step.lr
+    (the loop sets its lr from the schedule). AdamW decays matrices only, SGD is heavy-ball,
+    muon is torch.optim.Muon on the layers' matrices (its bfloat16 Newton-Schulz) beside
+    AdamW at adam_lr on the rest; step.embed_lr puts the embedding tables in their own group."""
     if step.optimizer == "sgd":
-        return [(torch.optim.SGD(list(p.values()), lr=step.lr, momentum=step.momentum), 1.0)]
+        return [torch.optim.SGD([{"params": list(p.values()), "ratio": 1.0}], lr=step.lr,
+                                momentum=step.momentum)]
     hidden = {n for n, t in p.items() if step.optimizer == "muon"
               and n.startswith(HIDDEN) and t.ndim == 2}
-    rest = {n: t for n, t in p.items() if n not in hidden}
-    decayed = [t for t in rest.values() if t.ndim >= 2]
-    others = [t for t in rest.values() if t.ndim < 2]
+    tables = {n for n in p if n in EMBED_TABLES and step.embed_lr is not None}
+    rest = {n: t for n, t in p.items() if n not in hidden | tables}
     adam_ratio = step.adam_lr_or_default() / step.lr if hidden else 1.0
-    adamw = torch.optim.AdamW([{"params": decayed, "weight_decay": step.weight_decay},
-                               {"params": others, "weight_decay": 0.0}],
-                              lr=step.lr * adam_ratio, betas=(step.beta1, step.beta2),
-                              eps=ADAM_EPS)
+    groups = [{"params": [t for t in rest.values() if t.ndim >= 2], "ratio": adam_ratio,
+               "weight_decay": step.weight_decay},
+              {"params": [t for t in rest.values() if t.ndim < 2], "ratio": adam_ratio,
+               "weight_decay": 0.0}]
+    if tables:
+        groups.append({"params": [p[n] for n in sorted(tables)], "ratio": step.embed_lr / step.lr,
+                       "weight_decay": step.weight_decay})
+    for group in groups:  # the schedule's first rate until the loop sets each step's
+        group["lr"] = step.lr * group["ratio"]
+    adamw = torch.optim.AdamW(groups, betas=(step.beta1, step.beta2), eps=ADAM_EPS)
     if not hidden:
-        return [(adamw, 1.0)]
-    muon = torch.optim.Muon([p[n] for n in hidden], lr=step.lr,
+        return [adamw]
+    muon = torch.optim.Muon([{"params": [p[n] for n in hidden], "ratio": 1.0}], lr=step.lr,
                             weight_decay=step.weight_decay, momentum=step.muon_momentum,
                             nesterov=True, ns_coefficients=NS_COEFFICIENTS, ns_steps=NS_STEPS)
-    return [(muon, 1.0), (adamw, adam_ratio)]
+    return [muon, adamw]
 
 
 # ------------------------------------------------------------------ the run
@@ -156,7 +168,7 @@ def train(p: dict, cfg, step, data, progress=lambda line: None) -> dict:
         inputs, targets = torch.from_numpy(batch.inputs), torch.from_numpy(batch.targets)
         logits = logits_of(p, inputs, cfg, cos, sin)                      # (B, T, V)
         loss = F.cross_entropy(logits.reshape(-1, cfg.vocab), targets.reshape(-1))
-        for opt, _ in opts:
+        for opt in opts:
             opt.zero_grad(set_to_none=True)
         loss.backward()
         grads = [t_.grad for t_ in p.values()]
@@ -168,9 +180,9 @@ def train(p: dict, cfg, step, data, progress=lambda line: None) -> dict:
             clipped += 1
             for g in grads:
                 g.mul_(step.clip / norm)
-        for opt, ratio in opts:
+        for opt in opts:
             for group in opt.param_groups:
-                group["lr"] = lr_at(step, t, total) * ratio
+                group["lr"] = lr_at(step, t, total) * group["ratio"]
             opt.step()
         seconds += time.perf_counter() - t0
         tokens += batch.n_tokens
@@ -208,7 +220,7 @@ def run_peer(params_doc: dict, threads: int, prepare: bool = False,
     if other or p.step.muon_ns != "jordan" or p.step.normuon or p.step.init_out == "zero_head":
         what = ", ".join(other) or "step.muon_ns, step.normuon and init_out zero_head"
         raise SparkError(f"the PyTorch peer trains the Llama recipe with arch mlp, qk_norm, "
-                         f"logit_cap, value_residual and unet only: drop {what}")
+                         f"logit_cap, value_residual, unet and bigram only: drop {what}")
     job = job_from_program(p.program, p.job)
     if prepare:
         prepare_job(job.out_dir, source_for(job.dataset, p), p.tokenizer, p.vocab_size)
