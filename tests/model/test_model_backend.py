@@ -52,6 +52,7 @@ CASES = {
     "pick": ((M2, TARGETS_V), ()),
     "sub_onehot_": ((M2.copy(), TARGETS_V), ()),
     "embedding_grad": ((IDS.reshape(-1), RNG.standard_normal((6, 5)), 5), (2,)),
+    "embedding_grad_rows": ((IDS.reshape(-1), RNG.standard_normal((6, 5)), 9), (2,)),
     "weighted_sum": ((M2[:, 0], N2[:, 0]), ()),
     "global_norm": (([M2, A3],), ()),
     "last_rows": ((A3, np.array([3, 1])), (1,)),

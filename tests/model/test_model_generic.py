@@ -27,7 +27,7 @@ STEPS = 3
 def step_config(optimizer):
     return SimpleNamespace(optimizer=optimizer, momentum=0.9, beta1=0.9, beta2=0.95,
                            weight_decay=0.1, schedule="cosine", lr=3e-2, min_lr=3e-3,
-                           warmup=1, clip=1.0)
+                           warmup=1, clip=1.0, embed_lr=None)
 
 
 def masked_token_batch(cfg, B=4):
