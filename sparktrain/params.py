@@ -18,7 +18,7 @@ from sparktrain.vocab import MAX_VOCAB, MIN_BPE_VOCAB, TOKENIZERS
 from sparktrain.core.errors import SparkError, did_you_mean
 from sparktrain.core.fsutil import read_input
 from sparktrain.core.jobfiles import PARAMS_FILE, check_job_id
-from sparktrain.model.config import ARCH_KEYS, DEVICES, OPTIMIZERS, SCALES, ModelConfig
+from sparktrain.model.config import ARCH_KEYS, DEVICES, KNOB_READERS, OPTIMIZERS, SCALES, ModelConfig
 from sparktrain.core.safeload import load_yaml
 from sparktrain.core.values import is_finite, is_number
 
@@ -126,9 +126,6 @@ class StepConfig:
     @model_validator(mode="after")
     def _coherent(self):
         n = self.outer * self.inner  # micro-steps
-        for knob in ("weight_decay", "embed_lr"):
-            if self.optimizer == "sgd" and getattr(self, knob):
-                raise ValueError(f"{knob} applies to optimizers adamw and muon, not sgd")
         if self.outer > MAX_OUTER:
             raise ValueError(f"outer {self.outer:,} is above the limit of {MAX_OUTER:,} passes")
         if self.stop_after_pass >= self.outer:
@@ -150,9 +147,11 @@ class StepConfig:
         if self.schedule == "wsd" and self.warmup + cooling > n:
             raise ValueError(f"warmup {self.warmup} and cooldown {self.cooldown} overlap "
                              f"within {n} micro-steps")
-        for knob, default in (("adam_lr", None), ("muon_ns", "jordan"), ("normuon", False)):
-            if self.optimizer != "muon" and getattr(self, knob) != default:
-                raise ValueError(f"{knob} applies to optimizer muon")
+        for f in dataclasses.fields(self):  # f.default: the schema's Field, holding the default
+            readers = KNOB_READERS.get(f.name, OPTIMIZERS)
+            if self.optimizer not in readers and getattr(self, f.name) != f.default.default:
+                raise ValueError(f"{f.name} applies to optimizer{'s' * (len(readers) > 1)} "
+                                 f"{' and '.join(readers)}, not {self.optimizer}")
         return self
 
     def passes(self) -> int:

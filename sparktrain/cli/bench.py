@@ -5,7 +5,7 @@ from __future__ import annotations
 from sparktrain.cli import positive_int
 from sparktrain.core.fsutil import canonical_json
 from sparktrain.model.device import DEVICES, resolve
-from sparktrain.model.config import OPTIMIZERS, SCALES
+from sparktrain.model.config import KNOB_READERS, OPTIMIZERS, SCALES
 from sparktrain.params import (StepConfig, load_params, load_params_or_defaults, model_config,
                                override)
 
@@ -70,11 +70,10 @@ def cmd_bench(args) -> int:
     step = job.step if job else None
     if args.optimizer:
         step = step or StepConfig(lr=BENCH_LR)
-        # the knobs of the optimizer left behind go with it (at their defaults)
-        if args.optimizer != "muon":
-            step = dataclasses.replace(step, adam_lr=None, muon_ns="jordan", normuon=False)
-        if args.optimizer == "sgd":
-            step = dataclasses.replace(step, weight_decay=0.0, embed_lr=None)
+        # the knobs of the optimizer left behind go back to their defaults
+        plain = StepConfig()
+        step = dataclasses.replace(step, **{k: getattr(plain, k) for k, readers in
+                                            KNOB_READERS.items() if args.optimizer not in readers})
         step = override(step, optimizer=args.optimizer)
     make_update = JobUpdates(step, WARMUP_STEPS + args.steps) if step else plain_sgd
     batch_size = args.batch_size or (step.batch_size if job else None)

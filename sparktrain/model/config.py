@@ -271,6 +271,10 @@ ENV = "SPARK_MAX_MEMORY_MB"
 # classes, `spark bench --optimizer`), and the moments each keeps per parameter (at most)
 OPTIMIZER_COPIES = {"sgd": 1, "adamw": 2, "muon": 2, None: 0}
 OPTIMIZERS = tuple(name for name in OPTIMIZER_COPIES if name is not None)
+# the step knobs only some optimizers read (the others: every optimizer's); set for another
+# optimizer they are refused, and `spark bench --optimizer` puts them back to their defaults
+KNOB_READERS = {"adam_lr": ("muon",), "muon_ns": ("muon",), "normuon": ("muon",),
+                "weight_decay": ("adamw", "muon"), "embed_lr": ("adamw", "muon")}
 
 
 @dataclass(frozen=True)
