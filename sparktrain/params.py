@@ -45,6 +45,8 @@ def _as_float(value):
 
 Float = Annotated[float, BeforeValidator(_as_float)]
 Count = Annotated[StrictInt, Field(ge=1)]
+# dynamic evaluation's update rules (sparktrain/eval/dynamic.py)
+DYNAMIC_RULES = ("rms", "sgd", "adamw")
 # docs/pipeline.md ("Hostile inputs"): the loss curve holds outer + 1 points, a pass inner steps
 MAX_OUTER = 100_000
 MAX_MICRO_STEPS = 100_000_000
@@ -176,11 +178,20 @@ class EvalConfig:
                                     "score: windows every `stride` tokens, each target scored "
                                     "once with >= seq_len - stride tokens of context (default "
                                     "seq_len / 4; seq_len = the non-overlapping score)")
-    adapt_lr: Optional[Float] = Field(None, gt=0, description="corpus jobs' score-first "
-                                      "adaptive score (spark code train, the coder proof): "
-                                      "each batch of held-out windows scored, then one AdamW "
-                                      "step at this rate on a copy of the weights; unset = off")
-    adapt_batch: Count = Field(16, description="windows per adapting step (adapt_lr)")
+    dynamic_lr: Optional[Float] = Field(None, gt=0, description="corpus jobs' dynamic "
+                                        "evaluation (bpb_dynamic): the held-out stream "
+                                        "scored piece by piece, each piece learned from "
+                                        "after it is scored, at this rate on a copy of the "
+                                        "weights; unset = off")
+    dynamic_rule: Literal[DYNAMIC_RULES] = Field("rms", description="dynamic evaluation's "
+                                                 "update: rms (RMS-normalised SGD), sgd, "
+                                                 "adamw")
+    dynamic_decay: Annotated[Float, Field(ge=0, le=1)] = Field(
+        0.0, description="dynamic evaluation's pull back towards the trained weights, "
+                         "per update")
+    dynamic_stride: Optional[Count] = Field(None, description="dynamic evaluation's piece "
+                                            "in tokens (each scored in a window of seq_len "
+                                            "ending with it; default: the sliding stride)")
 
 
 def _patterns(value):

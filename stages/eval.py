@@ -6,6 +6,7 @@ from pathlib import Path
 
 from sparktrain.data.heldout import heldout_metrics
 from sparktrain.data.tokenizer import read_tokenizer, tokenizer_for
+from sparktrain.eval.dynamic import heldout_dynamic
 from sparktrain.core.metric_keys import split_headline
 from sparktrain.eval.plot import heldout_points, loss_png
 from sparktrain.core.fsutil import atomic_write_bytes, canonical_json, sha256_file
@@ -27,7 +28,7 @@ def eval_stage() -> Path:
     tokenizer = tokenizer_for(weights, meta, cfg.vocab, folder / TOKENIZER)
     _, tokenizer_sha256 = read_tokenizer(folder / TOKENIZER)
     metrics = heldout_metrics(source, folder / CORPUS, tensors, cfg, tokenizer, tokenizer_sha256,
-                              p.eval)
+                              p.eval, heldout_dynamic)
     metrics["weights_sha256"] = sha256_file(weights)
     # The DVC metric is the few flat numbers `dvc exp show` compares; the rest
     # (counts, per-family tables, samples, hashes) is a plain output beside it.

@@ -120,9 +120,9 @@ def main(argv=None) -> int:
         **{k: what[k] for k in (*BASELINE_BPB, *BASELINE_ORDERS)},
         "ratio_to_ppmd_primed": what["bpb"] / what["ppmd_primed_bpb"],
         "ratio_sliding_to_ppmd_primed": what["bpb_sliding"] / what["ppmd_primed_bpb"],
-        **({"model_bpb_adaptive": what["bpb_adaptive"], "adaptive": what["adaptive"],
-            "ratio_adaptive_to_ppmd_primed": what["bpb_adaptive"] / what["ppmd_primed_bpb"]}
-           if "bpb_adaptive" in what else {}),  # its seconds are printed, not recorded
+        **({"model_bpb_dynamic": what["bpb_dynamic"], "dynamic": what["dynamic"],
+            "ratio_dynamic_to_ppmd_primed": what["bpb_dynamic"] / what["ppmd_primed_bpb"]}
+           if "bpb_dynamic" in what else {}),  # its seconds are printed, not recorded
         "ratio_to_lzma9e": what["bpb"] / what["lzma9e_bpb"],
         "ratio_sliding_to_lzma9e": what["bpb_sliding"] / what["lzma9e_bpb"],
         "below_zlib9": what["bpb"] < what["zlib9_bpb"],

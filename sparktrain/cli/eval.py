@@ -42,6 +42,16 @@ def add_eval(sub) -> None:
     p.add_argument("-o", "--out", default=None, help="also write the JSON to this file (atomic)")
     p.add_argument("--tokenizer", default=None, help=TOKENIZER_HELP)
     p.add_argument("--device", default="cpu", choices=DEVICES, help=DEVICE_HELP)
+    dyn = p.add_argument_group("dynamic evaluation of a corpus model (eval.dynamic_*: "
+                               "docs/training.md \"Dynamic evaluation\")")
+    dyn.add_argument("--dynamic-lr", type=float, default=None, metavar="LR",
+                     help="learn while scoring at this rate (bpb_dynamic); unset = off")
+    dyn.add_argument("--dynamic-rule", default=None, choices=("rms", "sgd", "adamw"),
+                     help="the update (default rms)")
+    dyn.add_argument("--dynamic-decay", type=float, default=None, metavar="D",
+                     help="the pull back towards the trained weights (default 0)")
+    dyn.add_argument("--dynamic-stride", type=int, default=None, metavar="TOKENS",
+                     help="tokens a piece (default: the sliding stride)")
 
 
 def add_generate(sub) -> None:
@@ -110,6 +120,9 @@ def cmd_eval(args) -> int:
         return _eval_corpus(args, out, params, cfg, meta)
     if not args.data:
         raise SparkError(f"{args.weights} is a pairs model: give its held-out JSONL with --data")
+    if args.dynamic_lr is not None:
+        raise SparkError(f"{args.weights} is a pairs model: dynamic evaluation scores a corpus "
+                         f"model's held-out stream; drop --dynamic-lr")
     pairs, data_sha256 = read_pairs(args.data)
     params = _on_device(args, params)
     result = evaluate(params, cfg, pairs, batch_size=args.batch_size, max_new=args.max_new,
@@ -128,9 +141,10 @@ def _eval_corpus(args, out, params, cfg, meta) -> int:
 
     from sparktrain.core.jobfiles import CORPUS, TOKENIZER
     from sparktrain.data.heldout import heldout_metrics
+    from sparktrain.eval.dynamic import heldout_dynamic
     from sparktrain.data.source import CorpusSource
     from sparktrain.data.tokenizer import read_tokenizer
-    from sparktrain.params import EvalConfig
+    from sparktrain.params import EvalConfig, override
 
     folder = Path(args.weights).parent
     if not (folder / CORPUS).is_dir():
@@ -139,8 +153,10 @@ def _eval_corpus(args, out, params, cfg, meta) -> int:
     tok, tok_sha256 = read_tokenizer(args.tokenizer or folder / TOKENIZER,
                                      meta.get("tokenizer_sha256"), args.weights)
     source = CorpusSource(str(meta.get("dataset", "")), (), 0.1)  # scored on corpus/ only
+    eval_cfg = override(EvalConfig(), dynamic_lr=args.dynamic_lr, dynamic_rule=args.dynamic_rule,
+                        dynamic_decay=args.dynamic_decay, dynamic_stride=args.dynamic_stride)
     result = heldout_metrics(source, folder / CORPUS, _on_device(args, params), cfg, tok,
-                             tok_sha256, EvalConfig())
+                             tok_sha256, eval_cfg, heldout_dynamic)
     result.update(weights=str(args.weights))
     if out is not None:
         write_json(out, result)
@@ -149,6 +165,9 @@ def _eval_corpus(args, out, params, cfg, meta) -> int:
         f"{result['heldout_targets']:,} tokens)\n"
         f"  bpb {result['bpb']:.4f}  (sliding, stride {result['sliding_stride']}: "
         f"{result['bpb_sliding']:.4f})\n"
+        + (f"  dynamic {result['bpb_dynamic']:.4f}  ({result['dynamic']['rule']} at "
+           f"{result['dynamic']['lr']:g}, {result['dynamic']['updates']:,} updates)\n"
+           if "bpb_dynamic" in result else "") +
         f"  zlib-9 {result['zlib9_bpb']:.4f}  lzma-9e {result['lzma9e_bpb']:.4f}\n"
         f"  loss {result['loss']:.4f}  perplexity {result['perplexity']:.2f}\n"))
     return 0

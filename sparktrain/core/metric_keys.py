@@ -10,10 +10,11 @@ BASELINE_BPB = {"zlib9_bpb": "zlib-9", "lzma9e_bpb": "lzma-9e",
                 "ppmd_primed_bpb": "PPMd primed"}
 # The headline numbers a sweep compares: eval.json (the DVC metric) holds exactly these,
 # flat; the rest of an eval is eval_detail.json. A new metric slots in by name here.
-HEADLINE_KEYS = ("loss", "bpb", "bpb_sliding", *BASELINE_BPB, "perplexity",
+HEADLINE_KEYS = ("loss", "bpb", "bpb_sliding", "bpb_dynamic", *BASELINE_BPB, "perplexity",
                  "next_token_accuracy", "exact_match", "copy_recall")
 # Short heads keep `spark compare`'s table inside 80 columns.
-SHORT_HEADS = {"loss": "held-out", "bpb": "bpb", "zlib9_bpb": "zlib9", "lzma9e_bpb": "lzma9e",
+SHORT_HEADS = {"loss": "held-out", "bpb": "bpb", "bpb_sliding": "sliding", "bpb_dynamic": "dynamic",
+               "zlib9_bpb": "zlib9", "lzma9e_bpb": "lzma9e",
                "lzma9e_primed_bpb": "lzma9e+", "ppmd_bpb": "ppmd", "ppmd_primed_bpb": "ppmd+",
                "perplexity": "ppl", "next_token_accuracy": "acc", "exact_match": "exact",
                "copy_recall": "copy"}

@@ -21,11 +21,13 @@ from sparktrain.model.build import build_model
 
 
 def heldout_metrics(source: DataSource, folder, params, cfg, tokenizer,
-                    tokenizer_sha256: str | None, eval_cfg) -> dict:
+                    tokenizer_sha256: str | None, eval_cfg, dynamic=None) -> dict:
     """The weights `params` on `source`'s held-out data: loss, accuracy, copy recall and exact
     match on eval.data's pairs for a prompted source; for a streamed one the whole held-out
     stream under `folder` (corpus/), every target once: loss and bits per byte beside the
-    compressors, in windows apart (`bpb`) and every eval.stride tokens (`bpb_sliding`)."""
+    compressors, in windows apart (`bpb`) and every eval.stride tokens (`bpb_sliding`), and
+    when eval.dynamic_lr is set, learning while it scores (`bpb_dynamic`): `dynamic`, the
+    scorer eval/dynamic.py's heldout_dynamic (the optimizers it steps live above data/)."""
     if source.prompted:
         metrics = evaluate(params, cfg, load_pairs(eval_cfg.data),
                            batch_size=eval_cfg.batch_size, max_new=eval_cfg.max_new,
@@ -47,7 +49,20 @@ def heldout_metrics(source: DataSource, folder, params, cfg, tokenizer,
             **{k: v for k, v in base.items() if k.endswith(BPB_SUFFIX)},
             **{k: base[k] for k in BASELINE_ORDERS},
             "heldout_bytes": base["bytes"],
-            "heldout_targets": count, "tokenizer": tokenizer.kind, "vocab": tokenizer.vocab}
+            "heldout_targets": count, "tokenizer": tokenizer.kind, "vocab": tokenizer.vocab,
+            **(_dynamic(dynamic, model, params, data, tokenizer, cfg.seq_len, eval_cfg, stride,
+                        count) if eval_cfg.dynamic_lr else {})}
+
+
+def _dynamic(dynamic, model, params, data, tokenizer, seq_len, eval_cfg, stride, count) -> dict:
+    """bpb_dynamic and its record, scored by `dynamic`, every target the static one scored."""
+    if dynamic is None:
+        raise SparkError("eval.dynamic_lr is set, and this command has no dynamic scorer")
+    got = dynamic(model, params, data, tokenizer, seq_len, eval_cfg, stride)
+    if got["targets"] != count:
+        raise SparkError(f"dynamic evaluation scored {got['targets']} targets, the static "
+                         f"score {count}")
+    return {"bpb_dynamic": got["bpb"], "dynamic": got["record"]}
 
 
 def _stream_score(model, params, data, tokenizer, batches) -> tuple[float, int]:

@@ -11,15 +11,13 @@ from sparktrain.core.errors import SparkError
 from sparktrain.core.jobfiles import CORPUS, TOKENIZER, WEIGHTS
 from sparktrain.core.metric_keys import BASELINE_BPB
 from sparktrain.model.config import ModelConfig
-from sparktrain.model.build import build_model
 from sparktrain.model.sampling import MAX_NEW, generate_tokens
 from sparktrain.model.weights import load_model
 from sparktrain.data.baselines import BASELINE_ORDERS
-from sparktrain.data.corpus import read_prepared
 from sparktrain.data.heldout import heldout_metrics
+from sparktrain.eval.dynamic import heldout_dynamic
 from sparktrain.data.pairs import prompt_tokens
 from sparktrain.data.tokenizer import BYTES, read_tokenizer
-from sparktrain.eval.adaptive import adaptive_score
 
 GEN_BATCH = 64
 
@@ -106,21 +104,14 @@ def learned(folder, source, eval_cfg) -> dict:
     folder = Path(folder)
     tok, tok_sha256 = read_tokenizer(folder / TOKENIZER)
     params, cfg, _ = load_model(folder / WEIGHTS)
-    score = heldout_metrics(source, folder / CORPUS, params, cfg, tok, tok_sha256, eval_cfg)
-    adaptive = {}
-    if eval_cfg.adapt_lr:  # the stored weights stay: adaptive_score steps a copy
-        held = read_prepared(folder / CORPUS, tok_sha256).val
-        got = adaptive_score(build_model(cfg), params, held, cfg.seq_len, eval_cfg.adapt_batch,
-                             eval_cfg.adapt_lr, tok.byte_lengths(), tok.eos)
-        adaptive = {"bpb_adaptive": got.bpb, "adaptive": {
-            "lr": eval_cfg.adapt_lr, "batch": eval_cfg.adapt_batch, "steps": got.steps},
-            "adaptive_seconds": got.seconds}
+    score = heldout_metrics(source, folder / CORPUS, params, cfg, tok, tok_sha256, eval_cfg,
+                            heldout_dynamic)
     sampled = continue_text(params, cfg, tok, LEARNED_PROMPTS, max_new=LEARNED_MAX_NEW,
                             temperature=TEMPERATURE, top_k=TOP_K, seed=SEED)
     greedy = continue_text(params, cfg, tok, LEARNED_PROMPTS, max_new=LEARNED_MAX_NEW)
     return {**{k: score[k] for k in ("bpb", "bpb_sliding", "sliding_stride", *BASELINE_BPB,
                                      *BASELINE_ORDERS, "heldout_bytes")},
-            **adaptive,
+            **{k: score[k] for k in ("bpb_dynamic", "dynamic") if k in score},
             "sampling": {"temperature": TEMPERATURE, "top_k": TOP_K, "seed": SEED,
                          "max_new_tokens": LEARNED_MAX_NEW},
             "samples": [{"prompt": p, "sampled": s, "greedy": g}
@@ -135,10 +126,10 @@ def learned_text(report: dict, model: str) -> str:
              f"  {'model (' + model + ')':32s} {report['bpb']:.4f}",
              f"  {'  in sliding windows, stride ' + str(report['sliding_stride']):32s} "
              f"{report['bpb_sliding']:.4f}",
-             *([f"  {'  adaptive, score first':32s} {report['bpb_adaptive']:.4f} "
-                f"(an AdamW step at {report['adaptive']['lr']:g} after each "
-                f"{report['adaptive']['batch']} windows scored; {report['adaptive_seconds']:.1f} s)"]
-               if "bpb_adaptive" in report else []),
+             *([f"  {'  dynamic: learning as it codes':32s} {report['bpb_dynamic']:.4f} "
+                f"({report['dynamic']['rule']} at {report['dynamic']['lr']:g}, an update "
+                f"each {report['dynamic']['stride']} tokens scored)"]
+               if "bpb_dynamic" in report else []),
              f"  {'zlib level 9':32s} {report['zlib9_bpb']:.4f}",
              f"  {'lzma preset 9e':32s} {report['lzma9e_bpb']:.4f}",
              f"  {'PPMd, order ' + str(report['ppmd_order']):32s} {report['ppmd_bpb']:.4f}",
@@ -148,8 +139,8 @@ def learned_text(report: dict, model: str) -> str:
              f"{report['ppmd_primed_bpb']:.4f}",
              f"  model / primed PPMd: {report['bpb'] / report['ppmd_primed_bpb']:.4f}, sliding "
              f"{report['bpb_sliding'] / report['ppmd_primed_bpb']:.4f}"
-             + (f", adaptive {report['bpb_adaptive'] / report['ppmd_primed_bpb']:.4f}"
-                if "bpb_adaptive" in report else "")]
+             + (f", dynamic {report['bpb_dynamic'] / report['ppmd_primed_bpb']:.4f}"
+                if "bpb_dynamic" in report else "")]
     for item in report["samples"]:
         lines += ["", f"--- prompt ---\n{item['prompt']}",
                   f"--- sampled (temperature {s['temperature']}, top-k {s['top_k']}, seed "

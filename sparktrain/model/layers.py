@@ -66,6 +66,7 @@ class CrossEntropyCache(NamedTuple):
     targets: np.ndarray    # (N,)
     weights: np.ndarray    # (N,)
     denom: float
+    nll: np.ndarray        # (N,) each row's CE, unweighted: a token's own score
 
 
 # ----------------------------------------------------------------- embedding
@@ -310,12 +311,12 @@ def cross_entropy_forward(logits, targets, weights, denom):
     probs *= (1 / z)[:, None]
     nll = xp.log(z) - picked                                 # (N,)
     loss = be.weighted_sum(weights, nll) / denom
-    return loss, CrossEntropyCache(probs, targets, weights, denom)
+    return loss, CrossEntropyCache(probs, targets, weights, denom, nll)
 
 
 def cross_entropy_backward(cache):
     """Returns dlogits (N, V) (dloss = 1), reusing the cached probs in place: once a forward."""
-    probs, targets, weights, denom = cache
+    probs, targets, weights, denom, _ = cache
     be = backend.of(probs)
     # loss = sum_n w_n * (logsumexp(logits_n) - logits_n[t_n]) / denom
     dlogits = be.sub_onehot_(probs, targets)                 # (N, V) probs - onehot(targets)
