@@ -16,9 +16,9 @@ from pydantic.dataclasses import dataclass
 
 from sparktrain import knobs
 from sparktrain.knobs import ALWAYS, Role, role
-from sparktrain.model.config import SCALES
+from sparktrain.model.config import OPTION_DEFAULTS, SCALES, ModelConfig
 from sparktrain.model.device import CPU
-from sparktrain.params import STEP_STRICT, Float, StepConfig, step_record
+from sparktrain.params import STEP_STRICT, ArchOptions, Float, StepConfig, step_record
 from sparktrain.train.resume import fingerprint
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -144,3 +144,14 @@ def test_the_search_finds_a_list_of_knob_names():
     assert [line for line, _ in _knob_lists(text, "sparktrain/x.py", names)] == [1, 2]
     assert not list(_knob_lists('PRE_STEP_FAILURE_KNOBS = ("lr", "outer", "inner")\n',
                                 "sparktrain/core/compat.py", names))
+
+
+def test_the_arch_options_defaults_are_modelconfigs():
+    """params.yaml's `arch` section offers exactly ModelConfig's options, at its defaults
+    (typed once, on ModelConfig's fields)."""
+    assert dataclasses.asdict(ArchOptions()) == OPTION_DEFAULTS
+    assert set(OPTION_DEFAULTS) == {"mlp", "qk_norm", "logit_cap", "bigram", "value_residual",
+                                    "unet"}
+    assert ModelConfig().options() == {}
+    assert ModelConfig(bigram=8).to_dict()["bigram"] == 8
+    assert "bigram" not in ModelConfig().to_dict()  # absent from a recorded arch: the default
