@@ -18,6 +18,8 @@ ALWAYS, CHANGED, NEVER = "always", "changed", "never"  # when a record carries a
 
 @dataclasses.dataclass(frozen=True)
 class Role:
+    """What one knob is to the records, the resume, the recipe, the card and the optimizers
+    (the defaults: a knob added later)."""
     record: str = CHANGED       # checkpoint.json (and failed.json's `step`)
     fingerprint: str = CHANGED  # what a saved state must match to resume (train/resume.py)
     recipe: bool = True         # chosen for the job, not a stamp or a place (stages/job.py)
