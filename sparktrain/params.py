@@ -66,9 +66,10 @@ def cooldown_steps(cooldown: float, micro_steps: int) -> int:
     return max(round(cooldown * micro_steps), 1) if cooldown > 0 else 0
 
 
-# A knob's role (sparktrain/knobs.py), declared on its Field: the original's knobs are in
-# every record; those added later only off their defaults, so earlier runs keep their bytes.
-# A saved state resumes only when each knob it fingerprints matches.
+# A knob's role (sparktrain/knobs.py; docs/outputs.md "A knob's role"), declared on its
+# Field: the original's knobs are in every record; the later ones only off their defaults,
+# so earlier runs keep their bytes; the resume fingerprint holds both kinds always. A knob
+# with no role is left out of both at its default: a state saved before it still resumes.
 ORIGINAL = role(record=ALWAYS, fingerprint=ALWAYS)
 LATER = role(fingerprint=ALWAYS)
 # the step's place, stamp and processes: never recorded among the knobs, not the recipe
