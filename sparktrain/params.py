@@ -15,10 +15,13 @@ from pydantic import ValidationError, model_validator
 from pydantic.dataclasses import dataclass
 
 from sparktrain.vocab import MAX_VOCAB, MIN_BPE_VOCAB, TOKENIZERS
-from sparktrain.core.errors import SparkError, did_you_mean
+from sparktrain.core.errors import SparkError
 from sparktrain.core.fsutil import read_input
 from sparktrain.core.jobfiles import PARAMS_FILE, check_job_id
-from sparktrain.model.config import ARCH_KEYS, DEVICES, KNOB_READERS, OPTIMIZERS, SCALES, ModelConfig
+from sparktrain.schema_errors import one_line
+from sparktrain.knobs import ALWAYS, NEVER, recorded, role, unread
+from sparktrain.model.config import MAX_BIGRAM, MLPS, OPTION_DEFAULTS, ModelConfig, scale_config
+from sparktrain.model.devices import DEVICES
 from sparktrain.core.safeload import load_yaml
 from sparktrain.core.values import is_finite, is_number
 
@@ -50,6 +53,10 @@ DYNAMIC_RULES = ("rms", "sgd", "adamw")
 # docs/pipeline.md ("Hostile inputs"): the loss curve holds outer + 1 points, a pass inner steps
 MAX_OUTER = 100_000
 MAX_MICRO_STEPS = 100_000_000
+# step.optimizer's choices (train/optim.py has a class for each), with the copies of the
+# weights each keeps at most (model/memory.py's estimate; SGD without momentum keeps none)
+OPTIMIZER_MOMENTS = {"sgd": 1, "adamw": 2, "muon": 2}
+OPTIMIZERS = tuple(OPTIMIZER_MOMENTS)
 # optimizer muon's AdamW rate (embedding, LM head, norms) when step.adam_lr is not given
 MUON_ADAM_LR = 0.005
 
@@ -61,69 +68,114 @@ def cooldown_steps(cooldown: float, micro_steps: int) -> int:
     return max(round(cooldown * micro_steps), 1) if cooldown > 0 else 0
 
 
+# A knob's role (sparktrain/knobs.py; docs/outputs.md "A knob's role"), declared on its
+# Field: the original's knobs are in every record; the later ones only off their defaults,
+# so earlier runs keep their bytes; the resume fingerprint holds both kinds always. A knob
+# with no role is left out of both at its default: a state saved before it still resumes.
+ORIGINAL = role(record=ALWAYS, fingerprint=ALWAYS)
+LATER = role(fingerprint=ALWAYS)
+# the step's place, stamp and processes: never recorded among the knobs, not the recipe
+UNRECORDED = {"record": NEVER, "recipe": False, "card": False}
+
+
 @dataclass(frozen=True, config=STEP_STRICT)
 class StepConfig:
-    outer: Count = Field(4, description="outer passes; the whole-dataset loss is logged after each")
-    inner: Count = Field(8, description="SGD micro-steps per outer pass")
-    step_n: Optional[Count] = Field(None, alias="step", description="step_n stamped into "
-                                    "the weights (default 1, or the base's step_n + 1)")
-    lr: Float = Field(0.1, gt=0, description="learning rate")
-    batch_size: Count = Field(8, description="pairs per micro-step (>= rows: the whole dataset "
-                              "in file order)")
-    seed: StrictInt = Field(0, ge=0, description="init and minibatch seed")
-    clip: Float = Field(1.0, ge=0, description="global gradient-norm clip, 0 = off")
-    momentum: Float = Field(0.9, ge=0, lt=1, description="SGD momentum, 0 = plain SGD")
-    train_attn: StrictBool = Field(True, description="false: the mean-pool fallback model "
-                                   "(embed + lm_head only)")
-    train_embed: StrictBool = Field(True, description="false: spark.embed.weight stays frozen")
-    shards: Count = Field(1, description="fixed row shards per micro-step, their gradients "
+    outer: Count = Field(4, json_schema_extra=ORIGINAL, description="outer passes; the "
+                         "whole-dataset loss is logged after each")
+    inner: Count = Field(8, json_schema_extra=ORIGINAL,
+                         description="SGD micro-steps per outer pass")
+    step_n: Optional[Count] = Field(
+        None, alias="step", json_schema_extra=role(**UNRECORDED, fingerprint=ALWAYS),
+        description="step_n stamped into the weights (default 1, or the base's step_n + 1)")
+    # not the recipe: params.yaml's own rate (0.03) is not the schema's (0.1), and a rate
+    # alone does not make the pairs job's byte / SGD 4 x 8 recipe one for a corpus
+    lr: Float = Field(0.1, gt=0, json_schema_extra=role(record=ALWAYS, fingerprint=ALWAYS,
+                                                        recipe=False),
+                      description="learning rate")
+    batch_size: Count = Field(8, json_schema_extra=ORIGINAL, description="pairs per "
+                              "micro-step (>= rows: the whole dataset in file order)")
+    seed: StrictInt = Field(0, ge=0, json_schema_extra=role(record=ALWAYS, fingerprint=ALWAYS,
+                                                            recipe=False),
+                            description="init and minibatch seed")
+    clip: Float = Field(1.0, ge=0, json_schema_extra=ORIGINAL,
+                        description="global gradient-norm clip, 0 = off")
+    momentum: Float = Field(0.9, ge=0, lt=1, json_schema_extra=ORIGINAL,
+                            description="SGD momentum, 0 = plain SGD")
+    train_attn: StrictBool = Field(True, json_schema_extra=ORIGINAL, description="false: the "
+                                   "mean-pool fallback model (embed + lm_head only)")
+    train_embed: StrictBool = Field(True, json_schema_extra=ORIGINAL,
+                                    description="false: spark.embed.weight stays frozen")
+    shards: Count = Field(1, json_schema_extra=role(fingerprint=ALWAYS, recipe=False),
+                          description="fixed row shards per micro-step, their gradients "
                           "summed in shard order: the bytes depend on it, 1 = the whole batch "
                           "at once")
-    workers: Optional[Count] = Field(None, description="processes computing the shards (default "
+    workers: Optional[Count] = Field(None, json_schema_extra=role(**UNRECORDED,
+                                                                  fingerprint=NEVER),
+                                     description="processes computing the shards (default "
                                      "SPARK_WORKERS, else the usable cores); never changes bytes")
-    # Optimisation for real runs. At their defaults the loop is heavy-ball SGD, and
-    # the checkpoint records these only when they differ from it (step_record).
+    # Optimisation for real runs. At their defaults the loop is heavy-ball SGD.
     optimizer: Literal[OPTIMIZERS] = Field(
-        "sgd", description="sgd (heavy-ball, momentum), adamw, or muon (Muon on the "
-                           "layers' matrices, AdamW at adam_lr on embedding, head, norms)")
-    weight_decay: Float = Field(0.0, ge=0, description="AdamW / Muon decoupled weight decay on "
-                                "matrices")
-    adam_lr: Optional[Float] = Field(None, gt=0, description="optimizer muon: the AdamW "
-                                     f"group's learning rate (default {MUON_ADAM_LR}), "
-                                     "scheduled like lr")
-    embed_lr: Optional[Float] = Field(None, gt=0, description="adamw, muon: the token embedding"
-                                      "'s and bigram table's rate (default their group's)")
-    muon_momentum: Float = Field(0.95, ge=0, lt=1,
+        "sgd", json_schema_extra=LATER,
+        description="sgd (heavy-ball, momentum), adamw, or muon (Muon on the "
+                    "layers' matrices, AdamW at adam_lr on embedding, head, norms)")
+    weight_decay: Float = Field(0.0, ge=0, json_schema_extra=role(fingerprint=ALWAYS,
+                                                                  readers=("adamw", "muon")),
+                                description="AdamW / Muon decoupled weight decay on matrices")
+    adam_lr: Optional[Float] = Field(None, gt=0, json_schema_extra=role(fingerprint=ALWAYS,
+                                                                        readers=("muon",)),
+                                     description="optimizer muon: the AdamW group's learning "
+                                     f"rate (default {MUON_ADAM_LR}), scheduled like lr")
+    # fingerprinted only when set: a state saved before this knob existed still resumes
+    embed_lr: Optional[Float] = Field(None, gt=0, json_schema_extra=role(
+        readers=("adamw", "muon")), description="adamw, muon: the token embedding's and "
+        "bigram table's rate (default their group's)")
+    muon_momentum: Float = Field(0.95, ge=0, lt=1, json_schema_extra=LATER,
                                  description="optimizer muon: Nesterov momentum of the matrices")
     muon_ns: Literal["jordan", "polar"] = Field(
-        "jordan", description="optimizer muon: Newton-Schulz coefficients, jordan (fixed, "
-                              "torch.optim.Muon's) or polar (Polar Express, one set a step)")
-    normuon: StrictBool = Field(False, description="optimizer muon: NorMuon, each "
-                                "orthogonalised update normalised by a running second moment "
-                                "per row (per column when wider), then rescaled to its norm")
-    beta1: Float = Field(0.9, ge=0, lt=1, description="AdamW first-moment decay")
-    beta2: Float = Field(0.95, ge=0, lt=1, description="AdamW second-moment decay")
+        "jordan", json_schema_extra=role(fingerprint=ALWAYS, readers=("muon",)),
+        description="optimizer muon: Newton-Schulz coefficients, jordan (fixed, "
+                    "torch.optim.Muon's) or polar (Polar Express, one set a step)")
+    normuon: StrictBool = Field(False, json_schema_extra=role(fingerprint=ALWAYS,
+                                                              readers=("muon",)),
+                                description="optimizer muon: NorMuon, each orthogonalised "
+                                "update normalised by a running second moment per row (per "
+                                "column when wider), then rescaled to its norm")
+    beta1: Float = Field(0.9, ge=0, lt=1, json_schema_extra=LATER,
+                         description="AdamW first-moment decay")
+    beta2: Float = Field(0.95, ge=0, lt=1, json_schema_extra=LATER,
+                         description="AdamW second-moment decay")
     schedule: Literal["constant", "cosine", "wsd"] = Field(
-        "constant", description="learning rate: constant; linear warm-up then cosine "
-                                "decay to min_lr; or wsd: warm-up, constant, then a linear "
-                                "cool-down to min_lr over the last `cooldown` fraction")
-    warmup: StrictInt = Field(0, ge=0, description="warm-up micro-steps (cosine, wsd)")
-    min_lr: Float = Field(0.0, ge=0, description="floor of the cosine decay / end of the wsd "
-                          "cool-down")
-    cooldown: Float = Field(0.0, ge=0, le=1, description="wsd: fraction of the micro-steps spent "
-                            "cooling down to min_lr")
+        "constant", json_schema_extra=LATER,
+        description="learning rate: constant; linear warm-up then cosine "
+                    "decay to min_lr; or wsd: warm-up, constant, then a linear "
+                    "cool-down to min_lr over the last `cooldown` fraction")
+    warmup: StrictInt = Field(0, ge=0, json_schema_extra=LATER,
+                              description="warm-up micro-steps (cosine, wsd)")
+    min_lr: Float = Field(0.0, ge=0, json_schema_extra=LATER, description="floor of the "
+                          "cosine decay / end of the wsd cool-down")
+    cooldown: Float = Field(0.0, ge=0, le=1, json_schema_extra=LATER, description="wsd: "
+                            "fraction of the micro-steps spent cooling down to min_lr")
     init_out: Literal["scaled", "zero", "zero_head"] = Field(
-        "scaled", description="init of the residual-out projections (o, mlp_down): "
-                              "normal(0, 0.02/sqrt(2 n_layer)), or zero; zero_head: those "
-                              "and the LM head zero")
-    checkpoint_every: StrictInt = Field(0, ge=0, description="save a resumable state every N "
-                                        "outer passes (0 = off)")
-    stop_after_pass: StrictInt = Field(0, ge=0, description="end the run after this outer "
-                                       "pass, with the learning-rate schedule of all `outer` "
-                                       "passes (0 = run every pass; spark tune's pruned trials)")
+        "scaled", json_schema_extra=LATER,
+        description="init of the residual-out projections (o, mlp_down): "
+                    "normal(0, 0.02/sqrt(2 n_layer)), or zero; zero_head: those "
+                    "and the LM head zero")
+    checkpoint_every: StrictInt = Field(0, ge=0, json_schema_extra=role(fingerprint=ALWAYS,
+                                                                        recipe=False),
+                                        description="save a resumable state every N outer "
+                                        "passes (0 = off)")
+    # not fingerprinted: the passes before the stop are those of the whole run, so a state
+    # saved after pass j resumes the run stopped after pass k >= j, and the other way
+    stop_after_pass: StrictInt = Field(0, ge=0, json_schema_extra=role(fingerprint=NEVER,
+                                                                       recipe=False),
+                                       description="end the run after this outer pass, with "
+                                       "the learning-rate schedule of all `outer` passes (0 = "
+                                       "run every pass; spark tune's pruned trials)")
+    # the checkpoint's own `device` field names the one actually used
     device: Literal[DEVICES] = Field(
-        "cpu", description="where the arrays live: cpu (numpy, the reference bytes), cuda or "
-                           "mps (the gpu extra), auto = a GPU when one is seen (docs/gpu.md)")
+        "cpu", json_schema_extra=role(**UNRECORDED, fingerprint=NEVER),
+        description="where the arrays live: cpu (numpy, the reference bytes), cuda or "
+                    "mps (the gpu extra), auto = a GPU when one is seen (docs/gpu.md)")
 
     @model_validator(mode="after")
     def _coherent(self):
@@ -149,11 +201,9 @@ class StepConfig:
         if self.schedule == "wsd" and self.warmup + cooling > n:
             raise ValueError(f"warmup {self.warmup} and cooldown {self.cooldown} overlap "
                              f"within {n} micro-steps")
-        for f in dataclasses.fields(self):  # f.default: the schema's Field, holding the default
-            readers = KNOB_READERS.get(f.name, OPTIMIZERS)
-            if self.optimizer not in readers and getattr(self, f.name) != f.default.default:
-                raise ValueError(f"{f.name} applies to optimizer{'s' * (len(readers) > 1)} "
-                                 f"{' and '.join(readers)}, not {self.optimizer}")
+        for name, readers in unread(self, self.optimizer).items():
+            raise ValueError(f"{name} applies to optimizer{'s' * (len(readers) > 1)} "
+                             f"{' and '.join(readers)}, not {self.optimizer}")
         return self
 
     def passes(self) -> int:
@@ -215,21 +265,24 @@ class CorpusConfig:
 
 @dataclass(frozen=True, config=STRICT)
 class ArchOptions:
-    """params.yaml's `arch`: the attention model's opt-in options (model/config.py
-    OPTION_DEFAULTS; docs/training.md "Architecture options"). At their defaults a job's
-    bytes are those of a params file without the section."""
-    mlp: Literal["swiglu", "relu2"] = Field("swiglu", description="the MLP: swiglu (gate, up, "
-                                            "down) or relu2 (relu(h Wup)^2 Wdown, no gate)")
-    qk_norm: StrictBool = Field(False, description="rms-normalise q and k per head (no weight)")
-    logit_cap: Float = Field(0.0, ge=0, description="> 0: logits = cap * tanh(logits / cap); "
-                             "0 = off")
-    bigram: Annotated[StrictInt, Field(ge=0, le=1 << 20)] = Field(
-        0, description="> 0: buckets of a hashed (previous, current) token embedding added to "
-                       "the token's; 0 = off")
-    value_residual: StrictBool = Field(False, description="layers after the first mix the "
-                                       "first's attention values into theirs, by a learned scalar")
-    unet: StrictBool = Field(False, description="U-net skips: block i < n_layer // 2's output, "
-                             "times a learned scalar, added to block n_layer-1-i's input")
+    """params.yaml's `arch`: the attention model's opt-in options, their defaults those of
+    ModelConfig (docs/training.md "Architecture options"). At their defaults a job's bytes
+    are those of a params file without the section."""
+    mlp: Literal[MLPS] = Field(OPTION_DEFAULTS["mlp"], description="the MLP: swiglu (gate, "
+                               "up, down) or relu2 (relu(h Wup)^2 Wdown, no gate)")
+    qk_norm: StrictBool = Field(OPTION_DEFAULTS["qk_norm"], description="rms-normalise q and "
+                                "k per head (no weight)")
+    logit_cap: Float = Field(OPTION_DEFAULTS["logit_cap"], ge=0, description="> 0: logits = "
+                             "cap * tanh(logits / cap); 0 = off")
+    bigram: Annotated[StrictInt, Field(ge=0, le=MAX_BIGRAM)] = Field(
+        OPTION_DEFAULTS["bigram"], description="> 0: buckets of a hashed (previous, current) "
+                                               "token embedding added to the token's; 0 = off")
+    value_residual: StrictBool = Field(OPTION_DEFAULTS["value_residual"], description="layers "
+                                       "after the first mix the first's attention values into "
+                                       "theirs, by a learned scalar")
+    unet: StrictBool = Field(OPTION_DEFAULTS["unet"], description="U-net skips: block i < "
+                             "n_layer // 2's output, times a learned scalar, added to block "
+                             "n_layer-1-i's input")
 
 
 @dataclass(frozen=True, config=STRICT)
@@ -279,22 +332,10 @@ class Params:
 
 def model_config(scale: str, scales: dict | None = None, *, train_attn: bool = True,
                  options: dict | None = None, **overrides) -> ModelConfig:
-    """The arch of a named scale of the one scale table (the built-in rows, params.yaml's
-    `scales` over them), with per-knob overrides (None = keep) and params' `arch` options."""
-    table = {name: {k: getattr(cfg, k) for k in ARCH_KEYS} for name, cfg in SCALES.items()}
-    for name, row in (scales or {}).items():
-        given = row.given() if isinstance(row, ScaleRow) else dict(row)
-        table[name] = {**table.get(name, {}), **given}
-    if scale not in table:
-        raise SparkError(f"unknown scale {scale!r}; known: {', '.join(sorted(table))}"
-                         f"{did_you_mean(scale, table)}")
-    missing = [k for k in ARCH_KEYS if k not in table[scale]]
-    if missing:
-        raise SparkError(f"params: scales.{scale} is not a built-in scale, so it needs "
-                         f"{', '.join(missing)} too")
-    arch = {k: table[scale][k] for k in ARCH_KEYS}
-    arch.update({k: v for k, v in overrides.items() if v is not None})
-    return ModelConfig(**arch, train_attn=train_attn, **(options or {})).validate()
+    """The arch of a named scale (model/config.py scale_config) with params.yaml's `scales`."""
+    rows = {name: row.given() if isinstance(row, ScaleRow) else dict(row)
+            for name, row in (scales or {}).items()}
+    return scale_config(scale, rows, train_attn=train_attn, options=options, **overrides)
 
 
 @dataclass(frozen=True, config=STRICT)
@@ -328,32 +369,6 @@ def _known_keys(parts: tuple) -> list[str]:
     return [getattr(f.default, "alias", None) or f.name for f in dataclasses.fields(owner)]
 
 
-TYPE_ERRORS = {"int_type": "int", "int_parsing": "int", "int_from_float": "int",
-               "bool_type": "bool", "string_type": "str", "dict_type": "a mapping",
-               "dataclass_type": "a mapping", "dataclass_args_type": "a mapping"}
-BOUNDS = {"greater_than": ">", "greater_than_equal": ">=", "less_than": "<",
-          "less_than_equal": "<="}
-
-
-def _one_line(err: ValidationError, section: str = "") -> str:
-    """pydantic's first error as `params: <dotted key> <what is wrong>`."""
-    e = err.errors()[0]
-    parts = ((section,) if section else ()) + tuple(e["loc"])
-    key = ".".join(str(part) for part in parts)
-    kind, got = e["type"], e.get("input")
-    if kind in ("unexpected_keyword_argument", "extra_forbidden"):
-        return f"params: unknown key {key}{did_you_mean(parts[-1], _known_keys(parts))}"
-    if kind in ("missing_argument", "missing"):
-        return f"params: missing key {key}"
-    if kind == "literal_error" or kind in TYPE_ERRORS:
-        want = f"one of {e['ctx']['expected']}" if kind == "literal_error" else TYPE_ERRORS[kind]
-        return f"params: {key} must be {want}, got {type(got).__name__} {got!r}"
-    if kind in BOUNDS:
-        return f"params: {key} must be {BOUNDS[kind]} {next(iter(e['ctx'].values()))}, got {got!r}"
-    msg = str(e["msg"]).removeprefix("Value error, ")
-    return f"params: {key} {msg}" if msg.startswith("must") else f"params: {key}: {msg}"
-
-
 def parse_params(raw) -> Params:
     if not isinstance(raw, dict):
         raise SparkError("params: expected a mapping of params")
@@ -363,7 +378,7 @@ def parse_params(raw) -> Params:
     try:
         params = Params(**raw)
     except ValidationError as err:
-        raise SparkError(_one_line(err)) from None
+        raise SparkError(one_line(err, _known_keys)) from None
     except TypeError as err:  # a key that is not an identifier, e.g. `1: x`
         raise SparkError(f"params: {err}") from None
     seq_len = params.model_config().seq_len  # the scale's name and arch: checked now, not mid-run
@@ -379,25 +394,9 @@ def load_params(path: str | Path = PARAMS_FILE) -> Params:
     return parse_params(load_yaml(read_input(Path(path), "params file"), str(path)))
 
 
-# Knobs recorded only when they differ from their defaults, so a run that does
-# not use them has the checkpoint bytes of a plain SGD run.
-LATER_KNOBS = ("optimizer", "weight_decay", "beta1", "beta2", "schedule", "warmup", "min_lr",
-               "checkpoint_every", "adam_lr", "muon_momentum", "cooldown", "init_out", "muon_ns",
-               "stop_after_pass", "normuon", "embed_lr")
-
-
 def step_record(step: StepConfig) -> dict:
-    """The knobs as the checkpoint records them. Left out: step_n (recorded on its
-    own), workers (they never change the bytes), device (the checkpoint's own
-    `device` field names the one actually used), shards when it is 1 (absent
-    means 1), and the LATER_KNOBS at their defaults."""
-    default = StepConfig()
-    record = {k: v for k, v in dataclasses.asdict(step).items()
-              if k not in ("step_n", "workers", "device")
-              and not (k in LATER_KNOBS and v == getattr(default, k))}
-    if record["shards"] == 1:
-        del record["shards"]
-    return record
+    """The knobs as checkpoint.json records them: each by its role (sparktrain/knobs.py)."""
+    return recorded(step)
 
 
 def override(cfg, **changes):
@@ -407,4 +406,4 @@ def override(cfg, **changes):
         return dataclasses.replace(cfg, **{k: v for k, v in changes.items() if v is not None})
     except ValidationError as err:
         section = {StepConfig: "step", EvalConfig: "eval"}.get(type(cfg), "")
-        raise SparkError(_one_line(err, section)) from None
+        raise SparkError(one_line(err, _known_keys, section)) from None

@@ -11,6 +11,7 @@ from sparktrain.core.jobfiles import PROGRAM, job_dir
 from sparktrain.core.safeload import load_json
 from sparktrain.data.base import DataSource
 from sparktrain.data.source import source_for
+from sparktrain.knobs import defaults, recipe
 from sparktrain.params import Params, StepConfig
 from sparktrain.train.job import Job, validate_job
 
@@ -29,21 +30,13 @@ def load_job(p: Params) -> Job:
     return validate_job(job)
 
 
-# Step keys that leave the training recipe as it is (stamps, seeds, where it runs),
-# and lr: params.yaml's own rate (0.03) is not the schema's (0.1), and a rate alone
-# does not make the pairs job's byte / SGD 4 x 8 recipe one for a corpus.
-NOT_RECIPE = ("step_n", "seed", "shards", "workers", "device", "checkpoint_every", "lr",
-              "stop_after_pass")
-
-
 def untuned_for_corpus(p: Params) -> bool:
     """True when nobody chose the training recipe: the byte tokenizer and every
-    recipe key of `step` but its rate at the schema's defaults, which are the pairs
-    job's in params.yaml (`-S job=job-coder-tiny -S program=...` alone)."""
-    default = StepConfig()
-    return p.tokenizer == "byte" and all(
-        getattr(p.step, name) == getattr(default, name)
-        for name in StepConfig.__dataclass_fields__ if name not in NOT_RECIPE)
+    recipe knob of `step` (its role says which) at the schema's defaults, which are the
+    pairs job's in params.yaml (`-S job=job-coder-tiny -S program=...` alone)."""
+    default = defaults(StepConfig)
+    return p.tokenizer == "byte" and all(getattr(p.step, name) == default[name]
+                                         for name in recipe(StepConfig))
 
 
 def job_source(p: Params) -> tuple[Job, DataSource]:

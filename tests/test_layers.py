@@ -27,7 +27,8 @@ FLOORS = (
     ("eval", ("sparktrain.eval",)),
     ("train", ("sparktrain.train",)),
     ("data", ("sparktrain.data",)),
-    ("params", ("sparktrain.params",)),
+    # the schema, its knobs' roles and its error lines
+    ("params", ("sparktrain.params", "sparktrain.knobs", "sparktrain.schema_errors")),
     ("model", ("sparktrain.model",)),
     ("bc", ("sparktrain.bc",)),
     # the process set-up (BLAS kernel and threads): what the gradient engine and records ask

@@ -5,9 +5,10 @@ from __future__ import annotations
 from sparktrain.cli import positive_int
 from sparktrain.core.fsutil import canonical_json
 from sparktrain.model.device import DEVICES, resolve
-from sparktrain.model.config import KNOB_READERS, OPTIMIZERS, SCALES
-from sparktrain.params import (StepConfig, load_params, load_params_or_defaults, model_config,
-                               override)
+from sparktrain.knobs import read_only_by_others
+from sparktrain.model.config import SCALES
+from sparktrain.params import (OPTIMIZERS, StepConfig, load_params, load_params_or_defaults,
+                               model_config, override)
 
 
 def register(sub) -> None:
@@ -71,9 +72,7 @@ def cmd_bench(args) -> int:
     if args.optimizer:
         step = step or StepConfig(lr=BENCH_LR)
         # the knobs of the optimizer left behind go back to their defaults
-        plain = StepConfig()
-        step = dataclasses.replace(step, **{k: getattr(plain, k) for k, readers in
-                                            KNOB_READERS.items() if args.optimizer not in readers})
+        step = dataclasses.replace(step, **read_only_by_others(StepConfig, args.optimizer))
         step = override(step, optimizer=args.optimizer)
     make_update = JobUpdates(step, WARMUP_STEPS + args.steps) if step else plain_sgd
     batch_size = args.batch_size or (step.batch_size if job else None)

@@ -19,7 +19,7 @@ def register(sub) -> None:
     # before runtime.start() chooses the BLAS kernel
     from sparktrain.cli import name_arg
     from sparktrain.model.config import scale_names
-    from sparktrain.model.config import DEVICES
+    from sparktrain.model.devices import DEVICES
 
     p = sub.add_parser(
         "apply-step", help="one STEP on a weights file, created or updated in place "

@@ -295,6 +295,7 @@ def cmd_status(args) -> int:
 
 
 def _summary_text(state: dict, folder: Path) -> str:
+    from sparktrain.core.compat import PRE_STEP_FAILURE_KNOBS  # those failed.json always held
     from sparktrain.core.values import number
 
     def num(v, fmt: str) -> str:  # job_state checked the numbers; None is unreadable
@@ -326,7 +327,7 @@ def _summary_text(state: dict, folder: Path) -> str:
     if "failure" in state:  # when, its knobs, why, and whether params.yaml still holds them
         failure = state["failure"]
         when = f" at {failure['when']}" if failure.get("when") else ""
-        knobs = ", ".join(f"{k} {failure[k]}" for k in ("lr", "outer", "inner") if k in failure)
+        knobs = ", ".join(f"{k} {failure[k]}" for k in PRE_STEP_FAILURE_KNOBS if k in failure)
         now = "" if state.get("failure_current", True) else \
             "; params.yaml differs now, the verified model above is the job's"
         lines.append(f"  last run failed{when} ({knobs}): {failure.get('reason')}{now}")

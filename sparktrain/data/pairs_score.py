@@ -15,7 +15,8 @@ from sparktrain.data.tasks import COPY_PREFIX, family_of
 from sparktrain.model.base import Model
 from sparktrain.model.build import build_model
 from sparktrain.model.sampling import MAX_NEW, generate_tokens
-from sparktrain.model.config import ModelConfig, check_fits
+from sparktrain.model.config import ModelConfig
+from sparktrain.model.memory import check_fits
 from sparktrain.data.pairs import Encoded, Pair, encode_pair
 
 SIG_DIGITS = 8
@@ -42,7 +43,7 @@ def evaluate(params, cfg: ModelConfig, pairs: Sequence[Pair], *, batch_size: int
         raise SparkError(f"batch_size must be at least 1, got {batch_size}")
     if max_new is not None and not 1 <= max_new <= MAX_NEW:
         raise SparkError(f"max_new must be in [1, {MAX_NEW}], got {max_new}")
-    check_fits("evaluation", cfg, max(1, min(batch_size, len(pairs))), optimizer=None,
+    check_fits("evaluation", cfg, max(1, min(batch_size, len(pairs))), moments=0,
                train=False)
     model = build_model(cfg)
     encoded = [encode_pair(p, cfg.seq_len, tokenizer) for p in pairs]

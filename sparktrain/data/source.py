@@ -4,6 +4,7 @@ SOURCES, the one table of them, and `source_for`, the one place that asks which 
 from __future__ import annotations
 
 import hashlib
+import os
 from pathlib import Path
 
 import numpy as np
@@ -18,13 +19,30 @@ from sparktrain.data.tokenizer import make_tokenizer
 from sparktrain.core.errors import SparkError
 from sparktrain.core.fsutil import atomic_write_text, open_input, read_input, sha256_bytes
 from sparktrain.core.jobfiles import CORPUS, TOKENIZER
-from sparktrain.model.config import flops_per_token, line_count
+from sparktrain.model.config import flops_per_token
 
 STREAM_BATCH = 16     # windows per forward when measuring a stream's loss
 PROBE_WINDOWS = 32    # fixed train windows: the curve's training loss
 HELDOUT_WINDOWS = 64  # fixed held-out windows: the curve's held-out loss and bpb
 CORPUS_RECORD = ("patterns", "heldout_fraction", "train_files", "heldout_files",
                  "train_bytes", "heldout_bytes", "train_tokens", "heldout_tokens")
+
+
+def line_count(path, limit: int = 1 << 31) -> int | None:
+    """Newlines (+1) of a readable regular file, read in chunks (a dataset's row bound);
+    else None."""
+    if not os.path.isfile(path):  # a FIFO would block the open
+        return None
+    try:
+        with open(path, "rb") as f:
+            count = 1
+            while chunk := f.read(1 << 22):
+                count += chunk.count(b"\n")
+                if count > limit:
+                    break
+            return count
+    except OSError:
+        return None
 
 
 def spread_windows(stream, seq_len: int, n: int) -> list:

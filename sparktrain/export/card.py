@@ -3,7 +3,6 @@ architecture, what the job folder records of the training and held-out evaluatio
 tokenizer, how to load it (docs/export.md "The model card")."""
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import os
@@ -17,15 +16,15 @@ from sparktrain.core.safeload import load_json
 from sparktrain.core.values import is_finite
 from sparktrain.core.metric_keys import CARD_BASELINES, CARD_KEYS
 from sparktrain.export.tokenizer import special_ids
+from sparktrain.knobs import card
 from sparktrain.model.config import ModelConfig, n_params
 from sparktrain.params import StepConfig
 from sparktrain.train.jobstate import job_state
 from sparktrain.train.outputs import read_job_json
 
 CARD_FILE = "README.md"
-# The knobs a checkpoint records (StepConfig's fields less those never recorded)
-KNOBS = tuple(f.name for f in dataclasses.fields(StepConfig)
-              if f.name not in ("step_n", "workers", "device"))
+# The knobs the card's table shows, when the checkpoint records them (each knob's role)
+KNOBS = card(StepConfig)
 # What a quoted string may not hold: a line break, a table cell break, raw HTML, a code-span break
 CARD_SAFE = str.maketrans({"\r": " ", "\n": " ", "|": "\\|", "<": "&lt;", ">": "&gt;", "`": "'"})
 

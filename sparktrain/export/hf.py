@@ -19,7 +19,8 @@ from sparktrain.core.values import integral, is_finite
 from sparktrain.export.card import CARD_FILE, job_records, model_card, tokenizer_kind
 from sparktrain.export.names import name_map, require_llama
 from sparktrain.export.tokenizer import model_tokenizer_json, special_ids, tokenizer_config
-from sparktrain.model.config import ModelConfig, param_shapes, weights_fits
+from sparktrain.model.config import ModelConfig, param_shapes
+from sparktrain.model.memory import weights_fits
 from sparktrain.model.layers import RMS_EPS, ROPE_BASE
 from sparktrain.model.weights import (check_params, check_tensors, config_from_meta, load_model,
                                       read_tensors, weights_bytes)

@@ -1,15 +1,14 @@
-"""The typed config, the scale table, the two model kinds' rules and shape table (sizes,
-FLOPs, tensor names), and the memory a run needs (docs/training.md, "Tensors", "Memory").
-Nothing but the config: checking params never loads the model code, which extends these."""
+"""The typed config (its opt-in options' defaults typed once, here), the scale table, and
+the two model kinds' rules and shape table: sizes, FLOPs, tensor names (docs/training.md,
+"Tensors"). Nothing but the config: checking params never loads the model code, which
+extends these."""
 from __future__ import annotations
 
 import math
-import os
-import resource
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 
 from sparktrain.vocab import BYTE_VOCAB, MAX_VOCAB
-from sparktrain.core.errors import SparkError
+from sparktrain.core.errors import SparkError, did_you_mean
 from sparktrain.core.values import is_count, is_number
 
 VOCAB = BYTE_VOCAB
@@ -17,8 +16,11 @@ MAX_PARAMS = 200_000_000
 MAX_SEQ_LEN = 4096
 MAX_LAYERS = 1024  # the shape table has 9 tensors a layer: keep it a table, not a flood
 MAX_SHARDS = 65_536  # a step's row shards (model/parallel.py): a shard is at least a row
-# where a model runs: params.yaml's step.device, `--device` (model/device.py resolves one)
-DEVICES = ("cpu", "cuda", "mps", "auto")
+
+
+def option(default):
+    """A field of ModelConfig that is an opt-in option, with its default."""
+    return field(default=default, metadata={"option": True})
 
 
 @dataclass(frozen=True)
@@ -30,14 +32,14 @@ class ModelConfig:
     seq_len: int = 64      # context window in tokens
     vocab: int = VOCAB     # from the tokenizer: 256 bytes (0xFD/0xFE/0xFF the specials) or BPE
     train_attn: bool = True  # False: the mean-pool fallback (embed + lm_head only)
-    # Opt-in options of the attention model (docs/training.md "Architecture options"); a
-    # config records them only when they differ from these defaults (to_dict)
-    mlp: str = "swiglu"    # "relu2": relu(h @ Wup.T)^2 @ Wdown.T, two matrices, no gate
-    qk_norm: bool = False  # q and k rms-normalised per head (no weight) before the scores
-    logit_cap: float = 0.0  # > 0: logits = cap * tanh(logits / cap); 0 = off
-    bigram: int = 0        # > 0: buckets of a hashed (previous, current) token embedding
-    value_residual: bool = False  # layers 1.. mix the first layer's values into their own
-    unet: bool = False     # block i's output added (weighted) to block n_layer-1-i's input
+    # Opt-in options of the attention model (docs/training.md "Architecture options"): each
+    # default typed here only; a config records them only when they differ from it (to_dict)
+    mlp: str = option("swiglu")  # "relu2": relu(h @ Wup.T)^2 @ Wdown.T, two matrices, no gate
+    qk_norm: bool = option(False)  # q and k rms-normalised per head (no weight) before scores
+    logit_cap: float = option(0.0)  # > 0: logits = cap * tanh(logits / cap); 0 = off
+    bigram: int = option(0)  # > 0: buckets of a hashed (previous, current) token embedding
+    value_residual: bool = option(False)  # layers 1.. mix the first layer's values into theirs
+    unet: bool = option(False)  # block i's output added (weighted) to block n_layer-1-i's input
 
     @property
     def head_dim(self) -> int:
@@ -111,8 +113,7 @@ class ModelConfig:
 
 
 # the options and their defaults: absent from a recorded arch means the default
-OPTION_DEFAULTS = {"mlp": "swiglu", "qk_norm": False, "logit_cap": 0.0, "bigram": 0,
-                   "value_residual": False, "unet": False}
+OPTION_DEFAULTS = {f.name: f.default for f in fields(ModelConfig) if f.metadata.get("option")}
 MAX_BIGRAM = 1 << 20  # buckets
 MLPS = ("swiglu", "relu2")
 # a scale's keys: vocab comes from the tokenizer, train_attn from the step knobs
@@ -131,6 +132,25 @@ SCALES: dict[str, ModelConfig] = {
     "gpu": ModelConfig(dim=512, n_layer=8, n_head=8, n_kv_head=4, seq_len=512),
 }
 
+
+
+def scale_config(scale: str, rows: dict[str, dict] | None = None, *, train_attn: bool = True,
+                 options: dict | None = None, **overrides) -> ModelConfig:
+    """The arch of a named scale of the one scale table (the built-in rows, `rows` over them:
+    params.yaml's `scales`), with per-knob overrides (None = keep) and the options."""
+    table = {name: {k: getattr(cfg, k) for k in ARCH_KEYS} for name, cfg in SCALES.items()}
+    for name, given in (rows or {}).items():
+        table[name] = {**table.get(name, {}), **given}
+    if scale not in table:
+        raise SparkError(f"unknown scale {scale!r}; known: {', '.join(sorted(table))}"
+                         f"{did_you_mean(scale, table)}")
+    missing = [k for k in ARCH_KEYS if k not in table[scale]]
+    if missing:
+        raise SparkError(f"params: scales.{scale} is not a built-in scale, so it needs "
+                         f"{', '.join(missing)} too")
+    arch = {k: table[scale][k] for k in ARCH_KEYS}
+    arch.update({k: v for k, v in overrides.items() if v is not None})
+    return ModelConfig(**arch, train_attn=train_attn, **(options or {})).validate()
 
 class Arch:
     """A model kind over one config: its rules (checked on construction), its shape table."""
@@ -261,133 +281,3 @@ def flops_per_token(cfg: ModelConfig, seq_len: int | None = None) -> int:
 def scale_names() -> str:
     """The built-in scale names, for help texts and messages."""
     return ", ".join(SCALES)
-
-
-F32 = 4
-BASE_BYTES = 96 << 20     # python + numpy + safetensors + pydantic, measured ~80-95 MiB
-ACT_PER_LAYER = 26        # floats per token and dim a block keeps for its backward
-ENV = "SPARK_MAX_MEMORY_MB"
-# step.optimizer's choices, the one list of them (params.py's schema, train/optim.py's
-# classes, `spark bench --optimizer`), and the moments each keeps per parameter (at most)
-OPTIMIZER_COPIES = {"sgd": 1, "adamw": 2, "muon": 2, None: 0}
-OPTIMIZERS = tuple(name for name in OPTIMIZER_COPIES if name is not None)
-# the step knobs only some optimizers read (the others: every optimizer's); set for another
-# optimizer they are refused, and `spark bench --optimizer` puts them back to their defaults
-KNOB_READERS = {"adam_lr": ("muon",), "muon_ns": ("muon",), "normuon": ("muon",),
-                "weight_decay": ("adamw", "muon"), "embed_lr": ("adamw", "muon")}
-
-
-@dataclass(frozen=True)
-class Estimate:
-    params: int         # bytes of the weights
-    optimizer: int      # gradients, start copy and optimizer moments
-    activations: int    # one micro-step (or one forward batch)
-    base: int = BASE_BYTES
-
-    @property
-    def total(self) -> int:
-        return self.params + self.optimizer + self.activations + self.base
-
-    def describe(self) -> str:
-        return (f"{gib(self.total)} (params {gib(self.params)}, optimizer state "
-                f"{gib(self.optimizer)}, activations {gib(self.activations)})")
-
-
-def gib(n: int) -> str:
-    return f"{n / (1 << 30):,.2f} GiB" if n >= 1 << 28 else f"{n / (1 << 20):,.1f} MiB"
-
-
-def estimate(cfg: ModelConfig, rows: int, optimizer: str | None = "sgd",
-             train: bool = True, seq_len: int | None = None) -> Estimate:
-    """Bytes a step over `rows` sequences of `seq_len` (default cfg.seq_len) tokens needs;
-    optimizer: "sgd", "adamw", "muon", or None (no moments: forward-only or plain SGD)."""
-    T = cfg.seq_len if seq_len is None else seq_len
-    P = cfg.kind(cfg).n_params            # arithmetic: see AttentionArch.n_params
-    tokens = rows * T
-    if cfg.train_attn:
-        per_layer = tokens * ACT_PER_LAYER * cfg.dim + 2 * rows * cfg.n_head * T * T
-        trunk = cfg.n_layer * per_layer if train else 2 * per_layer
-    else:
-        trunk = tokens * cfg.dim if train else rows * cfg.dim
-        tokens = rows  # the mean-pool model scores one position a row
-    logits = 3 * tokens * cfg.vocab if train else 2 * tokens * cfg.vocab
-    activations = (trunk + logits) * F32
-    copies = (2 + OPTIMIZER_COPIES.get(optimizer, 1)) if train else 0
-    return Estimate(params=P * F32, optimizer=copies * P * F32, activations=activations)
-
-
-def memory_cap() -> tuple[int, str]:
-    """(bytes, where the number comes from): SPARK_MAX_MEMORY_MB, else the smaller of
-    the machine's memory and the address-space limit."""
-    text = os.environ.get(ENV, "").strip()
-    if text:
-        try:
-            mb = float(text)
-        except ValueError:
-            mb = -1.0
-        if not 0 < mb < 1 << 40:
-            raise SparkError(f"{ENV}={text!r} is not a positive number of MiB")
-        return int(mb * (1 << 20)), ENV
-    source = "the machine's memory"
-    try:
-        cap = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        cap = 1 << 40
-    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
-    if soft != resource.RLIM_INFINITY and soft < cap:
-        cap, source = soft, "the address-space limit (ulimit -v)"
-    return cap, source
-
-
-def check_fits(what: str, cfg: ModelConfig, rows: int, optimizer: str | None = "sgd",
-               train: bool = True) -> Estimate:
-    """The estimate, or one line saying it is above the cap (with both numbers)."""
-    shape = (f"dim {cfg.dim}, {cfg.n_layer} layers, vocab {cfg.vocab}, "
-             f"{rows:,} x {cfg.seq_len} tokens a {'micro-step' if train else 'batch'}")
-    return _within_cap(what, estimate(cfg, rows, optimizer, train), shape,
-                       f"; use a smaller scale or batch (or set {ENV})")
-
-
-def weights_fits(what: str, cfg: ModelConfig, copies: int) -> Estimate:
-    """A command that holds `copies` of the weights at once (import: the file's
-    tensors, the converted ones and the bytes written) and no activations."""
-    params = estimate(cfg, 0, None, train=False).params
-    est = Estimate(params=params, optimizer=(copies - 1) * params, activations=0)
-    return _within_cap(what, est, f"dim {cfg.dim}, {cfg.n_layer} layers, vocab {cfg.vocab}",
-                       f" (set {ENV} to change the cap)")
-
-
-def _within_cap(what: str, est: Estimate, shape: str, advice: str) -> Estimate:
-    """est, or one line saying it is above the cap (with both numbers)."""
-    cap, source = memory_cap()
-    if est.total > cap:
-        raise SparkError(f"{what} would need an estimated {est.describe()} for {shape}, "
-                         f"above the {gib(cap)} of {source}{advice}")
-    return est
-
-
-def step_fits(what: str, cfg: ModelConfig, step, rows_bound: int | None = None,
-              loss_rows: int = 0) -> Estimate:
-    """check_fits for a training step: the larger of batch_size and the loop's loss batches
-    (`loss_rows`), at most rows_bound (the dataset's rows when known)."""
-    rows = max(step.batch_size, loss_rows)
-    rows = rows if rows_bound is None else max(1, min(rows, rows_bound))
-    optimizer = step.optimizer if (step.optimizer != "sgd" or step.momentum) else None
-    return check_fits(what, cfg, rows, optimizer)
-
-
-def line_count(path, limit: int = 1 << 31) -> int | None:
-    """Newlines (+1) of a readable regular file, read in chunks (a dataset's row bound);
-    else None."""
-    if not os.path.isfile(path):  # a FIFO would block the open
-        return None
-    try:
-        with open(path, "rb") as f:
-            count = 1
-            while chunk := f.read(1 << 22):
-                count += chunk.count(b"\n")
-                if count > limit:
-                    break
-            return count
-    except OSError:
-        return None

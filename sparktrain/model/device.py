@@ -14,7 +14,7 @@ import numpy as np
 from sparktrain import runtime
 from sparktrain.core.errors import SparkError
 from sparktrain.model.backend import INSTALL, for_namespace
-from sparktrain.model.config import DEVICES
+from sparktrain.model.devices import DEVICES
 
 # a device comes from a flag or from params.yaml: the message names both
 ASKED = "--device {0} (or step.device: {0})"

@@ -12,7 +12,8 @@ from sparktrain.runtime import live_threads
 from sparktrain.core.fsutil import sha256_bytes
 from sparktrain.model.base import TokenBatch
 from sparktrain.model.build import build_model
-from sparktrain.model.config import SCALES, check_fits, flops_per_token
+from sparktrain.model.config import SCALES, flops_per_token
+from sparktrain.model.memory import check_fits
 from sparktrain.model.device import CPU
 from sparktrain.model.parallel import GradientEngine
 
@@ -79,7 +80,7 @@ def run_bench(scale: str, batch_size: int | None = None, steps: int = 10,
     the micro-step's `update(params, grads, t)`, its `label` names it in the report."""
     cfg = cfg or SCALES[scale]
     batch_size = batch_size or DEFAULT_BATCH.get(scale, 16)
-    check_fits("spark bench", cfg, batch_size, optimizer=None)  # plain SGD, no moments
+    check_fits("spark bench", cfg, batch_size, moments=0)  # plain SGD, no moments
     model = build_model(cfg)
     params = device.to_device(model.init_params(BENCH_SEED, b"bench"))
     batch = synthetic_batch(batch_size, cfg.seq_len, vocab=cfg.vocab)

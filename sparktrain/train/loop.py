@@ -17,12 +17,13 @@ from sparktrain.data.tokenizer import job_tokenizer
 from sparktrain.model.device import Device, resolve as resolve_device
 from sparktrain.model.base import Model
 from sparktrain.model.build import build_model
-from sparktrain.model.config import ModelConfig, step_fits
+from sparktrain.model.config import ModelConfig
 from sparktrain.model.parallel import GradientEngine, quiet_nonfinite
 from sparktrain.params import StepConfig
 from sparktrain.train import live, outputs
 from sparktrain.train.job import Job
 from sparktrain.train.optim import clipped_update, lr_at, make_optimizer
+from sparktrain.train.plan import step_fits
 from sparktrain.train.records import (Counters, StepResult, changed_tensors, check_learned, commit,
                                       run_failed)
 from sparktrain.train.resume import (fingerprint, initial_params, load_state, resolve_step_n,

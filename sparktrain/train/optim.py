@@ -8,8 +8,8 @@ import math
 import numpy as np
 
 from sparktrain.model import backend
-from sparktrain.model.config import BIGRAM, OPTIMIZERS
-from sparktrain.params import cooldown_steps
+from sparktrain.model.config import BIGRAM
+from sparktrain.params import OPTIMIZERS, cooldown_steps
 
 ADAM_EPS = 1e-8
 # Muon (torch.optim.Muon's defaults): Newton-Schulz's coefficients and steps, the norm floor

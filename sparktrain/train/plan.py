@@ -1,5 +1,6 @@
 """TRAIN's dry accept: validate the job and describe the run it would make; a pure
-function of program, dataset, tokenizer and params (a DVC output: no timings)."""
+function of program, dataset, tokenizer and params (a DVC output: no timings). And the
+preflight, what the loop would refuse before a first write (its memory estimate among it)."""
 from __future__ import annotations
 
 import dataclasses
@@ -10,7 +11,9 @@ from sparktrain.data.tokenizer import job_tokenizer
 from sparktrain.core.errors import SparkError
 from sparktrain.core.fsutil import canonical_json
 from sparktrain.core.jobfiles import ARTIFACT, STATUS
-from sparktrain.model.config import MAX_SHARDS, ModelConfig, flops_per_token, n_params, step_fits
+from sparktrain.model.config import MAX_SHARDS, ModelConfig, flops_per_token, n_params
+from sparktrain.model.memory import Estimate, check_fits
+from sparktrain.params import OPTIMIZER_MOMENTS
 from sparktrain.runtime import MAX_WORKERS, default_workers
 from sparktrain.train import jobstate, outputs
 from sparktrain.train.job import Job
@@ -58,3 +61,13 @@ def preflight(step, cfg: ModelConfig, source: DataSource, vocab: int | None = No
         raise SparkError(f"workers must be in [1, {MAX_WORKERS:,}], got {workers:,}")
     cfg = dataclasses.replace(cfg, vocab=vocab or cfg.vocab).validate()
     step_fits("training", cfg, step, source.row_bound(), loss_rows=source.loss_rows)
+
+
+def step_fits(what: str, cfg: ModelConfig, step, rows_bound: int | None = None,
+              loss_rows: int = 0) -> Estimate:
+    """check_fits for a training step: the larger of batch_size and the loop's loss batches
+    (`loss_rows`), at most rows_bound (the dataset's rows when known)."""
+    rows = max(step.batch_size, loss_rows)
+    rows = rows if rows_bound is None else max(1, min(rows, rows_bound))
+    plain = step.optimizer == "sgd" and not step.momentum
+    return check_fits(what, cfg, rows, 0 if plain else OPTIMIZER_MOMENTS[step.optimizer])

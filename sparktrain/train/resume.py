@@ -3,8 +3,6 @@ and the saved state of this very run after a pass, used whole only when its fing
 this run's (docs/outputs.md "The commit journal", which saves it)."""
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 
 from sparktrain.core.errors import SparkError
@@ -12,6 +10,7 @@ from sparktrain.core.fsutil import canonical_json, sha256_bytes
 from sparktrain.core.jobfiles import RESUME_STATE, RESUME_TENSORS
 from sparktrain.core.safeload import load_json_file
 from sparktrain.core.values import is_count, number
+from sparktrain.knobs import fingerprinted
 from sparktrain.model.base import Model
 from sparktrain.model.weights import check_params, config_from_meta, load_weights, weights_bytes
 from sparktrain.train import outputs
@@ -45,15 +44,12 @@ def resolve_step_n(requested: int | None, base_step: int, base: str) -> int:
 
 
 def fingerprint(job: Job, cfg, data_fingerprint, step, device) -> str:
-    """What a saved state must match: all that decides the run's bytes (not the workers).
-    Not stop_after_pass: the passes before the stop are those of the whole run, so a state
-    saved after pass j resumes the run stopped after pass k >= j, and the other way. Not
-    embed_lr when unset, so a state saved before that knob existed still resumes."""
+    """What a saved state must match: all that decides the run's bytes, the step knobs
+    those whose role says so (sparktrain/knobs.py: not the workers, not stop_after_pass,
+    a knob added later only when set off its default)."""
     return sha256_bytes(canonical_json({
         "job": job.id, "arch": cfg.to_dict(), "data": data_fingerprint,
-        "step": {k: v for k, v in dataclasses.asdict(step).items()
-                 if k not in ("workers", "device", "stop_after_pass")
-                 and not (k == "embed_lr" and v is None)},
+        "step": fingerprinted(step),
         "sparkbc_sha256": job.sparkbc_sha256, "base": job.base, **device.record()}).encode())
 
 

@@ -69,6 +69,7 @@ def test_only_the_stages_that_run_the_model_depend_on_its_code():
         assert _stages_reaching(rel) == [], rel
     decode = {p.relative_to(REPO).as_posix() for p in stage_deps.reached("stages.decode_bc")}
     assert {d for d in decode if d.startswith("sparktrain/model/")} == {
-        "sparktrain/model/__init__.py", "sparktrain/model/config.py"}
+        "sparktrain/model/__init__.py", "sparktrain/model/config.py",
+        "sparktrain/model/devices.py"}
     assert not any(d.startswith(("sparktrain/data/source", "sparktrain/data/corpus"))
                    for d in decode), "decode-bc needs the bytecode and the job, not the data"

@@ -14,7 +14,8 @@ import pytest
 from relkit import FAST, TRAIN, trained  # noqa: F401  (fixture)
 from sparkhelp import HANG_GUARD_S, PROMPT_GUARD_S, assert_one_line_error, run_spark
 from sparktrain.core.errors import SparkError
-from sparktrain.model.config import BASE_BYTES, ModelConfig, check_fits, estimate
+from sparktrain.model.config import ModelConfig
+from sparktrain.model.memory import BASE_BYTES, check_fits, estimate
 
 # `spark train` in a fresh child that reports the peak RSS of the run itself: the
 # high-water mark is reset (clear_refs 5) once the command's modules are loaded, so
@@ -52,7 +53,7 @@ def long_rows(tmp_path_factory):
 def test_estimate_is_within_2x_of_the_measured_peak(long_rows, tmp_path, dim, n_layer,
                                                     seq_len, batch):
     cfg = ModelConfig(dim=dim, n_layer=n_layer, n_head=4, n_kv_head=2, seq_len=seq_len)
-    est = estimate(cfg, batch, None).total  # momentum 0 below: no moments
+    est = estimate(cfg, batch, 0).total  # momentum 0 below: no moments
     done = subprocess.run(
         [sys.executable, "-c", PEAK, "train", "--dataset", str(long_rows), "--out",
          str(tmp_path / "o"), "--outer", "1", "--inner", "1", "--momentum", "0",

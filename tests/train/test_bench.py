@@ -9,7 +9,7 @@ import yaml
 
 from sparktrain.cli import main
 from sparktrain.core.safeload import load_yaml
-from sparktrain.model.config import DEVICES
+from sparktrain.model.devices import DEVICES
 from sparktrain.train import bench
 
 

@@ -188,7 +188,7 @@ def test_a_gpu_that_cannot_be_had_is_one_line_and_writes_nothing(kind, tmp_path)
 
 def test_the_cli_device_lists_agree():
     from sparktrain.cli.eval import DEVICES as EVAL_DEVICES
-    from sparktrain.model.config import DEVICES
+    from sparktrain.model.devices import DEVICES
     from sparktrain.params import StepConfig as S
 
     assert set(EVAL_DEVICES) == set(DEVICES)
