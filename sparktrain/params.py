@@ -48,8 +48,7 @@ def _as_float(value):
 
 Float = Annotated[float, BeforeValidator(_as_float)]
 Count = Annotated[StrictInt, Field(ge=1)]
-# dynamic evaluation's update rules (sparktrain/eval/dynamic.py)
-DYNAMIC_RULES = ("rms", "sgd", "adamw")
+DYNAMIC_RULES = ("rms", "sgd", "adamw")  # dynamic evaluation's updates (eval/dynamic.py)
 # docs/pipeline.md ("Hostile inputs"): the loss curve holds outer + 1 points, a pass inner steps
 MAX_OUTER = 100_000
 MAX_MICRO_STEPS = 100_000_000
@@ -229,19 +228,14 @@ class EvalConfig:
                                     "once with >= seq_len - stride tokens of context (default "
                                     "seq_len / 4; seq_len = the non-overlapping score)")
     dynamic_lr: Optional[Float] = Field(None, gt=0, description="corpus jobs' dynamic "
-                                        "evaluation (bpb_dynamic): the held-out stream "
-                                        "scored piece by piece, each piece learned from "
-                                        "after it is scored, at this rate on a copy of the "
-                                        "weights; unset = off")
-    dynamic_rule: Literal[DYNAMIC_RULES] = Field("rms", description="dynamic evaluation's "
-                                                 "update: rms (RMS-normalised SGD), sgd, "
-                                                 "adamw")
+                                        "evaluation (bpb_dynamic): each held-out piece scored, "
+                                        "then learned from at this rate; unset = off")
+    dynamic_rule: Literal[DYNAMIC_RULES] = Field("rms", description="its update: rms "
+                                                 "(RMS-normalised SGD), sgd or adamw")
     dynamic_decay: Annotated[Float, Field(ge=0, le=1)] = Field(
-        0.0, description="dynamic evaluation's pull back towards the trained weights, "
-                         "per update")
-    dynamic_stride: Optional[Count] = Field(None, description="dynamic evaluation's piece "
-                                            "in tokens (each scored in a window of seq_len "
-                                            "ending with it; default: the sliding stride)")
+        0.0, description="its pull back towards the trained weights, per update")
+    dynamic_stride: Optional[Count] = Field(None, description="its piece in tokens, scored in "
+                                            "the seq_len window ending with it (default: stride)")
 
 
 def _patterns(value):
