@@ -74,10 +74,13 @@ def model_card(meta: dict, cfg: ModelConfig, tok_kind: str, records: dict) -> st
     metrics = {k: state["eval"][k] for k in CARD_KEYS
                if k in state.get("eval", {}) and is_finite(state["eval"][k])}
     corpus = "corpus" if ckpt.get("dataset_kind") or "bpb" in metrics else "pairs"
-    tags = ["spark-train", "llama", "causal-lm", "numpy-trained", corpus]
+    options = cfg.options()  # the Spark architecture's own code (custom_code), else a Llama
+    tags = ["spark-train", "custom_code" if options else "llama", "causal-lm", "numpy-trained",
+            corpus]
+    kind = "Spark-architecture (a Llama with options)" if options else "Llama-architecture"
     out = _front_matter(job, tags, metrics)
     out += ["", f"# {_text(job)}", "",
-            f"A small Llama-architecture causal language model ({n_params(cfg):,} "
+            f"A small {kind} causal language model ({n_params(cfg):,} "
             f"parameters) trained from scratch with Spark Train, a numpy training pipeline "
             f"driven by SPARK_BC programs, then exported with `spark export --to hf`.", "",
             "## Architecture", "",
@@ -85,8 +88,14 @@ def model_card(meta: dict, cfg: ModelConfig, tok_kind: str, records: dict) -> st
             "|---|---|---|---|---|---|---|",
             f"| {cfg.dim} | {cfg.n_layer} | {cfg.n_head} | {cfg.n_kv_head} | {cfg.head_dim} "
             f"| {cfg.seq_len} | {cfg.vocab} |", "",
-            "RMSNorm, RoPE, grouped-query causal attention, SwiGLU; float32 weights, "
-            "untied embeddings.", "", "## Training", ""]
+            "RMSNorm, RoPE, grouped-query causal attention, "
+            f"{'ReLU^2 MLP' if cfg.mlp == 'relu2' else 'SwiGLU'}; float32 weights, "
+            "untied embeddings.", ""]
+    if options:
+        out += ["Architecture options (`configuration_spark.py`, `modeling_spark.py` in this "
+                "folder compute them): " + ", ".join(f"`{k}: {_text(json.dumps(v))}`"
+                                                    for k, v in options.items()) + ".", ""]
+    out += ["## Training", ""]
     out += _training(job, meta, ckpt)
     out.append("")
     if metrics:
@@ -101,14 +110,16 @@ def model_card(meta: dict, cfg: ModelConfig, tok_kind: str, records: dict) -> st
             "## Use it", "", "```python",
             "from transformers import AutoModelForCausalLM, AutoTokenizer",
             'tok = AutoTokenizer.from_pretrained("PATH")   # this folder',
-            'model = AutoModelForCausalLM.from_pretrained("PATH")',
+            'model = AutoModelForCausalLM.from_pretrained("PATH"'
+            + (", trust_remote_code=True)" if options else ")"),
             'ids = tok("hi", return_tensors="pt")',
             "out = model.generate(**ids, max_new_tokens=32)",
             "print(tok.decode(out[0, ids.input_ids.shape[1]:], skip_special_tokens=True))",
             "```", ""]
     if ckpt.get("weights_sha256"):
-        out += [f"Spark weights sha256 `{_text(ckpt['weights_sha256'])}`; "
-                "`spark import --from hf` gives back the same bytes.", ""]
+        out += [f"Spark weights sha256 `{_text(ckpt['weights_sha256'])}`"
+                + ("." if options else "; `spark import --from hf` gives back the same bytes."),
+                ""]
     return "\n".join(out)
 
 

@@ -86,7 +86,7 @@ def export_gguf(weights: str | os.PathLike, out: str | os.PathLike,
                 tokenizer: str | os.PathLike | None = None, force: bool = False) -> None:
     out = check_target(out, force, "gguf", inputs=(weights, tokenizer))
     params, cfg, meta = load_model(weights)
-    require_llama(cfg, weights, "gguf")
+    require_llama(cfg, weights)
     tok_text = model_tokenizer_json(weights, meta, cfg, tokenizer)
     publish_file(lambda tmp: write_gguf(tmp, params, cfg, meta, tok_text), out)
 

@@ -1,5 +1,6 @@
-"""Hugging Face Llama folders: export (config.json carries the `spark` metadata, beside the
-tokenizer and the model card) and import, which gives back the same bytes (docs/export.md)."""
+"""Hugging Face folders: export (config.json carries the `spark` metadata, beside the
+tokenizer and the model card; a Llama, or the Spark architecture's own code for a model with
+options) and import of a Llama, which gives back the same bytes (docs/export.md)."""
 from __future__ import annotations
 
 import os
@@ -17,7 +18,8 @@ from sparktrain.core.publish import publish_dir, publish_file
 from sparktrain.core.safeload import load_json_file
 from sparktrain.core.values import integral, is_finite
 from sparktrain.export.card import CARD_FILE, job_records, model_card, tokenizer_kind
-from sparktrain.export.names import name_map, require_llama
+from sparktrain.export.names import name_map, require_attention
+from sparktrain.export.spark_arch import code_files, spark_config as spark_arch_config
 from sparktrain.export.tokenizer import model_tokenizer_json, special_ids, tokenizer_config
 from sparktrain.model.config import ModelConfig, param_shapes, weights_fits
 from sparktrain.model.layers import RMS_EPS, ROPE_BASE
@@ -127,13 +129,17 @@ def export_hf(weights: str | os.PathLike, out: str | os.PathLike,
     """Write the Hugging Face folder; returns the file names written."""
     out = check_target(out, force, "hf", inputs=(weights, tokenizer))
     params, cfg, meta = load_model(weights)
-    require_llama(cfg, weights, "hf")
+    require_attention(cfg, weights, "hf")
     tok_text = model_tokenizer_json(weights, meta, cfg, tokenizer)
     ids = special_ids(tok_text)
     names = name_map(cfg, "hf")
     tensors = {names[n]: np.ascontiguousarray(params[n], dtype=np.float32) for n in names}
+    # a Llama where one computes the model, else the Spark architecture's own code
+    conf = {**spark_arch_config(cfg, ids), META_FIELD: meta} if cfg.options() else \
+        hf_config(cfg, meta, ids)
     files = {
-        "config.json": canonical_json(hf_config(cfg, meta, ids)).encode(),
+        **(code_files() if cfg.options() else {}),
+        "config.json": canonical_json(conf).encode(),
         "generation_config.json": canonical_json(generation_config(ids)).encode(),
         MODEL_FILE: save_safetensors(tensors, metadata={"format": "pt"}),
         TOKENIZER: tok_text.encode(),  # Hugging Face names it as a job folder does

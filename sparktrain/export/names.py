@@ -1,9 +1,10 @@
-"""The one table of tensor names: Spark, Hugging Face LlamaForCausalLM and GGUF `llama`
-(docs/export.md "The name table"), and what a Llama cannot express."""
+"""The one table of tensor names: Spark, Hugging Face LlamaForCausalLM (and the Spark
+architecture's folder) and GGUF `llama` (docs/export.md "Tensor names"), and what each
+format cannot express."""
 from __future__ import annotations
 
 from sparktrain.core.errors import SparkError
-from sparktrain.model.config import ModelConfig, param_shapes
+from sparktrain.model.config import BIGRAM, SKIP, VALUE_MIX, ModelConfig, param_shapes
 
 
 # (Spark name, Hugging Face LlamaForCausalLM name, GGUF `llama` name)
@@ -22,6 +23,11 @@ TENSORS: tuple[tuple[str, str, str], ...] = (
     ("spark.lm_head.weight", "lm_head.weight", "output.weight"),
 )
 FORMATS = ("spark", "hf", "gguf")   # the table's columns, in order
+# (Spark name, Hugging Face name) of the options' own tensors: only the Spark architecture's
+# folder (export/hf_code/) holds them; no GGUF architecture has them
+OPTION_TENSORS: tuple[tuple[str, str], ...] = (
+    (BIGRAM, "model.bigram.weight"), (VALUE_MIX, "model.value_mix.weight"),
+    (SKIP, "model.skip.weight"))
 
 
 def name_map(cfg: ModelConfig, to: str) -> dict[str, str]:
@@ -29,16 +35,24 @@ def name_map(cfg: ModelConfig, to: str) -> dict[str, str]:
     col = FORMATS.index(to)
     table = {row[0].format(L=L): row[col].format(L=L) for row in TENSORS
              for L in (range(cfg.n_layer) if "{L}" in row[0] else (None,))}
+    if to != "gguf":
+        table.update((row[0], row[col]) for row in OPTION_TENSORS)
     return {name: table[name] for name in param_shapes(cfg)}
 
 
-def require_llama(cfg: ModelConfig, path, to: str) -> None:
-    """One line when a Llama cannot compute this model: the mean-pool kind, or an
-    architecture option (docs/export.md "What exports")."""
+def require_attention(cfg: ModelConfig, path, to: str) -> None:
+    """One line for the mean-pool kind: no format computes it."""
     if not cfg.train_attn:
         raise SparkError(f"{path} is a mean-pool model (train_attn false); it has no Llama "
-                         "equivalent, export a model trained with attention")
+                         f"equivalent; export to {to} a model trained with attention")
+
+
+def require_llama(cfg: ModelConfig, path) -> None:
+    """One line when llama.cpp cannot compute this model: the mean-pool kind, or an
+    architecture option (docs/export.md "What exports"), naming the Hugging Face route."""
+    require_attention(cfg, path, "gguf")
     for name, value in cfg.options().items():
-        raise SparkError(f"{path} uses the architecture option {name}: {value}, which a "
-                         f"Llama cannot express; it is not exported to {to} (train without it "
-                         f"to export)")
+        raise SparkError(f"{path} uses the architecture option {name}: {value}, which no "
+                         f"llama.cpp architecture expresses beside Spark's others; it is not "
+                         f"exported to gguf: export it with --to hf (transformers, "
+                         f"trust_remote_code=True), or train without it")

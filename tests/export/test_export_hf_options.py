@@ -1,0 +1,116 @@
+"""A model with architecture options, exported to Hugging Face as the Spark architecture
+(its own modelling code, `trust_remote_code=True`), is this model in transformers: the same
+logits (1e-5 of the largest) and the same greedy text as `spark generate`, past the context
+window too, for each option alone, the shipped recipes' sets and all of them together
+(docs/export.md "Models with architecture options").
+
+Needs the optional `hf` extra (torch, transformers): `make test-hf`.
+"""
+import dataclasses
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from sparktrain.eval.generate import generate                      # noqa: E402
+from sparktrain.model.build import build_model                     # noqa: E402
+from sparktrain.model.weights import load_model                    # noqa: E402
+from sparkhelp import run_spark                                     # noqa: E402
+
+from exportkit import SMALL, project_prompts, write_weights         # noqa: E402
+
+pytestmark = pytest.mark.hf
+REL_TOL = 1e-5      # max |logit difference| / max |logit|, the issue's bar
+MAX_NEW = 40        # past SMALL's 48-token window for most prompts: the window slides
+OPTIONS = {"relu2": {"mlp": "relu2"}, "qk_norm": {"qk_norm": True},
+           "logit_cap": {"logit_cap": 2.0}, "bigram": {"bigram": 37},
+           "value_residual": {"value_residual": True, "n_layer": 3},
+           "unet": {"unet": True, "n_layer": 3}, "unet_even": {"unet": True, "n_layer": 4},
+           # data/programs/coder-proof.yaml's set
+           "proof": {"mlp": "relu2", "qk_norm": True, "logit_cap": 15.0},
+           "all": {"mlp": "relu2", "qk_norm": True, "logit_cap": 2.0, "bigram": 37,
+                   "value_residual": True, "unet": True, "n_layer": 4}}
+
+
+def exported(tmp_path, options, seed=3):
+    """Spark weights of SMALL with `options`, exported as docs/export.md writes it."""
+    cfg = dataclasses.replace(SMALL, **options).validate()
+    weights = tmp_path / "w.safetensors"
+    params = write_weights(weights, cfg, seed=seed)
+    rc, _, err = run_spark(["export", "--to", "hf", tmp_path / "hf", "--weights", weights])
+    assert rc == 0, err
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        tmp_path / "hf", trust_remote_code=True, local_files_only=True)
+    tok = transformers.AutoTokenizer.from_pretrained(tmp_path / "hf", trust_remote_code=True,
+                                                     local_files_only=True)
+    return params, cfg, model, tok
+
+
+def hf_greedy(model, tok, prompt, max_new):
+    """transformers' greedy ids after the prompt, EOS dropped (random weights emit any byte,
+    specials too: ids, not text, are compared)."""
+    ids = tok(prompt, return_tensors="pt")
+    out = model.generate(**ids, max_new_tokens=max_new, do_sample=False)
+    new = out[0, ids["input_ids"].shape[1]:].tolist()
+    return new[:-1] if new and new[-1] == 0xFF else new
+
+
+@pytest.mark.parametrize("name", OPTIONS)
+def test_spark_architecture_logits_and_greedy_text_equal_spark(name, tmp_path):
+    params, cfg, model, tok = exported(tmp_path, OPTIONS[name])
+    assert type(model).__name__ == "SparkForCausalLM" and model.dtype == torch.float32
+    prompts = project_prompts(8)
+    rows = [tok(p)["input_ids"] for p in prompts]
+    for row in rows:
+        with torch.no_grad():
+            hf = model(torch.tensor([row])).logits.numpy()[0]
+        spark = build_model(cfg).forward_logits(params, np.array([row]))[0]
+        gap = float(np.abs(hf - spark).max() / np.abs(spark).max())
+        assert gap < REL_TOL, (row, gap)
+    spark_ids: list = []
+    generate(params, cfg, prompts, max_new=MAX_NEW, tokens_out=spark_ids)
+    assert [hf_greedy(model, tok, p, MAX_NEW) for p in prompts] == spark_ids
+    assert max(len(rows[i]) + len(t) for i, t in enumerate(spark_ids)) > cfg.seq_len  # slid
+
+
+def test_right_padding_keeps_the_logits_and_left_padding_is_refused(tmp_path):
+    params, cfg, model, tok = exported(tmp_path, OPTIONS["all"])
+    grid = np.array([[0xFD, *b"hello there", 0xFE], [0xFD, *b"hi", 0xFE] + [0xFF] * 9])
+    mask = np.array([[1] * 13, [1] * 4 + [0] * 9])
+    with torch.no_grad():
+        hf = model(torch.tensor(grid), attention_mask=torch.tensor(mask)).logits.numpy()
+    spark = build_model(cfg).forward_logits(params, grid)
+    real = mask.astype(bool)
+    assert np.abs(hf[real] - spark[real]).max() < REL_TOL * np.abs(spark[real]).max()
+    with pytest.raises(ValueError, match="left padding"):
+        model(torch.tensor(grid), attention_mask=torch.tensor(mask[:, ::-1].copy()))
+
+
+def test_a_trained_recipe_model_loads_with_equal_logits():
+    """The model `spark-code train --scale tiny` or `make spark-coder-proof` left in out/,
+    when there is one (skipped otherwise: training it is minutes)."""
+    from sparkhelp import ROOT
+
+    found = [p for p in (ROOT / "out/train/job-coder-001/weights.safetensors",
+                         ROOT / "out/train/job-coder-tiny/weights.safetensors") if p.exists()]
+    if not found:
+        pytest.skip("no trained coder model in out/train (run spark-code train --scale tiny)")
+    for weights in found:
+        params, cfg, _ = load_model(weights)
+        if not cfg.options():
+            continue
+        import tempfile
+        with tempfile.TemporaryDirectory() as tmp:
+            rc, _, err = run_spark(["export", "--to", "hf", f"{tmp}/hf", "--weights", weights])
+            assert rc == 0, err
+            model = transformers.AutoModelForCausalLM.from_pretrained(
+                f"{tmp}/hf", trust_remote_code=True, local_files_only=True)
+            tok = transformers.AutoTokenizer.from_pretrained(f"{tmp}/hf", trust_remote_code=True,
+                                                         local_files_only=True)
+            row = tok("def main(argv):\n    for i in range(")["input_ids"]
+            with torch.no_grad():
+                hf = model(torch.tensor([row])).logits.numpy()[0]
+            spark = build_model(cfg).forward_logits(params, np.array([row]))[0]
+            assert np.abs(hf - spark).max() < REL_TOL * np.abs(spark).max(), weights

@@ -1,0 +1,115 @@
+"""`spark export` of a model with architecture options, with the light libraries only
+(docs/export.md "Models with architecture options"): to hf, the Spark architecture's folder
+(its modelling code, config.json's auto_map naming it, the options, the tensors); to gguf, one
+line naming the option and the hf route. transformers' side: test_export_hf_options.py."""
+import ast
+import dataclasses
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from safetensors.numpy import load_file
+
+from sparktrain.export.names import name_map
+from sparktrain.export.spark_arch import AUTO_MAP, CODE_DIR, CODE_FILES
+from sparktrain.model.config import OPTION_DEFAULTS
+from sparkhelp import assert_one_line_error, run_spark
+
+from exportkit import SMALL, write_weights
+
+LLAMA_FILES = ["README.md", "config.json", "generation_config.json", "model.safetensors",
+               "tokenizer.json", "tokenizer_config.json"]
+OPTIONS = [("mlp", "relu2"), ("qk_norm", True), ("logit_cap", 15.0), ("bigram", 64),
+           ("value_residual", True), ("unet", True)]
+
+
+def with_options(tmp_path, **options):
+    cfg = dataclasses.replace(SMALL, **options).validate()
+    w = tmp_path / "w.safetensors"
+    return w, cfg, write_weights(w, cfg)
+
+
+@pytest.mark.parametrize("option, value", OPTIONS)
+def test_an_option_exports_the_spark_architecture_to_hf(tmp_path, option, value):
+    w, cfg, params = with_options(tmp_path, **{option: value})
+    out = tmp_path / "hf"
+    rc, stdout, err = run_spark(["export", "--to", "hf", out, "--weights", w])
+    assert rc == 0, err
+    assert sorted(p.name for p in out.iterdir()) == sorted(LLAMA_FILES + list(CODE_FILES))
+    conf = json.loads((out / "config.json").read_text())
+    assert conf["architectures"] == ["SparkForCausalLM"] and conf["model_type"] == "spark"
+    for target in conf["auto_map"].values():          # each names a file the folder holds
+        assert (out / (target.split(".")[0] + ".py")).is_file()
+    assert {k: conf[k] for k in OPTION_DEFAULTS} == {k: getattr(cfg, k) for k in OPTION_DEFAULTS}
+    assert conf[option] == value and conf["tie_word_embeddings"] is False
+    assert conf["spark_metadata"]["arch"][option] == value
+    for name in CODE_FILES:                           # the package's files, as they are
+        assert (out / name).read_bytes() == (CODE_DIR / name).read_bytes()
+    tensors = load_file(out / "model.safetensors")
+    names = name_map(cfg, "hf")
+    assert sorted(tensors) == sorted(names.values())
+    for spark, hf in names.items():
+        np.testing.assert_array_equal(tensors[hf], params[spark])
+    card = (out / "README.md").read_text()
+    assert "trust_remote_code=True" in card and "custom_code" in card and option in card
+
+
+def test_all_options_name_their_own_tensors_and_the_bytes_repeat(tmp_path):
+    w, cfg, _ = with_options(tmp_path, bigram=64, value_residual=True, unet=True, n_layer=4)
+    for out in ("a", "b"):
+        rc, _, err = run_spark(["export", "--to", "hf", tmp_path / out, "--weights", w])
+        assert rc == 0, err
+    tensors = load_file(tmp_path / "a" / "model.safetensors")
+    assert tensors["model.bigram.weight"].shape == (64, cfg.dim)
+    assert tensors["model.value_mix.weight"].shape == (3,)
+    assert tensors["model.skip.weight"].shape == (2,)
+    for name in LLAMA_FILES + list(CODE_FILES):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+
+
+def test_a_model_without_options_stays_a_llama(tmp_path):
+    w = tmp_path / "w.safetensors"
+    write_weights(w)
+    rc, _, err = run_spark(["export", "--to", "hf", tmp_path / "hf", "--weights", w])
+    assert rc == 0, err
+    assert sorted(p.name for p in (tmp_path / "hf").iterdir()) == LLAMA_FILES
+    conf = json.loads((tmp_path / "hf" / "config.json").read_text())
+    assert conf["model_type"] == "llama" and "auto_map" not in conf
+
+
+@pytest.mark.parametrize("option, value", OPTIONS)
+def test_gguf_refuses_an_option_naming_the_hf_route(tmp_path, option, value):
+    w, _, _ = with_options(tmp_path, **{option: value})
+    out = tmp_path / "a.gguf"
+    rc, _, err = run_spark(["export", "--to", "gguf", out, "--weights", w])
+    assert_one_line_error(rc, err, f"option {option}: {value}", "llama.cpp", "--to hf",
+                          "trust_remote_code=True")
+    assert not out.exists()
+
+
+def test_the_spark_folder_is_not_imported_as_a_llama(tmp_path):
+    w, _, _ = with_options(tmp_path, logit_cap=15.0)
+    assert run_spark(["export", "--to", "hf", tmp_path / "hf", "--weights", w])[0] == 0
+    rc, _, err = run_spark(["import", "--from", "hf", tmp_path / "hf",
+                            "--out", tmp_path / "back.safetensors"])
+    assert_one_line_error(rc, err, "model_type 'spark' is not llama")
+    assert not (tmp_path / "back.safetensors").exists()
+
+
+def test_spark_config_takes_every_option_and_export_loads_no_torch():
+    """configuration_spark.py (read, not run: it needs transformers) has a parameter for
+    every option the model has, and config.json's auto_map names its classes."""
+    tree = ast.parse((CODE_DIR / "configuration_spark.py").read_text())
+    init = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)
+                and n.name == "__init__")
+    assert set(OPTION_DEFAULTS) <= {a.arg for a in init.args.args}
+    classes = {n.name for f in CODE_FILES for n in ast.walk(ast.parse((CODE_DIR / f).read_text()))
+               if isinstance(n, ast.ClassDef)}
+    assert {v.split(".")[1] for v in AUTO_MAP.values()} <= classes
+    code = ("import sys, sparktrain.export.hf, sparktrain.export.spark_arch;"
+            "bad = [m for m in ('torch', 'transformers') if m in sys.modules];"
+            "sys.exit(f'loaded {bad}' if bad else 0)")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
