@@ -117,9 +117,8 @@ def model_card(meta: dict, cfg: ModelConfig, tok_kind: str, records: dict) -> st
             "print(tok.decode(out[0, ids.input_ids.shape[1]:], skip_special_tokens=True))",
             "```", ""]
     if ckpt.get("weights_sha256"):
-        out += [f"Spark weights sha256 `{_text(ckpt['weights_sha256'])}`"
-                + ("." if options else "; `spark import --from hf` gives back the same bytes."),
-                ""]
+        out += [f"Spark weights sha256 `{_text(ckpt['weights_sha256'])}`; "
+                "`spark import --from hf` gives back the same bytes.", ""]
     return "\n".join(out)
 
 

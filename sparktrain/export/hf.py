@@ -19,9 +19,10 @@ from sparktrain.core.safeload import load_json_file
 from sparktrain.core.values import integral, is_finite
 from sparktrain.export.card import CARD_FILE, job_records, model_card, tokenizer_kind
 from sparktrain.export.names import name_map, require_attention
-from sparktrain.export.spark_arch import code_files, spark_config as spark_arch_config
+from sparktrain.export.spark_arch import (ARCHITECTURE, code_files,
+                                         spark_config as spark_arch_config)
 from sparktrain.export.tokenizer import model_tokenizer_json, special_ids, tokenizer_config
-from sparktrain.model.config import ModelConfig, param_shapes, weights_fits
+from sparktrain.model.config import OPTION_DEFAULTS, ModelConfig, param_shapes, weights_fits
 from sparktrain.model.layers import RMS_EPS, ROPE_BASE
 from sparktrain.model.weights import (check_params, check_tensors, config_from_meta, load_model,
                                       read_tensors, weights_bytes)
@@ -56,13 +57,17 @@ def generation_config(ids: dict[str, int]) -> dict:
 
 
 def spark_config(conf: dict, where: str) -> ModelConfig:
-    """The ModelConfig of a Llama config.json, or one line saying what does not fit."""
+    """The ModelConfig of a Llama config.json (or of the Spark architecture's, options
+    included), or one line saying what does not fit."""
     get = conf.get
     architectures = get("architectures") or []
     if not isinstance(architectures, list):
         raise SparkError(f"{where}: architectures must be a list of class names, "
                          f"got {type(architectures).__name__}")
-    if get("model_type") != "llama" and "LlamaForCausalLM" not in architectures:
+    options = {}  # the Spark architecture's folder names its options; a Llama has none
+    if get("model_type") == "spark" and architectures == [ARCHITECTURE]:
+        options = {k: get(k, default) for k, default in OPTION_DEFAULTS.items()}
+    elif get("model_type") != "llama" and "LlamaForCausalLM" not in architectures:
         raise SparkError(f"{where}: model_type {get('model_type')!r} is not llama")
     for key in ("attention_bias", "mlp_bias"):
         if get(key):
@@ -86,7 +91,7 @@ def spark_config(conf: dict, where: str) -> ModelConfig:
                          "num_key_value_heads, max_position_embeddings and vocab_size must be "
                          "integers")
     cfg = ModelConfig(dim=dim, n_layer=layers, n_head=heads, n_kv_head=kv, seq_len=seq_len,
-                      vocab=vocab)
+                      vocab=vocab, **options)
     try:  # zero or negative shapes first: the checks below divide by them
         cfg = cfg.validate()
     except SparkError as err:
@@ -152,7 +157,8 @@ def export_hf(weights: str | os.PathLike, out: str | os.PathLike,
     return sorted(files)
 
 def import_hf(folder: str | os.PathLike, out: str | os.PathLike, force: bool = False) -> dict:
-    """Read a Llama folder and write Spark weights; returns the metadata written."""
+    """Read a Llama folder (or a Spark architecture's) and write Spark weights; returns
+    the metadata written."""
     folder = Path(folder)
     if not folder.is_dir():
         raise SparkError(f"{os.fspath(folder)} is not a folder; give the Hugging Face model "

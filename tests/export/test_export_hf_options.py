@@ -88,29 +88,26 @@ def test_right_padding_keeps_the_logits_and_left_padding_is_refused(tmp_path):
         model(torch.tensor(grid), attention_mask=torch.tensor(mask[:, ::-1].copy()))
 
 
-def test_a_trained_recipe_model_loads_with_equal_logits():
-    """The model `spark-code train --scale tiny` or `make spark-coder-proof` left in out/,
-    when there is one (skipped otherwise: training it is minutes)."""
+def test_a_trained_model_with_options_loads_with_equal_logits():
+    """The coder proof's model (`make spark-coder-proof`: relu2, qk_norm, logit_cap 15),
+    when out/train holds it (skipped otherwise: training it takes ten minutes)."""
+    import tempfile
+
     from sparkhelp import ROOT
 
-    found = [p for p in (ROOT / "out/train/job-coder-001/weights.safetensors",
-                         ROOT / "out/train/job-coder-tiny/weights.safetensors") if p.exists()]
-    if not found:
-        pytest.skip("no trained coder model in out/train (run spark-code train --scale tiny)")
-    for weights in found:
-        params, cfg, _ = load_model(weights)
-        if not cfg.options():
-            continue
-        import tempfile
-        with tempfile.TemporaryDirectory() as tmp:
-            rc, _, err = run_spark(["export", "--to", "hf", f"{tmp}/hf", "--weights", weights])
-            assert rc == 0, err
-            model = transformers.AutoModelForCausalLM.from_pretrained(
-                f"{tmp}/hf", trust_remote_code=True, local_files_only=True)
-            tok = transformers.AutoTokenizer.from_pretrained(f"{tmp}/hf", trust_remote_code=True,
+    weights = ROOT / "out/train/job-coder-001/weights.safetensors"
+    if not weights.exists() or not load_model(weights)[1].options():
+        pytest.skip("no trained model with options in out/train (make spark-coder-proof)")
+    params, cfg, _ = load_model(weights)
+    with tempfile.TemporaryDirectory() as tmp:
+        rc, _, err = run_spark(["export", "--to", "hf", f"{tmp}/hf", "--weights", weights])
+        assert rc == 0, err
+        model = transformers.AutoModelForCausalLM.from_pretrained(
+            f"{tmp}/hf", trust_remote_code=True, local_files_only=True)
+        tok = transformers.AutoTokenizer.from_pretrained(f"{tmp}/hf", trust_remote_code=True,
                                                          local_files_only=True)
-            row = tok("def main(argv):\n    for i in range(")["input_ids"]
-            with torch.no_grad():
-                hf = model(torch.tensor([row])).logits.numpy()[0]
-            spark = build_model(cfg).forward_logits(params, np.array([row]))[0]
-            assert np.abs(hf - spark).max() < REL_TOL * np.abs(spark).max(), weights
+        row = tok("def main(argv):\n    for i in range(")["input_ids"]
+        with torch.no_grad():
+            hf = model(torch.tensor([row])).logits.numpy()[0]
+        spark = build_model(cfg).forward_logits(params, np.array([row]))[0]
+        assert np.abs(hf - spark).max() < REL_TOL * np.abs(spark).max()

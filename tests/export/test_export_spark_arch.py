@@ -89,12 +89,29 @@ def test_gguf_refuses_an_option_naming_the_hf_route(tmp_path, option, value):
     assert not out.exists()
 
 
-def test_the_spark_folder_is_not_imported_as_a_llama(tmp_path):
-    w, _, _ = with_options(tmp_path, logit_cap=15.0)
+@pytest.mark.parametrize("options", [{"logit_cap": 15.0},
+                                     {"mlp": "relu2", "qk_norm": True, "logit_cap": 15.0},
+                                     {"bigram": 64, "value_residual": True, "unet": True}])
+def test_export_then_import_of_the_spark_folder_is_byte_identical(tmp_path, options):
+    w, _, _ = with_options(tmp_path, **options)
     assert run_spark(["export", "--to", "hf", tmp_path / "hf", "--weights", w])[0] == 0
+    rc, out, err = run_spark(["import", "--from", "hf", tmp_path / "hf",
+                              "--out", tmp_path / "back.safetensors"])
+    assert rc == 0, err
+    assert (tmp_path / "back.safetensors").read_bytes() == w.read_bytes()
+
+
+@pytest.mark.parametrize("edit, needle", [({"logit_cap": -1.0}, "logit_cap must be"),
+                                          ({"mlp": "gelu"}, "mlp must be one of"),
+                                          ({"qk_norm": False}, "disagrees")])
+def test_a_spark_folder_with_bad_or_edited_options_is_one_line(tmp_path, edit, needle):
+    w, _, _ = with_options(tmp_path, mlp="relu2", qk_norm=True)
+    assert run_spark(["export", "--to", "hf", tmp_path / "hf", "--weights", w])[0] == 0
+    conf = json.loads((tmp_path / "hf" / "config.json").read_text())
+    (tmp_path / "hf" / "config.json").write_text(json.dumps({**conf, **edit}))
     rc, _, err = run_spark(["import", "--from", "hf", tmp_path / "hf",
                             "--out", tmp_path / "back.safetensors"])
-    assert_one_line_error(rc, err, "model_type 'spark' is not llama")
+    assert_one_line_error(rc, err, needle)
     assert not (tmp_path / "back.safetensors").exists()
 
 
