@@ -47,12 +47,25 @@ def require_attention(cfg: ModelConfig, path, to: str) -> None:
                          f"equivalent; export to {to} a model trained with attention")
 
 
-def require_llama(cfg: ModelConfig, path) -> None:
-    """One line when llama.cpp cannot compute this model: the mean-pool kind, or an
-    architecture option (docs/export.md "What exports"), naming the Hugging Face route."""
+# The llama.cpp architecture that computes a model exactly, by the options it has: `arcee` is a
+# Llama whose MLP is relu(x)^2 with no gate; `qwen3` (rotate-half rope, no q/k permutation)
+# rms-normalises q and k per head with a weight (ones here) before rope, which keeps each
+# head's norm, so it equals Spark's norm after rope. Two options together, or any other,
+# have none (docs/export.md "What exports").
+GGUF_ARCHS = {(): "llama", (("mlp", "relu2"),): "arcee", (("qk_norm", True),): "qwen3"}
+
+
+def gguf_arch(cfg: ModelConfig, path) -> str:
+    """The llama.cpp architecture of GGUF_ARCHS that computes this model, or one line naming
+    its options and the Hugging Face route."""
     require_attention(cfg, path, "gguf")
-    for name, value in cfg.options().items():
-        raise SparkError(f"{path} uses the architecture option {name}: {value}, which no "
-                         f"llama.cpp architecture expresses beside Spark's others; it is not "
-                         f"exported to gguf: export it with --to hf (transformers, "
-                         f"trust_remote_code=True), or train without it")
+    options = cfg.options()
+    arch = GGUF_ARCHS.get(tuple(sorted(options.items())))
+    if arch is None:
+        named = ", ".join(f"{k}: {v}" for k, v in options.items())
+        raise SparkError(f"{path} uses the architecture option{'s' * (len(options) > 1)} "
+                         f"{named}, which no llama.cpp architecture computes (arcee runs "
+                         f"mlp: relu2 alone, qwen3 qk_norm alone); it is not exported to "
+                         f"gguf: export it with --to hf (transformers, trust_remote_code=True), "
+                         f"or train without it")
+    return arch

@@ -111,3 +111,24 @@ def test_a_trained_model_with_options_loads_with_equal_logits():
             hf = model(torch.tensor([row])).logits.numpy()[0]
         spark = build_model(cfg).forward_logits(params, np.array([row]))[0]
         assert np.abs(hf - spark).max() < REL_TOL * np.abs(spark).max()
+
+
+def test_the_qwen3_gguf_of_a_qk_norm_model_gives_the_same_logits(tmp_path):
+    """transformers reads the `qwen3` GGUF (its GGUF reader takes no head size from the file
+    and assumes Qwen 3's 128, so the config is given it); llama.cpp itself: make test-llama."""
+    pytest.importorskip("gguf")
+    cfg = dataclasses.replace(SMALL, qk_norm=True).validate()
+    params = write_weights(tmp_path / "w.safetensors", cfg)
+    rc, _, err = run_spark(["export", "--to", "gguf", tmp_path / "m.gguf",
+                            "--weights", tmp_path / "w.safetensors"])
+    assert rc == 0, err
+    conf = transformers.AutoConfig.from_pretrained(tmp_path, gguf_file="m.gguf")
+    conf.head_dim = cfg.head_dim
+    model = transformers.AutoModelForCausalLM.from_pretrained(tmp_path, gguf_file="m.gguf",
+                                                              config=conf)
+    assert type(model).__name__ == "Qwen3ForCausalLM"
+    grid = np.array([[0xFD, *b"hello there", 0xFE, *b"hi"]])
+    with torch.no_grad():
+        hf = model(torch.tensor(grid)).logits.numpy()
+    spark = build_model(cfg).forward_logits(params, grid)
+    assert np.abs(hf - spark).max() < REL_TOL * np.abs(spark).max()

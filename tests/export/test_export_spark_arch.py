@@ -17,7 +17,7 @@ from sparktrain.export.spark_arch import AUTO_MAP, CODE_DIR, CODE_FILES
 from sparktrain.model.config import OPTION_DEFAULTS
 from sparkhelp import assert_one_line_error, run_spark
 
-from exportkit import SMALL, write_weights
+from exportkit import SMALL, rope_deinterleave, write_weights
 
 LLAMA_FILES = ["README.md", "config.json", "generation_config.json", "model.safetensors",
                "tokenizer.json", "tokenizer_config.json"]
@@ -79,14 +79,50 @@ def test_a_model_without_options_stays_a_llama(tmp_path):
     assert conf["model_type"] == "llama" and "auto_map" not in conf
 
 
-@pytest.mark.parametrize("option, value", OPTIONS)
-def test_gguf_refuses_an_option_naming_the_hf_route(tmp_path, option, value):
-    w, _, _ = with_options(tmp_path, **{option: value})
+@pytest.mark.parametrize("options", [{"logit_cap": 15.0}, {"bigram": 64},
+                                     {"value_residual": True}, {"unet": True},
+                                     {"mlp": "relu2", "qk_norm": True},
+                                     {"mlp": "relu2", "qk_norm": True, "logit_cap": 15.0}])
+def test_gguf_refuses_what_no_llama_cpp_architecture_computes_naming_hf(tmp_path, options):
+    w, _, _ = with_options(tmp_path, **options)
     out = tmp_path / "a.gguf"
     rc, _, err = run_spark(["export", "--to", "gguf", out, "--weights", w])
-    assert_one_line_error(rc, err, f"option {option}: {value}", "llama.cpp", "--to hf",
-                          "trust_remote_code=True")
+    named = ", ".join(f"{k}: {v}" for k, v in options.items())
+    assert_one_line_error(rc, err, f"option{'s' * (len(options) > 1)} {named}", "llama.cpp",
+                          "--to hf", "trust_remote_code=True")
     assert not out.exists()
+
+
+@pytest.mark.parametrize("option, value, arch", [("mlp", "relu2", "arcee"),
+                                                 ("qk_norm", True, "qwen3")])
+def test_gguf_of_one_option_is_the_llama_cpp_architecture_computing_it(tmp_path, option, value,
+                                                                      arch):
+    import gguf
+
+    w, cfg, params = with_options(tmp_path, **{option: value})
+    out = tmp_path / "a.gguf"
+    rc, _, err = run_spark(["export", "--to", "gguf", out, "--weights", w])
+    assert rc == 0, err
+    r = gguf.GGUFReader(out)
+    assert r.fields["general.architecture"].contents() == arch
+    assert r.fields[f"{arch}.block_count"].contents() == cfg.n_layer
+    assert r.fields[f"{arch}.attention.layer_norm_rms_epsilon"].contents() == \
+        pytest.approx(1e-5)
+    tensors = {t.name: np.array(t.data) for t in r.tensors}
+    gguf_arch = getattr(gguf.MODEL_ARCH, arch.upper())       # the names llama.cpp loads
+    allowed = {gguf.TENSOR_NAMES[t].format(bid=L) + ".weight"
+               for t in gguf.MODEL_TENSORS[gguf_arch] for L in range(cfg.n_layer)}
+    assert set(tensors) <= allowed
+    q = tensors["blk.0.attn_q.weight"]
+    if arch == "arcee":   # llama's rope order: q/k permuted; an MLP with no gate
+        assert not any("ffn_gate" in n for n in tensors)
+        np.testing.assert_array_equal(rope_deinterleave(q, cfg.n_head),
+                                      params["spark.layers.0.q.weight"])
+    else:                 # rotate-half rope as Spark's: q/k as they are; norms of ones
+        np.testing.assert_array_equal(q, params["spark.layers.0.q.weight"])
+        np.testing.assert_array_equal(tensors["blk.1.attn_k_norm.weight"],
+                                      np.ones(cfg.head_dim, np.float32))
+        assert r.fields["qwen3.attention.key_length"].contents() == cfg.head_dim
 
 
 @pytest.mark.parametrize("options", [{"logit_cap": 15.0},
