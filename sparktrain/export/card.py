@@ -16,6 +16,7 @@ from sparktrain.core.jobfiles import CHECKPOINT, TOKENIZER
 from sparktrain.core.safeload import load_json
 from sparktrain.core.values import is_finite
 from sparktrain.core.metric_keys import CARD_BASELINES, CARD_KEYS
+from sparktrain.export.names import hf_arch
 from sparktrain.export.tokenizer import special_ids
 from sparktrain.model.config import ModelConfig, n_params
 from sparktrain.params import StepConfig
@@ -74,10 +75,12 @@ def model_card(meta: dict, cfg: ModelConfig, tok_kind: str, records: dict) -> st
     metrics = {k: state["eval"][k] for k in CARD_KEYS
                if k in state.get("eval", {}) and is_finite(state["eval"][k])}
     corpus = "corpus" if ckpt.get("dataset_kind") or "bpb" in metrics else "pairs"
-    options = cfg.options()  # the Spark architecture's own code (custom_code), else a Llama
-    tags = ["spark-train", "custom_code" if options else "llama", "causal-lm", "numpy-trained",
-            corpus]
-    kind = "Spark-architecture (a Llama with options)" if options else "Llama-architecture"
+    options, arch = cfg.options(), hf_arch(cfg)  # spark: the folder's own code (custom_code)
+    tags = ["spark-train", "custom_code" if arch == "spark" else arch, "causal-lm",
+            "numpy-trained", corpus]
+    kind = {"spark": "Spark-architecture (a Llama with options)", "llama": "Llama-architecture",
+            "arcee": "Arcee-architecture (a Llama with a ReLU^2 MLP)",
+            "qwen3": "Qwen3-architecture (a Llama with q/k norms)"}[arch]
     out = _front_matter(job, tags, metrics)
     out += ["", f"# {_text(job)}", "",
             f"A small {kind} causal language model ({n_params(cfg):,} "
@@ -92,8 +95,8 @@ def model_card(meta: dict, cfg: ModelConfig, tok_kind: str, records: dict) -> st
             f"{'ReLU^2 MLP' if cfg.mlp == 'relu2' else 'SwiGLU'}; float32 weights, "
             "untied embeddings.", ""]
     if options:
-        out += ["Architecture options (`configuration_spark.py`, `modeling_spark.py` in this "
-                "folder compute them): " + ", ".join(f"`{k}: {_text(json.dumps(v))}`"
+        out += ["Architecture options" + (" (`configuration_spark.py`, `modeling_spark.py` "
+                "in this folder compute them)" if arch == "spark" else "") + ": " + ", ".join(f"`{k}: {_text(json.dumps(v))}`"
                                                     for k, v in options.items()) + ".", ""]
     out += ["## Training", ""]
     out += _training(job, meta, ckpt)
@@ -109,9 +112,10 @@ def model_card(meta: dict, cfg: ModelConfig, tok_kind: str, records: dict) -> st
     out += ["## Tokenizer", "", tok_kind, "",
             "## Use it", "", "```python",
             "from transformers import AutoModelForCausalLM, AutoTokenizer",
-            'tok = AutoTokenizer.from_pretrained("PATH")   # this folder',
+            'tok = AutoTokenizer.from_pretrained("PATH"'
+            + (", trust_remote_code=True)" if arch == "spark" else ")   # this folder"),
             'model = AutoModelForCausalLM.from_pretrained("PATH"'
-            + (", trust_remote_code=True)" if options else ")"),
+            + (", trust_remote_code=True)" if arch == "spark" else ")"),
             'ids = tok("hi", return_tensors="pt")',
             "out = model.generate(**ids, max_new_tokens=32)",
             "print(tok.decode(out[0, ids.input_ids.shape[1]:], skip_special_tokens=True))",

@@ -12,7 +12,7 @@ from sparktrain.core.errors import SparkError
 from sparktrain.core.gate import check_target
 from sparktrain.core.publish import publish_file
 from sparktrain.core.safeload import load_json
-from sparktrain.export.names import gguf_arch, name_map
+from sparktrain.export.names import QK_NORMS, gguf_arch, name_map
 from sparktrain.export.tokenizer import model_tokenizer_json, special_ids
 from sparktrain.model.config import ModelConfig
 from sparktrain.model.layers import RMS_EPS, ROPE_BASE
@@ -56,9 +56,8 @@ def gguf_tensors(params: dict[str, np.ndarray], cfg: ModelConfig,
             w = rope_interleave(w, heads[kind])
         out[name] = w
         if arch == "qwen3" and kind == "v":                   # after blk.L.attn_v, per layer
-            L = spark.split(".")[2]
-            for qk in ("q", "k"):
-                out[f"blk.{L}.attn_{qk}_norm.weight"] = np.ones(cfg.head_dim, np.float32)
+            for norm in QK_NORMS["gguf"]:
+                out[norm.format(L=spark.split(".")[2])] = np.ones(cfg.head_dim, np.float32)
     return out
 
 

@@ -53,6 +53,18 @@ def require_attention(cfg: ModelConfig, path, to: str) -> None:
 # head's norm, so it equals Spark's norm after rope. Two options together, or any other,
 # have none (docs/export.md "What exports").
 GGUF_ARCHS = {(): "llama", (("mlp", "relu2"),): "arcee", (("qk_norm", True),): "qwen3"}
+# transformers has the same three (ArceeForCausalLM, Qwen3ForCausalLM); any other set is the
+# Spark architecture's own code (export/spark_arch.py)
+HF_ARCHS = GGUF_ARCHS
+# qwen3's per-head q/k norm weights (ones: Spark's norm has none), layer L
+QK_NORMS = {"hf": ("model.layers.{L}.self_attn.q_norm.weight",
+                   "model.layers.{L}.self_attn.k_norm.weight"),
+            "gguf": ("blk.{L}.attn_q_norm.weight", "blk.{L}.attn_k_norm.weight")}
+
+
+def hf_arch(cfg: ModelConfig) -> str:
+    """The model_type of the Hugging Face folder: llama, arcee, qwen3, or spark."""
+    return HF_ARCHS.get(tuple(sorted(cfg.options().items())), "spark")
 
 
 def gguf_arch(cfg: ModelConfig, path) -> str:

@@ -31,7 +31,7 @@ def with_options(tmp_path, **options):
     return w, cfg, write_weights(w, cfg)
 
 
-@pytest.mark.parametrize("option, value", OPTIONS)
+@pytest.mark.parametrize("option, value", OPTIONS[2:])  # relu2 or qk_norm alone: below
 def test_an_option_exports_the_spark_architecture_to_hf(tmp_path, option, value):
     w, cfg, params = with_options(tmp_path, **{option: value})
     out = tmp_path / "hf"
@@ -54,6 +54,46 @@ def test_an_option_exports_the_spark_architecture_to_hf(tmp_path, option, value)
         np.testing.assert_array_equal(tensors[hf], params[spark])
     card = (out / "README.md").read_text()
     assert "trust_remote_code=True" in card and "custom_code" in card and option in card
+
+
+@pytest.mark.parametrize("option, value, arch", [("mlp", "relu2", "arcee"),
+                                                 ("qk_norm", True, "qwen3")])
+def test_one_option_transformers_computes_exports_as_its_architecture(tmp_path, option, value,
+                                                                     arch):
+    w, cfg, params = with_options(tmp_path, **{option: value})
+    out = tmp_path / "hf"
+    rc, _, err = run_spark(["export", "--to", "hf", out, "--weights", w])
+    assert rc == 0, err
+    assert sorted(p.name for p in out.iterdir()) == LLAMA_FILES     # no code of its own
+    conf = json.loads((out / "config.json").read_text())
+    assert conf["model_type"] == arch and "auto_map" not in conf
+    assert conf["architectures"] == [{"arcee": "ArceeForCausalLM",
+                                      "qwen3": "Qwen3ForCausalLM"}[arch]]
+    assert conf["hidden_act"] == ("relu2" if arch == "arcee" else "silu")
+    tensors = load_file(out / "model.safetensors")
+    norms = {n for n in tensors if n.endswith(("q_norm.weight", "k_norm.weight"))}
+    assert len(norms) == (2 * cfg.n_layer if arch == "qwen3" else 0)
+    for n in norms:
+        np.testing.assert_array_equal(tensors[n], np.ones(cfg.head_dim, np.float32))
+    assert ("model.layers.0.mlp.gate_proj.weight" in tensors) == (arch == "qwen3")
+    assert "trust_remote_code" not in (out / "README.md").read_text()
+    rc, _, err = run_spark(["import", "--from", "hf", out, "--out", tmp_path / "back"])
+    assert rc == 0, err
+    assert (tmp_path / "back").read_bytes() == w.read_bytes()    # the same bytes back
+
+
+def test_a_qwen3_norm_weight_spark_has_not_is_refused(tmp_path):
+    from safetensors.numpy import save_file
+
+    w, _, _ = with_options(tmp_path, qk_norm=True)
+    out = tmp_path / "hf"
+    assert run_spark(["export", "--to", "hf", out, "--weights", w])[0] == 0
+    tensors = load_file(out / "model.safetensors")
+    tensors["model.layers.1.self_attn.k_norm.weight"][0] = 2.0
+    save_file(tensors, out / "model.safetensors", metadata={"format": "pt"})
+    rc, _, err = run_spark(["import", "--from", "hf", out, "--out", tmp_path / "back"])
+    assert_one_line_error(rc, err, "k_norm.weight is not 8 ones")
+    assert not (tmp_path / "back").exists()
 
 
 def test_all_options_name_their_own_tensors_and_the_bytes_repeat(tmp_path):
