@@ -79,17 +79,8 @@ def spark_config(conf: dict, where: str) -> ModelConfig:
     if not isinstance(architectures, list):
         raise SparkError(f"{where}: architectures must be a list of class names, "
                          f"got {type(architectures).__name__}")
-    options = {}  # the Spark architecture's folder names its options; a Llama has none
     kind = get("model_type")
-    if kind == "spark" and architectures == [ARCHITECTURE]:
-        options = {k: get(k, default) for k, default in OPTION_DEFAULTS.items()}
-    elif kind in ("arcee", "qwen3"):
-        options = dict(next(k for k, v in HF_ARCHS.items() if v == kind))
-        if get("use_sliding_window"):
-            raise SparkError(f"{where}: use_sliding_window is true; Spark attends to the "
-                             "whole window")
-    elif kind != "llama" and "LlamaForCausalLM" not in architectures:
-        raise SparkError(f"{where}: model_type {kind!r} is not llama")
+    options = _options_of(conf, architectures, where)
     for key in ("attention_bias", "mlp_bias"):
         if get(key):
             raise SparkError(f"{where}: {key} is true; Spark layers have no bias terms")
@@ -125,6 +116,22 @@ def spark_config(conf: dict, where: str) -> ModelConfig:
         raise SparkError(f"{where}: head_dim {get('head_dim')!r}; Spark's is hidden_size / "
                          f"num_attention_heads = {dim // heads}")
     return cfg
+
+
+def _options_of(conf: dict, architectures: list, where: str) -> dict:
+    """The options a folder's architecture computes: the Spark architecture names its own,
+    Arcee and Qwen 3 each have one (names.HF_ARCHS), a Llama none; else one line."""
+    kind = conf.get("model_type")
+    if kind == "spark" and architectures == [ARCHITECTURE]:
+        return {k: conf.get(k, default) for k, default in OPTION_DEFAULTS.items()}
+    if kind in ("arcee", "qwen3"):
+        if conf.get("use_sliding_window"):
+            raise SparkError(f"{where}: use_sliding_window is true; Spark attends to the "
+                             "whole window")
+        return dict(next(k for k, v in HF_ARCHS.items() if v == kind))
+    if kind != "llama" and "LlamaForCausalLM" not in architectures:
+        raise SparkError(f"{where}: model_type {kind!r} is not llama")
+    return {}
 
 
 def _close(value, want: float) -> bool:
