@@ -1,5 +1,5 @@
-"""`spark export` (Spark weights as a Hugging Face Llama folder or a GGUF file) and
-`spark import` (a Llama folder as Spark weights); sparktrain/export/, docs/export.md."""
+"""`spark export` (Spark weights as a Hugging Face folder or a GGUF file) and
+`spark import` (a Hugging Face folder as Spark weights); sparktrain/export/, docs/export.md."""
 from __future__ import annotations
 
 import importlib
@@ -19,10 +19,13 @@ def register(sub) -> None:
 
 def add_export(sub) -> None:
     p = sub.add_parser(
-        "export", help="write trained weights as a Hugging Face Llama folder or a GGUF file",
+        "export", help="write trained weights as a Hugging Face folder or a GGUF file",
         description="Export Spark weights for the Llama ecosystem: --to hf writes a folder "
-                    "that transformers loads as LlamaForCausalLM (config, model.safetensors, "
-                    "tokenizer); --to gguf writes one file llama.cpp runs.", func=cmd_export)
+                    "that transformers loads (config, model.safetensors, tokenizer): "
+                    "LlamaForCausalLM, Arcee or Qwen 3 for the one option each computes, else "
+                    "the Spark architecture's own code (trust_remote_code=True); --to gguf "
+                    "writes one file llama.cpp runs (llama, arcee, qwen3; other architecture "
+                    "options are refused). docs/export.md \"What exports\".", func=cmd_export)
     p.add_argument("out", metavar="OUT", help="output folder (hf) or .gguf file (gguf)")
     p.add_argument("--to", required=True, choices=tuple(WRITERS), help="the format to write")
     p.add_argument("--weights", required=True, help="Spark weights.safetensors to export")
@@ -38,7 +41,9 @@ def add_import(sub) -> None:
     p = sub.add_parser(
         "import", help="turn a Hugging Face Llama folder into Spark weights",
         description="Read a Llama-compatible Hugging Face folder (config.json + "
-                    "model.safetensors) and write Spark weights, a base for further training.",
+                    "model.safetensors; also the Arcee, Qwen 3 and Spark-architecture folders "
+                    "spark export writes) and write Spark weights, a base for further "
+                    "training.",
                     func=cmd_import)
     p.add_argument("folder", metavar="DIR", help="the Hugging Face model folder")
     p.add_argument("--from", dest="source", required=True, choices=("hf",),

@@ -15,6 +15,7 @@ from sparktrain.core.jobfiles import CHECKPOINT, TOKENIZER
 from sparktrain.core.safeload import load_json
 from sparktrain.core.values import is_finite
 from sparktrain.core.metric_keys import CARD_BASELINES, CARD_KEYS
+from sparktrain.export.names import hf_arch
 from sparktrain.export.tokenizer import special_ids
 from sparktrain.knobs import card
 from sparktrain.model.config import ModelConfig, n_params
@@ -73,10 +74,15 @@ def model_card(meta: dict, cfg: ModelConfig, tok_kind: str, records: dict) -> st
     metrics = {k: state["eval"][k] for k in CARD_KEYS
                if k in state.get("eval", {}) and is_finite(state["eval"][k])}
     corpus = "corpus" if ckpt.get("dataset_kind") or "bpb" in metrics else "pairs"
-    tags = ["spark-train", "llama", "causal-lm", "numpy-trained", corpus]
+    options, arch = cfg.options(), hf_arch(cfg)  # spark: the folder's own code (custom_code)
+    tags = ["spark-train", "custom_code" if arch == "spark" else arch, "causal-lm",
+            "numpy-trained", corpus]
+    kind = {"spark": "Spark-architecture (a Llama with options)", "llama": "Llama-architecture",
+            "arcee": "Arcee-architecture (a Llama with a ReLU^2 MLP)",
+            "qwen3": "Qwen3-architecture (a Llama with q/k norms)"}[arch]
     out = _front_matter(job, tags, metrics)
     out += ["", f"# {_text(job)}", "",
-            f"A small Llama-architecture causal language model ({n_params(cfg):,} "
+            f"A small {kind} causal language model ({n_params(cfg):,} "
             f"parameters) trained from scratch with Spark Train, a numpy training pipeline "
             f"driven by SPARK_BC programs, then exported with `spark export --to hf`.", "",
             "## Architecture", "",
@@ -84,8 +90,14 @@ def model_card(meta: dict, cfg: ModelConfig, tok_kind: str, records: dict) -> st
             "|---|---|---|---|---|---|---|",
             f"| {cfg.dim} | {cfg.n_layer} | {cfg.n_head} | {cfg.n_kv_head} | {cfg.head_dim} "
             f"| {cfg.seq_len} | {cfg.vocab} |", "",
-            "RMSNorm, RoPE, grouped-query causal attention, SwiGLU; float32 weights, "
-            "untied embeddings.", "", "## Training", ""]
+            "RMSNorm, RoPE, grouped-query causal attention, "
+            f"{'ReLU^2 MLP' if cfg.mlp == 'relu2' else 'SwiGLU'}; float32 weights, "
+            "untied embeddings.", ""]
+    if options:
+        out += ["Architecture options" + (" (`configuration_spark.py`, `modeling_spark.py` "
+                "in this folder compute them)" if arch == "spark" else "") + ": " + ", ".join(f"`{k}: {_text(json.dumps(v))}`"
+                                                    for k, v in options.items()) + ".", ""]
+    out += ["## Training", ""]
     out += _training(job, meta, ckpt)
     out.append("")
     if metrics:
@@ -99,8 +111,10 @@ def model_card(meta: dict, cfg: ModelConfig, tok_kind: str, records: dict) -> st
     out += ["## Tokenizer", "", tok_kind, "",
             "## Use it", "", "```python",
             "from transformers import AutoModelForCausalLM, AutoTokenizer",
-            'tok = AutoTokenizer.from_pretrained("PATH")   # this folder',
-            'model = AutoModelForCausalLM.from_pretrained("PATH")',
+            'tok = AutoTokenizer.from_pretrained("PATH"'
+            + (", trust_remote_code=True)" if arch == "spark" else ")   # this folder"),
+            'model = AutoModelForCausalLM.from_pretrained("PATH"'
+            + (", trust_remote_code=True)" if arch == "spark" else ")"),
             'ids = tok("hi", return_tensors="pt")',
             "out = model.generate(**ids, max_new_tokens=32)",
             "print(tok.decode(out[0, ids.input_ids.shape[1]:], skip_special_tokens=True))",

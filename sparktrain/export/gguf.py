@@ -1,5 +1,6 @@
-"""GGUF for llama.cpp through the `gguf` package: float32 `llama` tensors, q/k rows in its
-rope order, a `gpt2` vocabulary (docs/export.md "The GGUF file")."""
+"""GGUF for llama.cpp through the `gguf` package: float32 tensors of `llama` (or of `arcee`
+or `qwen3` for the one option each computes), q/k rows in the architecture's rope order, a
+`gpt2` vocabulary (docs/export.md "The GGUF file")."""
 from __future__ import annotations
 
 import json
@@ -11,13 +12,15 @@ from sparktrain.core.errors import SparkError
 from sparktrain.core.gate import check_target
 from sparktrain.core.publish import publish_file
 from sparktrain.core.safeload import load_json
-from sparktrain.export.names import name_map, require_llama
+from sparktrain.export.names import QK_NORMS, gguf_arch, name_map
 from sparktrain.export.tokenizer import model_tokenizer_json, special_ids
 from sparktrain.model.config import ModelConfig
 from sparktrain.model.layers import RMS_EPS, ROPE_BASE
 from sparktrain.model.weights import load_model
 
-GGUF_ARCH = "llama"
+# the architectures whose rope turns adjacent pairs (llama.cpp's "norm" rope): their q/k rows
+# are permuted; qwen3's rope turns (u_i, u_{i+hd/2}), as Spark's
+INTERLEAVED_ROPE = ("llama", "arcee")
 GGUF_META_KEY = "spark.metadata"   # the weights' `spark` metadata, canonical JSON
 # One merge that never fires (0xFD twice; UTF-8 text never holds 0xFD): the gguf writer
 # refuses an empty array and llama.cpp a BPE vocab without merges (docs/export.md).
@@ -40,9 +43,11 @@ def rope_interleave(w: np.ndarray, n_heads: int) -> np.ndarray:
         w.reshape(n_heads, 2, hd // 2, C).swapaxes(1, 2)).reshape(rows, C)  # (heads hd, C)
 
 
-def gguf_tensors(params: dict[str, np.ndarray], cfg: ModelConfig) -> dict[str, np.ndarray]:
-    """GGUF name -> float32 tensor, q/k rows in llama.cpp's interleaved rope order."""
-    heads = {"q": cfg.n_head, "k": cfg.n_kv_head}
+def gguf_tensors(params: dict[str, np.ndarray], cfg: ModelConfig,
+                 arch: str = "llama") -> dict[str, np.ndarray]:
+    """GGUF name -> float32 tensor, q/k rows in the rope order of `arch` (llama.cpp's
+    interleaved pairs for llama and arcee); qwen3's q/k norm weights are ones."""
+    heads = {"q": cfg.n_head, "k": cfg.n_kv_head} if arch in INTERLEAVED_ROPE else {}
     out = {}
     for spark, name in name_map(cfg, "gguf").items():
         w = np.ascontiguousarray(params[spark], dtype=np.float32)
@@ -50,16 +55,19 @@ def gguf_tensors(params: dict[str, np.ndarray], cfg: ModelConfig) -> dict[str, n
         if spark.startswith("spark.layers.") and kind in heads:
             w = rope_interleave(w, heads[kind])
         out[name] = w
+        if arch == "qwen3" and kind == "v":                   # after blk.L.attn_v, per layer
+            for norm in QK_NORMS["gguf"]:
+                out[norm.format(L=spark.split(".")[2])] = np.ones(cfg.head_dim, np.float32)
     return out
 
 
 def write_gguf(path: str | os.PathLike, params, cfg: ModelConfig, meta: dict,
-               tok_text: str) -> None:
+               tok_text: str, arch: str = "llama") -> None:
     import gguf   # only here: the other exports and imports never load it
 
     tokens, types, merges = gguf_vocab(tok_text)
     ids = special_ids(tok_text)
-    w = gguf.GGUFWriter(path, GGUF_ARCH)
+    w = gguf.GGUFWriter(path, arch)
     w.add_name(str(meta.get("job") or "spark"))
     w.add_string(GGUF_META_KEY, json.dumps(meta, sort_keys=True, separators=(",", ":")))
     keys = {"file_type": gguf.LlamaFileType.ALL_F32, "vocab_size": cfg.vocab,
@@ -72,9 +80,11 @@ def write_gguf(path: str | os.PathLike, params, cfg: ModelConfig, meta: dict,
             "token_list": tokens, "token_types": types, "token_merges": merges,
             "bos_token_id": ids["bos"], "eos_token_id": ids["eos"],
             "pad_token_id": ids["eos"], "add_bos_token": True, "add_eos_token": False}
+    if arch == "qwen3":  # the head size said (llama.cpp takes dim / heads when absent)
+        keys |= {"key_length": cfg.head_dim, "value_length": cfg.head_dim}
     for key, value in keys.items():  # in this order: the file's key-value section
         getattr(w, f"add_{key}")(value)
-    for name, tensor in gguf_tensors(params, cfg).items():
+    for name, tensor in gguf_tensors(params, cfg, arch).items():
         w.add_tensor(name, tensor)
     w.write_header_to_file()
     w.write_kv_data_to_file()
@@ -86,9 +96,9 @@ def export_gguf(weights: str | os.PathLike, out: str | os.PathLike,
                 tokenizer: str | os.PathLike | None = None, force: bool = False) -> None:
     out = check_target(out, force, "gguf", inputs=(weights, tokenizer))
     params, cfg, meta = load_model(weights)
-    require_llama(cfg, weights, "gguf")
+    arch = gguf_arch(cfg, weights)
     tok_text = model_tokenizer_json(weights, meta, cfg, tokenizer)
-    publish_file(lambda tmp: write_gguf(tmp, params, cfg, meta, tok_text), out)
+    publish_file(lambda tmp: write_gguf(tmp, params, cfg, meta, tok_text, arch), out)
 
 
 def gguf_vocab(tok_text: str) -> tuple[list[str], list[int], list[str]]:

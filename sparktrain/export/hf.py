@@ -1,5 +1,6 @@
-"""Hugging Face Llama folders: export (config.json carries the `spark` metadata, beside the
-tokenizer and the model card) and import, which gives back the same bytes (docs/export.md)."""
+"""Hugging Face folders: export (config.json carries the `spark` metadata, beside the
+tokenizer and the model card; a Llama, or the Spark architecture's own code for a model with
+options) and import of a Llama, which gives back the same bytes (docs/export.md)."""
 from __future__ import annotations
 
 import os
@@ -17,9 +18,11 @@ from sparktrain.core.publish import publish_dir, publish_file
 from sparktrain.core.safeload import load_json_file
 from sparktrain.core.values import integral, is_finite
 from sparktrain.export.card import CARD_FILE, job_records, model_card, tokenizer_kind
-from sparktrain.export.names import name_map, require_llama
+from sparktrain.export.names import HF_ARCHS, QK_NORMS, hf_arch, name_map, require_attention
+from sparktrain.export.spark_arch import (ARCHITECTURE, code_files,
+                                         spark_config as spark_arch_config)
 from sparktrain.export.tokenizer import model_tokenizer_json, special_ids, tokenizer_config
-from sparktrain.model.config import ModelConfig, param_shapes
+from sparktrain.model.config import OPTION_DEFAULTS, ModelConfig, param_shapes
 from sparktrain.model.memory import weights_fits
 from sparktrain.model.layers import RMS_EPS, ROPE_BASE
 from sparktrain.model.weights import (check_params, check_tensors, config_from_meta, load_model,
@@ -32,9 +35,24 @@ IGNORED_SUFFIX = "rotary_emb.inv_freq"   # a buffer some checkpoints save; deriv
 MAX_SHARDS = 1024
 
 
-def hf_config(cfg: ModelConfig, meta: dict, ids: dict[str, int]) -> dict:
-    """config.json of a LlamaForCausalLM that computes exactly the Spark forward."""
-    return {"architectures": ["LlamaForCausalLM"], "model_type": "llama",
+# what config.json says beside the Llama fields, by hf_arch: Arcee's MLP is relu^2 without a
+# gate; Qwen 3 norms q and k per head (its weights written as ones) and slides no window
+ARCH_FIELDS = {
+    "llama": {"architectures": ["LlamaForCausalLM"], "model_type": "llama"},
+    "arcee": {"architectures": ["ArceeForCausalLM"], "model_type": "arcee",
+              "hidden_act": "relu2"},
+    "qwen3": {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3",
+              "use_sliding_window": False, "sliding_window": None}}
+
+
+def hf_config(cfg: ModelConfig, meta: dict, ids: dict[str, int], arch: str = "llama") -> dict:
+    """config.json of a LlamaForCausalLM (or Arcee, Qwen 3: ARCH_FIELDS) that computes
+    exactly the Spark forward."""
+    return {**_llama_fields(cfg, meta, ids), **ARCH_FIELDS[arch]}
+
+
+def _llama_fields(cfg: ModelConfig, meta: dict, ids: dict[str, int]) -> dict:
+    return {
             "vocab_size": cfg.vocab, "hidden_size": cfg.dim, "intermediate_size": 4 * cfg.dim,
             "num_hidden_layers": cfg.n_layer, "num_attention_heads": cfg.n_head,
             "num_key_value_heads": cfg.n_kv_head, "head_dim": cfg.head_dim,
@@ -55,22 +73,24 @@ def generation_config(ids: dict[str, int]) -> dict:
 
 
 def spark_config(conf: dict, where: str) -> ModelConfig:
-    """The ModelConfig of a Llama config.json, or one line saying what does not fit."""
+    """The ModelConfig of a Llama config.json (or of the Spark architecture's, options
+    included), or one line saying what does not fit."""
     get = conf.get
     architectures = get("architectures") or []
     if not isinstance(architectures, list):
         raise SparkError(f"{where}: architectures must be a list of class names, "
                          f"got {type(architectures).__name__}")
-    if get("model_type") != "llama" and "LlamaForCausalLM" not in architectures:
-        raise SparkError(f"{where}: model_type {get('model_type')!r} is not llama")
+    kind = get("model_type")
+    options = _options_of(conf, architectures, where)
     for key in ("attention_bias", "mlp_bias"):
         if get(key):
             raise SparkError(f"{where}: {key} is true; Spark layers have no bias terms")
     if get("tie_word_embeddings", False):
         raise SparkError(f"{where}: tie_word_embeddings is true; Spark's lm_head is untied")
-    if get("hidden_act", "silu") != "silu":
-        raise SparkError(f"{where}: hidden_act {get('hidden_act')!r}; Spark's MLP is SwiGLU "
-                         "(silu)")
+    act = "relu2" if kind == "arcee" else "silu"
+    if get("hidden_act", act) != act:
+        raise SparkError(f"{where}: hidden_act {get('hidden_act')!r}; Spark's MLP is "
+                         f"{'relu^2' if kind == 'arcee' else 'SwiGLU'} ({act})")
     _check_rope(conf, where)
     eps = get("rms_norm_eps", 1e-6)
     if not _close(eps, RMS_EPS):
@@ -85,7 +105,7 @@ def spark_config(conf: dict, where: str) -> ModelConfig:
                          "num_key_value_heads, max_position_embeddings and vocab_size must be "
                          "integers")
     cfg = ModelConfig(dim=dim, n_layer=layers, n_head=heads, n_kv_head=kv, seq_len=seq_len,
-                      vocab=vocab)
+                      vocab=vocab, **options)
     try:  # zero or negative shapes first: the checks below divide by them
         cfg = cfg.validate()
     except SparkError as err:
@@ -97,6 +117,22 @@ def spark_config(conf: dict, where: str) -> ModelConfig:
         raise SparkError(f"{where}: head_dim {get('head_dim')!r}; Spark's is hidden_size / "
                          f"num_attention_heads = {dim // heads}")
     return cfg
+
+
+def _options_of(conf: dict, architectures: list, where: str) -> dict:
+    """The options a folder's architecture computes: the Spark architecture names its own,
+    Arcee and Qwen 3 each have one (names.HF_ARCHS), a Llama none; else one line."""
+    kind = conf.get("model_type")
+    if kind == "spark" and architectures == [ARCHITECTURE]:
+        return {k: conf.get(k, default) for k, default in OPTION_DEFAULTS.items()}
+    if kind in ("arcee", "qwen3"):
+        if conf.get("use_sliding_window"):
+            raise SparkError(f"{where}: use_sliding_window is true; Spark attends to the "
+                             "whole window")
+        return dict(next(k for k, v in HF_ARCHS.items() if v == kind))
+    if kind != "llama" and "LlamaForCausalLM" not in architectures:
+        raise SparkError(f"{where}: model_type {kind!r} is not llama")
+    return {}
 
 
 def _close(value, want: float) -> bool:
@@ -128,13 +164,21 @@ def export_hf(weights: str | os.PathLike, out: str | os.PathLike,
     """Write the Hugging Face folder; returns the file names written."""
     out = check_target(out, force, "hf", inputs=(weights, tokenizer))
     params, cfg, meta = load_model(weights)
-    require_llama(cfg, weights, "hf")
+    require_attention(cfg, weights, "hf")
     tok_text = model_tokenizer_json(weights, meta, cfg, tokenizer)
     ids = special_ids(tok_text)
     names = name_map(cfg, "hf")
     tensors = {names[n]: np.ascontiguousarray(params[n], dtype=np.float32) for n in names}
+    # an architecture of transformers where one computes the model, else the Spark one's code
+    arch = hf_arch(cfg)
+    conf = {**spark_arch_config(cfg, ids), META_FIELD: meta} if arch == "spark" else \
+        hf_config(cfg, meta, ids, arch)
+    if arch == "qwen3":
+        tensors |= {norm.format(L=L): np.ones(cfg.head_dim, np.float32)
+                    for L in range(cfg.n_layer) for norm in QK_NORMS["hf"]}
     files = {
-        "config.json": canonical_json(hf_config(cfg, meta, ids)).encode(),
+        **(code_files() if arch == "spark" else {}),
+        "config.json": canonical_json(conf).encode(),
         "generation_config.json": canonical_json(generation_config(ids)).encode(),
         MODEL_FILE: save_safetensors(tensors, metadata={"format": "pt"}),
         TOKENIZER: tok_text.encode(),  # Hugging Face names it as a job folder does
@@ -147,7 +191,8 @@ def export_hf(weights: str | os.PathLike, out: str | os.PathLike,
     return sorted(files)
 
 def import_hf(folder: str | os.PathLike, out: str | os.PathLike, force: bool = False) -> dict:
-    """Read a Llama folder and write Spark weights; returns the metadata written."""
+    """Read a Llama folder (or a Spark architecture's) and write Spark weights; returns
+    the metadata written."""
     folder = Path(folder)
     if not folder.is_dir():
         raise SparkError(f"{os.fspath(folder)} is not a folder; give the Hugging Face model "
@@ -234,6 +279,11 @@ def _spark_params(hf_tensors: dict[str, np.ndarray], cfg: ModelConfig,
                   folder: Path) -> dict[str, np.ndarray]:
     names, shapes = name_map(cfg, "hf"), param_shapes(cfg)
     spark_of = {hf: spark for spark, hf in names.items()}
+    norms = {n.format(L=L) for L in range(cfg.n_layer) for n in QK_NORMS["hf"]}
+    for hf in sorted(norms & set(hf_tensors)):  # Qwen 3's: ones, as Spark's weightless norm
+        if not cfg.qk_norm or not np.array_equal(hf_tensors.pop(hf), np.ones(cfg.head_dim)):
+            raise SparkError(f"{os.fspath(folder)}: tensor {hf} is not {cfg.head_dim} ones; "
+                             "Spark's q/k norm has no weight")
     for hf in sorted(hf_tensors):
         if hf.endswith(".bias"):
             raise SparkError(f"{os.fspath(folder)}: tensor {hf} is a bias; Spark layers have "

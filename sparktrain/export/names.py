@@ -1,9 +1,10 @@
-"""The one table of tensor names: Spark, Hugging Face LlamaForCausalLM and GGUF `llama`
-(docs/export.md "The name table"), and what a Llama cannot express."""
+"""The one table of tensor names: Spark, Hugging Face LlamaForCausalLM (and the Spark
+architecture's folder) and GGUF `llama` (docs/export.md "Tensor names"), and what each
+format cannot express."""
 from __future__ import annotations
 
 from sparktrain.core.errors import SparkError
-from sparktrain.model.config import ModelConfig, param_shapes
+from sparktrain.model.config import BIGRAM, SKIP, VALUE_MIX, ModelConfig, param_shapes
 
 
 # (Spark name, Hugging Face LlamaForCausalLM name, GGUF `llama` name)
@@ -22,6 +23,11 @@ TENSORS: tuple[tuple[str, str, str], ...] = (
     ("spark.lm_head.weight", "lm_head.weight", "output.weight"),
 )
 FORMATS = ("spark", "hf", "gguf")   # the table's columns, in order
+# (Spark name, Hugging Face name) of the options' own tensors: only the Spark architecture's
+# folder (export/hf_code/) holds them; no GGUF architecture has them
+OPTION_TENSORS: tuple[tuple[str, str], ...] = (
+    (BIGRAM, "model.bigram.weight"), (VALUE_MIX, "model.value_mix.weight"),
+    (SKIP, "model.skip.weight"))
 
 
 def name_map(cfg: ModelConfig, to: str) -> dict[str, str]:
@@ -29,16 +35,49 @@ def name_map(cfg: ModelConfig, to: str) -> dict[str, str]:
     col = FORMATS.index(to)
     table = {row[0].format(L=L): row[col].format(L=L) for row in TENSORS
              for L in (range(cfg.n_layer) if "{L}" in row[0] else (None,))}
+    if to != "gguf":
+        table.update((row[0], row[col]) for row in OPTION_TENSORS)
     return {name: table[name] for name in param_shapes(cfg)}
 
 
-def require_llama(cfg: ModelConfig, path, to: str) -> None:
-    """One line when a Llama cannot compute this model: the mean-pool kind, or an
-    architecture option (docs/export.md "What exports")."""
+def require_attention(cfg: ModelConfig, path, to: str) -> None:
+    """One line for the mean-pool kind: no format computes it."""
     if not cfg.train_attn:
         raise SparkError(f"{path} is a mean-pool model (train_attn false); it has no Llama "
-                         "equivalent, export a model trained with attention")
-    for name, value in cfg.options().items():
-        raise SparkError(f"{path} uses the architecture option {name}: {value}, which a "
-                         f"Llama cannot express; it is not exported to {to} (train without it "
-                         f"to export)")
+                         f"equivalent; export to {to} a model trained with attention")
+
+
+# The llama.cpp architecture that computes a model exactly, by the options it has: `arcee` is a
+# Llama whose MLP is relu(x)^2 with no gate; `qwen3` (rotate-half rope, no q/k permutation)
+# rms-normalises q and k per head with a weight (ones here) before rope, which keeps each
+# head's norm, so it equals Spark's norm after rope. Two options together, or any other,
+# have none (docs/export.md "What exports").
+GGUF_ARCHS = {(): "llama", (("mlp", "relu2"),): "arcee", (("qk_norm", True),): "qwen3"}
+# transformers has the same three (ArceeForCausalLM, Qwen3ForCausalLM); any other set is the
+# Spark architecture's own code (export/spark_arch.py)
+HF_ARCHS = GGUF_ARCHS
+# qwen3's per-head q/k norm weights (ones: Spark's norm has none), layer L
+QK_NORMS = {"hf": ("model.layers.{L}.self_attn.q_norm.weight",
+                   "model.layers.{L}.self_attn.k_norm.weight"),
+            "gguf": ("blk.{L}.attn_q_norm.weight", "blk.{L}.attn_k_norm.weight")}
+
+
+def hf_arch(cfg: ModelConfig) -> str:
+    """The model_type of the Hugging Face folder: llama, arcee, qwen3, or spark."""
+    return HF_ARCHS.get(tuple(sorted(cfg.options().items())), "spark")
+
+
+def gguf_arch(cfg: ModelConfig, path) -> str:
+    """The llama.cpp architecture of GGUF_ARCHS that computes this model, or one line naming
+    its options and the Hugging Face route."""
+    require_attention(cfg, path, "gguf")
+    options = cfg.options()
+    arch = GGUF_ARCHS.get(tuple(sorted(options.items())))
+    if arch is None:
+        named = ", ".join(f"{k}: {v}" for k, v in options.items())
+        raise SparkError(f"{path} uses the architecture option{'s' * (len(options) > 1)} "
+                         f"{named}, which no llama.cpp architecture computes (arcee runs "
+                         f"mlp: relu2 alone, qwen3 qk_norm alone); it is not exported to "
+                         f"gguf: export it with --to hf (transformers, trust_remote_code=True), "
+                         f"or train without it")
+    return arch

@@ -305,18 +305,3 @@ def test_a_checkpoint_holding_nan_is_refused(exported, tmp_path):
     rc, _, err = run_spark(["import", "--from", "hf", out, "--out", tmp_path / "w.safetensors"])
     assert_one_line_error(rc, err, "NaN")
     assert not (tmp_path / "w.safetensors").exists()
-
-
-@pytest.mark.parametrize("option, value", [("mlp", "relu2"), ("qk_norm", True),
-                                           ("logit_cap", 15.0), ("bigram", 64),
-                                           ("value_residual", True), ("unet", True)])
-@pytest.mark.parametrize("to", ["hf", "gguf"])
-def test_an_option_llama_cannot_express_is_refused_naming_it(tmp_path, option, value, to):
-    import dataclasses
-
-    w = tmp_path / "w.safetensors"
-    write_weights(w, dataclasses.replace(SMALL, **{option: value}).validate())
-    out = tmp_path / ("a" if to == "hf" else "a.gguf")
-    rc, _, err = run_spark(["export", "--to", to, out, "--weights", w])
-    assert_one_line_error(rc, err, f"option {option}: {value}", "Llama cannot express", to)
-    assert not out.exists()
