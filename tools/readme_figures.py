@@ -1,6 +1,7 @@
-"""Regenerate the measured figures of README.md from real runs on this machine.
+"""Regenerate the measured figures of README.md (and of the pages in PAGES: docs/
+pages that show a whole captured run) from real runs on this machine.
 
-    .venv/bin/python tools/readme_figures.py            # every figure; rewrites README.md
+    .venv/bin/python tools/readme_figures.py            # every figure; rewrites PAGES
     .venv/bin/python tools/readme_figures.py --quick    # a tiny version of each quick
                                                         # figure; README.md untouched
     .venv/bin/python tools/readme_figures.py --stable   # only what runs reproduce exactly
@@ -20,7 +21,7 @@ Times on a shared machine: every wall time here is the elapsed time of one
 run; other processes on the same cores stretch it (a coder proof took 116 s
 idle and 307 s at load average 2.5), while CPU time and every loss, bpb and
 hash stay the same. The record's load averages say how quiet the machine was.
-See docs/pipeline.md ("README figures").
+See docs/tools.md ("README figures").
 """
 from __future__ import annotations
 
@@ -58,6 +59,9 @@ PICK = {"step.lr": "0.02", "step.seed": "1"}
 STABLE_RECORD = ROOT / "out" / "readme_figures.stable.json"
 SPARK_SWEEP = ("sweep", "-S", "step.lr=0.05,0.2", "-S", "step.seed=0,1", "--workers", "2")
 README = ROOT / "README.md"
+# every page with `<!-- figures:NAME -->` blocks, rewritten together: README's short
+# figures, and the results log's whole captured runs (a block lives in one of them)
+PAGES = (README, ROOT / "docs" / "experiments.md", ROOT / "docs" / "results" / "runs.md")
 SIMD_FLAGS = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512_vnni",
               "amx_tile", "asimd", "sve")
 
@@ -120,8 +124,17 @@ def _repro_copy(work: Path) -> Path:
 # --- the figures a run must give again, to the digit ------------------------------
 
 def block(text: str, name: str) -> str:
-    """The body of README's `<!-- figures:NAME -->` block."""
+    """The body of a page's `<!-- figures:NAME -->` block."""
     return text.split(f"<!-- figures:{name} -->\n", 1)[1].split(f"\n<!-- /figures:{name} -->")[0]
+
+
+def find_block(name: str, pages=PAGES) -> str:
+    """The body of the `<!-- figures:NAME -->` block, in whichever page holds it."""
+    for page in pages:
+        text = Path(page).read_text()
+        if f"<!-- figures:{name} -->\n" in text:
+            return block(text, name)
+    raise KeyError(f"no figures block {name!r} in {', '.join(str(p) for p in pages)}")
 
 
 def coder_figures(output: str) -> dict:
@@ -183,9 +196,10 @@ def exp_named(rows: list[dict], params: dict) -> dict:
 
 
 def fig_grid(work: Path, quick: bool) -> dict:
-    """README's "Sweep and compare": the 2x2 grid through DVC's queue, then `dvc exp
-    show`, the diffs against the experiment PICK names, `spark compare`. The metrics are
-    stable; experiment names and revs are new in every run (the blocks say so)."""
+    """docs/experiments.md's "Sweep and compare" (and README's row of it): the 2x2 grid
+    through DVC's queue, then `dvc exp show`, the diffs against the experiment PICK
+    names, `spark compare`. The metrics are stable; experiment names and revs are new
+    in every run (the blocks say so)."""
     repo = _repro_copy(work)
     _run(repo, "dvc", "exp", "run", "--queue", *[a for g in GRID for a in ("-S", g)])
     wall, _ = _run(repo, "dvc", "exp", "run", "--run-all")
@@ -199,11 +213,14 @@ def fig_grid(work: Path, quick: bool) -> dict:
         "grid-show": _fence(f"$ {SHOW_TEXT}", show, "",
                             f"$ dvc metrics diff main <exp>     # <exp> = {pick} here: {where}",
                             metrics, "", "$ dvc params diff main <exp>", params),
-        "grid-compare": _fence("$ spark compare", compare)}}
+        "grid-compare": _fence("$ spark compare", compare),
+        # README's short form: the header and PICK's row of the same table
+        "grid-line": _fence(*[ln for ln in show.splitlines()
+                              if "Experiment" in ln or f"[{pick}]" in ln])}}
 
 
 def fig_spark_sweep(work: Path, quick: bool) -> dict:
-    """README's `spark sweep` table: the 2x2 grid on a 2-worker LocalCluster in a fresh
+    """docs/experiments.md's `spark sweep` table: the 2x2 grid on a 2-worker LocalCluster in a fresh
     copy. Names (a hash of each point's overrides), metrics and hashes are stable."""
     repo = copy_project(ROOT, work / "spark-sweep")
     wall, table = _run(repo, sys.executable, "-m", "sparktrain.cli", *SPARK_SWEEP,
@@ -243,10 +260,23 @@ def fig_coder_tiny(work: Path, quick: bool) -> dict:
                   f'"loss_before": {doc["loss_before"]!r}, ... "trained": '
                   f'{json.dumps(doc["trained"])}, ...}}')
         lines.append(ln)
-    return {"wall_s": round(wall, 1), "lines": lines, "text": "\n".join([
-        f"`--scale tiny` in a fresh copy ({wall:.0f} s wall on {cpu_label()}; tok/s and "
+    where = f"{wall:.0f} s wall on {cpu_label()}"
+    run = "\n".join([
+        f"`--scale tiny` in a fresh copy ({where}; tok/s and "
         f"seconds move with the machine, the losses, bpb and completions do not) printed:",
-        "", _fence("\n".join(lines))])}
+        "", _fence("\n".join(lines))])
+    return {"wall_s": round(wall, 1), "lines": lines,
+            "blocks": {"coder-tiny": run, "coder-tiny-line": coder_line(lines, where)}}
+
+
+def coder_line(lines: list[str], where: str) -> str:
+    """README's one line of a `spark code train --scale tiny` run: the whole held-out
+    stream's bits per byte beside the compressors, and its wall time."""
+    bpb = coder_figures("\n".join(lines))["bpb"]
+    model = next(k for k in bpb if k.startswith("model"))
+    return (f"`spark-code train --scale tiny`: {model} {bpb[model]} bits per byte on the "
+            f"whole held-out stream, zlib level 9 {bpb['zlib level 9']}, PPMd primed with "
+            f"the train split {bpb['PPMd, order 16, primed']}; {where}")
 
 
 def fig_scale_proof(work: Path, quick: bool) -> dict:
@@ -388,7 +418,9 @@ def main(argv=None) -> int:
     p.add_argument("--only", default=None, help="comma-separated figure names "
                                                 f"({', '.join(FIGURES)})")
     p.add_argument("--record", default=None, help="where the JSON record goes")
-    p.add_argument("--readme", default=str(README), help="the README to rewrite")
+    p.add_argument("--readme", action="append", default=None,
+                   help="a page whose blocks to rewrite (repeat it; default: "
+                        + ", ".join(str(p.relative_to(ROOT)) for p in PAGES) + ")")
     args = p.parse_args(argv)
     args.record = args.record or str(STABLE_RECORD if args.stable else RECORD)
     if args.stable and (args.quick or args.only):
@@ -422,13 +454,13 @@ def main(argv=None) -> int:
     _save(record, args.record)
     print(f"wrote {args.record}")
     if not args.quick:
-        readme = Path(args.readme)
         new = blocks(record)
         if args.stable or args.only:   # the machine line dates the whole set, not these
             del new["machine"]
-        text, done = rewrite(readme.read_text(), new)
-        readme.write_text(text)
-        print(f"rewrote {args.readme}: {', '.join(done) or 'no blocks'}")
+        for page in args.readme or PAGES:
+            text, done = rewrite(Path(page).read_text(), new)
+            Path(page).write_text(text)
+            print(f"rewrote {page}: {', '.join(done) or 'no blocks'}")
     if failed:
         print(f"readme_figures: error: {failed}", file=sys.stderr)
         return 1
