@@ -205,7 +205,7 @@ class CorpusConfig:
 @dataclass(frozen=True, config=STRICT)
 class ArchOptions:
     """params.yaml's `arch`: the attention model's opt-in options (model/config.py
-    OPTION_DEFAULTS; docs/training.md "Architecture options"). At their defaults a job's
+    OPTION_DEFAULTS; docs/model.md "Architecture options"). At their defaults a job's
     bytes are those of a params file without the section."""
     mlp: Literal["swiglu", "relu2"] = Field("swiglu", description="the MLP: swiglu (gate, up, "
                                             "down) or relu2 (relu(h Wup)^2 Wdown, no gate)")

@@ -1,5 +1,5 @@
 """The one table of tensor names: Spark, Hugging Face LlamaForCausalLM and GGUF `llama`
-(docs/export.md "The name table"), and what a Llama cannot express."""
+(docs/export.md "Tensor names"), and what a Llama cannot express."""
 from __future__ import annotations
 
 from sparktrain.core.errors import SparkError
