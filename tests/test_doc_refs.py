@@ -67,3 +67,21 @@ def test_reference_pages_stay_readable():
             if (n := len(p.read_text().splitlines())) > MAX_REFERENCE_LINES}
     assert not long, long
     assert len((ROOT / "README.md").read_text().splitlines()) <= 300
+
+
+def _sh_lines(text: str) -> list[str]:
+    blocks = re.findall(r"```sh\n(.*?)\n```", text, re.S)
+    return [ln.split("#")[0].strip() for b in blocks for ln in b.splitlines()
+            if ln.split("#")[0].strip()]
+
+
+def test_the_readmes_sweep_and_tune_lines_are_the_walkthroughs_tested_lines():
+    """README shows a `spark sweep` and a `spark tune` line and links the walk-through
+    (docs/experiments.md) whose blocks the e2e tests run as written: the same lines, so
+    what README shows is what was run."""
+    readme = _sh_lines((ROOT / "README.md").read_text())
+    walk = _sh_lines((ROOT / "docs" / "experiments.md").read_text())
+    shown = [ln for ln in readme if ln.startswith(("spark sweep", "spark tune"))]
+    assert len(shown) == 2, shown
+    for line in shown:
+        assert line in walk, line

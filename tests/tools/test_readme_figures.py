@@ -1,6 +1,6 @@
 """tools/readme_figures.py: the quick run records the machine and real numbers,
-the README's blocks are rewritten from a record, and the README's scale-proof
-table has the exact form `tools/proof.py scale` prints."""
+the blocks of README and of the pages it links (PAGES) are rewritten from a record,
+and the scale-proof table has the exact form `tools/proof.py scale` prints."""
 import json
 import subprocess
 import sys
@@ -52,8 +52,7 @@ def test_blocks_are_rewritten_from_a_record():
 
 
 def test_the_readmes_scale_table_has_the_form_the_proof_prints():
-    text = (ROOT / "README.md").read_text()
-    body = text.split("<!-- figures:scale-proof -->\n")[1].split("\n<!-- /figures:scale-proof -->")[0]
+    body = rf.find_block("scale-proof")
     rows = [r for r in body.splitlines() if r.startswith("|")]  # the table; then its wall time
     families = {r.split("|")[1].strip(): dict(zip(("n", "loss", "next_token_accuracy",
                                                    "exact_match"),
@@ -103,15 +102,52 @@ def test_the_readmes_reproducible_figures_are_in_generated_blocks():
     """The figures the run tests compare (tests/train/test_compat.py: the coder tiny
     run's losses and bpb, the scale proof's copy/upper/lookup rows) are read from
     blocks the tool writes, never from hand-typed text."""
-    text = (ROOT / "README.md").read_text()
-    coder = rf.coder_figures(rf.block(text, "coder-tiny"))
+    run = rf.find_block("coder-tiny")
+    coder = rf.coder_figures(run)
     assert coder["loss_after"] and coder["loss_before"]
     assert set(coder["bpb"]) == {"model (tiny, bpe)", "zlib level 9", "lzma preset 9e",
                                  "PPMd, order 16", "lzma preset 9e, primed",
                                  "PPMd, order 16, primed"}
-    scale = rf.scale_figures(rf.block(text, "scale-proof"))
+    scale = rf.scale_figures(rf.find_block("scale-proof"))
     assert {"copy", "upper", "lookup"} <= set(scale)
-    assert "coder-tiny" in rf.FIGURES and " on " in rf.block(text, "coder-tiny").split("\n")[0]
+    assert "coder-tiny" in rf.FIGURES and " on " in run.split("\n")[0]
+    # README's one line of that run is the one coder_line makes of the whole run
+    lines = run.split("```\n", 1)[1].rsplit("\n```", 1)[0].splitlines()
+    where = run.split("(", 1)[1].split(";", 1)[0]      # "330 s wall on CPU, ..."
+    readme = (ROOT / "README.md").read_text()
+    assert rf.block(readme, "coder-tiny-line") == rf.coder_line(lines, where)
+
+
+def test_every_block_lives_in_one_page_of_pages_and_the_readme_stays_short():
+    """The blocks move between README and the pages it links, never out of reach of the
+    tool: each block a figure writes is in some page of PAGES, and only once."""
+    texts = [p.read_text() for p in rf.PAGES]
+    record = {"machine": {"date": "d", "cores": 1, "usable_cores": 1, "cpu": "C", "arch": "x",
+                          "simd_flags": [], "python": "3", "numpy": "2", "load_average": [0]},
+              "figures": {}}
+    names = set(rf.blocks(record)) | {"grid-show", "grid-compare", "grid-line", "coder-tiny",
+                                      "coder-tiny-line", "coder-peer", *rf.FIGURES} - {"grid"}
+    for name in names:
+        holders = [str(p) for p, t in zip(rf.PAGES, texts) if f"<!-- figures:{name} -->" in t]
+        assert len(holders) == 1, (name, holders)
+    assert len(texts[0].splitlines()) <= 300
+
+
+def test_a_record_rewrites_the_blocks_of_every_page(tmp_path, monkeypatch):
+    pages = [tmp_path / "README.md", tmp_path / "runs.md"]
+    pages[0].write_text("<!-- figures:coder-tiny-line -->\nold\n<!-- /figures:coder-tiny-line -->\n")
+    pages[1].write_text("<!-- figures:coder-tiny -->\nold\n<!-- /figures:coder-tiny -->\n")
+    record = {"machine": {}, "figures": {"coder-tiny": {"blocks": {
+        "coder-tiny": "WHOLE", "coder-tiny-line": "LINE"}}}}
+    monkeypatch.setattr(rf, "machine", lambda: {
+        "date": "d", "cores": 1, "usable_cores": 1, "cpu": "C", "arch": "x", "simd_flags": [],
+        "python": "3", "numpy": "2", "load_average": [0, 0, 0]})
+    monkeypatch.setattr(rf, "FIGURES", {"coder-tiny": (lambda work, quick: record["figures"]
+                                                       ["coder-tiny"], False)})
+    assert rf.main(["--only", "coder-tiny", "--record", str(tmp_path / "r.json"),
+                    "--readme", str(pages[0]), "--readme", str(pages[1])]) == 0
+    assert rf.find_block("coder-tiny-line", pages) == "LINE"
+    assert rf.find_block("coder-tiny", pages) == "WHOLE"
 
 
 def test_the_test_figure_is_make_tests_own_run(monkeypatch, tmp_path):
@@ -130,4 +166,4 @@ def test_the_test_figure_is_make_tests_own_run(monkeypatch, tmp_path):
                            "(0:06:39) (6.7 min wall on CPU X, 2 usable cores, load average 0.1)")
     assert rf.FIGURES["tests"][0] is rf.fig_tests
     text = (ROOT / "README.md").read_text()
-    assert text.count("<!-- figures:tests -->") == 1 and "passed" in rf.block(text, "tests")
+    assert text.count("<!-- figures:tests -->") == 1 and "passed" in rf.find_block("tests")

@@ -270,9 +270,9 @@ def _tiny_row(inner=None, **changes) -> dict:
 
 @pytest.mark.proof   # 1.23M tokens, ~50 s: `pytest -m proof -k scale_tiny_prints`
 def test_spark_code_train_scale_tiny_prints_what_readme_shows(tmp_path):
-    """`spark-code train --scale tiny`, the whole row, in a fresh copy: README's copy of
-    this run (tools/readme_figures.py --only coder-tiny) has the same losses and bits per
-    byte, to the digit."""
+    """`spark-code train --scale tiny`, the whole row, in a fresh copy: the results log's
+    copy of this run (docs/results/runs.md, written by tools/readme_figures.py --only
+    coder-tiny) has the same losses and bits per byte, to the digit."""
     repo = copy_project(ROOT, tmp_path / "repo")
     bin_dir = VENV / "bin" if VENV.is_dir() else Path(sys.executable).parent
     coded = subprocess.run([str(bin_dir / "spark-code"), "train", "--scale", "tiny",
@@ -281,7 +281,7 @@ def test_spark_code_train_scale_tiny_prints_what_readme_shows(tmp_path):
     assert coded.returncode == 0, coded.stderr[-2000:]
     assert json.loads(coded.stdout.splitlines()[0])["trained"] is True
     assert "held-out bits per byte, the whole held-out stream" in coded.stdout
-    shown = rf.coder_figures(rf.block((ROOT / "README.md").read_text(), "coder-tiny"))
+    shown = rf.coder_figures(rf.find_block("coder-tiny"))
     assert rf.coder_figures(coded.stdout) == shown and shown["bpb"], shown
 
 
@@ -292,10 +292,10 @@ def test_the_scale_proof_target(tmp_path):
                            "spark-sgd-proof-scale"], cwd=repo,
                           env=tool_env(repo), capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert done.returncode == 0 and "spark-sgd-proof-scale: ok" in done.stdout, done.stderr
-    # README's table (tools/readme_figures.py --only scale-proof): the same figures
+    # the results log's table (tools/readme_figures.py --only scale-proof): the same figures
     lines = done.stdout.splitlines()
     table = "\n".join(lines[lines.index(TABLE_BEGIN) + 1:lines.index(TABLE_END)])
-    shown = rf.scale_figures(rf.block((ROOT / "README.md").read_text(), "scale-proof"))
+    shown = rf.scale_figures(rf.find_block("scale-proof"))
     assert rf.scale_figures(table) == shown, (table, shown)
 
 
