@@ -77,10 +77,11 @@ def _sh_lines(text: str) -> list[str]:
 
 def test_the_readmes_sweep_and_tune_lines_are_the_walkthroughs_tested_lines():
     """README shows a `spark sweep` and a `spark tune` line and links the walk-through
-    (docs/experiments.md) whose blocks the e2e tests run as written: the same lines, so
-    what README shows is what was run."""
+    (docs/experiments.md) whose blocks, and the generated runs it shows (`$ ` lines), the
+    e2e tests run as written: the same lines, so what README shows is what was run."""
     readme = _sh_lines((ROOT / "README.md").read_text())
-    walk = _sh_lines((ROOT / "docs" / "experiments.md").read_text())
+    text = (ROOT / "docs" / "experiments.md").read_text()
+    walk = _sh_lines(text) + [ln[2:] for ln in text.splitlines() if ln.startswith("$ ")]
     shown = [ln for ln in readme if ln.startswith(("spark sweep", "spark tune"))]
     assert len(shown) == 2, shown
     for line in shown:
