@@ -86,3 +86,25 @@ def test_the_readmes_sweep_and_tune_lines_are_the_walkthroughs_tested_lines():
     assert len(shown) == 2, shown
     for line in shown:
         assert line in walk, line
+
+
+def test_every_relative_link_of_the_docs_lands_on_a_file():
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    broken = []
+    for page in pages:
+        for target in re.findall(r"\]\(([^)\s]+)\)", page.read_text()):
+            path, _, anchor = target.partition("#")
+            if "://" in target:
+                continue
+            if path and not (page.parent / path).exists():
+                broken.append(f"{page.relative_to(ROOT)}: {target}")
+            elif anchor and not path and anchor not in _slugs(page):   # a table of contents
+                broken.append(f"{page.relative_to(ROOT)}: #{anchor}")
+    assert not broken, broken
+
+
+def _slugs(page) -> set[str]:
+    """The anchors GitHub gives a page's headings: lower case, punctuation dropped,
+    spaces as hyphens."""
+    return {re.sub(r"[^\w\- ]", "", ln.lstrip("#").strip().lower()).replace(" ", "-")
+            for ln in page.read_text().splitlines() if ln.startswith("#")}
