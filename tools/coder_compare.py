@@ -36,7 +36,8 @@ from sparktrain import runtime  # noqa: E402  (first: the BLAS kernel and thread
 
 runtime.start()
 
-from tools.readme_figures import PAGES, machine, rewrite  # noqa: E402
+from tools.readme_figures import machine  # noqa: E402
+from tools.readme_pages import PAGES, rewrite  # noqa: E402
 from sparktrain.core.safeload import load_json
 
 RECORD = ROOT / "out" / "coder_compare.json"

@@ -46,6 +46,8 @@ runtime.start()
 
 from sparktrain.repro.toolenv import copy_project, tool_env  # noqa: E402
 from tools.proof import TABLE_BEGIN, TABLE_END  # noqa: E402
+from tools.readme_pages import (PAGES, blocks, coder_figures, coder_line,  # noqa: E402
+                                exp_named, exp_rows, rewrite)
 from sparktrain.core.safeload import load_json
 
 RECORD = ROOT / "out" / "readme_figures.json"
@@ -58,10 +60,6 @@ SHOW = ("dvc", "exp", "show", "--only-changed", "--drop", "Created|State|Executo
 PICK = {"step.lr": "0.02", "step.seed": "1"}
 STABLE_RECORD = ROOT / "out" / "readme_figures.stable.json"
 SPARK_SWEEP = ("sweep", "-S", "step.lr=0.05,0.2", "-S", "step.seed=0,1", "--workers", "2")
-README = ROOT / "README.md"
-# every page with `<!-- figures:NAME -->` blocks, rewritten together: README's short
-# figures, and the results log's whole captured runs (a block lives in one of them)
-PAGES = (README, ROOT / "docs" / "experiments.md", ROOT / "docs" / "results" / "runs.md")
 SIMD_FLAGS = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512_vnni",
               "amx_tile", "asimd", "sve")
 
@@ -121,40 +119,6 @@ def _repro_copy(work: Path) -> Path:
     return repo
 
 
-# --- the figures a run must give again, to the digit ------------------------------
-
-def block(text: str, name: str) -> str:
-    """The body of a page's `<!-- figures:NAME -->` block."""
-    return text.split(f"<!-- figures:{name} -->\n", 1)[1].split(f"\n<!-- /figures:{name} -->")[0]
-
-
-def find_block(name: str, pages=PAGES) -> str:
-    """The body of the `<!-- figures:NAME -->` block, in whichever page holds it."""
-    for page in pages:
-        text = Path(page).read_text()
-        if f"<!-- figures:{name} -->\n" in text:
-            return block(text, name)
-    raise KeyError(f"no figures block {name!r} in {', '.join(str(p) for p in pages)}")
-
-
-def coder_figures(output: str) -> dict:
-    """The reproducible figures of a `spark code train` output (or README's copy of
-    one): loss_before / loss_after as printed, and the held-out bpb table's rows."""
-    found = {}
-    for key in ("loss_before", "loss_after"):
-        m = re.search(rf'"{key}": ([-\d.e]+)', output)
-        found[key] = m and m.group(1)
-    found["bpb"] = dict(re.findall(r"^  (\S.*?)\s{2,}(\d+\.\d{4})$", output, re.M))
-    return found
-
-
-def scale_figures(table: str) -> dict:
-    """family -> (loss, next-token acc, exact match) as printed, from the proof's table."""
-    rows = [[c.strip() for c in ln.split("|")[1:-1]] for ln in table.splitlines()
-            if ln.startswith("|") and not ln.startswith("|--")]
-    return {r[0]: tuple(r[2:5]) for r in rows[1:]}
-
-
 def _fence(*parts: str) -> str:
     """A code block of the parts' lines, trailing blanks cut (dvc pads its tables)."""
     lines = [ln.rstrip() for p in parts for ln in p.rstrip("\n").split("\n")]
@@ -169,30 +133,6 @@ def fig_run(work: Path, quick: bool) -> dict:
     _, out = _run(repo, sys.executable, "-m", "sparktrain.cli", "status", "--summary",
                   stdout_only=True)
     return {"summary": out.rstrip("\n").splitlines(), "text": _fence(out)}
-
-
-def exp_rows(show: str) -> list[dict]:
-    """The rows of `dvc exp show`'s table as {"rev", "name", column: cell}: the
-    workspace and baseline rows have no name; an experiment's row is
-    `├── <rev> [<name>] cells...`."""
-    lines = [ln.split() for ln in show.splitlines() if ln.strip() and "───" not in ln]
-    header, rows = lines[0], []
-    for cells in lines[1:]:
-        cells = [c for c in cells if c not in ("├──", "└──")]
-        named = len(cells) > 1 and cells[1].startswith("[") and cells[1].endswith("]")
-        row = {"rev": cells[0], "name": cells[1][1:-1] if named else cells[0]}
-        row.update(zip(header[1:], cells[2:] if named else cells[1:]))
-        rows.append(row)
-    return rows
-
-
-def exp_named(rows: list[dict], params: dict) -> dict:
-    """The one experiment row whose params are `params` (column -> cell text)."""
-    found = [r for r in rows if r["rev"] != r["name"]
-             and all(r.get(k) == v for k, v in params.items())]
-    if len(found) != 1:
-        raise SystemExit(f"readme_figures: {len(found)} experiments with {params}")
-    return found[0]
 
 
 def fig_grid(work: Path, quick: bool) -> dict:
@@ -217,6 +157,20 @@ def fig_grid(work: Path, quick: bool) -> dict:
         # README's short form: the header and PICK's row of the same table
         "grid-line": _fence(*[ln for ln in show.splitlines()
                               if "Experiment" in ln or f"[{pick}]" in ln])}}
+
+
+def fig_tasks(work: Path, quick: bool) -> dict:
+    """README's one line of two tasks, in the copy `make run` leaves: `spark repro-check`'s
+    verdict (a release's committed lock), then `spark export --to hf` as README writes it.
+    Both are the same on every run of the same commit."""
+    repo = _repro_copy(work)
+    _, check = _run(repo, sys.executable, "-m", "sparktrain.cli", "repro-check",
+                    stdout_only=True)
+    _, export = _run(repo, sys.executable, "-m", "sparktrain.cli", "export", "--to", "hf",
+                     "out/hf", "--weights", "out/train/job-dry-001/weights.safetensors",
+                     stdout_only=True)
+    return {"blocks": {"repro-check-line": _fence(check.strip().splitlines()[-1]),
+                       "export-line": _fence(export.strip().splitlines()[-1])}}
 
 
 def fig_spark_sweep(work: Path, quick: bool) -> dict:
@@ -267,16 +221,6 @@ def fig_coder_tiny(work: Path, quick: bool) -> dict:
         "", _fence("\n".join(lines))])
     return {"wall_s": round(wall, 1), "lines": lines,
             "blocks": {"coder-tiny": run, "coder-tiny-line": coder_line(lines, where)}}
-
-
-def coder_line(lines: list[str], where: str) -> str:
-    """README's one line of a `spark code train --scale tiny` run: the whole held-out
-    stream's bits per byte beside the compressors, and its wall time."""
-    bpb = coder_figures("\n".join(lines))["bpb"]
-    model = next(k for k in bpb if k.startswith("model"))
-    return (f"`spark-code train --scale tiny`: {model} {bpb[model]} bits per byte on the "
-            f"whole held-out stream, zlib level 9 {bpb['zlib level 9']}, PPMd primed with "
-            f"the train split {bpb['PPMd, order 16, primed']}; {where}")
 
 
 def fig_scale_proof(work: Path, quick: bool) -> dict:
@@ -351,10 +295,11 @@ def fig_tests(work: Path, quick: bool) -> dict:
 # The figures whose numbers and hashes every run on this machine reproduces (`--stable`):
 # what tests/pipeline/test_readme_blocks.py checks against README, rerun after a change
 # that moves the default job's bytes.
-STABLE = ("run", "grid", "spark-sweep")
+STABLE = ("run", "tasks", "grid", "spark-sweep")
 # name -> (measure, in --quick)
 FIGURES = {
     "run": (fig_run, False),
+    "tasks": (fig_tasks, False),
     "grid": (fig_grid, False),
     "spark-sweep": (fig_spark_sweep, False),
     "pipeline": (fig_pipeline, True),
@@ -366,44 +311,6 @@ FIGURES = {
     "sweep": (fig_sweep, False),
     "tests": (fig_tests, False),
 }
-
-
-# --- the README ------------------------------------------------------------------
-
-def machine_line(m: dict) -> str:
-    flags = " ".join(m["simd_flags"]) or "none found"
-    return (f"Measured {m['date']} on {m['cores']} cores ({m['usable_cores']} usable) of "
-            f"{m['cpu']} ({m['arch']}; SIMD: {flags}), Python {m['python']}, numpy "
-            f"{m['numpy']}, 1 BLAS thread; load average {m['load_average'][0]} at the start. "
-            f"Regenerated by `make readme-figures` (tools/readme_figures.py); wall times, "
-            f"tokens/s and utilisation move with the machine and its load (a shared machine "
-            f"stretches them), while losses, bpb and hashes do not.")
-
-
-def blocks(record: dict) -> dict[str, str]:
-    """README block name -> its text, from a record."""
-    out = {"machine": machine_line(record["machine"])}
-    for name, fig in record["figures"].items():
-        if "blocks" in fig:   # a figure shown in more than one place
-            out.update(fig["blocks"])
-        else:
-            out[name] = fig["text"]
-    return out
-
-
-def rewrite(text: str, new: dict[str, str]) -> tuple[str, list[str]]:
-    """`text` with each `<!-- figures:NAME -->...<!-- /figures:NAME -->` block's body
-    replaced by new[NAME]; (text, the names replaced)."""
-    done = []
-
-    def put(match):
-        name = match.group(1)
-        if name not in new:
-            return match.group(0)
-        done.append(name)
-        return f"<!-- figures:{name} -->\n{new[name]}\n<!-- /figures:{name} -->"
-    pattern = re.compile(r"<!-- figures:([\w-]+) -->\n.*?\n?<!-- /figures:\1 -->", re.S)
-    return pattern.sub(put, text), done
 
 
 def main(argv=None) -> int:

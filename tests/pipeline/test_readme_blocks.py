@@ -31,7 +31,7 @@ from .conftest import (EVAL_METRICS, NUMERIC_METRICS, REPO, VENV_BIN, clone, dvc
                        exp_revs, git, lock_outs, ran_stages, run, tool_env)
 
 sys.path.insert(0, str(REPO))
-from tools.readme_figures import exp_rows as parse_exp_show, find_block  # noqa: E402
+from tools.readme_pages import exp_rows as parse_exp_show, find_block  # noqa: E402
 
 pytestmark = pytest.mark.e2e
 
@@ -80,7 +80,8 @@ def shell(repo, line: str) -> str:
     line = line.replace(".venv/bin/", f"{VENV_BIN}/")
     # make run: the venv exists already (the copy has none; it must not install one),
     # and the plots template is not this test's (test_plots_page.py's; npm would fetch it)
-    line = re.sub(r"^make run\b", f"make run STAMP= PLOTS_PAGE= BIN={VENV_BIN}", line)
+    line = re.sub(r"^make (run|repro-check)\b",
+                  lambda m: f"make {m.group(1)} STAMP= PLOTS_PAGE= BIN={VENV_BIN}", line)
     done = subprocess.run(["bash", "-c", line], cwd=repo, text=True, timeout=HANG_GUARD_S,
                           env=tool_env(repo, {"COLUMNS": COLUMNS}),
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -226,6 +227,18 @@ def test_sweeping_on_a_cluster_starts_over(readme_run, tmp_path):
     status = shell(copy, "dvc queue status")
     assert "No experiment tasks in the queue." in status, (before, status)
     assert "Success" not in status, (before, status)
+
+
+def test_repro_check_and_export_print_what_readme_shows(readme_run, tmp_path):
+    """README's "Check reproducibility in CI" and "Use your model elsewhere" blocks, as
+    written, in a copy of the project they start from: each prints the line README shows
+    under it (tools/readme_figures.py's `tasks` figure)."""
+    copy = clone(readme_run[0], tmp_path / "repo")
+    for title, name in (("Check reproducibility in CI", "repro-check-line"),
+                        ("Use your model elsewhere", "export-line")):
+        out = "".join(shell(copy, line) for line in sh_lines(section(title)))
+        [shown] = figure(name)
+        assert shown in out.splitlines(), (title, shown, out)
 
 
 # --- the grid, read ------------------------------------------------------------------
