@@ -160,9 +160,8 @@ def fig_grid(work: Path, quick: bool) -> dict:
 
 
 def fig_tasks(work: Path, quick: bool) -> dict:
-    """README's one line of two tasks, in the copy `make run` leaves: `spark repro-check`'s
-    verdict (a release's committed lock), then `spark export --to hf` as README writes it.
-    Both are the same on every run of the same commit."""
+    """README's line under two tasks, in the copy `make run` leaves (a release's lock):
+    `spark repro-check`'s verdict, then what `spark export --to hf` says."""
     repo = _repro_copy(work)
     _, check = _run(repo, sys.executable, "-m", "sparktrain.cli", "repro-check",
                     stdout_only=True)
@@ -171,6 +170,23 @@ def fig_tasks(work: Path, quick: bool) -> dict:
                      stdout_only=True)
     return {"blocks": {"repro-check-line": _fence(check.strip().splitlines()[-1]),
                        "export-line": _fence(export.strip().splitlines()[-1])}}
+
+
+def fig_own_data(work: Path, quick: bool) -> dict:
+    """README's "Train on your own data" in a fresh copy: `spark train` on the docs, then
+    `spark eval`'s two bpb lines (the same for one commit: the docs are the data)."""
+    repo = copy_project(ROOT, work / "own-data")
+    spark = (sys.executable, "-m", "sparktrain.cli")
+    wall, _ = _run(repo, *spark, "train", "--dataset", "docs", "--glob", "*.md",
+                   "--out", "out/docs-model", "--device", "cpu")
+    _, out = _run(repo, *spark, "eval", "--weights", "out/docs-model/weights.safetensors",
+                  stdout_only=True)
+    shown = [ln for ln in out.splitlines() if ln.startswith(("  bpb ", "  zlib-9 "))]
+    if len(shown) != 2:
+        raise SystemExit(f"readme_figures: spark eval printed no bpb lines:\n{out}")
+    return {"lines": shown, "wall_s": round(wall, 1), "text": "\n".join([
+        f"Trained in {wall:.0f} s on {cpu_label()}; `spark eval` printed:", "",
+        _fence(*shown)])}
 
 
 def fig_spark_sweep(work: Path, quick: bool) -> dict:
@@ -308,6 +324,7 @@ FIGURES = {
     "workers": (fig_workers, True),
     "coder-proof": (fig_coder_proof, False),
     "coder-tiny": (fig_coder_tiny, False),
+    "own-data": (fig_own_data, False),
     "sweep": (fig_sweep, False),
     "tests": (fig_tests, False),
 }

@@ -2,6 +2,7 @@
 the blocks of README and of the pages it links (PAGES) are rewritten from a record,
 and the scale-proof table has the exact form `tools/proof.py scale` prints."""
 import json
+import shlex
 import subprocess
 import sys
 
@@ -193,3 +194,26 @@ def test_the_tasks_figure_is_the_last_line_of_each_command(monkeypatch, tmp_path
     assert ran[1] == tuple(next(ln for ln in readme.splitlines()
                                 if ln.startswith("spark export --to hf")).split()[1:])
     assert "tasks" in rf.STABLE
+
+
+def test_the_own_data_figure_runs_the_readmes_lines(monkeypatch, tmp_path):
+    """README's "Train on your own data": the figure trains and evaluates with the
+    lines README shows (the flags the tool adds: --device cpu), and shows the two bpb
+    lines `spark eval` prints, verbatim."""
+    ran = []
+
+    def fake_run(cwd, *cmd, **kw):
+        ran.append(cmd[3:])
+        return 42.0, ("eval w: the held-out split (9 bytes, 3 tokens)\n  bpb 3.3809  (sliding, "
+                      "stride 16: 3.3604)\n  zlib-9 3.5147  lzma-9e 3.5595\n  loss 1  perplexity 2\n")
+    monkeypatch.setattr(rf, "_run", fake_run)
+    monkeypatch.setattr(rf, "copy_project", lambda root, dest: dest)
+    monkeypatch.setattr(rf, "cpu_label", lambda: "CPU X")
+    fig = rf.fig_own_data(tmp_path, quick=False)
+    block = (ROOT / "README.md").read_text().split("## Train on your own data\n", 1)[1]
+    lines = [shlex.split(ln.split("#")[0])[1:] for ln in block.split("```sh\n", 1)[1]
+             .split("```", 1)[0].splitlines() if ln.startswith("spark ")]
+    assert [list(c) for c in ran] == [lines[0] + ["--device", "cpu"], lines[1]]
+    assert fig["lines"] == ["  bpb 3.3809  (sliding, stride 16: 3.3604)",
+                            "  zlib-9 3.5147  lzma-9e 3.5595"]
+    assert fig["text"].startswith("Trained in 42 s on CPU X; `spark eval` printed:")
