@@ -260,7 +260,7 @@ class CorpusConfig:
 @dataclass(frozen=True, config=STRICT)
 class ArchOptions:
     """params.yaml's `arch`: the attention model's opt-in options, their defaults those of
-    ModelConfig (docs/training.md "Architecture options"). At their defaults a job's bytes
+    ModelConfig (docs/model.md "Architecture options"). At their defaults a job's bytes
     are those of a params file without the section."""
     mlp: Literal[MLPS] = Field(OPTION_DEFAULTS["mlp"], description="the MLP: swiglu (gate, "
                                "up, down) or relu2 (relu(h Wup)^2 Wdown, no gate)")

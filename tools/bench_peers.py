@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""`spark bench` against its PyTorch peers, in interleaved rounds (docs/training.md,
+"""`spark bench` against its PyTorch peers, in interleaved rounds (docs/results/speed.md,
 "Where a step's time goes, and the peers").
 
     .venv/bin/python tools/bench_peers.py --scale large [--rounds 5] [--threads 1 2]

@@ -14,7 +14,7 @@ pass's median quiet time. The peer needs torch (`--peer-python`: a Python with
 the `hf` or `gpu` extra installed; default this one).
 
 Writes out/coder_compare.json: the machine (cores, CPU model and SIMD flags,
-load), the date, every run's figures and the medians (docs/training.md, "A
+load), the date, every run's figures and the medians (docs/results/speed.md, "A
 PyTorch peer").
 """
 from __future__ import annotations
@@ -36,7 +36,8 @@ from sparktrain import runtime  # noqa: E402  (first: the BLAS kernel and thread
 
 runtime.start()
 
-from tools.readme_figures import README, machine, rewrite  # noqa: E402
+from tools.readme_figures import machine  # noqa: E402
+from tools.readme_pages import PAGES, rewrite  # noqa: E402
 from sparktrain.core.safeload import load_json
 
 RECORD = ROOT / "out" / "coder_compare.json"
@@ -98,7 +99,8 @@ def main(argv=None) -> int:
                     help="also run the proof beside one busy single-threaded process")
     ap.add_argument("--no-peer", action="store_true", help="only the proof (quiet, --busy)")
     ap.add_argument("--readme", action="store_true",
-                    help="rewrite README.md's coder-peer block from this run's record")
+                    help="rewrite the coder-peer block (docs/results/runs.md) from this "
+                         "run's record")
     ap.add_argument("-S", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                     help="override a param of both (YAML value, dots for nested keys)")
     args = ap.parse_args(argv)
@@ -144,14 +146,15 @@ def main(argv=None) -> int:
     print(json.dumps(summary, indent=1, sort_keys=True))
     print(f"wrote {RECORD.relative_to(ROOT)}")
     if args.readme:
-        text, done = rewrite(README.read_text(), {"coder-peer": table(record)})
-        README.write_text(text)
-        print(f"rewrote README.md: {', '.join(done) or 'no coder-peer block'}")
+        for page in PAGES:
+            text, done = rewrite(page.read_text(), {"coder-peer": table(record)})
+            page.write_text(text)
+            print(f"rewrote {page.relative_to(ROOT)}: {', '.join(done) or 'no coder-peer block'}")
     return 0
 
 
 def table(record: dict) -> str:
-    """The README's measured table of a full record (proof, peer, ratio, busy)."""
+    """The measured table of a full record (proof, peer, ratio, busy)."""
     s, m, r0 = record["summary"], record["machine"], record["rounds"][0]
     proof, peer = r0["proof"], r0["peer"]
     flags = " ".join(m["simd_flags"]) or "none found"

@@ -7,7 +7,7 @@ headline: model / PPMd primed with the train split, docs/training.md "The compre
     python tools/coder_proof.py --dvc-command   # the same job as `dvc exp run -S ...`
 
 `-S key=value` overrides a param like `dvc exp run -S` (a YAML value; dots for
-nested keys), so the comparison runs of docs/training.md use the same tool.
+nested keys), so the comparison runs of docs/results/coder.md use the same tool.
 
 Runs the pipeline's steps in one process (decode, tokenizer on the train split,
 prepare, which measures the compressors on exactly the held-out bytes the model is scored on,

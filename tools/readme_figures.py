@@ -1,6 +1,7 @@
-"""Regenerate the measured figures of README.md from real runs on this machine.
+"""Regenerate the measured figures of README.md (and of the pages in PAGES: docs/
+pages that show a whole captured run) from real runs on this machine.
 
-    .venv/bin/python tools/readme_figures.py            # every figure; rewrites README.md
+    .venv/bin/python tools/readme_figures.py            # every figure; rewrites PAGES
     .venv/bin/python tools/readme_figures.py --quick    # a tiny version of each quick
                                                         # figure; README.md untouched
     .venv/bin/python tools/readme_figures.py --stable   # only what runs reproduce exactly
@@ -20,7 +21,7 @@ Times on a shared machine: every wall time here is the elapsed time of one
 run; other processes on the same cores stretch it (a coder proof took 116 s
 idle and 307 s at load average 2.5), while CPU time and every loss, bpb and
 hash stay the same. The record's load averages say how quiet the machine was.
-See docs/pipeline.md ("README figures").
+See docs/tools.md ("README figures").
 """
 from __future__ import annotations
 
@@ -45,6 +46,8 @@ runtime.start()
 
 from sparktrain.repro.toolenv import copy_project, tool_env  # noqa: E402
 from tools.proof import TABLE_BEGIN, TABLE_END  # noqa: E402
+from tools.readme_pages import (PAGES, blocks, coder_figures, coder_line,  # noqa: E402
+                                exp_named, exp_rows, rewrite)
 from sparktrain.core.safeload import load_json
 
 RECORD = ROOT / "out" / "readme_figures.json"
@@ -57,7 +60,6 @@ SHOW = ("dvc", "exp", "show", "--only-changed", "--drop", "Created|State|Executo
 PICK = {"step.lr": "0.02", "step.seed": "1"}
 STABLE_RECORD = ROOT / "out" / "readme_figures.stable.json"
 SPARK_SWEEP = ("sweep", "-S", "step.lr=0.05,0.2", "-S", "step.seed=0,1", "--workers", "2")
-README = ROOT / "README.md"
 SIMD_FLAGS = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512_vnni",
               "amx_tile", "asimd", "sve")
 
@@ -117,31 +119,6 @@ def _repro_copy(work: Path) -> Path:
     return repo
 
 
-# --- the figures a run must give again, to the digit ------------------------------
-
-def block(text: str, name: str) -> str:
-    """The body of README's `<!-- figures:NAME -->` block."""
-    return text.split(f"<!-- figures:{name} -->\n", 1)[1].split(f"\n<!-- /figures:{name} -->")[0]
-
-
-def coder_figures(output: str) -> dict:
-    """The reproducible figures of a `spark code train` output (or README's copy of
-    one): loss_before / loss_after as printed, and the held-out bpb table's rows."""
-    found = {}
-    for key in ("loss_before", "loss_after"):
-        m = re.search(rf'"{key}": ([-\d.e]+)', output)
-        found[key] = m and m.group(1)
-    found["bpb"] = dict(re.findall(r"^  (\S.*?)\s{2,}(\d+\.\d{4})$", output, re.M))
-    return found
-
-
-def scale_figures(table: str) -> dict:
-    """family -> (loss, next-token acc, exact match) as printed, from the proof's table."""
-    rows = [[c.strip() for c in ln.split("|")[1:-1]] for ln in table.splitlines()
-            if ln.startswith("|") and not ln.startswith("|--")]
-    return {r[0]: tuple(r[2:5]) for r in rows[1:]}
-
-
 def _fence(*parts: str) -> str:
     """A code block of the parts' lines, trailing blanks cut (dvc pads its tables)."""
     lines = [ln.rstrip() for p in parts for ln in p.rstrip("\n").split("\n")]
@@ -158,34 +135,11 @@ def fig_run(work: Path, quick: bool) -> dict:
     return {"summary": out.rstrip("\n").splitlines(), "text": _fence(out)}
 
 
-def exp_rows(show: str) -> list[dict]:
-    """The rows of `dvc exp show`'s table as {"rev", "name", column: cell}: the
-    workspace and baseline rows have no name; an experiment's row is
-    `├── <rev> [<name>] cells...`."""
-    lines = [ln.split() for ln in show.splitlines() if ln.strip() and "───" not in ln]
-    header, rows = lines[0], []
-    for cells in lines[1:]:
-        cells = [c for c in cells if c not in ("├──", "└──")]
-        named = len(cells) > 1 and cells[1].startswith("[") and cells[1].endswith("]")
-        row = {"rev": cells[0], "name": cells[1][1:-1] if named else cells[0]}
-        row.update(zip(header[1:], cells[2:] if named else cells[1:]))
-        rows.append(row)
-    return rows
-
-
-def exp_named(rows: list[dict], params: dict) -> dict:
-    """The one experiment row whose params are `params` (column -> cell text)."""
-    found = [r for r in rows if r["rev"] != r["name"]
-             and all(r.get(k) == v for k, v in params.items())]
-    if len(found) != 1:
-        raise SystemExit(f"readme_figures: {len(found)} experiments with {params}")
-    return found[0]
-
-
 def fig_grid(work: Path, quick: bool) -> dict:
-    """README's "Sweep and compare": the 2x2 grid through DVC's queue, then `dvc exp
-    show`, the diffs against the experiment PICK names, `spark compare`. The metrics are
-    stable; experiment names and revs are new in every run (the blocks say so)."""
+    """docs/experiments.md's "Sweep and compare" (and README's row of it): the 2x2 grid
+    through DVC's queue, then `dvc exp show`, the diffs against the experiment PICK
+    names, `spark compare`. The metrics are stable; experiment names and revs are new
+    in every run (the blocks say so)."""
     repo = _repro_copy(work)
     _run(repo, "dvc", "exp", "run", "--queue", *[a for g in GRID for a in ("-S", g)])
     wall, _ = _run(repo, "dvc", "exp", "run", "--run-all")
@@ -199,11 +153,44 @@ def fig_grid(work: Path, quick: bool) -> dict:
         "grid-show": _fence(f"$ {SHOW_TEXT}", show, "",
                             f"$ dvc metrics diff main <exp>     # <exp> = {pick} here: {where}",
                             metrics, "", "$ dvc params diff main <exp>", params),
-        "grid-compare": _fence("$ spark compare", compare)}}
+        "grid-compare": _fence("$ spark compare", compare),
+        # README's short form: the header and PICK's row of the same table
+        "grid-line": _fence(*[ln for ln in show.splitlines()
+                              if "Experiment" in ln or f"[{pick}]" in ln])}}
+
+
+def fig_tasks(work: Path, quick: bool) -> dict:
+    """README's line under two tasks, in the copy `make run` leaves (a release's lock):
+    `spark repro-check`'s verdict, then what `spark export --to hf` says."""
+    repo = _repro_copy(work)
+    _, check = _run(repo, sys.executable, "-m", "sparktrain.cli", "repro-check",
+                    stdout_only=True)
+    _, export = _run(repo, sys.executable, "-m", "sparktrain.cli", "export", "--to", "hf",
+                     "out/hf", "--weights", "out/train/job-dry-001/weights.safetensors",
+                     stdout_only=True)
+    return {"blocks": {"repro-check-line": _fence(check.strip().splitlines()[-1]),
+                       "export-line": _fence(export.strip().splitlines()[-1])}}
+
+
+def fig_own_data(work: Path, quick: bool) -> dict:
+    """README's "Train on your own data" in a fresh copy: `spark train` on the docs, then
+    `spark eval`'s two bpb lines (the same for one commit: the docs are the data)."""
+    repo = copy_project(ROOT, work / "own-data")
+    spark = (sys.executable, "-m", "sparktrain.cli")
+    wall, _ = _run(repo, *spark, "train", "--dataset", "docs", "--glob", "*.md",
+                   "--out", "out/docs-model", "--device", "cpu")
+    _, out = _run(repo, *spark, "eval", "--weights", "out/docs-model/weights.safetensors",
+                  stdout_only=True)
+    shown = [ln for ln in out.splitlines() if ln.startswith(("  bpb ", "  zlib-9 "))]
+    if len(shown) != 2:
+        raise SystemExit(f"readme_figures: spark eval printed no bpb lines:\n{out}")
+    return {"lines": shown, "wall_s": round(wall, 1), "text": "\n".join([
+        f"Trained in {wall:.0f} s on {cpu_label()}; `spark eval` printed:", "",
+        _fence(*shown)])}
 
 
 def fig_spark_sweep(work: Path, quick: bool) -> dict:
-    """README's `spark sweep` table: the 2x2 grid on a 2-worker LocalCluster in a fresh
+    """docs/experiments.md's `spark sweep` table: the 2x2 grid on a 2-worker LocalCluster in a fresh
     copy. Names (a hash of each point's overrides), metrics and hashes are stable."""
     repo = copy_project(ROOT, work / "spark-sweep")
     wall, table = _run(repo, sys.executable, "-m", "sparktrain.cli", *SPARK_SWEEP,
@@ -243,10 +230,13 @@ def fig_coder_tiny(work: Path, quick: bool) -> dict:
                   f'"loss_before": {doc["loss_before"]!r}, ... "trained": '
                   f'{json.dumps(doc["trained"])}, ...}}')
         lines.append(ln)
-    return {"wall_s": round(wall, 1), "lines": lines, "text": "\n".join([
-        f"`--scale tiny` in a fresh copy ({wall:.0f} s wall on {cpu_label()}; tok/s and "
+    where = f"{wall:.0f} s wall on {cpu_label()}"
+    run = "\n".join([
+        f"`--scale tiny` in a fresh copy ({where}; tok/s and "
         f"seconds move with the machine, the losses, bpb and completions do not) printed:",
-        "", _fence("\n".join(lines))])}
+        "", _fence("\n".join(lines))])
+    return {"wall_s": round(wall, 1), "lines": lines,
+            "blocks": {"coder-tiny": run, "coder-tiny-line": coder_line(lines, where)}}
 
 
 def fig_scale_proof(work: Path, quick: bool) -> dict:
@@ -321,10 +311,11 @@ def fig_tests(work: Path, quick: bool) -> dict:
 # The figures whose numbers and hashes every run on this machine reproduces (`--stable`):
 # what tests/pipeline/test_readme_blocks.py checks against README, rerun after a change
 # that moves the default job's bytes.
-STABLE = ("run", "grid", "spark-sweep")
+STABLE = ("run", "tasks", "grid", "spark-sweep")
 # name -> (measure, in --quick)
 FIGURES = {
     "run": (fig_run, False),
+    "tasks": (fig_tasks, False),
     "grid": (fig_grid, False),
     "spark-sweep": (fig_spark_sweep, False),
     "pipeline": (fig_pipeline, True),
@@ -333,47 +324,10 @@ FIGURES = {
     "workers": (fig_workers, True),
     "coder-proof": (fig_coder_proof, False),
     "coder-tiny": (fig_coder_tiny, False),
+    "own-data": (fig_own_data, False),
     "sweep": (fig_sweep, False),
     "tests": (fig_tests, False),
 }
-
-
-# --- the README ------------------------------------------------------------------
-
-def machine_line(m: dict) -> str:
-    flags = " ".join(m["simd_flags"]) or "none found"
-    return (f"Measured {m['date']} on {m['cores']} cores ({m['usable_cores']} usable) of "
-            f"{m['cpu']} ({m['arch']}; SIMD: {flags}), Python {m['python']}, numpy "
-            f"{m['numpy']}, 1 BLAS thread; load average {m['load_average'][0]} at the start. "
-            f"Regenerated by `make readme-figures` (tools/readme_figures.py); wall times, "
-            f"tokens/s and utilisation move with the machine and its load (a shared machine "
-            f"stretches them), while losses, bpb and hashes do not.")
-
-
-def blocks(record: dict) -> dict[str, str]:
-    """README block name -> its text, from a record."""
-    out = {"machine": machine_line(record["machine"])}
-    for name, fig in record["figures"].items():
-        if "blocks" in fig:   # a figure shown in more than one place
-            out.update(fig["blocks"])
-        else:
-            out[name] = fig["text"]
-    return out
-
-
-def rewrite(text: str, new: dict[str, str]) -> tuple[str, list[str]]:
-    """`text` with each `<!-- figures:NAME -->...<!-- /figures:NAME -->` block's body
-    replaced by new[NAME]; (text, the names replaced)."""
-    done = []
-
-    def put(match):
-        name = match.group(1)
-        if name not in new:
-            return match.group(0)
-        done.append(name)
-        return f"<!-- figures:{name} -->\n{new[name]}\n<!-- /figures:{name} -->"
-    pattern = re.compile(r"<!-- figures:([\w-]+) -->\n.*?\n?<!-- /figures:\1 -->", re.S)
-    return pattern.sub(put, text), done
 
 
 def main(argv=None) -> int:
@@ -388,7 +342,9 @@ def main(argv=None) -> int:
     p.add_argument("--only", default=None, help="comma-separated figure names "
                                                 f"({', '.join(FIGURES)})")
     p.add_argument("--record", default=None, help="where the JSON record goes")
-    p.add_argument("--readme", default=str(README), help="the README to rewrite")
+    p.add_argument("--readme", action="append", default=None,
+                   help="a page whose blocks to rewrite (repeat it; default: "
+                        + ", ".join(str(p.relative_to(ROOT)) for p in PAGES) + ")")
     args = p.parse_args(argv)
     args.record = args.record or str(STABLE_RECORD if args.stable else RECORD)
     if args.stable and (args.quick or args.only):
@@ -422,13 +378,13 @@ def main(argv=None) -> int:
     _save(record, args.record)
     print(f"wrote {args.record}")
     if not args.quick:
-        readme = Path(args.readme)
         new = blocks(record)
         if args.stable or args.only:   # the machine line dates the whole set, not these
             del new["machine"]
-        text, done = rewrite(readme.read_text(), new)
-        readme.write_text(text)
-        print(f"rewrote {args.readme}: {', '.join(done) or 'no blocks'}")
+        for page in args.readme or PAGES:
+            text, done = rewrite(Path(page).read_text(), new)
+            Path(page).write_text(text)
+            print(f"rewrote {page}: {', '.join(done) or 'no blocks'}")
     if failed:
         print(f"readme_figures: error: {failed}", file=sys.stderr)
         return 1

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Where a training micro-step's time goes (docs/training.md, "Where a step's time goes").
+"""Where a training micro-step's time goes (docs/results/speed.md, "Where a step's time goes").
 
     .venv/bin/python tools/step_profile.py --scale medium [--batch-size 8] [--steps 20]
                                            [--optimizer muon] [--workers 2] [--json]

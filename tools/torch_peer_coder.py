@@ -1,5 +1,5 @@
 """A PyTorch peer of the coder proof: the same recipe on the same prepared data,
-so anyone can rerun the comparison (docs/training.md, "A PyTorch peer").
+so anyone can rerun the comparison (docs/results/speed.md, "A PyTorch peer").
 
     python tools/torch_peer_coder.py [--params data/programs/coder-proof.yaml]
                                      [-S step.outer=2 ...] [--threads 2] [--prepare] [--json]
@@ -77,7 +77,7 @@ def rope(u, cos, sin):
 
 
 def logits_of(p: dict, inputs, cfg, cos, sin):
-    """The Spark decoder (docs/training.md, "The model"): inputs (B, T) -> (B, T, V)."""
+    """The Spark decoder (docs/model.md, "The model"): inputs (B, T) -> (B, T, V)."""
     B, T = inputs.shape
     C, H, KV, hd = cfg.dim, cfg.n_head, cfg.n_kv_head, cfg.head_dim
     x = p["spark.embed.weight"][inputs]                                   # (B, T, C)

@@ -60,7 +60,7 @@ def register(sub) -> None:
     p = sub.add_parser("train", help="train a job with numpy SGD (the STEP of a program)",
         description="Train a job: either the TRAIN of a program (--program P.sparkbc --job ID) "
         "or a dataset directly (--dataset D --out DIR [--base W.safetensors]). The initial "
-        "weights are drawn from --seed salted with the program's sha256 (docs/training.md, "
+        "weights are drawn from --seed salted with the program's sha256 (docs/model.md, "
         "\"Init\"): --dataset alone has no program, so it starts from other weights than the "
         "pipeline (or --program) with the same knobs, and ends with other losses and bytes; "
         "--program P --job ID gives the pipeline's.", func=cmd_train)

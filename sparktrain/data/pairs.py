@@ -1,5 +1,5 @@
 """Pairs data: JSONL rows -> (prompt, completion) pairs -> tokens, the one place a pair
-becomes ids (docs/training.md "Dataset rows", "Tokens"); micro-batches and loss batches."""
+becomes ids (docs/model.md "Dataset rows", "Tokens"); micro-batches and loss batches."""
 from __future__ import annotations
 
 import hashlib

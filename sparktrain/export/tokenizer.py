@@ -1,6 +1,6 @@
 """The tokenizer.json an exported model travels with, never a guess: the byte tokenizer
 (id = byte value) or the job's own, checked by its sha256, with the ids `spark generate`
-puts around a prompt (docs/export.md "The tokenizer")."""
+puts around a prompt (docs/export.md "The byte tokenizer", "A BPE tokenizer")."""
 from __future__ import annotations
 
 import os

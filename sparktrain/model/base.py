@@ -1,4 +1,4 @@
-"""The interface training, eval and generation ask of a model kind (docs/training.md, "The
+"""The interface training, eval and generation ask of a model kind (docs/model.md, "The
 model", "Init"), and what it eats: right-padded batches of tokenised rows."""
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ RESIDUAL_OUT = ("o.weight", "mlp_down.weight")
 HEAD = "spark.lm_head.weight"  # zeroed too by init_out zero_head
 # vectors that do not start at 1 (norms do): value_residual's lambdas start half a layer's
 # own values, half the first's (the speedrun's); unet's skip weights at 0, so the model
-# starts as the plain one (docs/training.md "Architecture options": 0 measured better than 1)
+# starts as the plain one (docs/model.md "Architecture options": 0 measured better than 1)
 VECTOR_INIT = {VALUE_MIX: 0.5, SKIP: 0.0}
 
 
@@ -38,7 +38,7 @@ class Model(Arch):
 
     def init_params(self, seed: int, salt: bytes = b"", dtype=np.float32,
                     residual_out: str = "scaled") -> dict[str, np.ndarray]:
-        """Fresh weights, keys and order of param_shapes() (docs/training.md, "Init")."""
+        """Fresh weights, keys and order of param_shapes() (docs/model.md, "Init")."""
         rng = init_rng(seed, salt)
         resid_std = INIT_STD / np.sqrt(2 * self.cfg.n_layer)
         params = {}

@@ -1,5 +1,5 @@
 """The two model kinds with their maths, in the params' array namespace and dtype
-(docs/training.md "The model", docs/gpu.md): Transformer, the Spark decoder with its
+(docs/model.md "The model", docs/gpu.md): Transformer, the Spark decoder with its
 hand-written backward, and MeanPool, the fallback. Batches arrive on the host, which works
 out the counted positions. Sampling from a model: model/sampling.py."""
 from __future__ import annotations
@@ -47,7 +47,7 @@ class LossCache(NamedTuple):
 
 def _qk_planes(w_q, w_k, half):
     """[Wq; Wk] with rows regrouped as rope's two planes: (2, X, C), X = (H + KV) * hd/2
-    (plane p, row h * half + i is row h * hd + p * half + i; docs/training.md)."""
+    (plane p, row h * half + i is row h * hd + p * half + i; docs/model.md)."""
     be = backend.of(w_q)
     xp = be.xp
     w_qk = be.concat([w_q, w_k])                                   # ((H + KV) hd, C)
@@ -64,7 +64,7 @@ MLPS = {"swiglu": (("mlp_gate", "mlp_up", "mlp_down"), layers.swiglu_forward,
 
 class Transformer(AttentionArch, Model):
     """The attention decoder's maths, trained on every counted next byte; the options of
-    cfg (docs/training.md "Architecture options") each one more layer pair in the chain."""
+    cfg (docs/model.md "Architecture options") each one more layer pair in the chain."""
     batch_type = TokenBatch
 
     def _block_forward(self, x, params, L, v1=None):

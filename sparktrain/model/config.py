@@ -1,5 +1,5 @@
 """The typed config (its opt-in options' defaults typed once, here), the scale table, and
-the two model kinds' rules and shape table: sizes, FLOPs, tensor names (docs/training.md,
+the two model kinds' rules and shape table: sizes, FLOPs, tensor names (docs/model.md,
 "Tensors"). Nothing but the config: checking params never loads the model code, which
 extends these."""
 from __future__ import annotations
@@ -32,7 +32,7 @@ class ModelConfig:
     seq_len: int = 64      # context window in tokens
     vocab: int = VOCAB     # from the tokenizer: 256 bytes (0xFD/0xFE/0xFF the specials) or BPE
     train_attn: bool = True  # False: the mean-pool fallback (embed + lm_head only)
-    # Opt-in options of the attention model (docs/training.md "Architecture options"): each
+    # Opt-in options of the attention model (docs/model.md "Architecture options"): each
     # default typed here only; a config records them only when they differ from it (to_dict)
     mlp: str = option("swiglu")  # "relu2": relu(h @ Wup.T)^2 @ Wdown.T, two matrices, no gate
     qk_norm: bool = option(False)  # q and k rms-normalised per head (no weight) before scores
@@ -164,7 +164,7 @@ class Arch:
         """Raise SparkError for a config this kind cannot build."""
 
     def param_shapes(self) -> dict[str, tuple[int, ...]]:
-        """The tensor table of docs/training.md, in a fixed order (the keys of params, grads,
+        """The tensor table of docs/model.md, in a fixed order (the keys of params, grads,
         optimizer state and file)."""
         raise NotImplementedError
 

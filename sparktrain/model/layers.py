@@ -1,4 +1,4 @@
-"""Forward/backward layer pairs of the Spark decoder (docs/training.md, "The model").
+"""Forward/backward layer pairs of the Spark decoder (docs/model.md, "The model").
 
 `xxx_forward(...)` returns `(out, cache)`, `xxx_backward(dout, cache)` the gradients of
 its inputs and weights; backward comments quote the forward line they differentiate.
@@ -79,7 +79,7 @@ def embedding_forward(ids, weight):
 
 def embedding_backward(dout, cache, sparse: bool = False):
     """Returns dweight (V, C): each row of dout added to the weight row it came from, as
-    a one-hot matmul (docs/training.md: one BLAS call, no unordered scatter)."""
+    a one-hot matmul (docs/model.md "Architecture options": one BLAS call, no unordered scatter)."""
     ids, vocab = cache
     be = backend.of(dout)
     xp = be.xp
@@ -208,7 +208,7 @@ def _scores_are_small(qs, k) -> bool:
 def attention_forward(q, k, v):
     """Causal grouped-query attention: q (B, H, T, hd), k and v (B, KV, T, hd) -> y (B, H,
     T, hd); query head j reads kv head j // G. Unnormalised softmax, divided afterwards
-    (docs/training.md). Inputs may be strided views; numpy lays y out as (B, T, H, hd),
+    (docs/model.md). Inputs may be strided views; numpy lays y out as (B, T, H, hd),
     so the heads side by side are a view of it."""
     be = backend.of(q)
     xp = be.xp

@@ -1,4 +1,4 @@
-"""Forward/backward layer pairs of the opt-in architecture options (docs/training.md,
+"""Forward/backward layer pairs of the opt-in architecture options (docs/model.md,
 "Architecture options"): the ReLU^2 MLP, the logit soft-cap, the bigram option's hashed
 ids, the value residual's mix and the U-net's weighted skip. Each is off unless
 params.yaml's `arch` names it; model/build.py chains them in. The conventions are those

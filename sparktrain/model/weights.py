@@ -1,4 +1,4 @@
-"""weights.safetensors: F32 tensors under their names (docs/training.md) plus ONE metadata
+"""weights.safetensors: F32 tensors under their names (docs/model.md "Tensors") plus ONE metadata
 key, `spark`, of canonical JSON: the safetensors writer orders several keys differently
 from run to run."""
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """What a run records and claims (docs/outputs.md): its curve and counters (Counters), the
-learned-check that must pass before `trained=true` (docs/training.md), the weights' metadata,
+learned-check that must pass before `trained=true` (docs/training.md "Data sources and the one loop"), the weights' metadata,
 checkpoint.json, perf.json and the one commit of them all; failed.json for a run that must
 not be claimed."""
 from __future__ import annotations
@@ -62,7 +62,7 @@ UNIFORM_MARGIN = 0.99  # the loss must end below 99% of ln(vocab), the uniform g
 
 
 def check_learned(curve: list[dict], vocab: int) -> None:
-    """What a run must show before `trained=true` (docs/training.md "The learned-check")."""
+    """What a run must show before `trained=true` (docs/training.md "Data sources and the one loop": the learned-check)."""
     loss_before, loss_after = curve[0]["loss"], curve[-1]["loss"]
     for point in curve[1:]:
         if point["loss"] > BLOWUP * loss_before:

@@ -1,4 +1,4 @@
-"""Each architecture option (docs/training.md "Architecture options") against an independent
+"""Each architecture option (docs/model.md "Architecture options") against an independent
 PyTorch implementation of the decoder, differentiated by autograd (make test-hf): logits to a
 relative 1e-5 and every tensor's gradient to 1e-3, in float64. The torch side normalises q and
 k before rope (the numpy model after it: rope is a rotation, so the two agree)."""
@@ -35,7 +35,7 @@ def rms(x, w=None):
 
 
 def rope(u):
-    """docs/training.md: (u_i, u_{i+hd/2}) rotated by p * 10000^(-2i/hd); u (B, T, heads, hd)."""
+    """docs/model.md: (u_i, u_{i+hd/2}) rotated by p * 10000^(-2i/hd); u (B, T, heads, hd)."""
     T, hd = u.shape[1], u.shape[-1]
     f = ROPE_BASE ** (-2.0 * torch.arange(hd // 2, dtype=torch.float64) / hd)
     a = torch.arange(T, dtype=torch.float64)[:, None] * f[None, :]      # (T, hd/2)

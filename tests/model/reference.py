@@ -23,7 +23,7 @@ def from_planes(p, hd):
 
 
 def rope_naive(u):
-    """docs/training.md's rope, one position and one pair at a time; u (B, T, heads, hd)."""
+    """docs/model.md's rope, one position and one pair at a time; u (B, T, heads, hd)."""
     T, hd = u.shape[1], u.shape[-1]
     out = np.empty_like(u)
     for p in range(T):
@@ -69,7 +69,7 @@ def _rmsnorm(x, w):
 
 
 def forward_logits_naive(params, cfg, inputs):
-    """docs/training.md "The model" written out: separate q, k, v projections per layer,
+    """docs/model.md "The model" written out: separate q, k, v projections per layer,
     rope per head, attention_naive, swiglu_naive; inputs (B, T) -> logits (B, T, V)."""
     B, T = inputs.shape
     H, KV, hd = cfg.n_head, cfg.n_kv_head, cfg.head_dim

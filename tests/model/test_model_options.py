@@ -1,4 +1,4 @@
-"""The architecture options (docs/training.md "Architecture options"): each new layer pair and
+"""The architecture options (docs/model.md "Architecture options"): each new layer pair and
 the whole model with each option against central finite differences in float64; the options
 stay out of a default config's record; a bad option is one line."""
 import numpy as np

@@ -246,7 +246,7 @@ def test_n_params_and_flops_come_from_the_shape_table(cfg):
 
 
 def test_known_sizes():
-    """Counted by hand from docs/training.md's table: guards the table itself."""
+    """Counted by hand from docs/model.md's table: guards the table itself."""
     d, v, L = 32, 256, 2
     per_layer = d + d * d + 2 * (16 * d) + d * d + d + 3 * 4 * d * d   # kv_dim 16
     assert n_params(SCALES["tiny"]) == 2 * v * d + d + L * per_layer == 47264

@@ -1,11 +1,12 @@
-"""README's quick blocks run AS WRITTEN in a fresh copy of the project, in order, and
+"""README's quick blocks (and docs/experiments.md's, the walk-throughs README links)
+run AS WRITTEN in a fresh copy of the project, in order, and
 every figure they show that a run must reproduce compared with what the run prints;
 then the 2x2 grid they leave, read the ways a person reads a sweep (`dvc exp show`,
 `dvc metrics diff`, `dvc params diff`, `dvc plots diff`, `spark compare`) and shared
 as "Share results" writes it. One grid for all: each of its experiments is a whole
 `dvc exp run`, the suite's costliest step.
 
-Nothing expected is typed here: the figures are read from README.md's generated
+Nothing expected is typed here: the figures are read from the pages' generated
 blocks (`tools/readme_figures.py --stable` writes them from a real run), so when
 the default job's bytes move (another BLAS kernel, a re-recorded dvc.lock) this
 fails until that command is rerun. Placeholders are filled the way README says:
@@ -30,17 +31,20 @@ from .conftest import (EVAL_METRICS, NUMERIC_METRICS, REPO, VENV_BIN, clone, dvc
                        exp_revs, git, lock_outs, ran_stages, run, tool_env)
 
 sys.path.insert(0, str(REPO))
-from tools.readme_figures import exp_rows as parse_exp_show  # noqa: E402
+from tools.readme_pages import exp_rows as parse_exp_show, find_block  # noqa: E402
 
 pytestmark = pytest.mark.e2e
 
 README = (REPO / "README.md").read_text()
+EXPERIMENTS = (REPO / "docs" / "experiments.md").read_text()
 COLUMNS = "200"   # the width tools/readme_figures.py prints the tables at
 RULE = "\u2500\u2500\u2500"
 
 
 def section(title: str) -> str:
-    return README.split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
+    """A `## title` section of README, else of docs/experiments.md."""
+    page = README if f"\n## {title}\n" in README else EXPERIMENTS
+    return page.split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
 
 
 def sh_lines(text: str) -> list[str]:
@@ -50,8 +54,9 @@ def sh_lines(text: str) -> list[str]:
 
 
 def figure(name: str) -> list[str]:
-    """A generated block's lines, without its code fence."""
-    body = README.split(f"<!-- figures:{name} -->\n", 1)[1].split(f"\n<!-- /figures:{name} -->")[0]
+    """A generated block's lines (README's, else docs/experiments.md's), without its
+    code fence."""
+    body = find_block(name)
     return [ln for ln in body.splitlines() if not ln.startswith("```")]
 
 
@@ -75,7 +80,8 @@ def shell(repo, line: str) -> str:
     line = line.replace(".venv/bin/", f"{VENV_BIN}/")
     # make run: the venv exists already (the copy has none; it must not install one),
     # and the plots template is not this test's (test_plots_page.py's; npm would fetch it)
-    line = re.sub(r"^make run\b", f"make run STAMP= PLOTS_PAGE= BIN={VENV_BIN}", line)
+    line = re.sub(r"^make (run|repro-check)\b",
+                  lambda m: f"make {m.group(1)} STAMP= PLOTS_PAGE= BIN={VENV_BIN}", line)
     done = subprocess.run(["bash", "-c", line], cwd=repo, text=True, timeout=HANG_GUARD_S,
                           env=tool_env(repo, {"COLUMNS": COLUMNS}),
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -144,8 +150,11 @@ def readme_run(fresh_repro, tmp_path_factory):
         (repo / "out/train/job-dry-001/checkpoint.json").read_text())
     shell(repo, reset_line())
     got["after exp reset"] = state(repo)
-    # "Sweep and compare": the grid as written
-    for line in sh_lines(section("Sweep and compare")):
+    # README's "Sweep, compare and tune": the grid as written (docs/experiments.md's
+    # "Sweep and compare" shows the same lines, and the outputs they give)
+    grid = sh_lines(section("Sweep, compare and tune"))
+    assert grid == sh_lines(section("Sweep and compare")), "README and experiments.md differ"
+    for line in grid:
         shell(repo, line)
     return repo, got
 
@@ -201,6 +210,9 @@ def test_sweep_and_compare_shows_what_the_grid_gives(readme_run):
     for cmd, lines in shown[1:]:
         cmd = cmd.split("#")[0].replace("<exp>", pick[0])
         assert normal(stdout_of(copy, cmd).splitlines()) == normal(lines, names), cmd
+    # README's one row of the table: the header and a row of this run's table
+    header, row = normal(figure("grid-line"), names)
+    assert header in normal(run_show) and row in normal(run_show), (header, row, run_show)
 
 
 def test_sweeping_on_a_cluster_starts_over(readme_run, tmp_path):
@@ -215,6 +227,18 @@ def test_sweeping_on_a_cluster_starts_over(readme_run, tmp_path):
     status = shell(copy, "dvc queue status")
     assert "No experiment tasks in the queue." in status, (before, status)
     assert "Success" not in status, (before, status)
+
+
+def test_repro_check_and_export_print_what_readme_shows(readme_run, tmp_path):
+    """README's "Check reproducibility in CI" and "Use your model elsewhere" blocks, as
+    written, in a copy of the project they start from: each prints the line README shows
+    under it (tools/readme_figures.py's `tasks` figure)."""
+    copy = clone(readme_run[0], tmp_path / "repo")
+    for title, name in (("Check reproducibility in CI", "repro-check-line"),
+                        ("Use your model elsewhere", "export-line")):
+        out = "".join(shell(copy, line) for line in sh_lines(section(title)))
+        [shown] = figure(name)
+        assert shown in out.splitlines(), (title, shown, out)
 
 
 # --- the grid, read ------------------------------------------------------------------
@@ -373,7 +397,7 @@ def test_spark_compare_bad_input(grid, fresh_repro, tmp_path):
 # --- the grid, shared --------------------------------------------------------------------
 
 def share_block() -> str:
-    """README's "Share results" shell block, as a user would paste it."""
+    """docs/experiments.md's "Share results" shell block, as a user would paste it."""
     return section("Share results").split("```sh\n", 1)[1].split("```", 1)[0]
 
 

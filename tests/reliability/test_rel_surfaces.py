@@ -33,9 +33,11 @@ PROGRAM = "data/programs/train-step.sparkbc"
 # ------------------------------------------------------------ 1. sweep as documented
 
 def _documented_sweeps() -> list[list[str]]:
-    """Every `spark sweep ...` line of the README's code blocks, split as a shell would."""
+    """Every `spark sweep ...` line of the code blocks of README and of the walk-through
+    it links (docs/experiments.md), split as a shell would."""
     found = []
-    for line in (ROOT / "README.md").read_text().splitlines():
+    text = (ROOT / "README.md").read_text() + (ROOT / "docs/experiments.md").read_text()
+    for line in text.splitlines():
         line = line.split("#")[0].strip().removeprefix("$ ")
         if line.startswith("spark sweep"):
             found.append(shlex.split(line)[1:])

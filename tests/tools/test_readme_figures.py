@@ -1,7 +1,8 @@
 """tools/readme_figures.py: the quick run records the machine and real numbers,
-the README's blocks are rewritten from a record, and the README's scale-proof
-table has the exact form `tools/proof.py scale` prints."""
+the blocks of README and of the pages it links (PAGES) are rewritten from a record,
+and the scale-proof table has the exact form `tools/proof.py scale` prints."""
 import json
+import shlex
 import subprocess
 import sys
 
@@ -11,6 +12,7 @@ from sparkhelp import HANG_GUARD_S, ROOT
 
 sys.path.insert(0, str(ROOT))
 from tools import readme_figures as rf  # noqa: E402
+from tools import readme_pages as rp  # noqa: E402
 from tools.proof import family_table  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -44,7 +46,7 @@ def test_blocks_are_rewritten_from_a_record():
     text = ("a\n<!-- figures:machine -->\nold line\n<!-- /figures:machine -->\nb\n"
             "<!-- figures:scale-proof -->\n| old |\n<!-- /figures:scale-proof -->\n"
             "<!-- figures:other -->\nkept\n<!-- /figures:other -->\n")
-    new, done = rf.rewrite(text, rf.blocks(record))
+    new, done = rp.rewrite(text, rp.blocks(record))
     assert done == ["machine", "scale-proof"]
     assert "Measured 2026-01-02 on 4 cores (2 usable) of CPU X (x86_64; SIMD: avx2 fma)" in new
     assert "<!-- figures:scale-proof -->\n| new | table |\n<!-- /figures:scale-proof -->" in new
@@ -52,8 +54,7 @@ def test_blocks_are_rewritten_from_a_record():
 
 
 def test_the_readmes_scale_table_has_the_form_the_proof_prints():
-    text = (ROOT / "README.md").read_text()
-    body = text.split("<!-- figures:scale-proof -->\n")[1].split("\n<!-- /figures:scale-proof -->")[0]
+    body = rp.find_block("scale-proof")
     rows = [r for r in body.splitlines() if r.startswith("|")]  # the table; then its wall time
     families = {r.split("|")[1].strip(): dict(zip(("n", "loss", "next_token_accuracy",
                                                    "exact_match"),
@@ -77,13 +78,13 @@ SHOW = """\
 
 
 def test_exp_show_rows_are_read_by_column_and_an_experiment_found_by_its_params():
-    rows = rf.exp_rows(SHOW)
+    rows = rp.exp_rows(SHOW)
     assert [r["name"] for r in rows] == ["workspace", "main", "handy-work", "quits-ulna"]
     assert rows[2] == {"rev": "bb1b9b3", "name": "handy-work", "loss": "4.158",
                        "perplexity": "63.943", "step.lr": "0.05", "step.seed": "1"}
-    assert rf.exp_named(rows, {"step.lr": "0.02", "step.seed": "0"})["name"] == "quits-ulna"
+    assert rp.exp_named(rows, {"step.lr": "0.02", "step.seed": "0"})["name"] == "quits-ulna"
     with pytest.raises(SystemExit):          # the baseline rows are never picked
-        rf.exp_named(rows, {"step.lr": "0.1"})
+        rp.exp_named(rows, {"step.lr": "0.1"})
 
 
 def test_a_figure_shown_in_two_places_rewrites_both_blocks_and_stable_keeps_the_machine():
@@ -93,7 +94,7 @@ def test_a_figure_shown_in_two_places_rewrites_both_blocks_and_stable_keeps_the_
               "figures": {"grid": {"blocks": {"grid-show": "A", "grid-compare": "B"}}}}
     text = ("<!-- figures:grid-show -->\nold\n<!-- /figures:grid-show -->\n"
             "<!-- figures:grid-compare -->\nold\n<!-- /figures:grid-compare -->\n")
-    new, done = rf.rewrite(text, rf.blocks(record))
+    new, done = rp.rewrite(text, rp.blocks(record))
     assert done == ["grid-show", "grid-compare"] and "old" not in new
     assert set(rf.STABLE) <= set(rf.FIGURES)
     assert rf.main(["--stable", "--only", "run"]) == 2
@@ -103,15 +104,56 @@ def test_the_readmes_reproducible_figures_are_in_generated_blocks():
     """The figures the run tests compare (tests/train/test_compat.py: the coder tiny
     run's losses and bpb, the scale proof's copy/upper/lookup rows) are read from
     blocks the tool writes, never from hand-typed text."""
-    text = (ROOT / "README.md").read_text()
-    coder = rf.coder_figures(rf.block(text, "coder-tiny"))
+    run = rp.find_block("coder-tiny")
+    coder = rp.coder_figures(run)
     assert coder["loss_after"] and coder["loss_before"]
     assert set(coder["bpb"]) == {"model (tiny, bpe)", "zlib level 9", "lzma preset 9e",
                                  "PPMd, order 16", "lzma preset 9e, primed",
                                  "PPMd, order 16, primed"}
-    scale = rf.scale_figures(rf.block(text, "scale-proof"))
+    scale = rp.scale_figures(rp.find_block("scale-proof"))
     assert {"copy", "upper", "lookup"} <= set(scale)
-    assert "coder-tiny" in rf.FIGURES and " on " in rf.block(text, "coder-tiny").split("\n")[0]
+    assert "coder-tiny" in rf.FIGURES and " on " in run.split("\n")[0]
+    # README's one line of that run is the one coder_line makes of the whole run
+    lines = run.split("```\n", 1)[1].rsplit("\n```", 1)[0].splitlines()
+    where = run.split("(", 1)[1].split(";", 1)[0]      # "330 s wall on CPU, ..."
+    readme = (ROOT / "README.md").read_text()
+    assert rp.block(readme, "coder-tiny-line") == rp.coder_line(lines, where)
+
+
+def test_every_block_lives_in_one_page_of_pages_and_the_readme_stays_short():
+    """The blocks move between README and the pages it links, never out of reach of the
+    tool: each block a figure writes is in some page of PAGES, and only once."""
+    texts = [p.read_text() for p in rp.PAGES]
+    record = {"machine": {"date": "d", "cores": 1, "usable_cores": 1, "cpu": "C", "arch": "x",
+                          "simd_flags": [], "python": "3", "numpy": "2", "load_average": [0]},
+              "figures": {}}
+    shown_by = {"grid": ("grid-show", "grid-compare", "grid-line"),
+                "coder-tiny": ("coder-tiny", "coder-tiny-line"),
+                "tasks": ("repro-check-line", "export-line")}
+    names = set(rp.blocks(record)) | {"coder-peer"}   # the machine line; coder_compare's
+    for fig in rf.FIGURES:
+        names |= set(shown_by.get(fig, (fig,)))
+    for name in names:
+        holders = [str(p) for p, t in zip(rp.PAGES, texts) if f"<!-- figures:{name} -->" in t]
+        assert len(holders) == 1, (name, holders)
+    assert len(texts[0].splitlines()) <= 300
+
+
+def test_a_record_rewrites_the_blocks_of_every_page(tmp_path, monkeypatch):
+    pages = [tmp_path / "README.md", tmp_path / "runs.md"]
+    pages[0].write_text("<!-- figures:coder-tiny-line -->\nold\n<!-- /figures:coder-tiny-line -->\n")
+    pages[1].write_text("<!-- figures:coder-tiny -->\nold\n<!-- /figures:coder-tiny -->\n")
+    record = {"machine": {}, "figures": {"coder-tiny": {"blocks": {
+        "coder-tiny": "WHOLE", "coder-tiny-line": "LINE"}}}}
+    monkeypatch.setattr(rf, "machine", lambda: {
+        "date": "d", "cores": 1, "usable_cores": 1, "cpu": "C", "arch": "x", "simd_flags": [],
+        "python": "3", "numpy": "2", "load_average": [0, 0, 0]})
+    monkeypatch.setattr(rf, "FIGURES", {"coder-tiny": (lambda work, quick: record["figures"]
+                                                       ["coder-tiny"], False)})
+    assert rf.main(["--only", "coder-tiny", "--record", str(tmp_path / "r.json"),
+                    "--readme", str(pages[0]), "--readme", str(pages[1])]) == 0
+    assert rp.find_block("coder-tiny-line", pages) == "LINE"
+    assert rp.find_block("coder-tiny", pages) == "WHOLE"
 
 
 def test_the_test_figure_is_make_tests_own_run(monkeypatch, tmp_path):
@@ -130,4 +172,48 @@ def test_the_test_figure_is_make_tests_own_run(monkeypatch, tmp_path):
                            "(0:06:39) (6.7 min wall on CPU X, 2 usable cores, load average 0.1)")
     assert rf.FIGURES["tests"][0] is rf.fig_tests
     text = (ROOT / "README.md").read_text()
-    assert text.count("<!-- figures:tests -->") == 1 and "passed" in rf.block(text, "tests")
+    assert text.count("<!-- figures:tests -->") == 1 and "passed" in rp.find_block("tests")
+
+
+def test_the_tasks_figure_is_the_last_line_of_each_command(monkeypatch, tmp_path):
+    """README's lines under "Check reproducibility in CI" and "Use your model elsewhere":
+    the verdict of `spark repro-check` and what `spark export --to hf` says, as README
+    writes the commands, in the copy `make run` leaves."""
+    ran = []
+
+    def fake_run(cwd, *cmd, **kw):
+        ran.append(cmd[3:])
+        return 1.0, {"repro-check": "made with: x\nrepro-check: ok: all\n",
+                     "export": "wrote out/hf: a, b\n"}[cmd[3]]
+    monkeypatch.setattr(rf, "_run", fake_run)
+    monkeypatch.setattr(rf, "_repro_copy", lambda work: tmp_path)
+    fig = rf.fig_tasks(tmp_path, quick=False)
+    assert fig["blocks"] == {"repro-check-line": "```\nrepro-check: ok: all\n```",
+                             "export-line": "```\nwrote out/hf: a, b\n```"}
+    readme = (ROOT / "README.md").read_text()
+    assert ran[1] == tuple(next(ln for ln in readme.splitlines()
+                                if ln.startswith("spark export --to hf")).split()[1:])
+    assert "tasks" in rf.STABLE
+
+
+def test_the_own_data_figure_runs_the_readmes_lines(monkeypatch, tmp_path):
+    """README's "Train on your own data": the figure trains and evaluates with the
+    lines README shows (the flags the tool adds: --device cpu), and shows the two bpb
+    lines `spark eval` prints, verbatim."""
+    ran = []
+
+    def fake_run(cwd, *cmd, **kw):
+        ran.append(cmd[3:])
+        return 42.0, ("eval w: the held-out split (9 bytes, 3 tokens)\n  bpb 3.3809  (sliding, "
+                      "stride 16: 3.3604)\n  zlib-9 3.5147  lzma-9e 3.5595\n  loss 1  perplexity 2\n")
+    monkeypatch.setattr(rf, "_run", fake_run)
+    monkeypatch.setattr(rf, "copy_project", lambda root, dest: dest)
+    monkeypatch.setattr(rf, "cpu_label", lambda: "CPU X")
+    fig = rf.fig_own_data(tmp_path, quick=False)
+    block = (ROOT / "README.md").read_text().split("## Train on your own data\n", 1)[1]
+    lines = [shlex.split(ln.split("#")[0])[1:] for ln in block.split("```sh\n", 1)[1]
+             .split("```", 1)[0].splitlines() if ln.startswith("spark ")]
+    assert [list(c) for c in ran] == [lines[0] + ["--device", "cpu"], lines[1]]
+    assert fig["lines"] == ["  bpb 3.3809  (sliding, stride 16: 3.3604)",
+                            "  zlib-9 3.5147  lzma-9e 3.5595"]
+    assert fig["text"].startswith("Trained in 42 s on CPU X; `spark eval` printed:")

@@ -23,7 +23,7 @@ from sparktrain.train.recipes import load_recipe
 from sparktrain.repro.toolenv import copy_project, tool_env
 
 sys.path.insert(0, str(ROOT))
-from tools import readme_figures as rf  # noqa: E402
+from tools import readme_pages as rp  # noqa: E402
 from tools.proof import TABLE_BEGIN, TABLE_END  # noqa: E402
 
 PROGRAM = "data/programs/train-step.sparkbc"   # theirs: docs/examples/spark-train-step.sparkbc
@@ -270,9 +270,9 @@ def _tiny_row(inner=None, **changes) -> dict:
 
 @pytest.mark.proof   # 1.23M tokens, ~50 s: `pytest -m proof -k scale_tiny_prints`
 def test_spark_code_train_scale_tiny_prints_what_readme_shows(tmp_path):
-    """`spark-code train --scale tiny`, the whole row, in a fresh copy: README's copy of
-    this run (tools/readme_figures.py --only coder-tiny) has the same losses and bits per
-    byte, to the digit."""
+    """`spark-code train --scale tiny`, the whole row, in a fresh copy: the results log's
+    copy of this run (docs/results/runs.md, written by tools/readme_figures.py --only
+    coder-tiny) has the same losses and bits per byte, to the digit."""
     repo = copy_project(ROOT, tmp_path / "repo")
     bin_dir = VENV / "bin" if VENV.is_dir() else Path(sys.executable).parent
     coded = subprocess.run([str(bin_dir / "spark-code"), "train", "--scale", "tiny",
@@ -281,8 +281,8 @@ def test_spark_code_train_scale_tiny_prints_what_readme_shows(tmp_path):
     assert coded.returncode == 0, coded.stderr[-2000:]
     assert json.loads(coded.stdout.splitlines()[0])["trained"] is True
     assert "held-out bits per byte, the whole held-out stream" in coded.stdout
-    shown = rf.coder_figures(rf.block((ROOT / "README.md").read_text(), "coder-tiny"))
-    assert rf.coder_figures(coded.stdout) == shown and shown["bpb"], shown
+    shown = rp.coder_figures(rp.find_block("coder-tiny"))
+    assert rp.coder_figures(coded.stdout) == shown and shown["bpb"], shown
 
 
 @pytest.mark.proof
@@ -292,11 +292,11 @@ def test_the_scale_proof_target(tmp_path):
                            "spark-sgd-proof-scale"], cwd=repo,
                           env=tool_env(repo), capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert done.returncode == 0 and "spark-sgd-proof-scale: ok" in done.stdout, done.stderr
-    # README's table (tools/readme_figures.py --only scale-proof): the same figures
+    # the results log's table (tools/readme_figures.py --only scale-proof): the same figures
     lines = done.stdout.splitlines()
     table = "\n".join(lines[lines.index(TABLE_BEGIN) + 1:lines.index(TABLE_END)])
-    shown = rf.scale_figures(rf.block((ROOT / "README.md").read_text(), "scale-proof"))
-    assert rf.scale_figures(table) == shown, (table, shown)
+    shown = rp.scale_figures(rp.find_block("scale-proof"))
+    assert rp.scale_figures(table) == shown, (table, shown)
 
 
 def test_spark_code_train_dvc_command_sets_the_whole_recipe(tmp_path):

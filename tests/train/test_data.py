@@ -1,4 +1,4 @@
-"""Dataset rows, tokens, truncation, errors and batch layout (docs/training.md Dataset rows/Tokens)."""
+"""Dataset rows, tokens, truncation, errors and batch layout (docs/model.md "Dataset rows", "Tokens")."""
 import json
 
 import numpy as np

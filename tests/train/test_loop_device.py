@@ -1,4 +1,4 @@
-"""The one training loop on a device (docs/gpu.md "What a training loop does with
+"""The one training loop on a device (docs/gpu.md "What the training loop does with
 a device"): params and optimizer state live on the run's array namespace, only
 the logged numbers and the final weights come back, and the files on disk are
 host float32 whatever the device.

@@ -245,7 +245,7 @@ def test_a_muon_run_learns_and_records_its_knobs(tmp_path):
     assert ck["loss_after"] < ck["loss_before"]
 
 
-# every architecture option on, and the head zeroed too (docs/training.md "Architecture options")
+# every architecture option on, and the head zeroed too (docs/model.md "Architecture options")
 OPTIONS = {"arch": {"mlp": "relu2", "qk_norm": True, "logit_cap": 15.0, "bigram": 512,
                    "value_residual": True, "unet": True}}
 
