@@ -1,7 +1,7 @@
 """SparkForCausalLM: the Spark Train decoder in PyTorch, for
 `AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True)`. Written by
 `spark export --to hf` beside configuration_spark.py (Spark Train, docs/export.md "Models with
-architecture options"; the maths: docs/training.md "The model", "Architecture options").
+architecture options"; the maths: docs/model.md "The model", "Architecture options").
 
 A Llama (RMSNorm, RoPE on the pairs (u_i, u_{i+hd/2}), grouped-query causal attention, an
 untied head, no biases) with the options a Llama cannot express, each off unless config.json
