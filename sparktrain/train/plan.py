@@ -7,12 +7,11 @@ from pathlib import Path
 
 from sparktrain.data.base import DataSource
 from sparktrain.data.tokenizer import job_tokenizer
-from sparktrain.core.errors import SparkError
-from sparktrain.core.fsutil import canonical_json
+from sparktrain.core.fsutil import atomic_write_bytes, canonical_json
 from sparktrain.core.jobfiles import ARTIFACT, STATUS
-from sparktrain.model.config import MAX_SHARDS, ModelConfig, flops_per_token, n_params, step_fits
-from sparktrain.runtime import MAX_WORKERS, default_workers
+from sparktrain.model.config import ModelConfig, flops_per_token, n_params
 from sparktrain.train import jobstate, outputs
+from sparktrain.train.folder import JobFolder
 from sparktrain.train.job import Job
 
 
@@ -34,8 +33,8 @@ def job_plan(job: Job, cfg: ModelConfig, batch_size: int, source: DataSource) ->
 
 def write_status(job: Job, plan: dict, path: str | Path | None = None) -> Path:
     path = Path(path) if path else job.out_dir / STATUS
-    outputs.lock_job(path.parent)
-    outputs.atomic_write_bytes(path, canonical_json(plan).encode())
+    with JobFolder(path.parent):  # written by the folder's one writer, released after
+        atomic_write_bytes(path, canonical_json(plan).encode())
     return path
 
 
@@ -45,16 +44,6 @@ def dry_accept(job: Job, cfg: ModelConfig, batch_size: int, source: DataSource) 
     write_status(job, plan)
     state = jobstate.job_state(job.out_dir, job.id)
     if state["state"] != "trained":
-        outputs.atomic_write_bytes(job.out_dir / ARTIFACT, outputs.dry_artifact(job).encode())
+        with JobFolder(job.out_dir):
+            atomic_write_bytes(job.out_dir / ARTIFACT, outputs.dry_artifact(job).encode())
     return plan
-
-
-def preflight(step, cfg: ModelConfig, source: DataSource, vocab: int | None = None) -> None:
-    """What the loop would refuse (every knob, the memory estimate), before a first write."""
-    if not 1 <= step.shards <= MAX_SHARDS:
-        raise SparkError(f"shards must be in [1, {MAX_SHARDS:,}], got {step.shards:,}")
-    workers = step.workers if step.workers is not None else default_workers()  # SPARK_WORKERS
-    if not 1 <= workers <= MAX_WORKERS:
-        raise SparkError(f"workers must be in [1, {MAX_WORKERS:,}], got {workers:,}")
-    cfg = dataclasses.replace(cfg, vocab=vocab or cfg.vocab).validate()
-    step_fits("training", cfg, step, source.row_bound(), loss_rows=source.loss_rows)

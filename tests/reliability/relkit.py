@@ -17,7 +17,7 @@ def killed_in_pass_two(root, monkeypatch, knobs, *, as_sigkill=False):
     Ctrl-C in pass 2, after the state of pass 1 was saved. as_sigkill: .live-run stays, as
     a SIGKILL leaves it (Ctrl-C removes it)."""
     from sparktrain.cli import main
-    from sparktrain.train import live, loop, outputs
+    from sparktrain.train import live, loop
 
     real, calls = loop.apply_update, [0]
 
@@ -33,7 +33,6 @@ def killed_in_pass_two(root, monkeypatch, knobs, *, as_sigkill=False):
         if as_sigkill:
             m.setattr(live, "discard", lambda folder: None)
         assert main(TRAIN + ["--out", "out/j"] + knobs) == 130
-    outputs.unlock_job("out/j")
     job = root / "out/j"
     assert (job / "resume.json").is_file() and (job / ".live-run").is_dir() == as_sigkill
     return job

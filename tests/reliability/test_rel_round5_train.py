@@ -291,7 +291,6 @@ def test_every_write_of_a_train_run_failing_is_one_line(project, monkeypatch, ca
                 _fail_write(m, code, n)
                 rc = _train_in_process(out, "--lr", "0.05")
             err = capsys.readouterr().err
-            outputs.unlock_job(out)
             if rc == 0:  # the n-th write open of this run came after its last
                 shutil.rmtree(project / out) if out == "out/new" else None
                 continue
@@ -520,7 +519,6 @@ def test_a_live_folder_swapped_for_a_link_mid_run_redirects_no_byte(
     rc = main(TRAIN + ["--out", os.fspath(job.relative_to(project)), "--outer", "2",
                        "--inner", "1"])
     err = capsys.readouterr().err
-    outputs.unlock_job(job.relative_to(project))
     stopped_on_a_write(rc, err, "symbolic link")
     after = snapshot(decoy) if decoy.is_dir() else decoy.read_bytes()
     assert after == taken["before"]
@@ -547,7 +545,6 @@ def test_a_live_run_swapped_for_a_link_before_the_move_in_is_refused(
 
     rc = main(TRAIN + ["--out", "out/swap-publish"] + FAST)
     err = capsys.readouterr().err
-    outputs.unlock_job("out/swap-publish")
     stopped_on_a_write(rc, err, "symbolic link")
     assert verified(job) and snapshot(job / "dvclive") == snapshot(weights.parent / "dvclive")
     assert snapshot(decoy) == taken["before"]

@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 import sparktrain.train.loop as loop
+from sparktrain.train.runner import run_job
 from sparkhelp import ROOT, run_spark
 from sparktrain.core.errors import SparkError
 from sparktrain.data.source import prepare_job, source_for
@@ -44,7 +45,7 @@ def test_a_heldout_split_shorter_than_a_window_is_refused_before_training(size, 
     trained = []
     monkeypatch.setattr(loop, "apply_update", lambda *a: trained.append(a))
     with pytest.raises(SparkError) as err:
-        loop.train_and_commit(job, StepConfig(outer=1, inner=1, batch_size=2),
+        run_job(job, StepConfig(outer=1, inner=1, batch_size=2),
                               SCALES["tiny"], source, progress=lambda line: None)
     line = str(err.value)
     assert "held-out split is too short for one context window" in line
