@@ -15,9 +15,9 @@ from pathlib import Path
 
 from sparktrain.core.errors import SparkError, TrainingFailed
 from sparktrain.core.fsutil import atomic_write_bytes, canonical_json, folder_fd, write_error
-from sparktrain.core.jobfiles import (CORPUS, FAILED, LOCK, RESUME_STATE, RESUME_TENSORS,
-                                      STAGED, TOKENIZER)
-from sparktrain.train import live, outputs
+from sparktrain.core.jobfiles import (CORPUS, FAILED, LIVE_DIR, LIVE_PENDING, LOCK, RESUME_STATE,
+                                      RESUME_TENSORS, STAGED, TOKENIZER)
+from sparktrain.train import outputs
 
 
 class JobFolder:
@@ -42,11 +42,11 @@ class JobFolder:
         taken once, a second call changes nothing. Another holder: one line."""
         if self._fd is not None:
             return self
-        made = None
         if not os.path.lexists(self.path):  # removed whole, with the parents made for it,
             made = self.path                  # when the run fails before a commit
             while not os.path.lexists(made.parent):
                 made = made.parent
+            self._made = made
         try:  # the folder opened without following a link, then its lock
             with folder_fd(self.path, create=True) as dir_fd:
                 fd = os.open(LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
@@ -63,7 +63,7 @@ class JobFolder:
                                  "finish") from None
             raise SparkError(f"cannot lock job folder {self.path.as_posix()}: "
                              f"{err.strerror or err}") from None
-        self._fd, self._made = fd, made
+        self._fd = fd
         outputs.remove_stale_temps(self.path)
         with folder_fd(self.path) as dir_fd:  # a killed run's staged inputs: never committed
             outputs.remove_entry(dir_fd, STAGED)
@@ -146,15 +146,22 @@ class JobFolder:
         curves; then its resume state and any failure record go."""
         staged = {name: self.inputs / name for name in (TOKENIZER, CORPUS)
                   if self._staging and os.path.lexists(self.inputs / name)}
-        self.commit(files, {**staged, **live.pending(self.path)})
+        self.commit(files, {**staged, **self.live_pending()})
         self.drop_staged()
         self.clear_failure()
         self.clear_resume()
         self.discard_live()
 
+    def live_pending(self) -> dict[str, Path]:
+        """{dvclive: the run's DVCLive folder (train/live.py writes it)} for the commit that
+        makes it the job's (none when the run wrote none)."""
+        path = self.path / LIVE_PENDING / LIVE_DIR
+        return {LIVE_DIR: path} if path.is_dir() and not path.is_symlink() else {}
+
     def discard_live(self) -> None:
-        """The run's pending curves (.live-run/) go: nothing resumes them."""
-        live.discard(self.path)
+        """The run's pending curves (.live-run/) go, whatever they are: nothing resumes them."""
+        with contextlib.suppress(OSError), folder_fd(self.path) as fd:
+            outputs.remove_entry(fd, LIVE_PENDING)
 
     def clear_resume(self) -> None:
         for name in (RESUME_STATE, RESUME_TENSORS):

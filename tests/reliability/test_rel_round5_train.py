@@ -36,6 +36,7 @@ from relkit import (FAST, TRAIN, copy_project, git_project, killed_in_pass_two, 
                     snapshot, train_j, trained)
 from sparkhelp import ROOT, assert_one_line_error, run_spark
 from sparktrain.train import jobstate, live, outputs
+from sparktrain.train.folder import JobFolder
 
 D, PROGRAM = "data/train/dataset.jsonl", "data/programs/train-step.sparkbc"
 SERIES = "dvclive/plots/metrics"
@@ -532,7 +533,7 @@ def test_a_live_run_swapped_for_a_link_before_the_move_in_is_refused(
     job = root / "out/swap-publish"
     shutil.copytree(weights.parent, job)
     decoy, taken = tmp_path / "decoy", {}
-    real = live.pending  # what the commit moves in (round six: the curves are in it)
+    real = JobFolder.live_pending  # what the commit moves in (round six: the curves are in it)
 
     def swap(folder):
         shutil.move(job / ".live-run", decoy)
@@ -540,7 +541,7 @@ def test_a_live_run_swapped_for_a_link_before_the_move_in_is_refused(
         taken["before"] = snapshot(decoy)
         return real(folder)
 
-    monkeypatch.setattr(live, "pending", swap)
+    monkeypatch.setattr(JobFolder, "live_pending", swap)
     from sparktrain.cli import main
 
     rc = main(TRAIN + ["--out", "out/swap-publish"] + FAST)
