@@ -58,6 +58,7 @@ class JobFolder:
         except OSError as err:
             os.close(fd)
             if err.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                self._made = None  # another writer made it meanwhile: never ours to remove
                 raise SparkError(f"job folder {self.path.as_posix()} is in use by another "
                                  "spark process (its .lock is held); wait for that run to "
                                  "finish") from None
