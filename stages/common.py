@@ -6,10 +6,11 @@ deps are what its own script imports (docs/pipeline.md, "Deps").
 from __future__ import annotations
 
 import sys
+import traceback
 from pathlib import Path
 from typing import Callable
 
-from sparktrain.core.errors import SparkError, TrainingFailed, printable
+from sparktrain.core.errors import SparkError, TrainingFailed, first_line, printable
 from sparktrain.core.fsutil import write_error
 from sparktrain.core.jobfiles import job_dir
 from sparktrain.params import PARAMS_FILE, Params, load_params
@@ -23,9 +24,10 @@ def params() -> Params:
 
 
 def run(name: str, stage: Callable[[], object]) -> int:
-    """Run one stage: exit 0 with the path written, 1 when training failed,
-    2 with one line for a user mistake or a write the OS refused (a full disk, ...),
-    130/143 on SIGINT/SIGTERM (outputs restored)."""
+    """Run one stage: exit 0 with the path written, 1 when training failed or the stage
+    met a bug (one line naming where, outputs restored), 2 with one line for a user
+    mistake or a write the OS refused (a full disk, ...), 130/143 on SIGINT/SIGTERM
+    (outputs restored)."""
     on_sigterm()
     try:
         path = stage()
@@ -42,6 +44,18 @@ def run(name: str, stage: Callable[[], object]) -> int:
         return interrupted(name, "SIGINT", lambda: job_dir(params().job))
     except Terminated:
         return interrupted(name, "SIGTERM", lambda: job_dir(params().job))
+    except Exception as err:  # a bug: the outputs DVC removed come back all the same
+        note = restored_note(name, lambda: job_dir(params().job))
+        print(f"stage {name}: internal error: {bug_line(err)}{printable(note)}",
+              file=sys.stderr)
+        return 1
     if path is not None:
         print(f"stage {name}: wrote {Path(path).as_posix()}", file=sys.stderr)
     return 0
+
+
+def bug_line(err: Exception) -> str:
+    """An unexpected exception in one line: its type, its words and the line that raised it."""
+    frames = traceback.extract_tb(err.__traceback__)
+    where = f" (at {Path(frames[-1].filename).name}:{frames[-1].lineno})" if frames else ""
+    return f"{type(err).__name__}: {first_line(err)}{where}; this is a bug, please report it"

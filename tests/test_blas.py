@@ -28,10 +28,10 @@ from sparktrain.model.config import SCALES
 from sparktrain.data.source import source_for
 from sparktrain.params import Defaults, StepConfig
 from sparktrain.train.job import job_from_program
-from sparktrain.train.loop import train_and_commit
+from sparktrain.train.runner import run_job
 
 job = job_from_program("data/programs/train-step.sparkbc", "job-dry-001")
-res = train_and_commit(job, StepConfig(outer=1, inner=2, shards=2, workers=2), SCALES["tiny"],
+res = run_job(job, StepConfig(outer=1, inner=2, shards=2, workers=2), SCALES["tiny"],
                        source_for(job.dataset, Defaults()), progress=lambda line: None)
 on_disk = json.load(open("out/train/job-dry-001/perf.json"))
 print(json.dumps({"before": before, "live": pool(), "checkpoint": res.checkpoint["blas_threads"],

@@ -32,7 +32,7 @@ import numpy as np
 
 from sparktrain.data.baselines import BASELINE_ORDERS
 from sparktrain.core.metric_keys import BASELINE_BPB
-from sparktrain.data.source import prepare_job, source_for
+from sparktrain.data.source import source_for
 from sparktrain.data.tokenizer import read_tokenizer
 from sparktrain.core.errors import SparkError
 from sparktrain.eval.generate import learned, learned_text
@@ -43,7 +43,7 @@ from sparktrain.model.weights import load_model
 from sparktrain.params import parse_params
 from sparktrain.train.recipes import dvc_set_flags
 from sparktrain.train.job import job_from_program
-from sparktrain.train.loop import train_and_commit
+from sparktrain.train.runner import Prepare, run_job
 from sparktrain.core.safeload import load_yaml
 
 N_PROMPTS, PROMPT_CHARS, MAX_NEW = 3, 160, 48
@@ -100,11 +100,12 @@ def main(argv=None) -> int:
     job = job_from_program(p.program, p.job)
     folder = job.out_dir
     source = source_for(job.dataset, p)
-    prepare_job(folder, source, p.tokenizer, p.vocab_size)
     corpus = source.read()
-    print(f"prepared {len(corpus.train)} train / {len(corpus.heldout)} held-out files "
+    print(f"read {len(corpus.train)} train / {len(corpus.heldout)} held-out files "
           f"({time.perf_counter() - t0:.0f}s)", file=sys.stderr)
-    result = train_and_commit(job, p.step, p.model_config(), source)
+    # the one run: the tokenizer and prepare stages' files (staged), the loop, the commit
+    result = run_job(job, p.step, p.model_config(), source,
+                     prepare=Prepare(p.tokenizer, p.vocab_size))
     ck = result.checkpoint
     tok, tok_sha256 = read_tokenizer(folder / TOKENIZER)
     params, cfg, _ = load_model(folder / WEIGHTS)

@@ -32,8 +32,8 @@ from sparktrain.model.weights import load_model, load_weights
 from sparktrain.params import (Defaults, StepConfig, load_params, load_params_or_defaults,
                                model_config)
 from sparktrain.train.job import job_from_program
-from sparktrain.train.loop import train_and_commit
 from sparktrain.train.outputs import parse_artifact
+from sparktrain.train.runner import run_job
 from sparktrain.core.safeload import load_json
 
 # The scale proof's budget: chosen so it finishes within 10 minutes here.
@@ -74,8 +74,8 @@ def proof_tiny() -> int:
     params = load_params()
     job = job_from_program(params.program, params.job)
     print(f"training {job.id} from {job.program} ({params.scale})")
-    train_and_commit(job, params.step, params.model_config(),
-                     source_for(job.dataset, Defaults(), params.eval.data))
+    run_job(job, params.step, params.model_config(),
+            source_for(job.dataset, Defaults(), params.eval.data))
     ckpt = check_trained(job.out_dir)
     metrics = _eval(job.out_dir, params.eval.data, params.eval.max_new)
     print(f"loss {ckpt['loss_before']:.4f} -> {ckpt['loss_after']:.4f}  "
@@ -113,7 +113,7 @@ def proof_scale(program: str, job_id: str, heldout: str, knobs: dict, scale: str
     cfg = model_config(scale, load_params_or_defaults().scales)
     print(f"training {job.id} ({scale}) with {knobs}")
     t0 = time.perf_counter()
-    train_and_commit(job, step, cfg, source_for(job.dataset, Defaults(), heldout))
+    run_job(job, step, cfg, source_for(job.dataset, Defaults(), heldout))
     ckpt = check_trained(job.out_dir)
     metrics = _eval(job.out_dir, heldout)
     (job.out_dir / EVAL).write_text(canonical_json(metrics))

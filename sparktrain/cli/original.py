@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from sparktrain.core.errors import SparkError, TrainingFailed
-from sparktrain.core.jobfiles import CHECKPOINT, RESUME_STATE, WEIGHTS
+from sparktrain.core.jobfiles import CHECKPOINT, WEIGHTS
 from sparktrain.cli.train import ARCH, add_train_flags
 
 
@@ -105,51 +105,40 @@ def _arch_from_base(args, weights: Path) -> None:
 def cmd_apply_step(args) -> int:
     from dataclasses import replace
 
-    from sparktrain.cli.train import resolve_configs, run_and_record
+    from sparktrain.cli.train import resolve_configs, train_job
     from sparktrain.core.fsutil import sha256_file
-    from sparktrain.train import outputs
+    from sparktrain.train.folder import JobFolder
     from sparktrain.train.job import adhoc_job, read_program
 
-    folder = _job_folder(args)
-    weights = folder / WEIGHTS
+    path = _job_folder(args)
+    weights = path / WEIGHTS
     read_program(args.sparkbc)  # a valid SPARK_BC file, or one line
-    if weights.exists():  # held from reading the base to the commit: no lost update
-        outputs.lock_job(folder)
-    if weights.exists():
-        _arch_from_base(args, weights)
-    job = replace(adhoc_job(args.dataset, folder.as_posix(),
-                            weights.as_posix() if weights.exists() else None),
-                  program=args.sparkbc, sparkbc_sha256=sha256_file(args.sparkbc))
-    knobs, step, cfg, heldout = resolve_configs(args, None, default_params=False)
-    labels = {k: v for k, v in (("source", args.source), ("command", args.command_label))
-              if v is not None}
+    folder = JobFolder(path)
     try:
-        with outputs.job_writes(folder):  # a write error is one line; a new folder goes on failure
-            summary = run_and_record(job, knobs, step, cfg, labels=labels, heldout=heldout)
+        if weights.exists():  # held from reading the base to the commit: no lost update
+            folder.lock()
+            _arch_from_base(args, weights)
+        job = replace(adhoc_job(args.dataset, path.as_posix(),
+                                weights.as_posix() if weights.exists() else None),
+                      program=args.sparkbc, sparkbc_sha256=sha256_file(args.sparkbc))
+        knobs, step, cfg, heldout = resolve_configs(args, None, default_params=False)
+        labels = {k: v for k, v in (("source", args.source), ("command", args.command_label))
+                  if v is not None}
+        summary = train_job(job, knobs, step, cfg, heldout, folder=folder, labels=labels)
     except TrainingFailed as err:
-        print(json.dumps({"op": "STEP", "job": job.id, "trained": False, "not_sgd": True,
+        print(json.dumps({"op": "STEP", "job": path.name, "trained": False, "not_sgd": True,
                           "error": str(err)}, sort_keys=True))
         raise SparkError(f"training failed: {err}") from None
+    finally:
+        folder.unlock()
     print(json.dumps(summary, sort_keys=True))
     trained = summary.get("trained") is True and summary["loss_after"] < summary["loss_before"]
     return 0 if trained else 2
 
 
-def resume_hint(folder: Path, step) -> str:
-    """What an interrupted `spark code train` left: a state the same command continues, or
-    how to have one next time (the weights of the last finished run stay as they were)."""
-    if (folder / RESUME_STATE).is_file():
-        return (f"a resumable state of this run is saved in {folder.as_posix()}; the same "
-                f"command continues it (to the same final bytes)")
-    every = ("no pass finished since the last saved state" if step.checkpoint_every
-             else "step.checkpoint_every is 0")
-    return (f"no resumable state was saved ({every}); with --checkpoint-every 1 a state is "
-            f"saved after every pass and the same command then continues an interrupted run")
-
-
 def cmd_code_train(args) -> int:
-    from sparktrain.cli.train import run_and_record
-    from sparktrain.data.source import prepare_job, source_for
+    from sparktrain.cli.train import train_job
+    from sparktrain.data.source import source_for
     from sparktrain.eval.generate import learned, learned_text
     from sparktrain.model.device import resolve as resolve_device
     from sparktrain.core.fsutil import read_input
@@ -158,8 +147,6 @@ def cmd_code_train(args) -> int:
     from sparktrain.train.recipes import dvc_set_flags, load_recipe, recipe_row
     from sparktrain.train.bench import grind_note
     from sparktrain.train.job import job_from_program
-    from sparktrain.train.outputs import job_writes, lock_job, stage_inputs
-    from sparktrain.train.plan import preflight
 
     knobs = load_params(args.params) if args.params else load_recipe(args.scale or "tiny")
     if args.dvc_command:
@@ -177,19 +164,11 @@ def cmd_code_train(args) -> int:
     if note:
         print(note, file=sys.stderr)
     job = job_from_program(knobs.program, knobs.job)
-    source = source_for(job.dataset, knobs)
-    preflight(step, cfg, source, knobs.vocab_size if knobs.tokenizer != "byte" else None)
-    with job_writes(job.out_dir):  # a write error is one line; a new folder goes on failure
-        lock_job(job.out_dir)  # a second run on this job is refused before it touches the files
-        # what the tokenizer and prepare stages do, with the recipe's settings, staged:
-        # the job's tokenizer and corpus change only with its weights, in their commit
-        prepare_job(stage_inputs(job.out_dir), source, knobs.tokenizer, knobs.vocab_size)
-        try:
-            summary = run_and_record(job, knobs, step, cfg, heldout=knobs.heldout())
-        except KeyboardInterrupt:
-            print(f"spark: note: {resume_hint(job.out_dir, step)}", file=sys.stderr)
-            raise
+    # the one run: checks, the lock, the recipe's tokenizer and corpus (staged until the
+    # commit of the weights), the loop, the commit (train/runner.py)
+    summary = train_job(job, knobs, step, cfg, knobs.heldout())
     print(json.dumps(summary, sort_keys=True))
+    source = source_for(job.dataset, knobs)
     if not source.prompted:  # a model that continues text: its bpb and completions
         label = f"{knobs.scale}, {knobs.tokenizer}"
         print("\n" + learned_text(learned(job.out_dir, source, knobs.eval), label), end="")

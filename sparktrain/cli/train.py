@@ -184,36 +184,22 @@ def text_defaults():
                        if name not in ("job", "program", "corpus")}, corpus=CorpusConfig())
 
 
-def train_job(job, knobs, step, cfg, heldout, first_line: str | None = None) -> dict:
-    """`spark train` and a STEP of `spark run`: a corpus or text-rows job trains from
-    corpus/, so outside the pipeline the tokenizer and prepare stages run first (as `spark
-    code train` does), after every check; then `run_and_record`."""
-    from sparktrain.data.source import prepare_job, source_for
-    from sparktrain.train.outputs import job_writes, stage_inputs
-    from sparktrain.train.plan import preflight
-
-    with job_writes(job.out_dir):  # a write error is one line; a new folder goes on failure
-        source = source_for(job.dataset, knobs, heldout)
-        if source.streamed:
-            preflight(step, cfg, source, knobs.vocab_size if knobs.tokenizer != "byte" else None)
-            # the only writer from prepare on; the new tokenizer and corpus are staged
-            # until the commit of the weights (never beside the old weights)
-            prepare_job(stage_inputs(job.out_dir), source, knobs.tokenizer, knobs.vocab_size)
-        return run_and_record(job, knobs, step, cfg, heldout=heldout, first_line=first_line)
-
-
-def run_and_record(job, knobs, step, cfg, labels: dict | None = None,
-                   heldout: str | None = None, first_line: str | None = None) -> dict:
-    """STEP `job` (a failure is recorded beside the previous outputs, then raised) -> the
-    JSON summary every train command prints; its caller holds `outputs.job_writes`. The
-    loop's lines go to stderr (a bar on a terminal, train/live.py), `first_line` before
-    them: a bad input, refused before training, stays the only line."""
+def train_job(job, knobs, step, cfg, heldout, first_line: str | None = None, *,
+              folder=None, labels: dict | None = None) -> dict:
+    """STEP `job` through the one run (train/runner.py) -> the JSON summary every train
+    command prints (`spark train`, a STEP of `spark run`, `spark code train`, `spark
+    apply-step`). A corpus or text-rows job trains from corpus/, so outside the pipeline
+    the run prepares it first, as the tokenizer and prepare stages do. The loop's lines go
+    to stderr (a bar on a terminal, train/live.py), `first_line` before them: a bad input,
+    refused before training, stays the only line. `folder`, `labels`: run_job's."""
     from sparktrain.data.source import source_for
-    from sparktrain.train.loop import train
     from sparktrain.train.live import StderrLines
+    from sparktrain.train.runner import Prepare, run_job
 
-    result = train(job, step, cfg, source_for(job.dataset, knobs, heldout),
-                   labels=labels, progress=StderrLines(first_line))
+    source = source_for(job.dataset, knobs, heldout)
+    prepare = Prepare(knobs.tokenizer, knobs.vocab_size) if source.streamed else None
+    result = run_job(job, step, cfg, source, folder=folder, prepare=prepare, labels=labels,
+                     progress=StderrLines(first_line))
     c = result.checkpoint
     return {"op": "STEP", "job": c["job"], "state": "trained", "trained": True,
             "not_sgd": c["not_sgd"], "step_n": c["step_n"], "loss_before": c["loss_before"],

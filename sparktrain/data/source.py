@@ -97,6 +97,12 @@ class CorpusSource:
             raise SparkError(f"a {self.kind} job needs the attention model (train_attn: true)")
         data = read_prepared(Path(folder), tokenizer_sha256)
         m, seq_len = data.manifest, model.cfg.seq_len
+        if len(data.val) < seq_len + 1:  # the held-out curve reads whole windows
+            raise SparkError(
+                f"the held-out split is too short for one context window: {len(data.val)} "
+                f"tokens ({m['heldout_bytes']:,} bytes in {m['heldout_files']} file(s)), "
+                f"fewer than seq_len + 1 = {seq_len + 1}; add held-out text (raise "
+                f"corpus.heldout, or add files or rows) or use a smaller seq_len")
         return TrainingData(
             describe=f"{m['train_tokens']:,} train tokens",
             sampler=WindowSampler(data.train, seq_len, step.batch_size, step.seed),

@@ -6,7 +6,6 @@ import contextlib
 import errno
 import math
 import os
-import shutil
 import stat
 import sys
 import time
@@ -18,6 +17,7 @@ from dvclive import env as dvclive_env
 from sparktrain.core.fsutil import LinkInPath, folder_fd, pinned_folder, write_at
 from sparktrain.core.jobfiles import LIVE_DIR, LIVE_PENDING
 from sparktrain.core.progress import Progress
+from sparktrain.train.outputs import remove_entry
 
 METRICS = ("loss", "heldout_loss", "heldout_bpb", "lr")
 # a record key's DVCLive series where the name alone would mislead (a 64-window estimate)
@@ -99,7 +99,7 @@ class Watcher:
                                 unit="micro-steps", stream=sys.stderr, tty=True)
         # a dead run's pending curves are never read back: rebuilt in a folder made afresh
         with folder_fd(self.folder, create=True) as fd:  # the job's, locked by now
-            _remove_pending(fd)
+            remove_entry(fd, LIVE_PENDING)
             os.mkdir(LIVE_PENDING, 0o777, dir_fd=fd)
         self.pin, pinned = pinned_folder(self.folder)  # DVCLive writes by path: pin it
         self.live = FilesLive(dir=str(pinned / LIVE_PENDING / LIVE_DIR), save_dvc_exp=False,
@@ -175,25 +175,3 @@ def _declared_series(folder: Path) -> None:
                 os.stat(f"{name}.tsv", dir_fd=fd, follow_symlinks=False)
             except FileNotFoundError:
                 write_at(fd, f"{name}.tsv", f"step\t{name}{os.linesep}".encode())
-
-
-def pending(folder: str | os.PathLike) -> dict[str, Path]:
-    """{dvclive: the run's DVCLive folder} for the commit that makes it the job's (none
-    when the run wrote none)."""
-    path = Path(folder) / LIVE_PENDING / LIVE_DIR
-    return {LIVE_DIR: path} if path.is_dir() and not path.is_symlink() else {}
-
-
-def discard(folder: str | os.PathLike) -> None:
-    """A run's pending curves go (nothing to resume them)."""
-    with contextlib.suppress(OSError), folder_fd(folder) as fd:
-        _remove_pending(fd)
-
-
-def _remove_pending(fd: int) -> None:
-    """The job folder `fd`'s .live-run goes, whatever it is (a link is never followed)."""
-    with contextlib.suppress(FileNotFoundError):
-        if stat.S_ISDIR(os.stat(LIVE_PENDING, dir_fd=fd, follow_symlinks=False).st_mode):
-            shutil.rmtree(LIVE_PENDING, dir_fd=fd)
-        else:
-            os.unlink(LIVE_PENDING, dir_fd=fd)

@@ -1,12 +1,12 @@
 """STEP: the one loop, outer passes of inner micro-steps over any data source and device
 (docs/training.md "Data sources and the one loop"): it sets the run up from where it starts
-(train/resume.py), trains, then records and commits what it may claim (train/records.py)."""
+(train/resume.py), trains, then records and commits what it may claim (train/records.py),
+in the job folder its owner (train/runner.py) locked."""
 from __future__ import annotations
 
 import contextlib
 import dataclasses
 import time
-from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -15,19 +15,19 @@ from sparktrain.core.jobfiles import CORPUS
 from sparktrain.data.base import DataSource, TrainingData, score
 from sparktrain.data.tokenizer import job_tokenizer
 from sparktrain.model.device import Device, resolve as resolve_device
-from sparktrain.model.base import Model
 from sparktrain.model.build import build_model
 from sparktrain.model.config import ModelConfig
-from sparktrain.model.parallel import GradientEngine, quiet_nonfinite
+from sparktrain.model.parallel import GradientEngine
 from sparktrain.params import StepConfig
-from sparktrain.train import live, outputs
+from sparktrain.train import live
+from sparktrain.train.folder import JobFolder
 from sparktrain.train.job import Job
 from sparktrain.train.optim import clipped_update, lr_at, make_optimizer
 from sparktrain.train.plan import step_fits
-from sparktrain.train.records import (Counters, StepResult, changed_tensors, check_learned, commit,
-                                      run_failed)
+from sparktrain.train.records import Counters, StepResult, changed_tensors, check_learned, commit
 from sparktrain.train.resume import (fingerprint, initial_params, load_state, resolve_step_n,
                                      save_state)
+from sparktrain.train.state import Run
 
 EMBED = "spark.embed.weight"
 LABELS = ("source", "command")  # free-text labels a run may record (spark apply-step)
@@ -39,32 +39,10 @@ def _finite_or_fail(value: float, what: str, where: str) -> None:
                              "(lower step.lr or set step.clip); previous outputs kept")
 
 
-@dataclass
-class _Run:
-    """Everything the loop reads, and the state it updates."""
-    job: Job
-    step: StepConfig
-    model: Model
-    data: TrainingData
-    device: Device                 # model/device.py: where params and state live
-    params: dict                   # on the run's device (numpy arrays on the CPU)
-    base_step: int
-    step_n: int
-    trainable: list[str]
-    start: dict[str, np.ndarray]   # trainable tensors before training (host)
-    optimizer: object              # train/optim.py: SGD, AdamW or Muon, keyed like params
-    fingerprint: str               # what a resume state must match (fingerprint)
-    engine: GradientEngine = field(default=None)  # loss_and_grads over step.shards shards
-
-    def host_params(self) -> dict[str, np.ndarray]:
-        return self.device.to_host(self.params)
-
-
-def _set_up(job: Job, step: StepConfig, cfg: ModelConfig, source: DataSource, say) -> _Run:
-    if job.out_dir.is_dir():  # held from before the base is read: no lost update
-        outputs.lock_job(job.out_dir)
+def _set_up(job: Job, folder: JobFolder, step: StepConfig, cfg: ModelConfig,
+            source: DataSource, say) -> Run:
     device = resolve_device(step.device)  # the CLI's Device (resolved once a process)
-    inputs = outputs.inputs_dir(job.out_dir)  # the staged tokenizer and corpus, if prepared
+    inputs = folder.inputs  # the staged tokenizer and corpus, if this run prepared them
     tokenizer, tokenizer_sha256 = job_tokenizer(inputs)
     cfg = dataclasses.replace(cfg, vocab=tokenizer.vocab).validate()
     # refused from the shapes before anything large is allocated
@@ -82,17 +60,15 @@ def _set_up(job: Job, step: StepConfig, cfg: ModelConfig, source: DataSource, sa
     if line := device.kernel_note():  # a CPU off the portable kernel family says which
         say(f"[{job.id}] {line}")
     params = device.to_device(params)  # once: the optimizer's state is made beside them
-    run = _Run(job=job, step=step, model=model, data=data, device=device, params=params,
-               base_step=base_step, step_n=resolve_step_n(step.step_n, base_step, job.base),
-               trainable=trainable, start=start, optimizer=make_optimizer(step, params, trainable),
-               # made before the folder is locked, so its knobs are refused first
+    return Run(job=job, folder=folder, step=step, model=model, data=data, device=device,
+               params=params, base_step=base_step,
+               step_n=resolve_step_n(step.step_n, base_step, job.base), trainable=trainable,
+               start=start, optimizer=make_optimizer(step, params, trainable),
                engine=GradientEngine(model, step.shards, device.workers(step.workers)),
                fingerprint=fingerprint(job, cfg, data.fingerprint, step, device))
-    outputs.lock_job(job.out_dir)  # the only writer of this job until the process exits
-    return run
 
 
-def _point(run: _Run, outer: int, phase: str) -> dict:
+def _point(run: Run, outer: int, phase: str) -> dict:
     """A loss_curve entry: the training set's loss, the held-out set's (and bpb if known)."""
     data, params = run.data, run.params
     where = f"after outer {outer}" if outer else "at start"
@@ -109,7 +85,7 @@ def _point(run: _Run, outer: int, phase: str) -> dict:
     return point
 
 
-def apply_update(run: _Run, counts: Counters, batch, where: str, t: int) -> None:
+def apply_update(run: Run, counts: Counters, batch, where: str, t: int) -> None:
     """Gradients of `batch`, the clipped update at micro-step `t`, counted in `counts`."""
     step, params = run.step, run.params
     ts = time.perf_counter()
@@ -122,7 +98,7 @@ def apply_update(run: _Run, counts: Counters, batch, where: str, t: int) -> None
               scale != 1.0, time.perf_counter() - ts)
 
 
-def _run_passes(run: _Run, counts: Counters, watch: live.Watcher) -> None:
+def _run_passes(run: Run, counts: Counters, watch: live.Watcher) -> None:
     """Outer passes of inner micro-steps; the curve point after each to the watcher."""
     step = run.step
     total = step.outer * step.inner
@@ -149,7 +125,7 @@ def _run_passes(run: _Run, counts: Counters, watch: live.Watcher) -> None:
 
 
 @contextlib.contextmanager
-def out_of_memory_is_one_line(run: _Run):
+def out_of_memory_is_one_line(run: Run):
     """A GPU out of memory mid-run: TrainingFailed naming the shape and batch."""
     try:
         yield
@@ -165,14 +141,17 @@ def out_of_memory_is_one_line(run: _Run):
 
 
 def train_and_commit(job: Job, step: StepConfig, cfg: ModelConfig, source: DataSource, *,
-                     progress=None, labels: dict | None = None) -> StepResult:
-    """Train `job` on `source` (resuming this very run) and commit its outputs; `progress`:
-    the lines (default stderr), `labels` (LABELS' keys): recorded in weights and checkpoint."""
+                     folder: JobFolder, progress=None, labels: dict | None = None) -> StepResult:
+    """Train `job` on `source` (resuming this very run) and commit its outputs in `folder`,
+    which the caller holds locked (train/runner.py: every entry calls it); `progress`: the
+    lines (default stderr), `labels` (LABELS' keys): recorded in weights and checkpoint."""
     labels = dict(labels or {})
     if unknown := sorted(set(labels) - set(LABELS)):
         raise SparkError(f"unknown run labels {unknown}; known: {', '.join(LABELS)}")
-    watch = live.Watcher(job.id, job.out_dir, step.passes(), step.inner, progress)
-    run = _set_up(job, step, cfg, source, watch.say)
+    if not folder.locked:
+        raise SparkError(f"job folder {folder.path.as_posix()} is not locked by this run")
+    watch = live.Watcher(job.id, folder.path, step.passes(), step.inner, progress)
+    run = _set_up(job, folder, step, cfg, source, watch.say)
     counts = Counters(t0=time.perf_counter())
     try:
         with run.engine:
@@ -183,17 +162,5 @@ def train_and_commit(job: Job, step: StepConfig, cfg: ModelConfig, source: DataS
         check_learned(counts.curve, run.model.cfg.vocab)
         return commit(run, counts, changed, labels)
     except BaseException:  # a resumed run rebuilds its curves from its state: none kept
-        live.discard(job.out_dir)
+        folder.discard_live()
         raise
-
-
-def train(job, step, cfg, source, **run_kw):
-    """One attempt at the job's STEP, as the step stage and `spark train` make it:
-    train_and_commit with numpy's non-finite warnings off; a TrainingFailed is recorded in
-    failed.json beside the last good outputs, then raised."""
-    with quiet_nonfinite():
-        try:
-            return train_and_commit(job, step, cfg, source, **run_kw)
-        except TrainingFailed as err:
-            run_failed(job, err, step)
-            raise

@@ -1,6 +1,7 @@
-"""A job folder's files, so a crash never leaves a mixed set: the commit journal, the one-writer
-lock, the ARTIFACT and failure records (docs/outputs.md "The commit journal"). The reader
-of a folder's state is jobstate.py."""
+"""A job folder's files, so a crash never leaves a mixed set: the commit journal and the
+ARTIFACT text (docs/outputs.md "The commit journal"). Its writers run under the folder's
+lock, which JobFolder (folder.py) holds and which only it calls them under; the reader of
+a folder's state is jobstate.py."""
 from __future__ import annotations
 
 import contextlib
@@ -10,15 +11,12 @@ import json
 import os
 import shutil
 import stat
-from datetime import datetime, timezone
 from pathlib import Path
 
-from sparktrain.core.errors import SparkError, TrainingFailed
-from sparktrain.core.fsutil import (atomic_write_bytes, canonical_json, folder_fd, temp_pattern,
-                                    write_error)
-from sparktrain.core.jobfiles import (ARTIFACT, CHECKPOINT, CORPUS, FAILED, JOURNAL, LIVE_DIR,
-                                      LOCK, PERF, RESUME_STATE, RESUME_TENSORS, STAGED,
-                                      TOKENIZER, WEIGHTS)
+from sparktrain.core.errors import SparkError
+from sparktrain.core.fsutil import atomic_write_bytes, folder_fd, temp_pattern
+from sparktrain.core.jobfiles import (ARTIFACT, CHECKPOINT, CORPUS, JOURNAL, LIVE_DIR, LOCK,
+                                      PERF, RESUME_STATE, RESUME_TENSORS, TOKENIZER, WEIGHTS)
 from sparktrain.core.safeload import load_json_file
 
 # the only names a journal may roll forward: the set one run makes (its inputs, weights,
@@ -27,9 +25,6 @@ JOURNALLED = (ARTIFACT, CHECKPOINT, WEIGHTS, PERF, TOKENIZER, CORPUS, LIVE_DIR,
               RESUME_STATE, RESUME_TENSORS)
 FOLDERS = (CORPUS, LIVE_DIR)  # journalled names that are folders
 CRASH_HOOK = "SPARK_TEST_CRASH_AT"  # tests only: simulate SIGKILL mid-commit at this point
-_held: dict[str, int] = {}  # resolved folder -> fd of its locked .lock, for this process
-_created: dict[str, Path] = {}  # folder lock_job made -> the highest folder it made for it
-_staging: set[str] = set()  # resolved folders whose STAGED inputs this process prepares
 
 
 def _pending(folder: Path, name: str) -> Path:
@@ -42,38 +37,6 @@ def _crash_point(where: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-def lock_job(folder: str | os.PathLike) -> None:
-    """Become the only writer of `folder` (created) until exit or unlock_job; re-entrant."""
-    folder = Path(folder)
-    key = _key(folder)
-    if key in _held:
-        return
-    if not os.path.lexists(folder):  # removed whole (with the parents made for it) on failure
-        top = folder
-        while not os.path.lexists(top.parent):
-            top = top.parent
-        _created[key] = top
-    try:  # the folder opened without following a link, then its lock
-        with folder_fd(folder, create=True) as dir_fd:
-            fd = os.open(LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666,
-                         dir_fd=dir_fd)
-    except OSError as err:
-        raise SparkError(write_error(folder, err)) from None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as err:
-        os.close(fd)
-        if err.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-            raise SparkError(f"job folder {folder.as_posix()} is in use by another spark process "
-                             "(its .lock is held); wait for that run to finish") from None
-        raise SparkError(f"cannot lock job folder {folder.as_posix()}: "
-                         f"{err.strerror or err}") from None
-    _held[key] = fd
-    remove_stale_temps(folder)
-    with folder_fd(folder) as dir_fd:  # a killed run's staged inputs: never committed
-        _remove_entry(dir_fd, STAGED)
-
-
 def remove_stale_temps(folder: Path) -> None:
     """Temp files of our pattern a killed writer left (only the lock holder calls this)."""
     ours = temp_pattern()
@@ -83,7 +46,7 @@ def remove_stale_temps(folder: Path) -> None:
                 os.unlink(entry.path)
 
 
-def _remove_entry(dir_fd: int, name: str) -> None:
+def remove_entry(dir_fd: int, name: str) -> None:
     """`name` in the folder `dir_fd` (a file, a link or a whole folder), if there."""
     try:
         st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
@@ -95,99 +58,13 @@ def _remove_entry(dir_fd: int, name: str) -> None:
         os.unlink(name, dir_fd=dir_fd)
 
 
-def stage_inputs(folder: str | os.PathLike) -> Path:
-    """An empty folder (STAGED, in `folder`) where this run prepares the job's new
-    tokenizer.json and corpus/: they replace the job's only in the commit of its weights
-    (docs/outputs.md "The commit journal"); a failure or a kill leaves the old set."""
-    folder = Path(folder)
-    lock_job(folder)
-    with folder_fd(folder) as fd:
-        _remove_entry(fd, STAGED)
-        os.mkdir(STAGED, 0o777, dir_fd=fd)
-    _staging.add(_key(folder))
-    return folder / STAGED
-
-
-def inputs_dir(folder: str | os.PathLike) -> Path:
-    """Where a run reads the job's tokenizer.json and corpus/ from: the folder this process
-    staged them in, else the job folder."""
-    folder = Path(folder)
-    return folder / STAGED if _key(folder) in _staging else folder
-
-
-def staged_inputs(folder: str | os.PathLike) -> dict[str, Path]:
-    """The staged inputs a commit of `folder`'s weights moves in (none when not staging)."""
-    stage = inputs_dir(folder)
-    if stage == Path(folder):
-        return {}
-    return {name: stage / name for name in (TOKENIZER, CORPUS) if os.path.lexists(stage / name)}
-
-
-def drop_staged(folder: str | os.PathLike) -> None:
-    """A failed run's staged inputs go; the job keeps the set it had."""
-    folder = Path(folder)
-    if _key(folder) in _staging:
-        _staging.discard(_key(folder))
-        with contextlib.suppress(OSError), folder_fd(folder) as fd:
-            _remove_entry(fd, STAGED)
-
-
-def unlock_job(folder: str | os.PathLike) -> None:
-    drop_staged(folder)
-    fd = _held.pop(_key(Path(folder)), None)
-    if fd is not None:
-        os.close(fd)  # closing the last descriptor releases the flock
-
-
-@contextlib.contextmanager
-def job_writes(folder: str | os.PathLike):
-    """A command's work on `folder`: an OSError becomes one line; on a failure (not
-    TrainingFailed) a folder it made and committed nothing to goes whole (docs/outputs.md)."""
-    try:
-        yield
-    except BaseException as err:
-        drop_staged(folder)  # the job's tokenizer and corpus stay the ones its weights used
-        if not isinstance(err, (OSError, SparkError)):
-            raise
-        top = None if isinstance(err, TrainingFailed) else _created.pop(_key(Path(folder)), None)
-        if top is not None:
-            unlock_job(folder)
-            _remove_made(Path(folder), top)
-        if isinstance(err, OSError):
-            raise SparkError(write_error(err.filename or folder, err)) from None
-        raise
-
-
-def _remove_made(folder: Path, top: Path) -> None:
-    """`folder` whole, then its empty parents up to `top`, each through its parent's fd."""
-    with contextlib.suppress(OSError):
-        for path in (folder, *[p for p in folder.parents if top in (p, *p.parents)]):
-            with folder_fd(path.parent) as fd:
-                if path == folder:
-                    shutil.rmtree(path.name, dir_fd=fd)
-                else:
-                    os.rmdir(path.name, dir_fd=fd)
-
-
-def holds_lock(folder: str | os.PathLike) -> bool:
-    return _key(Path(folder)) in _held
-
-
-def _key(folder: Path) -> str:
-    return os.path.realpath(folder)
-
-
-def commit_files(folder: str | os.PathLike, files: dict[str, bytes],
-                 moved: dict[str, Path] | None = None) -> None:
+def commit_files(folder: Path, files: dict[str, bytes], moved: dict[str, Path]) -> None:
     """Put `files` (name -> bytes) and `moved` (name -> a file or folder this run made inside
-    `folder`) at their names, all or none, whatever kills the process (the journal)."""
-    folder = Path(folder)
-    moved = moved or {}
+    `folder`) at their names, all or none, whatever kills the process (the journal); the
+    caller holds the lock and recovered the folder first (JobFolder.commit)."""
     names = sorted({*files, *moved})
     if unknown := sorted(set(names) - set(JOURNALLED)):
         raise ValueError(f"commit_files only journals {JOURNALLED}, not {unknown}")
-    lock_job(folder)
-    recover(folder)
     try:
         for name, data in files.items():
             atomic_write_bytes(_pending(folder, name), data)
@@ -209,7 +86,6 @@ def commit_files(folder: str | os.PathLike, files: dict[str, bytes],
                 _crash_point("mid-rename")
         os.fsync(fd)
         os.unlink(JOURNAL, dir_fd=fd)
-    _created.pop(_key(folder), None)  # it holds committed files now: never removed whole
 
 
 def _roll_in(fd: int, name: str) -> None:
@@ -217,7 +93,7 @@ def _roll_in(fd: int, name: str) -> None:
     `.NAME.old` first (a folder cannot be renamed over one) and removed after. Repeatable:
     a kill anywhere in it leaves what the next call finishes."""
     pending, old = _pending(Path(), name).name, f".{name}.old"
-    _remove_entry(fd, old)
+    remove_entry(fd, old)
     try:
         st = os.stat(pending, dir_fd=fd, follow_symlinks=False)
     except FileNotFoundError:
@@ -229,7 +105,7 @@ def _roll_in(fd: int, name: str) -> None:
             with contextlib.suppress(FileNotFoundError):
                 os.rename(name, old, src_dir_fd=fd, dst_dir_fd=fd)
         os.rename(pending, name, src_dir_fd=fd, dst_dir_fd=fd)
-    _remove_entry(fd, old)
+    remove_entry(fd, old)
 
 
 def read_job_json(path: Path):
@@ -246,19 +122,16 @@ def journal_names(folder: Path) -> list[str]:
     return [n for n in JOURNALLED if n in names] if isinstance(names, list) else []
 
 
-def recover(folder: str | os.PathLike) -> None:
-    """Roll an interrupted commit forward (or drop one without a journal), lock taken first."""
-    folder = Path(folder)
-    if not folder.is_dir():
-        return
-    lock_job(folder)
+def recover(folder: Path) -> None:
+    """Roll an interrupted commit forward (or drop one without a journal); the caller holds
+    the lock (JobFolder.recover)."""
     with folder_fd(folder) as fd:
         for name in journal_names(folder):
             _roll_in(fd, name)
         with contextlib.suppress(OSError):  # a folder that cannot sync still rolled forward
             os.fsync(fd)
         for name in (JOURNAL, *(f".{n}.{end}" for n in JOURNALLED for end in ("pending", "old"))):
-            _remove_entry(fd, name)
+            remove_entry(fd, name)
 
 
 def current_file(folder: Path, name: str, journal: list[str]) -> Path:
@@ -294,9 +167,7 @@ def parse_artifact(text: str) -> dict:
 
 
 def held_elsewhere(folder: str | os.PathLike) -> bool:
-    """Whether another process holds the job's lock now (a run writing it); read only."""
-    if _key(Path(folder)) in _held:
-        return False
+    """Whether a writer holds the job's lock now (a run writing it); read only."""
     try:
         fd = os.open(Path(folder) / LOCK, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
@@ -309,15 +180,3 @@ def held_elsewhere(folder: str | os.PathLike) -> bool:
         return err.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES)
     finally:
         os.close(fd)
-
-
-def write_failure(folder: Path, info: dict) -> None:
-    """failed.json: the failure's record and its UTC time (never declared to DVC)."""
-    lock_job(folder)
-    when = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    atomic_write_bytes(Path(folder) / FAILED, canonical_json({**info, "when": when}).encode())
-
-
-def clear_failure(folder: Path) -> None:
-    lock_job(folder)
-    (Path(folder) / FAILED).unlink(missing_ok=True)

@@ -1,6 +1,6 @@
 """TRAIN's dry accept: validate the job and describe the run it would make; a pure
-function of program, dataset, tokenizer and params (a DVC output: no timings). And the
-preflight, what the loop would refuse before a first write (its memory estimate among it)."""
+function of program, dataset, tokenizer and params (a DVC output: no timings). And a
+training step's memory check, step_fits (the runner's preflight and the loop ask it)."""
 from __future__ import annotations
 
 import dataclasses
@@ -8,14 +8,13 @@ from pathlib import Path
 
 from sparktrain.data.base import DataSource
 from sparktrain.data.tokenizer import job_tokenizer
-from sparktrain.core.errors import SparkError
-from sparktrain.core.fsutil import canonical_json
+from sparktrain.core.fsutil import atomic_write_bytes, canonical_json
 from sparktrain.core.jobfiles import ARTIFACT, STATUS
-from sparktrain.model.config import MAX_SHARDS, ModelConfig, flops_per_token, n_params
+from sparktrain.model.config import ModelConfig, flops_per_token, n_params
 from sparktrain.model.memory import Estimate, check_fits
 from sparktrain.params import OPTIMIZER_MOMENTS
-from sparktrain.runtime import MAX_WORKERS, default_workers
 from sparktrain.train import jobstate, outputs
+from sparktrain.train.folder import JobFolder
 from sparktrain.train.job import Job
 
 
@@ -37,8 +36,8 @@ def job_plan(job: Job, cfg: ModelConfig, batch_size: int, source: DataSource) ->
 
 def write_status(job: Job, plan: dict, path: str | Path | None = None) -> Path:
     path = Path(path) if path else job.out_dir / STATUS
-    outputs.lock_job(path.parent)
-    outputs.atomic_write_bytes(path, canonical_json(plan).encode())
+    with JobFolder(path.parent):  # written by the folder's one writer, released after
+        atomic_write_bytes(path, canonical_json(plan).encode())
     return path
 
 
@@ -48,19 +47,9 @@ def dry_accept(job: Job, cfg: ModelConfig, batch_size: int, source: DataSource) 
     write_status(job, plan)
     state = jobstate.job_state(job.out_dir, job.id)
     if state["state"] != "trained":
-        outputs.atomic_write_bytes(job.out_dir / ARTIFACT, outputs.dry_artifact(job).encode())
+        with JobFolder(job.out_dir):
+            atomic_write_bytes(job.out_dir / ARTIFACT, outputs.dry_artifact(job).encode())
     return plan
-
-
-def preflight(step, cfg: ModelConfig, source: DataSource, vocab: int | None = None) -> None:
-    """What the loop would refuse (every knob, the memory estimate), before a first write."""
-    if not 1 <= step.shards <= MAX_SHARDS:
-        raise SparkError(f"shards must be in [1, {MAX_SHARDS:,}], got {step.shards:,}")
-    workers = step.workers if step.workers is not None else default_workers()  # SPARK_WORKERS
-    if not 1 <= workers <= MAX_WORKERS:
-        raise SparkError(f"workers must be in [1, {MAX_WORKERS:,}], got {workers:,}")
-    cfg = dataclasses.replace(cfg, vocab=vocab or cfg.vocab).validate()
-    step_fits("training", cfg, step, source.row_bound(), loss_rows=source.loss_rows)
 
 
 def step_fits(what: str, cfg: ModelConfig, step, rows_bound: int | None = None,

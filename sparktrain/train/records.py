@@ -1,7 +1,7 @@
 """What a run records and claims (docs/outputs.md): its curve and counters (Counters), the
 learned-check that must pass before `trained=true` (docs/training.md "Data sources and the one loop"), the weights' metadata,
-checkpoint.json, perf.json and the one commit of them all; failed.json for a run that must
-not be claimed."""
+checkpoint.json, perf.json and the one commit of them all; failed.json's record of a run
+that must not be claimed. Each reads the run's state (state.Run)."""
 from __future__ import annotations
 
 import math
@@ -16,8 +16,8 @@ from sparktrain.core.jobfiles import ARTIFACT, CHECKPOINT, PERF, WEIGHTS
 from sparktrain.model.weights import weights_bytes
 from sparktrain.params import step_record
 from sparktrain.runtime import live_threads
-from sparktrain.train import live, outputs
-from sparktrain.train.resume import clear_state
+from sparktrain.train import outputs
+from sparktrain.train.state import Run
 
 
 @dataclass
@@ -79,7 +79,7 @@ def check_learned(curve: list[dict], vocab: int) -> None:
                              "nothing (lower step.lr?); previous outputs kept")
 
 
-def changed_tensors(run) -> list[str]:
+def changed_tensors(run: Run) -> list[str]:
     """The names of the trained tensors that changed; TrainingFailed if none did."""
     now = run.host_params()
     changed = [n for n in run.trainable if not np.array_equal(run.start[n], now[n])]
@@ -88,7 +88,7 @@ def changed_tensors(run) -> list[str]:
     return changed
 
 
-def weights_meta(run, counts: Counters, labels: dict) -> dict:
+def weights_meta(run: Run, counts: Counters, labels: dict) -> dict:
     job = run.job
     return {"job": job.id, "step_n": run.step_n, "trained": True, "not_sgd": False,
             "arch": run.model.cfg.to_dict(), "loss_before": counts.curve[0]["loss"],
@@ -96,7 +96,7 @@ def weights_meta(run, counts: Counters, labels: dict) -> dict:
             "base": job.base, **run.data.weights_meta, **labels, **run.device.record()}
 
 
-def checkpoint(run, counts: Counters, changed: list[str], weights_sha256: str,
+def checkpoint(run: Run, counts: Counters, changed: list[str], weights_sha256: str,
                labels: dict) -> dict:
     """checkpoint.json (docs/outputs.md); trained/not_sgd/sgd/claim: the original's fixed fields."""
     job, step, cfg = run.job, run.step, run.model.cfg
@@ -123,7 +123,7 @@ def checkpoint(run, counts: Counters, changed: list[str], weights_sha256: str,
 PEAK_MIN_TRAIN_S = 5.0
 
 
-def perf(run, counts: Counters) -> dict:
+def perf(run: Run, counts: Counters) -> dict:
     """perf.json: this process's speed (undeclared to DVC: timings vary)."""
     seconds = max(counts.seconds, 1e-9)
     record = {"train_seconds": round(counts.seconds, 4),
@@ -144,7 +144,7 @@ def perf(run, counts: Counters) -> dict:
     return record
 
 
-def commit(run, counts: Counters, changed: list[str], labels: dict) -> StepResult:
+def commit(run: Run, counts: Counters, changed: list[str], labels: dict) -> StepResult:
     """One commit of the run's set: weights, checkpoint, ARTIFACT, perf.json, its curves
     (dvclive/) and the tokenizer.json and corpus/ it staged; then the resume state goes."""
     job = run.job
@@ -156,17 +156,12 @@ def commit(run, counts: Counters, changed: list[str], labels: dict) -> StepResul
              ARTIFACT: outputs.trained_artifact(job, run.step_n, run.device.kind,
                                             run.step.optimizer).encode(),
              PERF: canonical_json(speed).encode()}
-    outputs.commit_files(job.out_dir, files,
-                         {**outputs.staged_inputs(job.out_dir), **live.pending(job.out_dir)})
-    outputs.drop_staged(job.out_dir)
-    outputs.clear_failure(job.out_dir)
-    clear_state(job.out_dir)
-    live.discard(job.out_dir)
+    run.folder.commit_run(files)
     return StepResult(checkpoint=ck, perf=speed, weights_sha256=wsha, files=files)
 
 
-def run_failed(job, err: Exception, step) -> None:
-    """Record a failed attempt beside (never over) the previous good outputs."""
-    outputs.write_failure(job.out_dir, {"job": job.id, "state": "failed", "reason": str(err),
-                                        "lr": step.lr, "outer": step.outer, "inner": step.inner,
-                                        "step": step_record(step)})
+def failure_record(job, err: Exception, step) -> dict:
+    """failed.json's record of an attempt that must not be claimed (written beside, never
+    over, the previous good outputs)."""
+    return {"job": job.id, "state": "failed", "reason": str(err), "lr": step.lr,
+            "outer": step.outer, "inner": step.inner, "step": step_record(step)}

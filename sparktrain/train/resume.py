@@ -13,8 +13,8 @@ from sparktrain.core.values import is_count, number
 from sparktrain.knobs import fingerprinted
 from sparktrain.model.base import Model
 from sparktrain.model.weights import check_params, config_from_meta, load_weights, weights_bytes
-from sparktrain.train import outputs
 from sparktrain.train.job import Job
+from sparktrain.train.state import Run
 
 
 def initial_params(job: Job, model: Model, seed: int, salt: bytes,
@@ -53,7 +53,7 @@ def fingerprint(job: Job, cfg, data_fingerprint, step, device) -> str:
         "sparkbc_sha256": job.sparkbc_sha256, "base": job.base, **device.record()}).encode())
 
 
-def save_state(run, counts) -> None:
+def save_state(run: Run, counts) -> None:
     """The whole state after pass `counts.done`, through the commit journal (never half)."""
     tensors = {f"param.{n}": a for n, a in run.host_params().items()}
     opt_state = run.device.to_host(run.optimizer.state())
@@ -61,15 +61,15 @@ def save_state(run, counts) -> None:
     state = {"fingerprint": run.fingerprint, "done": counts.done, "curve": counts.curve,
              "tokens_seen": counts.tokens_seen, "clipped": counts.clipped,
              "flops_seen": counts.flops_seen, "sampler": run.data.sampler.state()}
-    outputs.commit_files(run.job.out_dir, {
+    run.folder.commit({
         RESUME_TENSORS: weights_bytes(tensors, {"resume_of": run.job.id}),
         RESUME_STATE: canonical_json(state).encode()})
 
 
-def load_state(run, counts, say) -> None:
+def load_state(run: Run, counts, say) -> None:
     """Continue a saved state of this very run, checked first; else `say` why and start afresh."""
-    folder = run.job.out_dir
-    outputs.recover(folder)
+    run.folder.recover()
+    folder = run.folder.path
     path = folder / RESUME_STATE
     if not path.is_file() or not (folder / RESUME_TENSORS).is_file():
         return
@@ -91,7 +91,7 @@ def load_state(run, counts, say) -> None:
     except (SparkError, ValueError, TypeError, KeyError, RecursionError, OSError) as err:
         say(f"[{run.job.id}] the saved state in {folder} is torn or malformed "
             f"({str(err)[:200]}); discarding it and starting afresh")
-        clear_state(folder)
+        run.folder.clear_resume()
         return
     ops = run.device.ops
     for n in run.params:  # host float32 in the file, whatever device saved it
@@ -102,7 +102,7 @@ def load_state(run, counts, say) -> None:
                 state["flops_seen"])
 
 
-def _check_state(state: dict, run) -> None:
+def _check_state(state: dict, run: Run) -> None:
     """resume.json's fields as save_state writes them, else ValueError naming the first bad one."""
     done, curve = state.get("done"), state.get("curve")
     if not is_count(done) or not 1 <= done < run.step.outer or done > run.step.passes():
@@ -123,8 +123,3 @@ def _check_state(state: dict, run) -> None:
         raise ValueError("its sampler state is not of this run's sampler") from None
     finally:
         sampler.set_state(fresh)
-
-
-def clear_state(folder) -> None:
-    for name in (RESUME_STATE, RESUME_TENSORS):
-        (folder / name).unlink(missing_ok=True)

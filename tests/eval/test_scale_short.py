@@ -10,7 +10,7 @@ from sparktrain.data.source import source_for
 from sparktrain.params import Defaults, StepConfig
 from sparktrain.data.pairs import load_pairs
 from sparktrain.train.job import job_from_program
-from sparktrain.train.loop import train_and_commit
+from sparktrain.train.runner import run_job
 
 
 def test_large_scale_short_budget_lowers_heldout_loss(project, monkeypatch):
@@ -20,7 +20,7 @@ def test_large_scale_short_budget_lowers_heldout_loss(project, monkeypatch):
     heldout = load_pairs("data/eval/scale_heldout.jsonl")
     start = build_model(cfg).init_params(0, bytes.fromhex(job.sparkbc_sha256))
     before = evaluate(start, cfg, heldout, max_new=1, n_samples=0)["loss"]
-    res = train_and_commit(job, StepConfig(outer=2, inner=10, lr=0.1, batch_size=16), cfg,
+    res = run_job(job, StepConfig(outer=2, inner=10, lr=0.1, batch_size=16), cfg,
                            source_for(job.dataset, Defaults()), progress=lambda line: None)
     assert res.checkpoint["loss_after"] < res.checkpoint["loss_before"]
     trained, _ = load_weights(project / job.out / "weights.safetensors")

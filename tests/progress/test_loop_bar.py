@@ -14,6 +14,7 @@ import pytest
 
 import sparktrain.train.live as live
 import sparktrain.train.loop as loop
+from sparktrain.train.runner import run_job
 from sparkhelp import HANG_GUARD_S, ROOT, SPARK
 from sparktrain.data.source import source_for
 from sparktrain.model.config import SCALES
@@ -43,7 +44,7 @@ class Clock:
 
 def _run(tmp_path, name="job", step=STEP, **kw):
     job = adhoc_job(str(ROOT / "data/train/dataset.jsonl"), str(tmp_path / name), None)
-    return loop.train_and_commit(job, step, SCALES["tiny"],
+    return run_job(job, step, SCALES["tiny"],
                                  source_for(job.dataset, Defaults(), HELDOUT), **kw)
 
 
@@ -182,7 +183,7 @@ def test_spark_train_on_a_real_terminal_draws_the_bar(tmp_path):
 
 
 def test_the_scale_proof_on_a_terminal_draws_the_bar(project):
-    """tools/proof.py calls train_and_commit with the default progress: the bar on a terminal."""
+    """tools/proof.py calls run_job with the default progress: the bar on a terminal."""
     rc, text = _on_a_pty([sys.executable, ROOT / "tools/proof.py", "scale", "--scale", "tiny",
                           "--outer", "1", "--inner", "2"], project)
     assert rc == 0, text

@@ -7,14 +7,14 @@ import json
 
 from sparktrain.core.progress import Progress, eta_seconds, format_seconds
 from sparktrain.core.jobfiles import LIVE_DIR
-from sparktrain.train.live import METRICS, Watcher, pending, series_path
-from sparktrain.train.outputs import commit_files, unlock_job
+from sparktrain.train.live import METRICS, Watcher, series_path
+from sparktrain.train.folder import JobFolder
 
 
 def publish(folder):
     """The run's curves committed as the job's dvclive/ (what the step's commit does)."""
-    commit_files(folder, {}, pending(folder))
-    unlock_job(folder)
+    with JobFolder(folder) as job:
+        job.commit({}, job.live_pending())
 
 
 class Clock:

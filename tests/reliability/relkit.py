@@ -17,7 +17,8 @@ def killed_in_pass_two(root, monkeypatch, knobs, *, as_sigkill=False):
     Ctrl-C in pass 2, after the state of pass 1 was saved. as_sigkill: .live-run stays, as
     a SIGKILL leaves it (Ctrl-C removes it)."""
     from sparktrain.cli import main
-    from sparktrain.train import live, loop, outputs
+    from sparktrain.train import loop
+    from sparktrain.train.folder import JobFolder
 
     real, calls = loop.apply_update, [0]
 
@@ -31,9 +32,8 @@ def killed_in_pass_two(root, monkeypatch, knobs, *, as_sigkill=False):
     with monkeypatch.context() as m:
         m.setattr(loop, "apply_update", dies)
         if as_sigkill:
-            m.setattr(live, "discard", lambda folder: None)
+            m.setattr(JobFolder, "discard_live", lambda self: None)
         assert main(TRAIN + ["--out", "out/j"] + knobs) == 130
-    outputs.unlock_job("out/j")
     job = root / "out/j"
     assert (job / "resume.json").is_file() and (job / ".live-run").is_dir() == as_sigkill
     return job

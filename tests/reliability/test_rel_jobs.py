@@ -9,18 +9,15 @@ import pytest
 from relkit import FAST, TRAIN, snapshot, trained  # noqa: F401  (fixture)
 from sparkhelp import PROMPT_GUARD_S, SPARK, assert_one_line_error, run_spark
 from sparktrain.core.fsutil import sha256_file
-from sparktrain.train import outputs
+from sparktrain.train.folder import JobFolder
 
 
 def test_second_writer_gets_one_line_and_changes_nothing(trained):
     project, _ = trained
     folder = project / "out/j"
     good = snapshot(folder)
-    outputs.lock_job(folder)          # this process is the writer now
-    try:
+    with JobFolder(folder):           # this process is the writer now
         rc, _, err = run_spark(TRAIN + ["--out", "out/j", "--seed", "3"] + FAST, cwd=project)
-    finally:
-        outputs.unlock_job(folder)
     assert_one_line_error(rc, err, "in use by another spark process")
     assert snapshot(folder) == good
 
@@ -52,8 +49,8 @@ def test_crafted_journal_is_never_followed(tmp_path, journal):
     rc, out, err = run_spark(["status", "out/j"], cwd=tmp_path)
     assert rc == 0 and "Traceback" not in err
     assert snapshot(tmp_path) == before            # a reader changes nothing
-    outputs.recover(folder)                        # the lock holder: only the three names
-    outputs.unlock_job(folder)
+    with JobFolder(folder) as job:                 # the lock holder: only the three names
+        job.recover()
     after = snapshot(tmp_path)
     assert after.pop("out/j/.lock") == b""
     before.pop("out/j/.commit")
@@ -66,8 +63,8 @@ def test_recover_rolls_only_the_job_files_forward(tmp_path):
     (folder / ".ARTIFACT.pending").write_text("new artifact")
     (folder / ".evil.pending").write_text("x")
     (folder / ".commit").write_text('["ARTIFACT", "evil", "/tmp/x"]')
-    outputs.recover(folder)
-    outputs.unlock_job(folder)
+    with JobFolder(folder) as job:
+        job.recover()
     assert (folder / "ARTIFACT").read_text() == "new artifact"
     assert (folder / ".evil.pending").exists() and not (folder / "evil").exists()
     assert not (folder / ".commit").exists()

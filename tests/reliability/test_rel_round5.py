@@ -28,7 +28,7 @@ from sparktrain.core import fsutil
 from sparktrain.core.errors import SparkError
 from sparktrain.core.gate import check_output
 from sparktrain.core import publish
-from sparktrain.train import outputs
+from sparktrain.train.folder import JobFolder
 
 W = "out/j/weights.safetensors"
 
@@ -160,8 +160,8 @@ def _write_by_name(target):
 
 
 def _commit(target):
-    outputs.commit_files(target / "job", {"ARTIFACT": b"x\n"})
-    outputs.unlock_job(target / "job")
+    with JobFolder(target / "job") as job:
+        job.commit({"ARTIFACT": b"x\n"})
 
 
 WRITERS = {"atomic file": _write_file, "HF folder": _write_dir, "file by name": _write_by_name,
@@ -271,7 +271,6 @@ def test_a_full_disk_is_one_line_and_leaves_nothing_half_made(tmp_path, writer, 
     (target / "job").mkdir(parents=True)
     with pytest.raises(SparkError, match="ENOSPC"):
         WRITERS[writer](target)
-    outputs.unlock_job(target / "job")
     left = {p.name for p in target.rglob("*")} - {"job", ".lock"}
     assert not any(n.endswith((".tmp", ".pending")) for n in left), left
 
@@ -337,12 +336,9 @@ def _files(job):
 def test_a_second_code_train_on_a_job_in_use_touches_nothing(tmp_path):
     job = _coder_job(tmp_path)
     before = _files(job)
-    outputs.lock_job(job)  # the run in progress
-    try:
+    with JobFolder(job):  # the run in progress
         rc, _, err = run_spark(["code", "train", "--scale", "tiny"], cwd=tmp_path)
         assert_one_line_error(rc, err, "in use")
-    finally:
-        outputs.unlock_job(job)
     assert _files(job) == before
 
 

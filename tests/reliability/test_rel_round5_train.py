@@ -36,6 +36,7 @@ from relkit import (FAST, TRAIN, copy_project, git_project, killed_in_pass_two, 
                     snapshot, train_j, trained)
 from sparkhelp import ROOT, assert_one_line_error, run_spark
 from sparktrain.train import jobstate, live, outputs
+from sparktrain.train.folder import JobFolder
 
 D, PROGRAM = "data/train/dataset.jsonl", "data/programs/train-step.sparkbc"
 SERIES = "dvclive/plots/metrics"
@@ -291,7 +292,6 @@ def test_every_write_of_a_train_run_failing_is_one_line(project, monkeypatch, ca
                 _fail_write(m, code, n)
                 rc = _train_in_process(out, "--lr", "0.05")
             err = capsys.readouterr().err
-            outputs.unlock_job(out)
             if rc == 0:  # the n-th write open of this run came after its last
                 shutil.rmtree(project / out) if out == "out/new" else None
                 continue
@@ -520,7 +520,6 @@ def test_a_live_folder_swapped_for_a_link_mid_run_redirects_no_byte(
     rc = main(TRAIN + ["--out", os.fspath(job.relative_to(project)), "--outer", "2",
                        "--inner", "1"])
     err = capsys.readouterr().err
-    outputs.unlock_job(job.relative_to(project))
     stopped_on_a_write(rc, err, "symbolic link")
     after = snapshot(decoy) if decoy.is_dir() else decoy.read_bytes()
     assert after == taken["before"]
@@ -534,7 +533,7 @@ def test_a_live_run_swapped_for_a_link_before_the_move_in_is_refused(
     job = root / "out/swap-publish"
     shutil.copytree(weights.parent, job)
     decoy, taken = tmp_path / "decoy", {}
-    real = live.pending  # what the commit moves in (round six: the curves are in it)
+    real = JobFolder.live_pending  # what the commit moves in (round six: the curves are in it)
 
     def swap(folder):
         shutil.move(job / ".live-run", decoy)
@@ -542,12 +541,11 @@ def test_a_live_run_swapped_for_a_link_before_the_move_in_is_refused(
         taken["before"] = snapshot(decoy)
         return real(folder)
 
-    monkeypatch.setattr(live, "pending", swap)
+    monkeypatch.setattr(JobFolder, "live_pending", swap)
     from sparktrain.cli import main
 
     rc = main(TRAIN + ["--out", "out/swap-publish"] + FAST)
     err = capsys.readouterr().err
-    outputs.unlock_job("out/swap-publish")
     stopped_on_a_write(rc, err, "symbolic link")
     assert verified(job) and snapshot(job / "dvclive") == snapshot(weights.parent / "dvclive")
     assert snapshot(decoy) == taken["before"]

@@ -42,6 +42,7 @@ from sparktrain.model.weights import load_weights, weights_bytes
 from sparktrain.core.errors import SparkError
 from sparktrain.params import StepConfig, load_params
 from sparktrain.train import jobstate, outputs
+from sparktrain.train.folder import JobFolder
 from sparktrain.train.optim import lr_at
 from sparktrain.repro import dvclock
 
@@ -123,7 +124,6 @@ def test_a_full_disk_in_prepare_keeps_the_jobs_set(corpus_job, monkeypatch, caps
     assert main(CORPUS + _bpe_params(project)) == 2
     err = capsys.readouterr().err.strip().splitlines()  # progress lines, then one error
     assert [ln for ln in err if "error" in ln] == err[-1:] and "ENOSPC" in err[-1], err
-    outputs.unlock_job(folder)
     _same_set(folder, before)
 
 
@@ -145,8 +145,8 @@ def test_a_kill_inside_the_commit_never_pairs_new_weights_with_old_curves(corpus
     state = jobstate.job_state(folder)  # read as the journal will leave it
     assert state["weights_sha256"] != json.loads(before["checkpoint.json"])["weights_sha256"]
     assert state["perf"] != json.loads(before["perf.json"])
-    outputs.recover(folder)  # the next writer rolls the journal forward
-    outputs.unlock_job(folder)
+    with JobFolder(folder) as job:  # the next writer rolls the journal forward
+        job.recover()
     after = snapshot(folder)
     assert json.loads(after["checkpoint.json"])["seed"] == 7
     assert jobstate.job_state(folder)["weights_verified"]

@@ -96,15 +96,13 @@ def test_apply_step_holds_the_job_lock_before_it_reads_the_base(trained, monkeyp
     held = []
     real = original._arch_from_base
     monkeypatch.setattr(original, "_arch_from_base",
-                        lambda args, w: held.append(outputs.holds_lock(folder)) or real(args, w))
+                        lambda args, w: held.append(outputs.held_elsewhere(folder))
+                        or real(args, w))
     monkeypatch.chdir(project)
-    try:
-        main(["apply-step", "--sparkbc", PROGRAM, "--weights",
-              str(folder / "weights.safetensors"), "--dataset", "data/train/dataset.jsonl",
-              *FAST])
-    finally:
-        outputs.unlock_job(folder)
-    assert held == [True]
+    main(["apply-step", "--sparkbc", PROGRAM, "--weights", str(folder / "weights.safetensors"),
+          "--dataset", "data/train/dataset.jsonl", *FAST])
+    assert held == [True]                       # its JobFolder held the lock
+    assert not outputs.held_elsewhere(folder)   # and released it once the run was done
 
 
 def test_a_second_in_place_writer_refuses_and_changes_nothing(trained):

@@ -14,7 +14,7 @@ from sparkhelp import SPARK, run_spark
 from sparktrain.core.fsutil import sha256_file
 from sparktrain.model.weights import load_weights
 from sparktrain.train.jobstate import job_state
-from sparktrain.train.outputs import recover, unlock_job
+from sparktrain.train.folder import JobFolder
 
 TRAIN = ["train", "--dataset", "data/train/dataset.jsonl", "--out", "out/j", "--outer", "1",
          "--inner", "2"]
@@ -48,8 +48,8 @@ def test_kill_inside_the_commit(project, trained, point):
     state = job_state(folder)  # a reader reads the journalled set as it will be, changing nothing
     assert state["state"] == "trained" and state["weights_verified"]
     assert sorted((p.name, p.read_bytes()) for p in folder.iterdir() if p.is_file()) == before
-    recover(folder)            # the next writer (the lock holder) rolls forward or back
-    unlock_job(folder)
+    with JobFolder(folder) as writer:  # the next writer (the lock holder) rolls forward or back
+        writer.recover()
     assert job_state(folder)["weights_sha256"] == state["weights_sha256"]
     new = _consistent(folder)
     if point == "mid-rename":   # past the point of no return: the new set is complete

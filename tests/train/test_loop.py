@@ -15,7 +15,8 @@ from sparktrain.params import Defaults, StepConfig, parse_params
 from sparktrain.train.job import adhoc_job, job_from_program
 from sparktrain.data.pairs import MinibatchSampler
 from sparktrain.train import records
-from sparktrain.train.loop import train_and_commit
+from sparktrain.train.folder import JobFolder
+from sparktrain.train.runner import run_job
 from sparktrain.train.jobstate import job_state
 from sparktrain.train.outputs import parse_artifact
 
@@ -33,7 +34,7 @@ def _train(project, monkeypatch, step=StepConfig(), cfg=TINY, out="out/train/job
     monkeypatch.chdir(project)
     job = job_from_program(PROGRAM, "job-dry-001") if out == "out/train/job-dry-001" \
         else adhoc_job("data/train/dataset.jsonl", out, None)
-    return job, train_and_commit(job, step, cfg, pairs(job), **QUIET)
+    return job, run_job(job, step, cfg, pairs(job), **QUIET)
 
 
 def test_default_tiny_job_learns(project, monkeypatch):
@@ -107,7 +108,7 @@ def test_loss_that_does_not_fall_fails_loud_and_keeps_outputs(project, monkeypat
     rising = iter([3.0, 3.1, 3.2, 3.3, 3.4])
     monkeypatch.setattr(loop, "score", lambda *a: {"loss": next(rising)})
     with pytest.raises(TrainingFailed, match="loss did not fall"):
-        train_and_commit(job, StepConfig(), TINY, pairs(job), **QUIET)
+        run_job(job, StepConfig(), TINY, pairs(job), **QUIET)
     _assert_kept(folder, before)
 
 
@@ -116,7 +117,7 @@ def test_no_weight_change_fails_loud(project, monkeypatch):
     folder = project / job.out
     before = _outputs(folder)
     with pytest.raises(TrainingFailed, match="no weight changed"):
-        train_and_commit(job, StepConfig(lr=1e-30, momentum=0, outer=1, inner=1), TINY, pairs(job),
+        run_job(job, StepConfig(lr=1e-30, momentum=0, outer=1, inner=1), TINY, pairs(job),
                          **QUIET)
     _assert_kept(folder, before)
 
@@ -132,7 +133,7 @@ def test_divergence_fails_loud_and_keeps_outputs(project, monkeypatch):
     save_weights(project / "out/huge.safetensors", params, meta)
     huge = adhoc_job("data/train/dataset.jsonl", job.out, "out/huge.safetensors")
     with np.errstate(all="ignore"), pytest.raises(TrainingFailed, match="diverged"):
-        train_and_commit(huge, StepConfig(step=2), TINY, pairs(huge), **QUIET)
+        run_job(huge, StepConfig(step=2), TINY, pairs(huge), **QUIET)
     _assert_kept(folder, before)
 
 
@@ -140,12 +141,12 @@ def test_resume_from_base_counts_steps(project, monkeypatch):
     job, first = _train(project, monkeypatch, out="out/first")
     base = "out/first/weights.safetensors"
     again = adhoc_job("data/train/dataset.jsonl", "out/second", base)
-    res = train_and_commit(again, StepConfig(outer=1, inner=2, lr=0.01), TINY, pairs(again),
+    res = run_job(again, StepConfig(outer=1, inner=2, lr=0.01), TINY, pairs(again),
                            **QUIET)
     assert res.checkpoint["step_n"] == 2 and res.checkpoint["base_step_n"] == 1
     assert res.checkpoint["loss_before"] == pytest.approx(first.checkpoint["loss_after"], rel=1e-6)
     with pytest.raises(SparkError, match="greater than the base's step_n 1"):
-        train_and_commit(again, StepConfig(step=1), TINY, pairs(again), **QUIET)
+        run_job(again, StepConfig(step=1), TINY, pairs(again), **QUIET)
 
 
 def test_pool_fallback_trains_only_embed_and_head(project, monkeypatch):
@@ -159,7 +160,7 @@ def test_pool_fallback_trains_only_embed_and_head(project, monkeypatch):
     # an attention run cannot continue from the mean-pool weights
     onto = adhoc_job("data/train/dataset.jsonl", "out/attn", "out/pool/weights.safetensors")
     with pytest.raises(SparkError, match="trained with train_attn=False"):
-        train_and_commit(onto, StepConfig(), TINY, pairs(onto), **QUIET)
+        run_job(onto, StepConfig(), TINY, pairs(onto), **QUIET)
 
 
 def test_sampler_whole_dataset_in_file_order_and_seeded_epochs():
@@ -180,8 +181,8 @@ def test_heldout_loss_after_every_pass_matches_eval(project, monkeypatch):
     monkeypatch.chdir(project)
     job = job_from_program(PROGRAM, "job-dry-001")
     heldout = "data/eval/tiny_heldout.jsonl"
-    plain = train_and_commit(job, StepConfig(), TINY, pairs(job), **QUIET).checkpoint
-    c = train_and_commit(job, StepConfig(step=2), TINY, pairs(job, heldout), **QUIET).checkpoint
+    plain = run_job(job, StepConfig(), TINY, pairs(job), **QUIET).checkpoint
+    c = run_job(job, StepConfig(step=2), TINY, pairs(job, heldout), **QUIET).checkpoint
     assert c["heldout"] == heldout and "heldout" not in plain
     # the held-out file is only measured, never trained on: same training losses
     assert [e["loss"] for e in c["loss_curve"]] == [e["loss"] for e in plain["loss_curve"]]
@@ -244,7 +245,7 @@ def test_a_run_stopped_after_a_pass_is_the_whole_run_up_to_it(project, monkeypat
     pass k resumes it to the same bytes as a fresh stopped run (spark tune's pruned
     trials: docs/pipeline.md "Tuning")."""
     knobs = dict(outer=4, optimizer="adamw", lr=0.01, schedule="cosine", warmup=2)
-    monkeypatch.setattr(records, "clear_state", lambda folder: None)   # the whole run's state
+    monkeypatch.setattr(JobFolder, "clear_resume", lambda self: None)   # the whole run's state
     job, whole = _train(project, monkeypatch, StepConfig(**knobs, checkpoint_every=2))
     assert (project / job.out / "resume.json").is_file()   # saved after pass 2, kept
     monkeypatch.undo()

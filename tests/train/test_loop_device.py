@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 import sparktrain.train.loop as loop
+from sparktrain.train.runner import run_job
 from sparkhelp import ROOT, assert_one_line_error, run_spark
 from sparktrain.data.source import prepare_job, source_for
 from sparktrain.core.errors import SparkError, TrainingFailed
@@ -48,7 +49,7 @@ def _run(tmp_path: Path, name: str, step: StepConfig, base=None, progress=None):
     source = source_for(PAIRS, Defaults(), heldout=HELDOUT)
     prepare_job(job.out_dir, source, "byte", 0)
     kw = dict(QUIET, progress=progress or QUIET["progress"])
-    return job, loop.train_and_commit(job, step, SCALES["tiny"], source, **kw)
+    return job, run_job(job, step, SCALES["tiny"], source, **kw)
 
 
 def _curve_close(got: list[dict], want: list[dict]) -> None:

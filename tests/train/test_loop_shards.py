@@ -10,7 +10,7 @@ from sparktrain.cli import main
 from sparktrain.model.config import SCALES
 from sparktrain.params import Defaults, StepConfig
 from sparktrain.train.job import adhoc_job
-from sparktrain.train.loop import train_and_commit
+from sparktrain.train.runner import run_job
 from sparktrain.data.source import source_for
 
 QUIET = dict(progress=lambda line: None)
@@ -19,7 +19,7 @@ QUIET = dict(progress=lambda line: None)
 def _files(project, monkeypatch, out, **knobs) -> dict[str, bytes]:
     monkeypatch.chdir(project)
     job = adhoc_job("data/train/dataset.jsonl", out, None)
-    result = train_and_commit(job, StepConfig(outer=2, inner=3, batch_size=8, **knobs),
+    result = run_job(job, StepConfig(outer=2, inner=3, batch_size=8, **knobs),
                               SCALES["tiny"], source_for(job.dataset, Defaults()), **QUIET)
     # perf.json (timings) is committed with the run but is no part of its bytes
     return {name: data for name, data in result.files.items() if name != "perf.json"}

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 import sparktrain.train.loop as loop
+from sparktrain.train.runner import run_job
 from sparkhelp import ROOT
 from sparktrain.data.source import (SOURCES, CorpusSource, PairsSource, TextSource, prepare_job,
                                     source_for)
@@ -62,7 +63,7 @@ def test_every_kind_goes_through_the_one_loop(kind, tmp_path, monkeypatch):
     source = source_for(dataset, KNOBS, heldout=str(ROOT / "data/eval/tiny_heldout.jsonl"))
     prepare_job(job.out_dir, source, "byte", 0)
     counts = _calls(monkeypatch)
-    ck = loop.train_and_commit(job, STEP, SCALES["tiny"], source, **QUIET).checkpoint
+    ck = run_job(job, STEP, SCALES["tiny"], source, **QUIET).checkpoint
     assert counts == {"_set_up": 1, "apply_update": 6, "check_learned": 1, "commit": 1}
     assert ck["loss_after"] < ck["loss_before"]
     assert all("heldout_loss" in point for point in ck["loss_curve"])
