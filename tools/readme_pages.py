@@ -95,9 +95,10 @@ def coder_line(lines: list[str], where: str) -> str:
     the whole held-out stream's bits per byte beside the compressors, and `where`."""
     bpb = coder_figures("\n".join(lines))["bpb"]
     model = next(k for k in bpb if k.startswith("model"))
+    dynamic = next((f" ({k} {v})" for k, v in bpb.items() if k.startswith("dynamic")), "")
     return (f"`spark-code train --scale tiny`: {model} {bpb[model]} bits per byte on the "
-            f"whole held-out stream, zlib level 9 {bpb['zlib level 9']}, PPMd primed with "
-            f"the train split {bpb['PPMd, order 16, primed']}; {where}")
+            f"whole held-out stream{dynamic}, zlib level 9 {bpb['zlib level 9']}, PPMd primed "
+            f"with the train split {bpb['PPMd, order 16, primed']}; {where}")
 
 
 def exp_rows(show: str) -> list[dict]:

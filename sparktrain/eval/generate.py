@@ -126,9 +126,7 @@ def learned_text(report: dict, model: str) -> str:
              f"  {'model (' + model + ')':32s} {report['bpb']:.4f}",
              f"  {'  in sliding windows, stride ' + str(report['sliding_stride']):32s} "
              f"{report['bpb_sliding']:.4f}",
-             *([f"  {'  dynamic: learning as it codes':32s} {report['bpb_dynamic']:.4f} "
-                f"({report['dynamic']['rule']} at {report['dynamic']['lr']:g}, an update "
-                f"each {report['dynamic']['stride']} tokens scored)"]
+             *([f"  {'  dynamic, learning as it codes':32s} {report['bpb_dynamic']:.4f}"]
                if "bpb_dynamic" in report else []),
              f"  {'zlib level 9':32s} {report['zlib9_bpb']:.4f}",
              f"  {'lzma preset 9e':32s} {report['lzma9e_bpb']:.4f}",
@@ -140,7 +138,10 @@ def learned_text(report: dict, model: str) -> str:
              f"  model / primed PPMd: {report['bpb'] / report['ppmd_primed_bpb']:.4f}, sliding "
              f"{report['bpb_sliding'] / report['ppmd_primed_bpb']:.4f}"
              + (f", dynamic {report['bpb_dynamic'] / report['ppmd_primed_bpb']:.4f}"
-                if "bpb_dynamic" in report else "")]
+                if "bpb_dynamic" in report else ""),
+             *([f"  dynamic: {d['rule']} at {d['lr']:g}, decay {d['decay']:g}, an update after "
+                f"each {d['stride']} tokens scored ({d['updates']:,} updates)"]
+               for d in [report.get("dynamic")] if d)]
     for item in report["samples"]:
         lines += ["", f"--- prompt ---\n{item['prompt']}",
                   f"--- sampled (temperature {s['temperature']}, top-k {s['top_k']}, seed "
