@@ -22,8 +22,8 @@ def test_an_unexpected_exception_in_step_puts_the_outputs_back(repro_copy):
     # a bug after training, before the commit (the copy's own code runs the stage)
     records = repro_copy / "sparktrain/train/records.py"
     text = records.read_text()
-    head = ('    """What a run must show before `trained=true` (docs/training.md "Data sources '
-            'and the one loop": the learned-check)."""\n')
+    ref = 'docs/training.md "Data sources and the one loop"'
+    head = f'    """What a run must show before `trained=true` ({ref}: the learned-check)."""\n'
     assert text.count(head) == 1
     records.write_text(text.replace(head, head + '    raise IndexError("index 23 is out of '
                                     'bounds for axis 0 with size 3")\n'))
