@@ -376,10 +376,10 @@ def parse_params(raw) -> Params:
     except TypeError as err:  # a key that is not an identifier, e.g. `1: x`
         raise SparkError(f"params: {err}") from None
     seq_len = params.model_config().seq_len  # the scale's name and arch: checked now, not mid-run
-    if params.eval.stride is not None and params.eval.stride > seq_len:
-        # the eval stage would refuse it only after the run trained and committed
-        raise SparkError(f"params: eval.stride {params.eval.stride} is above seq_len {seq_len} "
-                         f"(scale {params.scale}); give at most {seq_len}, or leave it out")
+    for key in ("stride", "dynamic_stride"):  # eval would refuse them only after training
+        if (value := getattr(params.eval, key)) is not None and value > seq_len:
+            raise SparkError(f"params: eval.{key} {value} is above seq_len {seq_len} (scale "
+                             f"{params.scale}); give at most {seq_len}, or leave it out")
     return params
 
 

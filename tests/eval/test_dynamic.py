@@ -3,17 +3,21 @@ every held-out token scored exactly once, in one pass, in order; by a full norma
 distribution over the vocabulary; depending only on the stored weights and the tokens before
 it; no update reading a token before it was scored. And it learns: on a repeating stream it
 codes cheaper than the static score, with every rule."""
+from pathlib import Path
+
 import numpy as np
 import pytest
+import yaml
 
 from sparktrain.core.errors import SparkError
 from sparktrain.data.base import bits_per_byte
 from sparktrain.data.corpus import sliding_batches
 from sparktrain.eval.dynamic import DynamicSettings, dynamic_score, mean_squares
-from sparktrain.params import DYNAMIC_RULES as RULES
+from sparktrain.params import DYNAMIC_RULES as RULES, parse_params
 from sparktrain.model.build import build_model
 from sparktrain.model.config import ModelConfig
 
+ROOT = Path(__file__).resolve().parents[2]
 CFG = ModelConfig(dim=16, n_layer=1, n_head=2, n_kv_head=1, seq_len=8).validate()
 BYTES = np.ones(256, dtype=np.int64)  # byte tokens: one byte each
 STREAM = np.tile(np.array([3, 9, 4, 1, 5, 9, 2, 6, 5, 3, 5]), 12)  # (132,) a repeating text
@@ -101,3 +105,17 @@ def test_refusals(model_and_params):
         dynamic_score(model, params, STREAM, 8, DynamicSettings("lion", 0.1, 0, 4), BYTES, 0)
     with pytest.raises(SparkError, match="not finite"):
         dynamic_score(model, params, STREAM, 8, DynamicSettings("sgd", 1e30, 0, 4), BYTES, 0)
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"dynamic_stride": 65}, "eval.dynamic_stride 65 is above seq_len 64"),
+    ({"dynamic_lr": -0.1}, "dynamic_lr"),
+    ({"dynamic_lr": 0.001, "dynamic_rule": "lion"}, "dynamic_rule"),
+    ({"dynamic_lr": 0.001, "dynamic_decay": 1.5}, "dynamic_decay"),
+])
+def test_the_params_check_refuses_bad_settings_before_training(change, message):
+    """Every dynamic setting is checked when params are read, before a first write."""
+    recipe = yaml.safe_load((ROOT / "data/programs/coder-recipes.yaml").read_text())["tiny"]
+    recipe["eval"] = {**recipe.get("eval", {}), **change}
+    with pytest.raises(SparkError, match=message):
+        parse_params(recipe)
