@@ -147,6 +147,7 @@ def cmd_code_train(args) -> int:
     from sparktrain.train.recipes import dvc_set_flags, load_recipe, recipe_row
     from sparktrain.train.bench import grind_note
     from sparktrain.train.job import job_from_program
+    from sparktrain.train.runner import preflight
 
     knobs = load_params(args.params) if args.params else load_recipe(args.scale or "tiny")
     if args.dvc_command:
@@ -158,17 +159,19 @@ def cmd_code_train(args) -> int:
                     checkpoint_every=args.checkpoint_every)
     device = resolve_device(step.device)  # a GPU that cannot be had: one line before prepare
     cfg = knobs.model_config()
+    job = job_from_program(knobs.program, knobs.job)
+    source = source_for(job.dataset, knobs)
+    # a knob the run would refuse (SPARK_WORKERS among them) is said before any advice
+    preflight(step, cfg, source, knobs.vocab_size if knobs.tokenizer != "byte" else None)
     note = grind_note(device, step.device, cfg,
                       step.outer * step.inner * step.batch_size * cfg.seq_len,
                       f"spark code train --scale {knobs.scale}")
     if note:
         print(note, file=sys.stderr)
-    job = job_from_program(knobs.program, knobs.job)
     # the one run: checks, the lock, the recipe's tokenizer and corpus (staged until the
     # commit of the weights), the loop, the commit (train/runner.py)
     summary = train_job(job, knobs, step, cfg, knobs.heldout())
     print(json.dumps(summary, sort_keys=True))
-    source = source_for(job.dataset, knobs)
     if not source.prompted:  # a model that continues text: its bpb and completions
         label = f"{knobs.scale}, {knobs.tokenizer}"
         print("\n" + learned_text(learned(job.out_dir, source, knobs.eval), label), end="")
