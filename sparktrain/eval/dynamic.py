@@ -148,20 +148,23 @@ def dynamic_score(model, params, stream, seq_len: int, settings: DynamicSettings
     t0 = time.perf_counter()
     learner = Learner(params, settings, ms)
     total, count, nbytes, updates = 0.0, 0, 0, 0
-    for batch in pieces(stream, seq_len, settings.stride, pad):
-        if not batch.n_counted:
-            continue
-        nats, grads = model.scores_and_grads(learner.work, batch)  # scored first
-        if on_piece is not None:
-            on_piece(nats)
-        total += float(nats.sum())
-        count += len(nats)
-        nbytes += int(byte_lengths[batch.targets[batch.mask > 0]].sum())
-        learner.update(grads)                                       # then learned from
-        updates += 1
-    if not math.isfinite(total):
-        raise SparkError(f"the dynamic score is not finite (rule {settings.rule}, lr "
-                         f"{settings.lr:g}): lower eval.dynamic_lr")
+    # a diverging rate is one line below, not numpy's overflow warnings before it
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        for batch in pieces(stream, seq_len, settings.stride, pad):
+            if not batch.n_counted:
+                continue
+            nats, grads = model.scores_and_grads(learner.work, batch)  # scored first
+            if on_piece is not None:
+                on_piece(nats)
+            total += float(nats.sum())
+            if not math.isfinite(total):
+                raise SparkError(f"the dynamic score is not finite after {updates:,} updates "
+                                 f"(rule {settings.rule}, lr {settings.lr:g}): lower "
+                                 f"eval.dynamic_lr")
+            count += len(nats)
+            nbytes += int(byte_lengths[batch.targets[batch.mask > 0]].sum())
+            learner.update(grads)                                       # then learned from
+            updates += 1
     return DynamicScore(bits_per_byte(total, nbytes), total, count, updates,
                         time.perf_counter() - t0)
 
