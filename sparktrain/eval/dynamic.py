@@ -82,7 +82,7 @@ def mean_squares(model, params, stream, seq_len: int, stride: int, pad: int,
     for i, batch in enumerate(pieces(stream, seq_len, stride, pad)):
         if i % step or count == n_pieces:
             continue
-        _, grads = model.scores_and_grads(params, batch)
+        _, _, grads = model.scores_and_grads(params, batch)
         sums = {n: g * g for n, g in grads.items()} if sums is None else \
             {n: sums[n] + grads[n] * grads[n] for n in sums}
         count += 1
@@ -138,6 +138,13 @@ class Learner:
                 w += self.decay * (trained[n] - w)
 
 
+def _scored(model, params, batch) -> tuple[np.ndarray, dict]:
+    """(each counted target's CE in nats, host float64 in order; the mean's gradient)."""
+    nll, weights, grads = model.scores_and_grads(params, batch)
+    be = backend.of(nll)
+    return be.to_host(nll).astype(np.float64)[be.to_host(weights) > 0], grads
+
+
 def dynamic_score(model, params, stream, seq_len: int, settings: DynamicSettings,
                   byte_lengths: np.ndarray, pad: int, ms: dict | None = None,
                   on_piece: Callable[[np.ndarray], None] | None = None) -> DynamicScore:
@@ -153,7 +160,7 @@ def dynamic_score(model, params, stream, seq_len: int, settings: DynamicSettings
         for batch in pieces(stream, seq_len, settings.stride, pad):
             if not batch.n_counted:
                 continue
-            nats, grads = model.scores_and_grads(learner.work, batch)  # scored first
+            nats, grads = _scored(model, learner.work, batch)             # scored first
             if on_piece is not None:
                 on_piece(nats)
             total += float(nats.sum())

@@ -9,7 +9,6 @@ from typing import Sequence
 import numpy as np
 
 from sparktrain.core.errors import SparkError
-from sparktrain.model import backend
 from sparktrain.model.config import BIGRAM, SKIP, VALUE_MIX, Arch
 
 INIT_STD = 0.02
@@ -73,17 +72,15 @@ class Model(Arch):
         grads = self._loss_backward(cache)
         return loss, {name: grads[name] for name in params}
 
-    def scores_and_grads(self, params, batch) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        """(each counted target's CE in nats, (M,) host float64 in the batch's row-major
-        order; the gradient of their mean): a token's score and the step it informs, from
-        one forward (eval/dynamic.py)."""
+    def scores_and_grads(self, params, batch) -> tuple:
+        """(each scored row's CE in nats (N,), their weights (N,), where the params live; the
+        gradient of the weighted mean): a token's score and the step it informs, from one
+        forward (eval/dynamic.py)."""
         self.check_batch(batch)
         _, cache = self._loss_forward(params, batch, mean_denom)
-        be = backend.of(cache.ce.nll)
-        nll = be.to_host(cache.ce.nll).astype(np.float64)                  # (N,)
-        counted = be.to_host(cache.ce.weights) > 0                           # (N,)
+        nll, weights = cache.ce.nll, cache.ce.weights   # the backward reuses probs, not these
         grads = self._loss_backward(cache)
-        return nll[counted], {name: grads[name] for name in params}
+        return nll, weights, {name: grads[name] for name in params}
 
     def batch_loss(self, params, batch) -> tuple[float, int]:
         """Forward only: (sum of CE over counted targets, accumulated in float64; count)."""
