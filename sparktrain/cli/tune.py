@@ -2,6 +2,7 @@
 (sparktrain/sweep/tune.py, its study in study.py; docs/pipeline.md "Tuning")."""
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 import time
@@ -49,7 +50,9 @@ def register(sub) -> None:
                    help="leave no experiment for a pruned trial (by default its worker runs "
                         "it again with -S ++step.stop_after_pass=K, K the passes it reached, "
                         "and pushes that: K passes and the eval stage more)")
-    p.add_argument("--seed", type=int, default=0, help="the sampler's seed (default 0)")
+    p.add_argument("--seed", type=seed_arg, default=0,
+                   help="the sampler's seed, 0 to 2**32-1 (default 0; a resumed study's "
+                        "sampler takes it plus the trials so far, modulo 2**32)")
     p.add_argument("--top", type=positive_int, default=5,
                    help="how many of the best trials the table shows (default 5)")
     add_cluster_flags(p)
@@ -57,25 +60,47 @@ def register(sub) -> None:
                    help="the picture (default out/tune-STUDY.png under the project root)")
 
 
+def seed_arg(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if not 0 <= value < 2 ** 32:
+        raise argparse.ArgumentTypeError(f"a seed is 0 to 2**32-1 (4294967295), got {value}")
+    return value
+
+
 def cmd_tune(args) -> int:
     try:
-        from sparktrain.sweep import driver, study as studies, tune
+        from sparktrain.sweep import driver, study as studies
     except ImportError as err:
         raise SparkError(f"spark tune needs Dask distributed and Optuna ({err.name} is "
                          f"missing): pip install 'sparktrain[sweep]'") from None
     from sparktrain.sweep.space import parse_space
-    from sparktrain.sweep.tuneplot import write_tune_png
 
     check_cluster_flags(args)
     study_name = studies.check_study_name(args.study)
+    studies.check_objective(args.objective)
     root = find_root()
     picture = check_output(args.out or os.path.relpath(root / OUT / f"tune-{study_name}.png"),
                            "png")
+    url = studies.check_storage(args.storage or studies.default_storage(root),
+                                local=args.scheduler is None)
     commit, params = driver.baseline(root, "spark tune")
     dims = parse_space(args.specs, params)
-    url = args.storage or studies.default_storage(root)
-    study = studies.open_study(studies.open_storage(url), study_name, dims, args.objective,
-                               args.trials, args.seed, args.prune)
+    with studies.storage_errors(url):
+        return _tune(args, root, commit, params, dims, url, picture)
+
+
+def _tune(args, root, commit, params, dims, url, picture) -> int:
+    """The study opened (or made), its missing trials run, the table and the picture."""
+    from sparktrain.sweep import driver, study as studies, tune
+    from sparktrain.sweep.tuneplot import write_tune_png
+
+    study_name = args.study
+    with studies.creating(url):
+        study = studies.open_study(studies.open_storage(url), study_name, dims,
+                                   args.objective, args.trials, args.seed, args.prune)
 
     def say(line: str) -> None:
         print(f"tune: {printable(line)}", file=sys.stderr, flush=True)

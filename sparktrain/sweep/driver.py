@@ -15,11 +15,12 @@ from distributed import Client, LocalCluster, as_completed
 from sparktrain.core.errors import SparkError
 from sparktrain.core.safeload import load_yaml
 from sparktrain.core.fsutil import read_input
-from sparktrain.core.jobfiles import PARAMS_FILE
+from sparktrain.core.jobfiles import OUT, PARAMS_FILE
 from sparktrain.runtime import usable_cores  # noqa: F401  (commands: the default --workers)
 from sparktrain.eval.experiments import DvcExperiments
 from sparktrain.repro.toolenv import tool_env
 from sparktrain.sweep import quiet_workers
+from sparktrain.sweep.filelock import held
 from sparktrain.sweep.point import Monitor, PointJob, run_point
 from sparktrain.sweep.grid import Axis, Point, expand, experiments_of, parse_axis, point_record
 
@@ -46,6 +47,7 @@ def _tool(repo: Path, *cmd: str, what: str | None = None) -> str:
 
 
 LOCAL_REMOTES = "sweep-remote"     # under the project root's out/
+DRIVERS_LOCK = "sweep-remote.lock"  # out/'s: what two drivers in one checkout take turns at
 LOCAL_DVC_REMOTE = "spark-sweep"   # its name in .dvc/config.local, here and in the clones
 BASE_REF = "refs/heads/spark-sweep-base"
 
@@ -112,16 +114,17 @@ def _project_remote(repo: Path) -> str:
 def local_remotes(repo: Path, commit: str, say) -> tuple[str, str]:
     """(git URL, DVC store) of a one-machine sweep: a bare repository and a folder under
     out/sweep-remote/, the commit pushed there, the store in .dvc/config.local."""
-    base = repo / "out" / LOCAL_REMOTES
+    base = repo / OUT / LOCAL_REMOTES
     bare, store = base / "git", base / "dvc"
-    if not (bare / "HEAD").is_file():
-        bare.mkdir(parents=True, exist_ok=True)
-        _tool(repo, "git", "init", "-q", "--bare", str(bare), what="git init --bare")
-    store.mkdir(parents=True, exist_ok=True)
-    _tool(repo, "git", "push", "-q", "-f", str(bare), f"{commit}:{BASE_REF}",
-          what="git push to the local sweep remote")
-    _tool(repo, "dvc", "remote", "add", "--local", "-f", LOCAL_DVC_REMOTE, str(store),
-          what="dvc remote add --local")
+    with held(repo / OUT / DRIVERS_LOCK):   # a second driver started now waits, then finds them
+        if not (bare / "HEAD").is_file():
+            bare.mkdir(parents=True, exist_ok=True)
+            _tool(repo, "git", "init", "-q", "--bare", str(bare), what="git init --bare")
+        store.mkdir(parents=True, exist_ok=True)
+        _tool(repo, "git", "push", "-q", "-f", str(bare), f"{commit}:{BASE_REF}",
+              what="git push to the local sweep remote")
+        _tool(repo, "dvc", "remote", "add", "--local", "-f", LOCAL_DVC_REMOTE, str(store),
+              what="dvc remote add --local")
     shown = os.path.relpath(base)
     say(f"no shared remotes (git origin + a committed DVC remote): using a local bare git "
         f"repository {shown}/git and a local DVC store {shown}/dvc (DVC remote "
@@ -269,5 +272,6 @@ def pull(plan: SweepPlan, names: list[str]) -> None:
     """`dvc exp pull` the named experiments the workers pushed."""
     if names:
         remote = ["-r", plan.dvc_remote] if plan.dvc_remote else []
-        _tool(plan.repo, "dvc", "exp", "pull", *remote, plan.git_remote, *names,
-              what="dvc exp pull")
+        with held(plan.repo / OUT / DRIVERS_LOCK):   # DVC's own lock gives up in seconds
+            _tool(plan.repo, "dvc", "exp", "pull", *remote, plan.git_remote, *names,
+                  what="dvc exp pull")
