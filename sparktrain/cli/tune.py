@@ -136,8 +136,7 @@ def _run(args, driver, tune, plan, params, study, url, dims, have, counts, say) 
     from sparktrain.core.progress import Progress
 
     workers = args.workers or (0 if args.scheduler else driver.usable_cores())
-    client, cluster = driver.open_client(args.scheduler, workers)
-    try:
+    with driver.cluster_client(args.scheduler, workers, args.scratch) as client:
         slots = max(1, len(client.scheduler_info()["workers"]))
         say(f"study {study.study_name!r} in {url}: {have} of {args.trials} trials finished, "
             f"running the rest {slots} at a time on Dask worker(s) "
@@ -152,5 +151,3 @@ def _run(args, driver, tune, plan, params, study, url, dims, have, counts, say) 
                                   args.prune, client, slots, args.scratch,
                                   progress=lambda line: bar.log(f"tune: {printable(line)}"),
                                   tick=tick, keep_pruned=args.keep_pruned)
-    finally:
-        driver.close_client(client, cluster)

@@ -4,12 +4,14 @@ back, compare. See docs/pipeline.md and README "Sweeping on a cluster". `spark t
 (sweep/tune.py) runs its trials through the same point runner, with a monitor (monitor.py)."""
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import subprocess
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+import dask
 from distributed import Client, LocalCluster, as_completed
 
 from sparktrain.core.errors import SparkError
@@ -20,6 +22,7 @@ from sparktrain.runtime import usable_cores  # noqa: F401  (commands: the defaul
 from sparktrain.eval.experiments import DvcExperiments
 from sparktrain.repro.toolenv import tool_env
 from sparktrain.sweep import quiet_workers
+from sparktrain.sweep.clones import owned_folder, remove_dead, scratch_folder
 from sparktrain.sweep.filelock import held
 from sparktrain.sweep.point import Monitor, PointJob, run_point
 from sparktrain.sweep.grid import Axis, Point, expand, experiments_of, parse_axis, point_record
@@ -168,20 +171,46 @@ def existing_experiments(plan: SweepPlan) -> tuple[set[str], set[str]]:
     return names(plan.git_remote), names()
 
 
-def open_client(scheduler: str | None, workers: int):
-    """(Client, the LocalCluster it started or None); close both with close_client."""
+@contextlib.contextmanager
+def cluster_client(scheduler: str | None, workers: int, scratch: str | None):
+    """A Client of the Dask scheduler at `scheduler`, or of a LocalCluster of `workers`
+    started here. A LocalCluster's Dask scratch (its `temporary-directory`, the scheduler's
+    and the workers') is a folder of this process's in the workers' temp dir, and once it is closed its workers are gone: the scratch goes, and
+    so do the clones they left (a Ctrl-C, a worker killed), with whatever still runs in
+    them (sweep/clones.py). $TMPDIR is then as it was."""
     if scheduler:
         try:
-            return Client(scheduler, timeout="20s"), None
+            client = Client(scheduler, timeout="20s")
         except (OSError, TimeoutError, ValueError) as err:
             raise SparkError(f"cannot reach the Dask scheduler at {scheduler}: {err}") from None
-    # silence_logs: Dask logs a heartbeat cut off by the shutdown with a traceback;
-    # dashboard ":0": None still binds port 8787 and warns when another cluster holds it
-    # preload: Ctrl-C ends a worker without a traceback of its own (sweep/quiet_workers.py)
-    cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                           host="127.0.0.1", dashboard_address=":0",
-                           silence_logs=logging.CRITICAL, preload=[quiet_workers.__name__])
-    return Client(cluster), cluster
+        try:
+            yield client
+        finally:
+            client.close()
+        return
+    temp = scratch_folder(scratch)
+    try:
+        with owned_folder("dask", temp) as dask_scratch, \
+                dask.config.set({"temporary-directory": str(dask_scratch)}):
+            # silence_logs: Dask logs a heartbeat cut off by the shutdown with a traceback;
+            # dashboard ":0": None still binds port 8787 and warns when another cluster
+            # holds it; preload: Ctrl-C ends a worker without a traceback of its own
+            # (sweep/quiet_workers.py)
+            cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                                   host="127.0.0.1", dashboard_address=":0",
+                                   silence_logs=logging.CRITICAL,
+                                   preload=[quiet_workers.__name__])
+            try:
+                client = Client(cluster)
+                try:
+                    yield client
+                finally:
+                    logging.getLogger("distributed").setLevel(logging.CRITICAL)  # its chatter
+                    client.close()
+            finally:
+                cluster.close()
+    finally:
+        remove_dead(temp)
 
 
 def run_points(plan: SweepPlan, todo: list[Point], scheduler: str | None, workers: int,
@@ -189,9 +218,8 @@ def run_points(plan: SweepPlan, todo: list[Point], scheduler: str | None, worker
     """name -> the worker's record, each point a task on the cluster, in completion order."""
     if not todo:
         return {}
-    client, cluster = open_client(scheduler, workers)
     records = {}
-    try:
+    with cluster_client(scheduler, workers, scratch) as client:
         progress(f"running {len(todo)} point(s) on {len(client.scheduler_info()['workers'])} "
                  f"Dask worker(s) ({scheduler or 'LocalCluster on 127.0.0.1'})")
         futures = {submit_point(client, plan, point.name, point.overrides, scratch): point
@@ -207,8 +235,6 @@ def run_points(plan: SweepPlan, todo: list[Point], scheduler: str | None, worker
             progress(f"{point.name} {' '.join(point.overrides)}: {record['state']}{took}"
                      + (f": {record['error']}" if record["error"] else ""))
             tick(record["state"])
-    finally:
-        close_client(client, cluster)
     return records
 
 
@@ -218,13 +244,6 @@ def submit_point(client, plan: SweepPlan, name: str, overrides, scratch: str | N
     job = PointJob(plan.git_url, plan.commit, name, tuple(overrides), plan.dvc_remote, scratch,
                    plan.dvc_remote_url, monitor)
     return client.submit(run_point, job, key=f"{name}-{plan.commit[:12]}", pure=False)
-
-
-def close_client(client, cluster) -> None:
-    logging.getLogger("distributed").setLevel(logging.CRITICAL)  # shutdown chatter
-    client.close()
-    if cluster is not None:
-        cluster.close()
 
 
 def task_failed(name: str, err: BaseException) -> dict:
