@@ -165,8 +165,9 @@ def _check_dvc_remote(repo: Path, name: str | None) -> None:
 def existing_experiments(plan: SweepPlan) -> tuple[set[str], set[str]]:
     """(names on the git remote, names in this checkout) at the baseline commit."""
     def names(*where: str) -> set[str]:
-        out = _tool(plan.repo, "dvc", "exp", "list", *where, "--rev", plan.commit,
-                    "--name-only", what="dvc exp list")
+        with held(plan.repo / OUT / DRIVERS_LOCK):   # not beside another driver's pull
+            out = _tool(plan.repo, "dvc", "exp", "list", *where, "--rev", plan.commit,
+                        "--name-only", what="dvc exp list")
         return {line.strip() for line in out.splitlines() if line.strip()}
     return names(plan.git_remote), names()
 
