@@ -87,7 +87,8 @@ def add_cluster_flags(p: argparse.ArgumentParser) -> None:
                    help="a running Dask scheduler, e.g. tcp://HOST:8786 (default: a "
                         "LocalCluster on 127.0.0.1)")
     p.add_argument("--workers", type=positive_int, default=None,
-                   help="LocalCluster workers, one thread each (default: usable cores)")
+                   help="LocalCluster workers, one thread each (default: usable cores; at "
+                        "most twice them)")
     p.add_argument("--git-remote", default=None,
                    help="the shared git remote the workers clone and push to (default "
                         "origin; on one machine with no origin and committed DVC remote, "

@@ -41,9 +41,10 @@ def register(sub) -> None:
                         "postgresql://HOST/DB, which a cluster's workers must reach "
                         "(default: sqlite:///out/tune.db under the project root)")
     p.add_argument("--objective", type=name_arg, default="auto",
-                   help="the eval.json number to minimise (default auto: bpb for a corpus "
-                        "job, loss for a pairs job); pruning reads the per-pass held-out "
-                        "curve of bpb or loss, other objectives are not pruned")
+                   help="the eval.json number to minimise: loss, bpb, bpb_sliding or "
+                        "perplexity (default auto: bpb for a corpus job, loss for a pairs "
+                        "job); pruning reads the per-pass held-out curve of bpb or loss, "
+                        "other objectives are not pruned")
     p.add_argument("--no-prune", dest="prune", action="store_false",
                    help="run every trial to the end")
     p.add_argument("--no-keep-pruned", dest="keep_pruned", action="store_false",
