@@ -156,12 +156,12 @@ def open_study(storage: RDBStorage, name: str, dims, objective: str, trials: int
     study.sampler = optuna.samplers.TPESampler(
         seed=(seed + len(study.get_trials(deepcopy=False))) % SEEDS, constant_liar=True,
         n_startup_trials=max(3, min(10, trials // 3)))
-    held = study.user_attrs.get(SPACE_ATTR)
+    stored = study.user_attrs.get(SPACE_ATTR)
     if SPACE_ATTR not in study.user_attrs:
         study.set_user_attr(SPACE_ATTR, signature(dims))
         study.set_user_attr(OBJECTIVE_ATTR, objective)
-    elif held != signature(dims):
-        raise SparkError(f"study {name!r} holds another search space ({describe(held)}); give "
+    elif stored != signature(dims):
+        raise SparkError(f"study {name!r} holds another search space ({describe(stored)}); give "
                          f"those -S again to resume it, or another --study")
     elif study.user_attrs.get(OBJECTIVE_ATTR) != objective:
         raise SparkError(f"study {name!r} minimises {study.user_attrs.get(OBJECTIVE_ATTR)!r}, "
