@@ -140,6 +140,11 @@ def test_a_resumed_study_keeps_its_trials_and_refuses_another_space(shared, tune
     (("-S", "step.lr=0.1..0.2", "--storage", "nosuchdb://x/y"),
      "cannot open the study storage nosuchdb://x/y"),
     (("-S", "step.lr=0.1..0.2", "--study", "a b"), "a study name is letters"),
+    # each checked before the study is made or changed
+    (("-S", "step.lr=0.1..0.2", "--objective", "bpbb"), "did you mean 'bpb'?"),
+    (("-S", "step.lr=0.1..0.2", "--seed", "-1"), "a seed is 0 to 2**32-1"),
+    (("-S", "step.lr=0.1..0.2", "--workers", "5000"), "--workers 5000: this machine has"),
+    (("-S", "step.lr=0.1..0.2", "--storage", "sqlite://"), "the workers cannot reach"),
 ])
 def test_tune_mistakes_are_one_line(shared, args, needle):
     done = spark(shared, "tune", *args)
