@@ -10,7 +10,7 @@ import os
 import re
 import sys
 
-from sparktrain import __version__
+from sparktrain import __version__, runtime
 from sparktrain.core.errors import SparkError, did_you_mean, printable
 
 # the command table: each module registers the commands its docstring names, listed in
@@ -87,7 +87,8 @@ def add_cluster_flags(p: argparse.ArgumentParser) -> None:
                    help="a running Dask scheduler, e.g. tcp://HOST:8786 (default: a "
                         "LocalCluster on 127.0.0.1)")
     p.add_argument("--workers", type=positive_int, default=None,
-                   help="LocalCluster workers, one thread each (default: usable cores)")
+                   help="LocalCluster workers, one thread each (default: usable cores; at "
+                        "most twice them)")
     p.add_argument("--git-remote", default=None,
                    help="the shared git remote the workers clone and push to (default "
                         "origin; on one machine with no origin and committed DVC remote, "
@@ -99,10 +100,20 @@ def add_cluster_flags(p: argparse.ArgumentParser) -> None:
                    help="folder on each worker for its clones (default: its temp dir)")
 
 
+# LocalCluster workers per usable core: each runs its own `dvc exp run`, training on one
+# core; past this they only wait for each other and fill the memory
+WORKERS_PER_CORE = 2
+
+
 def check_cluster_flags(args: argparse.Namespace) -> None:
     if args.scheduler and args.workers:
         raise SparkError("--workers sizes the LocalCluster; with --scheduler the cluster "
                          "has its own workers")
+    cores = runtime.usable_cores()
+    if args.workers and args.workers > WORKERS_PER_CORE * cores:
+        raise SparkError(f"--workers {args.workers}: this machine has {cores} usable core(s), "
+                         f"and each worker trains on one; give at most "
+                         f"{WORKERS_PER_CORE * cores}, or --scheduler for a cluster")
 
 
 def subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
@@ -146,10 +157,8 @@ def _as_spark_code(parser: argparse.ArgumentParser) -> None:
 def main(argv: list[str] | None = None, *, spark_code: bool = False) -> int:
     """`spark ARGV`; with spark_code, ARGV starts with `code` and the help says spark-code."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    from sparktrain import runtime  # first, before anything loads numpy
-
     try:
-        runtime.start()
+        runtime.start()   # first, before anything loads numpy
     except SparkError as err:
         print(f"spark: error: {printable(str(err))}", file=sys.stderr)
         return 2

@@ -2,6 +2,7 @@
 (sparktrain/sweep/tune.py, its study in study.py; docs/pipeline.md "Tuning")."""
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 import time
@@ -40,16 +41,19 @@ def register(sub) -> None:
                         "postgresql://HOST/DB, which a cluster's workers must reach "
                         "(default: sqlite:///out/tune.db under the project root)")
     p.add_argument("--objective", type=name_arg, default="auto",
-                   help="the eval.json number to minimise (default auto: bpb for a corpus "
-                        "job, loss for a pairs job); pruning reads the per-pass held-out "
-                        "curve of bpb or loss, other objectives are not pruned")
+                   help="the eval.json number to minimise: loss, bpb, bpb_sliding or "
+                        "perplexity (default auto: bpb for a corpus job, loss for a pairs "
+                        "job); pruning reads the per-pass held-out curve of bpb or loss, "
+                        "other objectives are not pruned")
     p.add_argument("--no-prune", dest="prune", action="store_false",
                    help="run every trial to the end")
     p.add_argument("--no-keep-pruned", dest="keep_pruned", action="store_false",
                    help="leave no experiment for a pruned trial (by default its worker runs "
                         "it again with -S ++step.stop_after_pass=K, K the passes it reached, "
                         "and pushes that: K passes and the eval stage more)")
-    p.add_argument("--seed", type=int, default=0, help="the sampler's seed (default 0)")
+    p.add_argument("--seed", type=seed_arg, default=0,
+                   help="the sampler's seed, 0 to 2**32-1 (default 0; a resumed study's "
+                        "sampler takes it plus the trials so far, modulo 2**32)")
     p.add_argument("--top", type=positive_int, default=5,
                    help="how many of the best trials the table shows (default 5)")
     add_cluster_flags(p)
@@ -57,25 +61,47 @@ def register(sub) -> None:
                    help="the picture (default out/tune-STUDY.png under the project root)")
 
 
+def seed_arg(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if not 0 <= value < 2 ** 32:
+        raise argparse.ArgumentTypeError(f"a seed is 0 to 2**32-1 (4294967295), got {value}")
+    return value
+
+
 def cmd_tune(args) -> int:
     try:
-        from sparktrain.sweep import driver, study as studies, tune
+        from sparktrain.sweep import driver, study as studies
     except ImportError as err:
         raise SparkError(f"spark tune needs Dask distributed and Optuna ({err.name} is "
                          f"missing): pip install 'sparktrain[sweep]'") from None
     from sparktrain.sweep.space import parse_space
-    from sparktrain.sweep.tuneplot import write_tune_png
 
     check_cluster_flags(args)
     study_name = studies.check_study_name(args.study)
+    studies.check_objective(args.objective)
     root = find_root()
     picture = check_output(args.out or os.path.relpath(root / OUT / f"tune-{study_name}.png"),
                            "png")
+    url = studies.check_storage(args.storage or studies.default_storage(root),
+                                local=args.scheduler is None)
     commit, params = driver.baseline(root, "spark tune")
     dims = parse_space(args.specs, params)
-    url = args.storage or studies.default_storage(root)
-    study = studies.open_study(studies.open_storage(url), study_name, dims, args.objective,
-                               args.trials, args.seed, args.prune)
+    with studies.storage_errors(url):
+        return _tune(args, root, commit, params, dims, url, picture)
+
+
+def _tune(args, root, commit, params, dims, url, picture) -> int:
+    """The study opened (or made), its missing trials run, the table and the picture."""
+    from sparktrain.sweep import driver, study as studies, tune
+    from sparktrain.sweep.tuneplot import write_tune_png
+
+    study_name = args.study
+    with studies.creating(url):
+        study = studies.open_study(studies.open_storage(url), study_name, dims,
+                                   args.objective, args.trials, args.seed, args.prune)
 
     def say(line: str) -> None:
         print(f"tune: {printable(line)}", file=sys.stderr, flush=True)
@@ -111,8 +137,7 @@ def _run(args, driver, tune, plan, params, study, url, dims, have, counts, say) 
     from sparktrain.core.progress import Progress
 
     workers = args.workers or (0 if args.scheduler else driver.usable_cores())
-    client, cluster = driver.open_client(args.scheduler, workers)
-    try:
+    with driver.cluster_client(args.scheduler, workers, args.scratch) as client:
         slots = max(1, len(client.scheduler_info()["workers"]))
         say(f"study {study.study_name!r} in {url}: {have} of {args.trials} trials finished, "
             f"running the rest {slots} at a time on Dask worker(s) "
@@ -127,5 +152,3 @@ def _run(args, driver, tune, plan, params, study, url, dims, have, counts, say) 
                                   args.prune, client, slots, args.scratch,
                                   progress=lambda line: bar.log(f"tune: {printable(line)}"),
                                   tick=tick, keep_pruned=args.keep_pruned)
-    finally:
-        driver.close_client(client, cluster)

@@ -4,22 +4,26 @@ back, compare. See docs/pipeline.md and README "Sweeping on a cluster". `spark t
 (sweep/tune.py) runs its trials through the same point runner, with a monitor (monitor.py)."""
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import subprocess
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+import dask
 from distributed import Client, LocalCluster, as_completed
 
 from sparktrain.core.errors import SparkError
 from sparktrain.core.safeload import load_yaml
 from sparktrain.core.fsutil import read_input
-from sparktrain.core.jobfiles import PARAMS_FILE
+from sparktrain.core.jobfiles import OUT, PARAMS_FILE
 from sparktrain.runtime import usable_cores  # noqa: F401  (commands: the default --workers)
 from sparktrain.eval.experiments import DvcExperiments
 from sparktrain.repro.toolenv import tool_env
 from sparktrain.sweep import quiet_workers
+from sparktrain.sweep.clones import owned_folder, remove_dead, scratch_folder
+from sparktrain.sweep.filelock import held
 from sparktrain.sweep.point import Monitor, PointJob, run_point
 from sparktrain.sweep.grid import Axis, Point, expand, experiments_of, parse_axis, point_record
 
@@ -46,6 +50,7 @@ def _tool(repo: Path, *cmd: str, what: str | None = None) -> str:
 
 
 LOCAL_REMOTES = "sweep-remote"     # under the project root's out/
+DRIVERS_LOCK = "sweep-remote.lock"  # out/'s: what two drivers in one checkout take turns at
 LOCAL_DVC_REMOTE = "spark-sweep"   # its name in .dvc/config.local, here and in the clones
 BASE_REF = "refs/heads/spark-sweep-base"
 
@@ -112,16 +117,17 @@ def _project_remote(repo: Path) -> str:
 def local_remotes(repo: Path, commit: str, say) -> tuple[str, str]:
     """(git URL, DVC store) of a one-machine sweep: a bare repository and a folder under
     out/sweep-remote/, the commit pushed there, the store in .dvc/config.local."""
-    base = repo / "out" / LOCAL_REMOTES
+    base = repo / OUT / LOCAL_REMOTES
     bare, store = base / "git", base / "dvc"
-    if not (bare / "HEAD").is_file():
-        bare.mkdir(parents=True, exist_ok=True)
-        _tool(repo, "git", "init", "-q", "--bare", str(bare), what="git init --bare")
-    store.mkdir(parents=True, exist_ok=True)
-    _tool(repo, "git", "push", "-q", "-f", str(bare), f"{commit}:{BASE_REF}",
-          what="git push to the local sweep remote")
-    _tool(repo, "dvc", "remote", "add", "--local", "-f", LOCAL_DVC_REMOTE, str(store),
-          what="dvc remote add --local")
+    with held(repo / OUT / DRIVERS_LOCK):   # a second driver started now waits, then finds them
+        if not (bare / "HEAD").is_file():
+            bare.mkdir(parents=True, exist_ok=True)
+            _tool(repo, "git", "init", "-q", "--bare", str(bare), what="git init --bare")
+        store.mkdir(parents=True, exist_ok=True)
+        _tool(repo, "git", "push", "-q", "-f", str(bare), f"{commit}:{BASE_REF}",
+              what="git push to the local sweep remote")
+        _tool(repo, "dvc", "remote", "add", "--local", "-f", LOCAL_DVC_REMOTE, str(store),
+              what="dvc remote add --local")
     shown = os.path.relpath(base)
     say(f"no shared remotes (git origin + a committed DVC remote): using a local bare git "
         f"repository {shown}/git and a local DVC store {shown}/dvc (DVC remote "
@@ -159,26 +165,53 @@ def _check_dvc_remote(repo: Path, name: str | None) -> None:
 def existing_experiments(plan: SweepPlan) -> tuple[set[str], set[str]]:
     """(names on the git remote, names in this checkout) at the baseline commit."""
     def names(*where: str) -> set[str]:
-        out = _tool(plan.repo, "dvc", "exp", "list", *where, "--rev", plan.commit,
-                    "--name-only", what="dvc exp list")
+        with held(plan.repo / OUT / DRIVERS_LOCK):   # not beside another driver's pull
+            out = _tool(plan.repo, "dvc", "exp", "list", *where, "--rev", plan.commit,
+                        "--name-only", what="dvc exp list")
         return {line.strip() for line in out.splitlines() if line.strip()}
     return names(plan.git_remote), names()
 
 
-def open_client(scheduler: str | None, workers: int):
-    """(Client, the LocalCluster it started or None); close both with close_client."""
+@contextlib.contextmanager
+def cluster_client(scheduler: str | None, workers: int, scratch: str | None):
+    """A Client of the Dask scheduler at `scheduler`, or of a LocalCluster of `workers`
+    started here. A LocalCluster's Dask scratch (its `temporary-directory`, the scheduler's
+    and the workers') is a folder of this process's in the workers' temp dir, and once it is closed its workers are gone: the scratch goes, and
+    so do the clones they left (a Ctrl-C, a worker killed), with whatever still runs in
+    them (sweep/clones.py). $TMPDIR is then as it was."""
     if scheduler:
         try:
-            return Client(scheduler, timeout="20s"), None
+            client = Client(scheduler, timeout="20s")
         except (OSError, TimeoutError, ValueError) as err:
             raise SparkError(f"cannot reach the Dask scheduler at {scheduler}: {err}") from None
-    # silence_logs: Dask logs a heartbeat cut off by the shutdown with a traceback;
-    # dashboard ":0": None still binds port 8787 and warns when another cluster holds it
-    # preload: Ctrl-C ends a worker without a traceback of its own (sweep/quiet_workers.py)
-    cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                           host="127.0.0.1", dashboard_address=":0",
-                           silence_logs=logging.CRITICAL, preload=[quiet_workers.__name__])
-    return Client(cluster), cluster
+        try:
+            yield client
+        finally:
+            client.close()
+        return
+    temp = scratch_folder(scratch)
+    try:
+        with owned_folder("dask", temp) as dask_scratch, \
+                dask.config.set({"temporary-directory": str(dask_scratch)}):
+            # silence_logs: Dask logs a heartbeat cut off by the shutdown with a traceback;
+            # dashboard ":0": None still binds port 8787 and warns when another cluster
+            # holds it; preload: Ctrl-C ends a worker without a traceback of its own
+            # (sweep/quiet_workers.py)
+            cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                                   host="127.0.0.1", dashboard_address=":0",
+                                   silence_logs=logging.CRITICAL,
+                                   preload=[quiet_workers.__name__])
+            try:
+                client = Client(cluster)
+                try:
+                    yield client
+                finally:
+                    logging.getLogger("distributed").setLevel(logging.CRITICAL)  # its chatter
+                    client.close()
+            finally:
+                cluster.close()
+    finally:
+        remove_dead(temp)
 
 
 def run_points(plan: SweepPlan, todo: list[Point], scheduler: str | None, workers: int,
@@ -186,9 +219,8 @@ def run_points(plan: SweepPlan, todo: list[Point], scheduler: str | None, worker
     """name -> the worker's record, each point a task on the cluster, in completion order."""
     if not todo:
         return {}
-    client, cluster = open_client(scheduler, workers)
     records = {}
-    try:
+    with cluster_client(scheduler, workers, scratch) as client:
         progress(f"running {len(todo)} point(s) on {len(client.scheduler_info()['workers'])} "
                  f"Dask worker(s) ({scheduler or 'LocalCluster on 127.0.0.1'})")
         futures = {submit_point(client, plan, point.name, point.overrides, scratch): point
@@ -204,8 +236,6 @@ def run_points(plan: SweepPlan, todo: list[Point], scheduler: str | None, worker
             progress(f"{point.name} {' '.join(point.overrides)}: {record['state']}{took}"
                      + (f": {record['error']}" if record["error"] else ""))
             tick(record["state"])
-    finally:
-        close_client(client, cluster)
     return records
 
 
@@ -215,13 +245,6 @@ def submit_point(client, plan: SweepPlan, name: str, overrides, scratch: str | N
     job = PointJob(plan.git_url, plan.commit, name, tuple(overrides), plan.dvc_remote, scratch,
                    plan.dvc_remote_url, monitor)
     return client.submit(run_point, job, key=f"{name}-{plan.commit[:12]}", pure=False)
-
-
-def close_client(client, cluster) -> None:
-    logging.getLogger("distributed").setLevel(logging.CRITICAL)  # shutdown chatter
-    client.close()
-    if cluster is not None:
-        cluster.close()
 
 
 def task_failed(name: str, err: BaseException) -> dict:
@@ -269,5 +292,6 @@ def pull(plan: SweepPlan, names: list[str]) -> None:
     """`dvc exp pull` the named experiments the workers pushed."""
     if names:
         remote = ["-r", plan.dvc_remote] if plan.dvc_remote else []
-        _tool(plan.repo, "dvc", "exp", "pull", *remote, plan.git_remote, *names,
-              what="dvc exp pull")
+        with held(plan.repo / OUT / DRIVERS_LOCK):   # DVC's own lock gives up in seconds
+            _tool(plan.repo, "dvc", "exp", "pull", *remote, plan.git_remote, *names,
+                  what="dvc exp pull")

@@ -19,7 +19,7 @@ from sparktrain.core.jobfiles import EVAL, LIVE_PENDING, PARAMS_FILE, job_dir
 from sparktrain.core.safeload import load_json_file, load_yaml
 from sparktrain.core.values import is_number
 from sparktrain.params import StepConfig
-from sparktrain.sweep.study import AUTO, make_pruner, open_storage
+from sparktrain.sweep.study import AUTO, make_pruner, open_storage, storage_errors
 from sparktrain.train.live import SERIES, series_path
 
 # the per-pass held-out series (sparktrain/train/live.py) of each objective that has one
@@ -67,7 +67,12 @@ class TrialMonitor:
 
     def poll(self, clone: Path) -> bool:
         """True: pruned, or the trial is no longer running in the study (its driver died
-        and another queued it again: this run would be a second one)."""
+        and another queued it again: this run would be a second one). A failure of the
+        study's database is one line naming its cause (the trial's failure)."""
+        with storage_errors(self.storage_url):
+            return self._poll(clone)
+
+    def _poll(self, clone: Path) -> bool:
         if self._trial is None:
             study = optuna.load_study(study_name=self.study, pruner=make_pruner(self.prune),
                                       storage=open_storage(self.storage_url))

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import signal
 import subprocess
 import tempfile
@@ -19,6 +18,7 @@ import psutil
 
 from sparktrain.core.jobfiles import PARAMS_FILE
 from sparktrain.repro.toolenv import tool_env
+from sparktrain.sweep.clones import owned_folder, scratch_folder
 
 ONE_THREAD = {"SPARK_BLAS_THREADS": "1", "SPARK_WORKERS": "1"}  # N workers use N cores
 POLL_S = 2.0   # how often a monitored run's monitor looks at its clone
@@ -67,23 +67,20 @@ def run_point(job: PointJob) -> dict:
     with "cut": the override its pushed experiment ran with, else nothing was pushed)."""
     t0 = time.perf_counter()
     record = {"name": job.name, "state": "done", "error": None, "host": os.uname().nodename}
-    if job.scratch:
-        Path(job.scratch).mkdir(parents=True, exist_ok=True)
-    clone = Path(tempfile.mkdtemp(prefix=f"spark-{job.name}-", dir=job.scratch))
-    try:
-        cut = _in_clone(job, clone)
-        if cut:
-            record.update(state="stopped", cut=cut)
-        if job.monitor is not None:
-            record["result"] = job.monitor.result(clone)
-    except PointFailed as err:
-        record.update(state="failed", error=str(err))
-    except PointStopped as err:
-        record["state"] = "stopped"
-        if str(err):
-            record["cut_error"] = str(err)
-    finally:
-        shutil.rmtree(clone, ignore_errors=True)
+    # a dead worker's clones go first
+    with owned_folder(job.name, scratch_folder(job.scratch)) as clone:
+        try:
+            cut = _in_clone(job, clone)
+            if cut:
+                record.update(state="stopped", cut=cut)
+            if job.monitor is not None:
+                record["result"] = job.monitor.result(clone)
+        except PointFailed as err:
+            record.update(state="failed", error=str(err))
+        except PointStopped as err:
+            record["state"] = "stopped"
+            if str(err):
+                record["cut_error"] = str(err)
     record["seconds"] = round(time.perf_counter() - t0, 2)
     return record
 

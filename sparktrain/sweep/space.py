@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from sparktrain.core.errors import SparkError
 from sparktrain.core.safeload import load_json
+from sparktrain.core.values import is_number
 from sparktrain.sweep.grid import KEY, Axis, check_key
 
 RANGE = re.compile(r"^(?:(log|int):)?([^,]*)\.\.([^,]*)$")
@@ -108,11 +109,39 @@ def signature(dims) -> str:
                       separators=(",", ":"))
 
 
-def describe(text: str) -> str:
-    """A stored signature as the -S arguments that made it."""
+def describe(text) -> str:
+    """A stored signature as the -S arguments that made it; one line when the study's
+    space was written or edited by another tool (not the rows `signature` writes)."""
+    try:
+        rows = load_json(text, "the study's search space") if isinstance(text, str) else text
+    except SparkError as err:
+        raise _foreign(str(err)) from None
+    if not isinstance(rows, list) or not rows:
+        raise _foreign(f"not a list of -S rows: {_short(rows)}")
     parts = []
-    for key, kind, low, high, choices, add in load_json(text, "the study's search space"):
+    for row in rows:
+        if not (isinstance(row, list) and len(row) == 6 and isinstance(row[0], str)
+                and row[1] in KINDS and isinstance(row[4], list) and isinstance(row[5], bool)):
+            raise _foreign(f"a row is not [key, kind, low, high, choices, add]: {_short(row)}")
+        key, kind, low, high, choices, add = row
+        if kind == "choice" and not all(isinstance(c, str) for c in choices):
+            raise _foreign(f"a choice of {key!r} is not text: {_short(choices)}")
+        if kind != "choice" and not all(is_number(v) for v in (low, high)):
+            raise _foreign(f"the range of {key!r} is not two numbers: {_short([low, high])}")
         spec = ",".join(choices) if kind == "choice" else \
             f"{'' if kind == 'float' else kind + ':'}{low}..{high}"
         parts.append(f"-S {'+' if add else ''}{key}={spec}")
     return " ".join(parts)
+
+
+KINDS = ("log", "int", "float", "choice")
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _foreign(why: str) -> SparkError:
+    return SparkError(f"the study's stored search space is not one spark tune wrote ({why}); "
+                      f"give another --study, or delete this one (optuna delete-study)")

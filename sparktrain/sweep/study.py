@@ -6,18 +6,23 @@ mark a driver's running trials alive, so the trials of a driver that died turn s
 and are queued again (docs/pipeline.md "Tuning")."""
 from __future__ import annotations
 
+import contextlib
 import math
 import re
+import sqlite3
 import warnings
 from pathlib import Path
 
 import optuna
-from optuna.exceptions import ExperimentalWarning
+from optuna.exceptions import ExperimentalWarning, StorageInternalError
 from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
 from optuna.trial import TrialState
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
-from sparktrain.core.errors import SparkError, columns, printable
+from sparktrain.core.errors import SparkError, columns, did_you_mean, printable
 from sparktrain.core.jobfiles import OUT
+from sparktrain.sweep.filelock import held
 from sparktrain.sweep.space import describe, signature
 
 STORAGE_FILE = "tune.db"           # the default storage, under the project root's out/
@@ -26,6 +31,10 @@ OBJECTIVE_ATTR = "spark_objective"
 STOPPED_ATTR = "stopped_after_pass"  # a pruned trial's: its experiment's step.stop_after_pass
 HEARTBEAT_S, GRACE_S = 2, 10       # a running trial without a heartbeat for GRACE_S is stale
 AUTO = "auto"                      # the objective: bpb when eval.json has it, else loss
+# the eval.json figures (core/metric_keys.py HEADLINE_KEYS) of the model where lower is
+# better: accuracies grow, and the compressors' baselines do not depend on the model
+OBJECTIVES = (AUTO, "loss", "bpb", "bpb_sliding", "perplexity")
+SEEDS = 2 ** 32                    # numpy's seeds: 0 .. 2**32 - 1
 STUDY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
 
@@ -37,6 +46,71 @@ warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to b
 
 def default_storage(root: Path) -> str:
     return f"sqlite:///{(root / OUT / STORAGE_FILE).resolve()}"
+
+
+def check_objective(objective: str) -> str:
+    if objective not in OBJECTIVES:
+        raise SparkError(f"--objective {printable(objective)!r}: spark tune minimises one of "
+                         f"{', '.join(OBJECTIVES)}{did_you_mean(objective, OBJECTIVES)}")
+    return objective
+
+
+def check_storage(url: str, local: bool) -> str:
+    """The storage URL as every process reaches it, before any study is touched: an
+    in-memory SQLite database lives in this process only (the workers write their trials'
+    figures to it), and a relative SQLite path becomes absolute when the workers are
+    `local` (a remote cluster's workers resolve it themselves)."""
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        raise SparkError(f"cannot open the study storage {printable(url)}: not an SQLAlchemy "
+                         f"URL (e.g. sqlite:///out/tune.db, postgresql://HOST/DB)") from None
+    if parsed.get_backend_name() != "sqlite":
+        return url
+    database = parsed.database or ""
+    if database in ("", ":memory:") or parsed.query.get("mode") == "memory":
+        raise SparkError(f"--storage {printable(url)} is an SQLite database in memory, which "
+                         f"the workers cannot reach (they write their trials' figures to "
+                         f"it); give a file, sqlite:///PATH, or a database server")
+    if local and not database.startswith("file:") and not Path(database).is_absolute():
+        return parsed.set(database=str(Path(database).resolve())).render_as_string(False)
+    return url
+
+
+def creating(url: str):
+    """Held while a driver creates or opens the study: two drivers started together on a
+    fresh SQLite file would both create its tables (alembic's UNIQUE version row) and
+    both set the study's space; with the lock the second finds them made. A server
+    database orders that itself."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite" or (parsed.database or "").startswith("file:"):
+        return contextlib.nullcontext()
+    return held(Path(parsed.database + ".lock"))
+
+
+@contextlib.contextmanager
+def storage_errors(url: str):
+    """A failure of the study's database (a full disk, a lost server) as one line that
+    names its cause, not Optuna's "e.g. exceeding max length" over SQLAlchemy's trace."""
+    try:
+        yield
+    except (StorageInternalError, SQLAlchemyError, sqlite3.Error) as err:
+        raise SparkError(f"the study storage {url} failed: {storage_cause(err)}; the study "
+                         f"keeps its finished trials: fix that and run the same command "
+                         f"again") from None
+
+
+def storage_cause(err: BaseException) -> str:
+    """The first line of the deepest error under `err` (the database's own words)."""
+    seen, cause = set(), err
+    while id(cause) not in seen:
+        seen.add(id(cause))
+        below = getattr(cause, "orig", None) or cause.__cause__ or cause.__context__
+        if not isinstance(below, BaseException):
+            break
+        cause = below
+    lines = str(cause).strip().splitlines()
+    return lines[0] if lines else type(cause).__name__
 
 
 def open_storage(url: str) -> RDBStorage:
@@ -78,15 +152,16 @@ def open_study(storage: RDBStorage, name: str, dims, objective: str, trials: int
     study = optuna.create_study(storage=storage, study_name=name, direction="minimize",
                                 pruner=make_pruner(prune), load_if_exists=True)
     # a resumed study's sampler starts where the last one stopped, not at the same draws
+    # (mod numpy's seed range, so a study begun at the largest seed resumes too)
     study.sampler = optuna.samplers.TPESampler(
-        seed=seed + len(study.get_trials(deepcopy=False)), constant_liar=True,
+        seed=(seed + len(study.get_trials(deepcopy=False))) % SEEDS, constant_liar=True,
         n_startup_trials=max(3, min(10, trials // 3)))
-    held = study.user_attrs.get(SPACE_ATTR)
-    if held is None:
+    stored = study.user_attrs.get(SPACE_ATTR)
+    if SPACE_ATTR not in study.user_attrs:
         study.set_user_attr(SPACE_ATTR, signature(dims))
         study.set_user_attr(OBJECTIVE_ATTR, objective)
-    elif held != signature(dims):
-        raise SparkError(f"study {name!r} holds another search space ({describe(held)}); give "
+    elif stored != signature(dims):
+        raise SparkError(f"study {name!r} holds another search space ({describe(stored)}); give "
                          f"those -S again to resume it, or another --study")
     elif study.user_attrs.get(OBJECTIVE_ATTR) != objective:
         raise SparkError(f"study {name!r} minimises {study.user_attrs.get(OBJECTIVE_ATTR)!r}, "

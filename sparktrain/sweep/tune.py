@@ -52,22 +52,21 @@ def run_study(plan: SweepPlan, params: dict, study: optuna.Study, storage_url: s
     while True:
         fail_stale_trials(study)   # a dead driver's trials: FAIL, and queued again
         states = [t.state for t in study.get_trials(deepcopy=False)]
-        taken = sum(s in FINISHED or s == TrialState.RUNNING for s in states)
-        if failed_in_row >= FAILED_IN_ROW:   # ask for no more; let the running ones end
-            taken = trials
-            if not running:
-                progress(f"stopped: {failed_in_row} trials in a row failed (their lines above "
-                         f"say why); fix that and run the same command again: the study "
-                         f"keeps its finished trials")
-                return False
-        while len(running) < slots and taken < trials:
+        finished = sum(s in FINISHED for s in states)
+        taken = finished + sum(s == TrialState.RUNNING for s in states)
+        stop = failed_in_row >= FAILED_IN_ROW   # ask for no more; let the running ones end
+        if stop and not running:
+            progress(f"stopped: {failed_in_row} trials in a row failed (their lines above "
+                     f"say why); fix that and run the same command again: the study "
+                     f"keeps its finished trials")
+            return False
+        while not stop and len(running) < slots and taken < trials:
             trial, name, overrides, error = _ask(study, dims, params)
-            taken += 1
-            if error:
+            if error:   # refused by the params check: a failed trial, not one of `trials`
                 finish(trial, name, {"state": "failed", "error": error}, overrides)
-                if failed_in_row >= FAILED_IN_ROW:
-                    break
+                stop = failed_in_row >= FAILED_IN_ROW
                 continue
+            taken += 1
             retry = RetryHeartbeatStaleTrialCallback.retried_trial_number(
                 storage.get_trial(trial._trial_id))
             progress(f"{name} {' '.join(overrides)}: started"
@@ -77,10 +76,9 @@ def run_study(plan: SweepPlan, params: dict, study: optuna.Study, storage_url: s
             running[submit_point(client, plan, name, overrides, scratch, monitor)] = \
                 Running(trial, name, overrides)
         if not running:
-            if failed_in_row >= FAILED_IN_ROW:
+            if stop:
                 continue   # says so above
-            if taken - sum(s == TrialState.RUNNING for s in states) >= trials or \
-                    not any(s == TrialState.RUNNING for s in states):
+            if finished >= trials:   # (else others run: taken counts them)
                 return True
             time.sleep(HEARTBEAT_S)   # another driver's (or a dead one's) trials still run
             continue

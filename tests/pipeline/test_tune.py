@@ -37,12 +37,12 @@ SPACE = tuple(shlex.split(README_LINE)[2:8])
 TUNE_GUARD_S = 900
 
 
-def spark(repo, *args, timeout=TUNE_GUARD_S):
+def spark(repo, *args, timeout=TUNE_GUARD_S, env=None):
     """`spark ARGS` in its own session, stdout and stderr together; past `timeout` the test
     fails with the session's processes (what each was doing) and kills them all: a driver
     and its cluster never outlive the test."""
     proc = subprocess.Popen([sys.executable, "-m", "sparktrain.cli", *args], cwd=repo,
-                            env=tool_env(repo), stdout=subprocess.PIPE,
+                            env=env or tool_env(repo), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
         out, _ = proc.communicate(timeout=timeout)
@@ -140,6 +140,11 @@ def test_a_resumed_study_keeps_its_trials_and_refuses_another_space(shared, tune
     (("-S", "step.lr=0.1..0.2", "--storage", "nosuchdb://x/y"),
      "cannot open the study storage nosuchdb://x/y"),
     (("-S", "step.lr=0.1..0.2", "--study", "a b"), "a study name is letters"),
+    # each checked before the study is made or changed
+    (("-S", "step.lr=0.1..0.2", "--objective", "bpbb"), "did you mean 'bpb'?"),
+    (("-S", "step.lr=0.1..0.2", "--seed", "-1"), "a seed is 0 to 2**32-1"),
+    (("-S", "step.lr=0.1..0.2", "--workers", "5000"), "--workers 5000: this machine has"),
+    (("-S", "step.lr=0.1..0.2", "--storage", "sqlite://"), "the workers cannot reach"),
 ])
 def test_tune_mistakes_are_one_line(shared, args, needle):
     done = spark(shared, "tune", *args)
@@ -147,10 +152,11 @@ def test_tune_mistakes_are_one_line(shared, args, needle):
     assert done.returncode == 2 and len(lines) == 1 and needle in lines[0], done.stdout
 
 
-def test_a_killed_driver_resumes_without_losing_or_repeating_a_trial(shared):
+def test_a_killed_driver_resumes_without_losing_or_repeating_a_trial(shared, tmp_path):
     cmd = [sys.executable, "-m", "sparktrain.cli", "tune", *SPACE, "--trials", "4",
            "--study", "k", "--workers", "2"]
-    first = subprocess.Popen(cmd, cwd=shared, env=tool_env(shared), stdout=subprocess.DEVNULL,
+    env = {**tool_env(shared), "TMPDIR": str(tmp_path)}   # where the workers clone
+    first = subprocess.Popen(cmd, cwd=shared, env=env, stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.monotonic() + TUNE_GUARD_S
     try:
@@ -175,9 +181,12 @@ def test_a_killed_driver_resumes_without_losing_or_repeating_a_trial(shared):
     cut = [t.number for t in _study(shared, "k").get_trials()
            if t.state == optuna.trial.TrialState.RUNNING]
     assert kept and cut
+    assert any(p.name.startswith("spark-tmp-") for p in tmp_path.iterdir())   # Dask's, ...
 
-    done = spark(shared, "tune", *SPACE, "--trials", "4", "--study", "k", "--workers", "2")
+    done = spark(shared, "tune", *SPACE, "--trials", "4", "--study", "k", "--workers", "2",
+                 env=env)
     assert done.returncode == 0, done.stdout
+    assert list(tmp_path.iterdir()) == []   # the killed driver's clones went with this run
     trials = _study(shared, "k").get_trials()
     assert {t.number: (t.params, t.value) for t in trials if t.number in kept} == kept
     finished = [t for t in trials if t.state in studies.FINISHED]

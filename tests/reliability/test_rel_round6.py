@@ -283,15 +283,11 @@ def _sigint_caught(pid: int) -> bool:
 @pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="reads /proc/PID/status")
 def test_sweep_workers_take_ctrl_c_without_a_traceback():
     pytest.importorskip("distributed")
-    from sparktrain.sweep.driver import open_client
+    from sparktrain.sweep.driver import cluster_client
 
-    client, cluster = open_client(None, 1)
-    try:
+    with cluster_client(None, 1, None) as client:
         pids = list(client.run(os.getpid).values())
         assert pids and not any(_sigint_caught(pid) for pid in pids)
-    finally:
-        client.close()
-        cluster.close()
     assert _sigint_caught(os.getpid())  # this process keeps Python's handler
 
 

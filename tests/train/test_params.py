@@ -66,3 +66,32 @@ def test_not_yaml(tmp_path):
     path.write_text("step: [unclosed\n")
     with pytest.raises(SparkError, match="not valid YAML"):
         load_params(path)
+
+
+# every float knob: the model computes in float32, where these are infinite (or 0)
+FLOAT_KNOBS = ["step__lr", "step__clip", "step__weight_decay", "step__adam_lr",
+               "step__embed_lr", "step__min_lr", "eval__adapt_lr", "arch__logit_cap"]
+
+
+@pytest.mark.parametrize("knob", FLOAT_KNOBS)
+@pytest.mark.parametrize("value, needle", [
+    (1e308, "float32's largest; it is infinite there"),
+    ("1e39", "float32's largest; it is infinite there"),   # as `dvc exp run -S` writes it
+    (1e-46, "float32's smallest; it is 0 there"),
+])
+def test_a_float_knob_float32_cannot_hold_is_refused(tmp_path, knob, value, needle):
+    changes = {knob: value}
+    if knob.startswith("arch__"):
+        changes = {"arch": {knob.split("__")[1]: value}}
+    with pytest.raises(SparkError) as err:
+        _load(tmp_path, **changes)
+    assert str(err.value).startswith(f"params: {knob.replace('__', '.')} must be ")
+    assert needle in str(err.value)
+
+
+def test_float32s_own_extremes_pass(tmp_path):
+    p = _load(tmp_path, step__clip=3.4028234663852886e38, step__min_lr=1.5e-45,
+              step__schedule="cosine",
+              arch={"logit_cap": 3e38})
+    assert p.step.clip == 3.4028234663852886e38 and p.step.min_lr == 1.5e-45
+    assert p.arch.logit_cap == 3e38
