@@ -290,8 +290,8 @@ def compare_table(sweep: dict, tty: bool | None = None) -> str:
     shared = sweep.get("shared_params") or {}
     metric_keys = [k for k in HEADLINE_KEYS if any(k in e.metrics for e in exps)]
     metric_head = ["train", *(SHORT_HEADS.get(k, k) for k in metric_keys)]
-    metric_cells = [[_metric("loss", e.loss_curve[-1]["loss"]),
-                     *(_metric(k, e.metrics.get(k)) for k in metric_keys)] for e in exps]
+    metric_cells = [[metric_text("loss", e.loss_curve[-1]["loss"]),
+                     *(metric_text(k, e.metrics.get(k)) for k in metric_keys)] for e in exps]
     short = [short_values([e.params.get(k) for e in exps]) for k in keys]
     names = [f"{e.number:>{len(str(len(exps)))}} {e.name}" for e in exps]  # "1 swept-hulk"
     lines = textwrap.wrap(f"{len(exps)} experiment{'s' * (len(exps) != 1)}; params that "
@@ -338,7 +338,7 @@ def _curve_block(title: str, exps: list[Experiment], curve, key: str, tty) -> li
     if not exps:
         return []
     outers = sorted({p["outer"] for e in exps for p in curve(e)})
-    cells = {(e.number, p["outer"]): _metric(key, p[key]) for e in exps for p in curve(e)}
+    cells = {(e.number, p["outer"]): metric_text(key, p[key]) for e in exps for p in curve(e)}
     num_w = max(len("run"), len(str(len(exps))))
     cell_w = max(len(c) for c in cells.values())
     fit = max(2, (WIDTH - num_w) // (cell_w + 2))
@@ -352,7 +352,7 @@ def _curve_block(title: str, exps: list[Experiment], curve, key: str, tty) -> li
             *columns(["run", *(json.dumps(o) for o in shown)], rows, tty=tty)]  # finite numbers
 
 
-def _metric(key: str, v) -> str:
+def metric_text(key: str, v) -> str:
     """Losses to 4 decimals, perplexity to 1, rates (accuracy, match, recall) to 3."""
     digits = 4 if key in ("loss", "bpb") else 1 if key == "perplexity" else 3
     return "-" if v is None else f"{v:.{digits}f}"
