@@ -187,6 +187,8 @@ def _patterns(value):
     """`glob: "**/*.py"` or a list of patterns."""
     if isinstance(value, str):
         value = [value]
+    if isinstance(value, tuple):  # a CorpusConfig's own, re-validated by override()
+        value = list(value)
     if not isinstance(value, list) or not value \
             or not all(isinstance(v, str) and v for v in value):
         raise ValueError(f"must be a glob or a list of globs, got {value!r}")
@@ -343,14 +345,15 @@ def _one_line(err: ValidationError, section: str = "") -> str:
     return f"params: {key} {msg}" if msg.startswith("must") else f"params: {key}: {msg}"
 
 
-def parse_params(raw) -> Params:
+def parse_params(raw, schema: type[Params] = Params) -> Params:
+    """params.yaml's mapping as `schema` (Params; Defaults: job and program optional)."""
     if not isinstance(raw, dict):
         raise SparkError("params: expected a mapping of params")
     # an empty section (`eval:` with nothing under it) means its defaults
     raw = {k: v for k, v in raw.items()
            if not (v is None and k in ("scales", "step", "eval", "corpus"))}
     try:
-        params = Params(**raw)
+        params = schema(**raw)
     except ValidationError as err:
         raise SparkError(_one_line(err)) from None
     except TypeError as err:  # a key that is not an identifier, e.g. `1: x`
@@ -366,6 +369,12 @@ def parse_params(raw) -> Params:
 def load_params(path: str | Path = PARAMS_FILE) -> Params:
     # no aliases, bounded depth (sparktrain/core/safeload.py)
     return parse_params(load_yaml(read_input(Path(path), "params file"), str(path)))
+
+
+def load_changes(path: str | Path) -> Defaults:
+    """A params file that may hold only the keys it changes (`spark train --params`): every
+    other knob its default, job and program too (the command names the job)."""
+    return parse_params(load_yaml(read_input(Path(path), "params file"), str(path)), Defaults)
 
 
 # Knobs recorded only when they differ from their defaults, so a run that does
