@@ -45,6 +45,9 @@ def add_compare(sub) -> None:
                         "lr) is VALUE; repeat to ask for several")
     p.add_argument("--last", type=int, default=None, metavar="N",
                    help="only the last N experiments (newest)")
+    p.add_argument("--all", action="store_true", dest="every_param",
+                   help="name every param that differs; by default, with runs of several "
+                        "jobs, `job` and the params that differ between runs of one job")
     p.add_argument("--json", action="store_true", help="print canonical JSON instead of a table")
     p.add_argument("-o", "--out", default=None,
                    help="PNG file to write (default out/compare.png under the project root, "
@@ -110,7 +113,8 @@ def cmd_compare(args) -> int:
 
     args.out = args.out or os.path.relpath(find_root() / OUT / "compare.png")
     out = check_output(args.out, "png")
-    sweep = compare(args.experiments, where=args.where, last=args.last)
+    sweep = compare(args.experiments, where=args.where, last=args.last,
+                    every_param=args.every_param)
     for exp in sweep["experiments"]:
         if exp.old_layout:
             print(f"spark: note: experiment {exp.name} has the eval.json layout from before "
