@@ -162,3 +162,27 @@ def test_a_base_that_is_not_here_is_one_line(template_copy):
                "--base", "origin/nope", "--out", "report.md")
     assert done.returncode == 2 and done.stdout.count("\n") == 1, done.stdout
     assert "no such commit here" in done.stdout
+
+
+@pytest.mark.e2e
+def test_a_base_whose_outputs_are_not_in_the_cache_is_said_not_guessed(repro_copy):
+    git(repro_copy, "add", "-A")
+    git(repro_copy, "commit", "-q", "--allow-empty", "-m", "lock")
+    shutil.rmtree(repro_copy / ".dvc" / "cache")        # neither pulled nor reproduced
+    done = run(repro_copy, sys.executable, "-m", "sparktrain.cli", "ci-report",
+               "--base", "HEAD", "--out", "report.md")
+    assert done.returncode == 0, done.stdout
+    body = (repro_copy / "report.md").read_text()
+    now = json.loads((repro_copy / JOB / "eval.json").read_text())
+    assert "HEAD's outputs could not be read" in body and "docs/ci.md" in body, body
+    assert f"| held-out loss | - | {now['loss']:.4f} |  |" in body, body
+    assert "Not known: the base's run is not readable." in body
+    assert "**Reproducibility**" not in body, "no --repro-check, no verdict line"
+    again = run(repro_copy, sys.executable, "-m", "sparktrain.cli", "ci-report",
+                "--base", "HEAD", "--out", "report.md")
+    assert again.returncode == 0, "a report this command wrote is replaced"
+    (repro_copy / "notes.md").write_text("mine\n")
+    refused = run(repro_copy, sys.executable, "-m", "sparktrain.cli", "ci-report",
+                  "--base", "HEAD", "--out", "notes.md")
+    assert refused.returncode == 2 and "not a report this tool wrote" in refused.stdout
+    assert (repro_copy / "notes.md").read_text() == "mine\n"
