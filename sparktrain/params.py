@@ -185,10 +185,8 @@ class EvalConfig:
 
 def _patterns(value):
     """`glob: "**/*.py"` or a list of patterns."""
-    if isinstance(value, str):
-        value = [value]
-    if isinstance(value, tuple):  # a CorpusConfig's own, re-validated by override()
-        value = list(value)
+    if isinstance(value, (str, tuple)):   # a tuple: a CorpusConfig's own, through override()
+        value = [value] if isinstance(value, str) else list(value)
     if not isinstance(value, list) or not value \
             or not all(isinstance(v, str) and v for v in value):
         raise ValueError(f"must be a glob or a list of globs, got {value!r}")
@@ -346,7 +344,6 @@ def _one_line(err: ValidationError, section: str = "") -> str:
 
 
 def parse_params(raw, schema: type[Params] = Params) -> Params:
-    """params.yaml's mapping as `schema` (Params; Defaults: job and program optional)."""
     if not isinstance(raw, dict):
         raise SparkError("params: expected a mapping of params")
     # an empty section (`eval:` with nothing under it) means its defaults
@@ -366,15 +363,10 @@ def parse_params(raw, schema: type[Params] = Params) -> Params:
     return params
 
 
-def load_params(path: str | Path = PARAMS_FILE) -> Params:
-    # no aliases, bounded depth (sparktrain/core/safeload.py)
-    return parse_params(load_yaml(read_input(Path(path), "params file"), str(path)))
-
-
-def load_changes(path: str | Path) -> Defaults:
-    """A params file that may hold only the keys it changes (`spark train --params`): every
-    other knob its default, job and program too (the command names the job)."""
-    return parse_params(load_yaml(read_input(Path(path), "params file"), str(path)), Defaults)
+def load_params(path: str | Path = PARAMS_FILE, schema: type[Params] = Params) -> Params:
+    """`schema` Defaults: a file that may hold only the keys it changes (`spark train
+    --params`), job and program too. No aliases, bounded depth (core/safeload.py)."""
+    return parse_params(load_yaml(read_input(Path(path), "params file"), str(path)), schema)
 
 
 # Knobs recorded only when they differ from their defaults, so a run that does

@@ -185,11 +185,11 @@ def train_knobs(params_path: str | None, text: bool):
     (a BPE, AdamW with a cosine schedule, 6 x 200 steps of 16 windows), which beats zlib on
     text, where the defaults made for the pairs job (byte tokens, SGD, 4 x 8) lose to it;
     the recipe's job, program and corpus stay its own (the files are the --glob's)."""
-    from sparktrain.params import CorpusConfig, Defaults, load_changes
+    from sparktrain.params import CorpusConfig, Defaults, load_params
     from sparktrain.train.recipes import load_recipe
 
     if params_path is not None:
-        return load_changes(params_path)
+        return load_params(params_path, Defaults)
     if not text:
         return Defaults()
     recipe = load_recipe("tiny")
