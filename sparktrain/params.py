@@ -252,8 +252,8 @@ class EvalConfig:
 
 def _patterns(value):
     """`glob: "**/*.py"` or a list of patterns."""
-    if isinstance(value, str):
-        value = [value]
+    if isinstance(value, (str, tuple)):   # a tuple: a CorpusConfig's own, through override()
+        value = [value] if isinstance(value, str) else list(value)
     if not isinstance(value, list) or not value \
             or not all(isinstance(v, str) and v for v in value):
         raise ValueError(f"must be a glob or a list of globs, got {value!r}")
@@ -375,14 +375,14 @@ def _known_keys(parts: tuple) -> list[str]:
     return [getattr(f.default, "alias", None) or f.name for f in dataclasses.fields(owner)]
 
 
-def parse_params(raw) -> Params:
+def parse_params(raw, schema: type[Params] = Params) -> Params:
     if not isinstance(raw, dict):
         raise SparkError("params: expected a mapping of params")
     # an empty section (`eval:` with nothing under it) means its defaults
     raw = {k: v for k, v in raw.items()
            if not (v is None and k in ("scales", "step", "eval", "corpus"))}
     try:
-        params = Params(**raw)
+        params = schema(**raw)
     except ValidationError as err:
         raise SparkError(one_line(err, _known_keys)) from None
     except TypeError as err:  # a key that is not an identifier, e.g. `1: x`
@@ -395,9 +395,10 @@ def parse_params(raw) -> Params:
     return params
 
 
-def load_params(path: str | Path = PARAMS_FILE) -> Params:
-    # no aliases, bounded depth (sparktrain/core/safeload.py)
-    return parse_params(load_yaml(read_input(Path(path), "params file"), str(path)))
+def load_params(path: str | Path = PARAMS_FILE, schema: type[Params] = Params) -> Params:
+    """`schema` Defaults: a file that may hold only the keys it changes (`spark train
+    --params`), job and program too. No aliases, bounded depth (core/safeload.py)."""
+    return parse_params(load_yaml(read_input(Path(path), "params file"), str(path)), schema)
 
 
 def step_record(step: StepConfig) -> dict:

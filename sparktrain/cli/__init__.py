@@ -34,6 +34,8 @@ EXAMPLES = {
     "make-data": "spark make-data --out-dir /tmp/scale-data",
     "plot": "spark plot --checkpoint out/train/job-dry-001/checkpoint.json -o /tmp/loss.png",
     "compare": "spark compare --last 4", "repro-check": "spark repro-check",
+    "ci-report": "spark ci-report --base origin/main --repro-check repro-check.txt "
+                 "--out report.md",
     "export": "spark export --to gguf /tmp/model.gguf "
               "--weights out/train/job-dry-001/weights.safetensors",
     "import": "spark import --from hf --out out/imported /path/to/hf-folder",

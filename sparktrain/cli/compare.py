@@ -1,6 +1,7 @@
 """What runs recorded: `spark plot` (one checkpoint's loss curve), `spark compare` (DVC
-experiments side by side, sparktrain/eval/compare.py) and `spark repro-check` (dvc.lock
-reproduced, sparktrain/repro/check.py)."""
+experiments side by side, sparktrain/eval/compare.py), `spark repro-check` (dvc.lock
+reproduced, sparktrain/repro/check.py) and `spark ci-report` (a pull request's report,
+sparktrain/repro/cireport.py)."""
 from __future__ import annotations
 
 import os
@@ -17,6 +18,7 @@ def register(sub) -> None:
     add_plot(sub)
     add_compare(sub)
     add_repro_check(sub)
+    add_ci_report(sub)
 
 
 def add_plot(sub) -> None:
@@ -43,6 +45,9 @@ def add_compare(sub) -> None:
                         "lr) is VALUE; repeat to ask for several")
     p.add_argument("--last", type=int, default=None, metavar="N",
                    help="only the last N experiments (newest)")
+    p.add_argument("--all", action="store_true", dest="every_param",
+                   help="name every param that differs; by default, with runs of several "
+                        "jobs, `job` and the params that differ between runs of one job")
     p.add_argument("--json", action="store_true", help="print canonical JSON instead of a table")
     p.add_argument("-o", "--out", default=None,
                    help="PNG file to write (default out/compare.png under the project root, "
@@ -59,6 +64,23 @@ def add_repro_check(sub) -> None:
                     func=cmd_repro_check)
     p.add_argument("--tolerance", type=float, default=1e-4,
                    help="relative tolerance for numbers in drifted float outputs (default 1e-4)")
+
+
+def add_ci_report(sub) -> None:
+    p = sub.add_parser(
+        "ci-report", help="this branch's run against a base branch's, as one Markdown report",
+        description="The report a pull request gets (docs/ci.md): the `spark repro-check` "
+                    "verdict, the metrics and the params that differ from the base branch as "
+                    "tables, and the curves that changed as Mermaid charts, which GitHub and "
+                    "GitLab draw. The base's outputs are read from the DVC cache at its "
+                    "commit: pull or reproduce them first.", func=cmd_ci_report)
+    p.add_argument("--base", required=True, metavar="REV",
+                   help="the base branch, e.g. origin/main")
+    p.add_argument("--repro-check", default=None, metavar="FILE",
+                   help="`spark repro-check`'s saved output: its verdict heads the report")
+    p.add_argument("--out", required=True, help="the Markdown file to write, e.g. report.md")
+    p.add_argument("--png", default=None,
+                   help="also draw both runs' curves as a PNG (an artifact of the CI job)")
 
 
 def cmd_plot(args) -> int:
@@ -91,7 +113,8 @@ def cmd_compare(args) -> int:
 
     args.out = args.out or os.path.relpath(find_root() / OUT / "compare.png")
     out = check_output(args.out, "png")
-    sweep = compare(args.experiments, where=args.where, last=args.last)
+    sweep = compare(args.experiments, where=args.where, last=args.last,
+                    every_param=args.every_param)
     for exp in sweep["experiments"]:
         if exp.old_layout:
             print(f"spark: note: experiment {exp.name} has the eval.json layout from before "
@@ -111,3 +134,11 @@ def cmd_repro_check(args) -> int:
     if not args.tolerance >= 0:
         raise SparkError(f"--tolerance must be >= 0, got {args.tolerance}")
     return check(args.tolerance)
+
+
+def cmd_ci_report(args) -> int:
+    from sparktrain.repro.cireport import write_report
+
+    write_report(args.base, args.out, args.repro_check, args.png)
+    print(f"wrote {printable(args.out)}" + (f" and {printable(args.png)}" if args.png else ""))
+    return 0

@@ -57,7 +57,8 @@ def add_eval(sub) -> None:
 def add_generate(sub) -> None:
     p = sub.add_parser("generate", help="continue a prompt with a trained model",
                        description="Greedy (temperature 0) or sampled continuation, stopping at "
-                       "EOS or after --max-new bytes.", func=cmd_generate)
+                       "EOS or after --max-new tokens (bytes for a byte model).",
+                       func=cmd_generate)
     p.add_argument("--weights", required=True, help="weights.safetensors written by training")
     p.add_argument("--max-new", type=int, default=64,
                    help="most tokens (bytes for a byte model) to generate (default 64, "

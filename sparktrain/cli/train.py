@@ -39,7 +39,9 @@ def add_train_flags(p: argparse.ArgumentParser, command: str) -> None:
                    help=f"params.yaml to read knobs from (default: {PARAMS_DEFAULT[command]})")
     p.add_argument("--heldout", default=None,
                    help="held-out JSONL whose loss is logged after every outer pass "
-                        "(default: params.yaml's eval.data when a params file is read)")
+                        "(default: params.yaml's eval.data when a params file is read); "
+                        "for `spark train` on a folder or text rows, the fraction of its "
+                        "files held out instead (corpus.heldout, e.g. 0.2)")
 
 
 def register(sub) -> None:
@@ -162,26 +164,50 @@ def cmd_train(args) -> int:
             raise SparkError("give --program P.sparkbc --job ID, or --dataset D --out DIR")
         job = adhoc_job(args.dataset, args.out, args.base)
     text = not args.program and streams(args.dataset)
-    knobs, step, cfg, heldout = resolve_configs(args, args.params, default_params=False,
-                                                fallback=text_defaults() if text else None)
-    if args.glob:
-        knobs = dataclasses.replace(knobs, corpus=override(knobs.corpus, glob=list(args.glob)))
-    first = knobs_line(args.params, step, cfg, heldout, text=text)
+    knobs = train_knobs(args.params, text)
+    knobs, step, cfg, heldout = resolve_configs(args, None, default_params=False, fallback=knobs)
+    if text:  # the dataset's own split: --heldout is the fraction of its files held out
+        knobs = dataclasses.replace(knobs, corpus=override(
+            knobs.corpus, glob=args.glob and list(args.glob),
+            heldout=None if args.heldout is None else heldout_fraction(args.heldout)))
+        heldout = None
+    elif args.params and not args.heldout:
+        heldout = knobs.eval.data   # a params file's held-out pairs, as params.yaml's
+    first = knobs_line(args.params, step, cfg, heldout,
+                       text=knobs.corpus.heldout if text else None)
     print(json.dumps(train_job(job, knobs, step, cfg, heldout, first), sort_keys=True))
     return 0
 
 
-def text_defaults():
-    """The knobs of `spark train --dataset TEXT` without --params: the tiny coder recipe's
+def train_knobs(params_path: str | None, text: bool):
+    """The knobs of `spark train`. A --params file may hold only the keys it changes: every
+    other knob its default. Without one, a folder or text rows take the tiny coder recipe's
     (a BPE, AdamW with a cosine schedule, 6 x 200 steps of 16 windows), which beats zlib on
-    text; the defaults made for the pairs job (byte tokens, SGD, 4 x 8) lose to it. The
-    recipe's job, program and corpus stay its own: the files are the --glob's."""
-    from sparktrain.params import CorpusConfig, Defaults
+    text, where the defaults made for the pairs job (byte tokens, SGD, 4 x 8) lose to it;
+    the recipe's job, program and corpus stay its own (the files are the --glob's)."""
+    from sparktrain.params import CorpusConfig, Defaults, load_params
     from sparktrain.train.recipes import load_recipe
 
+    if params_path is not None:
+        return load_params(params_path, Defaults)
+    if not text:
+        return Defaults()
     recipe = load_recipe("tiny")
     return Defaults(**{name: getattr(recipe, name) for name in Defaults.__dataclass_fields__
                        if name not in ("job", "program", "corpus")}, corpus=CorpusConfig())
+
+
+def heldout_fraction(text: str) -> float:
+    """--heldout for a folder or text rows: a fraction in (0, 1)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = None
+    if value is None or not 0 < value < 1:
+        raise SparkError(f"--heldout {printable(text)[:80]}: for a folder or text rows it is "
+                         f"the fraction of files held out, in (0, 1), e.g. --heldout 0.2 "
+                         f"(a held-out JSONL is for a pairs dataset)")
+    return value
 
 
 def train_job(job, knobs, step, cfg, heldout, first_line: str | None = None, *,
@@ -323,12 +349,14 @@ def _summary_text(state: dict, folder: Path) -> str:
 
 
 def knobs_line(params_path: str | None, step, cfg, heldout: str | None,
-               text: bool = False) -> str:
-    """The first line of `spark train`: where its knobs came from and the main ones."""
+               text: float | None = None) -> str:
+    """The first line of `spark train`: where its knobs came from and the main ones;
+    `text`: the fraction of files held out, for a folder or text rows."""
     source = (f"knobs from {params_path} and flags" if params_path else
               "knobs from the tiny coder recipe for text and flags (no --params)" if text else
               "knobs from the defaults and flags (no --params: params.yaml is not read)")
-    held = (f"held-out {heldout}" if heldout else "held-out: the dataset's own split" if text
+    held = (f"held-out {heldout}" if heldout else
+            f"held-out: the dataset's own split, {text:g} of its files (--heldout)" if text
             else "no held-out file (--heldout)")
     return (f"spark train: {source}: lr {step.lr:g}, outer {step.outer}, inner {step.inner}, "
             f"batch_size {step.batch_size}, optimizer {step.optimizer}, seed {step.seed}, "

@@ -24,8 +24,11 @@ HF_NAMES = frozenset({"config.json", "generation_config.json", "model.safetensor
 # project sources too: X.sparkbc compiled beside its tracked X.spark (docs/outputs.md)
 SOURCE_KINDS = ("sparkbc",)
 INTERNALS = (".git", ".dvc")  # a project's machinery: never an output, never inside one
-MAGIC = {"png": b"\x89PNG\r\n\x1a\n", "gguf": b"GGUF", "sparkbc": b"SPBC"}
-FILE_KINDS = ("png", "gguf", "sparkbc", "safetensors", "json")
+# a report's first line is REPORT_MARK (`spark ci-report`, repro/cireport.py)
+REPORT_MARK = b"<!-- spark ci-report -->"
+MAGIC = {"png": b"\x89PNG\r\n\x1a\n", "gguf": b"GGUF", "sparkbc": b"SPBC",
+         "report": REPORT_MARK}
+FILE_KINDS = ("png", "gguf", "sparkbc", "safetensors", "json", "report")
 FOLDER_KINDS = ("hf", "job")
 # exports and imports: never inside a job folder, whose files the pipeline commits together
 ARTIFACT_KINDS = ("gguf", "safetensors", "hf")
@@ -205,7 +208,7 @@ def _canonical_doc(path: Path, size: int):
 def _made_by_us(path: Path, kind: str, size: int) -> bool:
     if kind in MAGIC:
         with open(path, "rb") as f:
-            return f.read(8).startswith(MAGIC[kind])
+            return f.read(len(MAGIC[kind])) == MAGIC[kind]
     if kind == "safetensors":
         header = _safetensors_header(path, size)
         return header is not None and b'"__metadata__"' in header and b'"spark"' in header
@@ -213,7 +216,8 @@ def _made_by_us(path: Path, kind: str, size: int) -> bool:
 
 
 _KIND_WORDS = {"png": "PNG", "gguf": "GGUF file", "sparkbc": "SPARK_BC program",
-               "safetensors": "Spark weights file", "json": "canonical JSON file"}
+               "safetensors": "Spark weights file", "json": "canonical JSON file",
+               "report": "report"}
 
 
 def _check_project(real: Path, name: str, kind: str, inputs: list[Path]) -> None:

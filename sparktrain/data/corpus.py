@@ -177,7 +177,8 @@ def read_corpus(root: str, patterns, heldout_fraction: float) -> Corpus:
                                 is_heldout(rel, heldout_fraction), text))
     return check_splits(Corpus(root, patterns, heldout_fraction, tuple(files)),
                         f"corpus {root} ({', '.join(patterns)})", "files",
-                        "add files or change the heldout fraction")
+                        f"add files or change the held-out fraction {heldout_fraction:g} "
+                        f"(`spark train --heldout 0.2`, corpus.heldout in params.yaml)")
 
 
 def check_splits(corpus: Corpus, what: str, unit: str, fix: str) -> Corpus:

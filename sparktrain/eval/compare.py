@@ -178,6 +178,19 @@ def changed_params(chosen: list[Experiment], baselines: list[Experiment]) -> tup
     return differ, shared
 
 
+def within_jobs(exps: list[Experiment], keys: list[str]) -> list[str]:
+    """Of the params that differ, those a reader compares: with runs of several jobs, `job`
+    and the params that differ between runs of the same job (a coder run beside the pairs
+    grid differs in some twenty knobs; naming them all buried the grid's lr and seed)."""
+    jobs: dict = {}
+    for exp in exps:
+        jobs.setdefault(json.dumps(exp.params.get("job")), []).append(exp)
+    if len(jobs) < 2:
+        return keys
+    return ["job", *(k for k in keys if k != "job" and any(_differ(group, [k])
+                                                          for group in jobs.values()))]
+
+
 def where_filter(specs: Sequence[str]):
     """`--where KEY=VALUE` specs as a predicate on an Experiment (docs/pipeline.md)."""
     tests = []
@@ -198,14 +211,15 @@ def where_filter(specs: Sequence[str]):
 
 
 def compare(wanted: Sequence[str] = (), source: Experiments | None = None, *,
-            where: Sequence[str] = (), last: int | None = None) -> dict:
-    """The sweep as data: the chosen experiments, filtered, with curves and labels."""
+            where: Sequence[str] = (), last: int | None = None, every_param: bool = False) -> dict:
+    """The sweep as data: the chosen experiments, filtered, with curves and labels; the
+    params that differ within each job (`every_param`: all that differ)."""
     keep = where_filter(where)
     if last is not None and last < 1:
         raise SparkError(f"--last must be >= 1, got {last}")
     if source is None:
         with DvcExperiments() as dvc_source:
-            return compare(wanted, dvc_source, where=where, last=last)
+            return compare(wanted, dvc_source, where=where, last=last, every_param=every_param)
     experiments, baselines = with_earlier_commits(source, wanted)
     chosen = [record(r, source) for r in choose(experiments, baselines, wanted)]
     chosen = [e for e in chosen if keep(e)]
@@ -220,6 +234,9 @@ def compare(wanted: Sequence[str] = (), source: Experiments | None = None, *,
                        False) for b in baselines
             if b.name in {e.baseline for e in chosen} and b.name not in names]
     keys, shared = changed_params(chosen, refs)
+    if not every_param:
+        keys = within_jobs(chosen + refs, keys)
+        shared = {k: v for k, v in shared.items() if k in within_jobs(chosen + refs, list(shared))}
     labels = label_texts(chosen, keys)
     for number, (exp, text) in enumerate(zip(chosen, labels), 1):
         exp.number = number
@@ -290,8 +307,8 @@ def compare_table(sweep: dict, tty: bool | None = None) -> str:
     shared = sweep.get("shared_params") or {}
     metric_keys = [k for k in HEADLINE_KEYS if any(k in e.metrics for e in exps)]
     metric_head = ["train", *(SHORT_HEADS.get(k, k) for k in metric_keys)]
-    metric_cells = [[_metric("loss", e.loss_curve[-1]["loss"]),
-                     *(_metric(k, e.metrics.get(k)) for k in metric_keys)] for e in exps]
+    metric_cells = [[metric_text("loss", e.loss_curve[-1]["loss"]),
+                     *(metric_text(k, e.metrics.get(k)) for k in metric_keys)] for e in exps]
     short = [short_values([e.params.get(k) for e in exps]) for k in keys]
     names = [f"{e.number:>{len(str(len(exps)))}} {e.name}" for e in exps]  # "1 swept-hulk"
     lines = textwrap.wrap(f"{len(exps)} experiment{'s' * (len(exps) != 1)}; params that "
@@ -338,7 +355,7 @@ def _curve_block(title: str, exps: list[Experiment], curve, key: str, tty) -> li
     if not exps:
         return []
     outers = sorted({p["outer"] for e in exps for p in curve(e)})
-    cells = {(e.number, p["outer"]): _metric(key, p[key]) for e in exps for p in curve(e)}
+    cells = {(e.number, p["outer"]): metric_text(key, p[key]) for e in exps for p in curve(e)}
     num_w = max(len("run"), len(str(len(exps))))
     cell_w = max(len(c) for c in cells.values())
     fit = max(2, (WIDTH - num_w) // (cell_w + 2))
@@ -352,7 +369,7 @@ def _curve_block(title: str, exps: list[Experiment], curve, key: str, tty) -> li
             *columns(["run", *(json.dumps(o) for o in shown)], rows, tty=tty)]  # finite numbers
 
 
-def _metric(key: str, v) -> str:
+def metric_text(key: str, v) -> str:
     """Losses to 4 decimals, perplexity to 1, rates (accuracy, match, recall) to 3."""
     digits = 4 if key in ("loss", "bpb") else 1 if key == "perplexity" else 3
     return "-" if v is None else f"{v:.{digits}f}"

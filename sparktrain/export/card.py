@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from pathlib import Path
+from pathlib import Path, PurePath
 
 from tokenizers import Tokenizer
 
@@ -135,7 +135,7 @@ def _training(job: str, meta: dict, ckpt: dict) -> list[str]:
     seen = f"{seen:,}" if is_finite(seen) else "an unknown number of"
     out = [f"Job `{_text(job)}`, step {_num(ckpt.get('step_n'))}, "
            f"{_num(ckpt.get('micro_steps'))} micro-steps on {seen} training tokens "
-           f"(dataset `{_text(ckpt.get('dataset'))}`, sha256 "
+           f"(dataset `{_text(_portable(ckpt.get('dataset')))}`, sha256 "
            f"`{_text(ckpt.get('dataset_sha256'))}`); device `{_text(ckpt.get('device'))}`.",
            "",
            f"Training loss {_num(ckpt.get('loss_before'))} -> "
@@ -149,6 +149,24 @@ def _training(job: str, meta: dict, ckpt: dict) -> list[str]:
     return out
 
 
+def _portable(path):
+    """A recorded path as a card shows it: an absolute one by its last part only (this
+    machine's folders mean nothing to a reader; the sha256 beside it names the data)."""
+    return PurePath(path).name if isinstance(path, str) and os.path.isabs(path) else path
+
+
+def _wrapping(doc: dict, names: dict) -> str:
+    """What the tokenizer's template puts around a prompt, in words: `BOS prompt SEP` for a
+    pairs model, `BOS prompt` for a corpus one (export/tokenizer.py), "" without one."""
+    processor = doc.get("post_processor") or {}
+    if processor.get("type") != "TemplateProcessing":
+        return ""
+    words = ["prompt" if "Sequence" in item else
+             names.get((item.get("SpecialToken") or {}).get("id"), "?")
+             for item in processor.get("single") or [] if isinstance(item, dict)]
+    return f"; `tok(prompt)` wraps a prompt as {' '.join(words)}, as `spark generate` does"
+
+
 def tokenizer_kind(tok_text: str, ckpt: dict) -> str:
     """A few sentences on the tokenizer, from tokenizer.json itself."""
     doc, tok = load_json(tok_text, TOKENIZER), Tokenizer.from_str(tok_text)
@@ -159,8 +177,7 @@ def tokenizer_kind(tok_text: str, ckpt: dict) -> str:
     which = f" (the job's `{name}`)" if isinstance(name, str) else ""
     ids = special_ids(tok_text)
     specials = ", ".join(f"{k.upper()} `{tok.id_to_token(i)}` (id {i})" for k, i in ids.items())
-    wraps = ("; `tok(prompt)` wraps a prompt as BOS prompt SEP, as `spark generate` does"
-             if (doc.get("post_processor") or {}).get("type") == "TemplateProcessing" else "")
+    wraps = _wrapping(doc, {tok.id_to_token(i): k.upper() for k, i in ids.items()})
     return (f"`tokenizer.json`{which}: a {kind} tokenizer of "
             f"{tok.get_vocab_size(with_added_tokens=True):,} tokens; {specials}{wraps}. "
             f"Generation stops at EOS.")

@@ -279,6 +279,13 @@ def check(tolerance: float) -> int:
     if old == new and clean:
         print(f"repro-check: ok: {LOCK} reproduced exactly; dvc status clean")
         return 0
+    moved = moved_inputs(old, new)
+    if moved:  # the outputs of other inputs: comparing them says nothing, one line says why
+        shown = "; ".join(m.replace(" from the committed lock", "") for m in moved[:3])
+        print(f"repro-check: FAIL: the {LOCK} committed at HEAD was made from other inputs "
+              f"({shown}{f'; {len(moved) - 3} more' if len(moved) > 3 else ''}): commit "
+              f"the {LOCK} `dvc repro` wrote with your change, then run the check again")
+        return 1
     read_old, read_new = cache_reader(), lambda out: read_output(out.path, out.path)
     verdict = compare_locks(old, new, tolerance, read_old, read_new)
     for line in verdict.lines + made_with_lines(old, new, read_old, read_new):

@@ -47,6 +47,7 @@ def git_blob(rev: str, path: str, cwd: str | os.PathLike | None = None,
 
 # Left behind by earlier runs or by the environment; never part of a copy.
 NOT_COPIED = (".venv/", "out/", ".dvc/cache/", ".dvc/tmp/", "tmp/")
+DVC_CONFIG = ".dvc/config"
 GIT_IDENTITY = {"GIT_AUTHOR_NAME": "spark", "GIT_AUTHOR_EMAIL": "spark@localhost",
                 "GIT_COMMITTER_NAME": "spark", "GIT_COMMITTER_EMAIL": "spark@localhost"}
 
@@ -63,9 +64,25 @@ def tool_env(repo: str | os.PathLike | None = None, extra: dict | None = None) -
     return env
 
 
+def without_remotes(config: str) -> str:
+    """A .dvc/config's text less its remotes: every `['remote "NAME"']` section and
+    `[core]`'s `remote = NAME` line."""
+    kept, section = [], ""
+    for line in config.splitlines(keepends=True):
+        head = line.strip()
+        if head.startswith("["):
+            section = head
+        is_remote = section.startswith(("['remote ", '["remote ', "[remote "))
+        if not is_remote and not (section == "[core]" and head.split("=")[0].strip() == "remote"):
+            kept.append(line)
+    return "".join(kept)
+
+
 def copy_project(root: str | os.PathLike, dest: str | os.PathLike) -> Path:
     """A fresh one-commit git repository at `dest` holding the project's files (tracked and
-    untracked-but-not-ignored, as git lists them)."""
+    untracked-but-not-ignored, as git lists them). The copy is a scratch project: it gets
+    no DVC remote of the user's (README's "Share results" commits one), so nothing a tool
+    or test does in it pushes there or meets a remote name already taken."""
     root, dest = Path(root), Path(dest)
     listed = git("ls-files", "-co", "--exclude-standard", "-z", cwd=root)
     if listed.returncode != 0:
@@ -75,6 +92,9 @@ def copy_project(root: str | os.PathLike, dest: str | os.PathLike) -> Path:
         target = dest / name
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(root / name, target)
+    config = dest / DVC_CONFIG
+    if config.is_file():
+        config.write_text(without_remotes(config.read_text(encoding="utf-8")), encoding="utf-8")
     for args in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "project copy"]):
         done = git("-c", "init.defaultBranch=main", *args, cwd=dest, env=tool_env())
         if done.returncode != 0:

@@ -8,11 +8,12 @@ import contextlib
 import logging
 import os
 import subprocess
+import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import dask
-from distributed import Client, LocalCluster, as_completed
+from distributed import Client, LocalCluster, wait
 
 from sparktrain.core.errors import SparkError
 from sparktrain.core.safeload import load_yaml
@@ -225,7 +226,7 @@ def run_points(plan: SweepPlan, todo: list[Point], scheduler: str | None, worker
                  f"Dask worker(s) ({scheduler or 'LocalCluster on 127.0.0.1'})")
         futures = {submit_point(client, plan, point.name, point.overrides, scratch): point
                    for point in todo}
-        for future in as_completed(futures):
+        for future in finished(client, futures, progress):
             point = futures[future]
             try:
                 record = future.result()
@@ -237,6 +238,26 @@ def run_points(plan: SweepPlan, todo: list[Point], scheduler: str | None, worker
                      + (f": {record['error']}" if record["error"] else ""))
             tick(record["state"])
     return records
+
+
+HEARTBEAT_S = 30.0   # with no point finished for this long, a line says the sweep is alive
+
+
+def finished(client, futures, progress, every: float = HEARTBEAT_S, clock=time.monotonic):
+    """Each future as it finishes; while none does, a line every `every` seconds saying how
+    many points run and wait, and for how long (a point clones, runs, pushes: minutes)."""
+    pending, started = set(futures), clock()
+    while pending:
+        try:
+            done, pending = wait(pending, timeout=every, return_when="FIRST_COMPLETED")
+        except TimeoutError:
+            # a worker thread runs one point at a time; the rest wait for one
+            running = min(len(pending), sum(client.nthreads().values()))
+            minutes, seconds = divmod(int(clock() - started), 60)
+            progress(f"{running} point(s) running, {len(pending) - running} waiting for a "
+                     f"worker, {len(futures) - len(pending)} finished ({minutes}m{seconds:02d}s)")
+            continue
+        yield from done
 
 
 def submit_point(client, plan: SweepPlan, name: str, overrides, scratch: str | None,

@@ -2,6 +2,7 @@
 job's update) against the float32 matmul peak measured just before (docs/gpu.md)."""
 from __future__ import annotations
 
+import os
 import sys
 import time
 
@@ -139,6 +140,10 @@ def run_scaling(scale: str, workers: int, shards: int | None = None, rounds: int
         "scaling": {"shards": shards, "workers": [1, last["workers"]],
                     "tokens_per_s": [medians[1], medians[workers]],
                     "speedup": medians[workers] / medians[1],
+                    # the machine's 1-minute load average as the rounds end, and its cores:
+                    # a speed-up under 1 on a loaded machine is the load's, not the shards'
+                    "load_average": round(os.getloadavg()[0], 2),
+                    "cores": len(os.sched_getaffinity(0)),
                     "same_bytes": len({x["params_sha256"] for rs in runs.values()
                                        for x in rs}) == 1}})
 
@@ -170,6 +175,10 @@ def _scaling_lines(r: dict) -> list[str]:
         f"shards        {s['shards']:8d}     (bytes depend on the shard count only)",
         f"workers {w1:<5d} {t1:11,.0f} tokens/s   (median of {r['rounds']} interleaved rounds)",
         f"workers {wn:<5d} {tn:11,.0f} tokens/s   speed-up {s['speedup']:.2f}x",
+        f"load average  {s['load_average']:8.2f}     (1 minute, on {s['cores']} usable "
+        f"core{'s' * (s['cores'] != 1)}"
+        + ("; other processes shared them, so the speed-up is low)"
+           if s["load_average"] > s["cores"] - 1 else ")"),
         f"same bytes    {'yes' if s['same_bytes'] else 'NO'}",
     ]
 

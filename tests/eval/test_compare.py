@@ -467,3 +467,30 @@ def test_two_corpora_get_their_own_named_and_coloured_compressor_lines():
     texts = [" ".join(t.get_text().split()) for t in fig.legends[0].get_texts()]
     assert "zlib-9 (2.900 bpb): runs 1, 2; job-dry-001" in texts
     assert "zlib-9 (3.300 bpb): run 3; job-dry-001" in texts
+
+
+class TwoJobs(FakeExperiments):
+    """A coder run beside the pairs grid: its files under its own job folder."""
+
+    def read(self, path, rev):
+        return super().read(path.replace("job-coder-tiny", "job-dry-001"), rev)
+
+
+CODER = _exp("coder", "e" * 40, {}, dict(HEADLINE, loss=3.0), params={
+    "job": "job-coder-tiny", "program": "data/programs/train-coder.sparkbc", "scales": {},
+    "tokenizer": "bpe", "vocab_size": 512,
+    "step": {"lr": 0.003, "seed": 0, "outer": 6, "optimizer": "adamw", "batch_size": 16,
+             "schedule": "cosine", "warmup": 30}})
+
+
+def test_runs_of_several_jobs_name_the_job_and_what_differs_within_one():
+    sweep = cmp.compare([], TwoJobs([LR_02, LR_05, CODER]))
+    assert sweep["changed_params"] == ["job", "step.lr"]
+    assert [e.label for e in sweep["experiments"]] == [
+        "job=job-dry-001 lr=0.02", "job=job-dry-001 lr=0.05", "job=job-coder-tiny lr=0.003"]
+    table = cmp.compare_table(sweep, tty=False)
+    assert "optimizer" not in table and "vocab_size" not in table
+    every = cmp.compare([], TwoJobs([LR_02, LR_05, CODER]), every_param=True)
+    assert {"step.optimizer", "tokenizer", "vocab_size", "program"} <= set(
+        every["changed_params"])
+    assert len(cmp.compare_table(every, tty=False).splitlines()) > len(table.splitlines())

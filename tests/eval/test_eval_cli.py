@@ -11,6 +11,7 @@ from sparktrain.model.build import build_model
 from sparktrain.model.weights import save_weights
 
 from evalkit import SMALL
+from sparkhelp import run_spark
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -126,3 +127,10 @@ def test_real_process_error_has_no_traceback(tmp_path):
                           capture_output=True, text=True)
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+
+
+def test_generate_help_counts_tokens_not_bytes():
+    rc, out, _ = run_spark(["generate", "--help"])
+    assert rc == 0
+    flat = " ".join(out.split())
+    assert "--max-new tokens (bytes for a byte model)" in flat and "--max-new bytes" not in flat

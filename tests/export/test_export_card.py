@@ -89,3 +89,23 @@ def test_the_card_lists_every_recorded_knob_of_the_schema():
     assert {"lr", "outer", "inner", "seed", "batch_size"} <= set(KNOBS)
     assert not {"workers", "device", "step_n"} & set(KNOBS)
     assert set(KNOBS) <= {f for f in StepConfig.__dataclass_fields__}
+
+
+def test_the_card_says_the_templates_own_wrapping_and_no_absolute_dataset(tmp_path):
+    """A corpus model's ids have no SEP (export/tokenizer.py's template: BOS prompt), and a
+    dataset recorded by its absolute path is named by its last part only."""
+    from sparktrain.export.card import tokenizer_kind
+    from sparktrain.export.tokenizer import with_spark_template
+
+    w = _job(tmp_path)
+    ckpt_path = w.parent / "checkpoint.json"
+    ckpt = json.loads(ckpt_path.read_text())
+    ckpt["dataset"] = str(tmp_path / "my-code")
+    ckpt_path.write_text(json.dumps(ckpt))
+    export_hf(w, tmp_path / "hf")
+    _, body, text = _card(tmp_path / "hf")
+    assert "(dataset `my-code`, sha256" in body and str(tmp_path) not in text
+    assert "wraps a prompt as BOS prompt SEP, as `spark generate` does" in body   # pairs
+    tok_text = (tmp_path / "hf" / "tokenizer.json").read_text()
+    corpus = tokenizer_kind(with_spark_template(tok_text, pairs=False), {})
+    assert "wraps a prompt as BOS prompt, as `spark generate` does" in corpus, corpus

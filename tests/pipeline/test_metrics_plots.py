@@ -39,18 +39,24 @@ def test_plots_show_json_returns_the_loss_curve_offline(fresh_repro, tmp_path):
 
 
 def test_plots_show_has_the_dvclive_training_and_heldout_curves(fresh_repro, tmp_path):
-    """The step logs each pass through DVCLive; dvc.yaml declares both series, so
-    `dvc plots show` draws the held-out curve beside the training one."""
+    """The step logs each pass through DVCLive; `dvc plots show` draws the held-out curve
+    beside the training one, the training loss once (checkpoint.json's: DVCLive's loss.tsv
+    holds the same numbers and is an output, not a second panel), whole passes on x."""
     repo, _ = fresh_repro
     curve = json.loads((repo / "out/train/job-dry-001/checkpoint.json").read_text())["loss_curve"]
     shown = dvc_json(repo, "plots", "show", "-o", str(tmp_path / "plots"))
     assert not shown.get("errors"), shown["errors"]
-    for name, key in (("loss", "loss"), ("heldout_loss", "heldout_loss")):
-        path = f"out/train/job-dry-001/dvclive/plots/metrics/{name}.tsv"
+    series = "out/train/job-dry-001/dvclive/plots/metrics/"
+    [plot] = shown["data"][series + "heldout_loss.tsv"]
+    values = plot["content"]["data"]["values"]
+    assert [(int(v["step"]), float(v["heldout_loss"])) for v in values] == \
+        [(c["outer"], c["heldout_loss"]) for c in curve]
+    assert series + "loss.tsv" not in shown["data"], "the training loss is drawn twice"
+    rows = (repo / series / "loss.tsv").read_text().splitlines()[1:]
+    assert [float(r.split("\t")[-1]) for r in rows] == [c["loss"] for c in curve]
+    for path in ("out/train/job-dry-001/checkpoint.json", series + "heldout_loss.tsv"):
         [plot] = shown["data"][path]
-        values = plot["content"]["data"]["values"]
-        assert [(int(v["step"]), float(v[name])) for v in values] == \
-            [(c["outer"], c[key]) for c in curve]
+        assert plot["content"]["encoding"]["x"]["axis"] == {"tickMinStep": 1, "format": "d"}
     # held-out bits per byte are declared too (corpus jobs); this pairs job has none:
     # its series is the header only, an empty plot and no error
     assert shown["data"]["out/train/job-dry-001/dvclive/plots/metrics/heldout_bpb_64window_estimate.tsv"] == []

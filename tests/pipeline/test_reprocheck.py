@@ -162,6 +162,25 @@ def test_check_reports_drift_within_tolerance(repro_copy, monkeypatch, capsys):
     assert "beyond tolerance" in strict and "repro-check: FAIL" in strict, strict
 
 
+@pytest.mark.e2e
+def test_a_lock_made_from_other_inputs_is_one_line(repro_copy, monkeypatch, capsys):
+    """A change whose dvc.lock was not committed: the committed lock's outputs come from
+    other params, so the check says that in one line, not a line per output that moved."""
+    git(repro_copy, "add", "-A")
+    git(repro_copy, "commit", "-q", "--allow-empty", "-m", "lock")
+    lock = yaml.safe_load((repro_copy / "dvc.lock").read_text())
+    lock["stages"]["step"]["params"]["params.yaml"]["step"]["lr"] = 0.05
+    for out in lock["stages"]["step"]["outs"]:
+        out["md5"] = "0" * 32            # what the other params' run wrote
+    (repro_copy / "dvc.lock").write_text(yaml.safe_dump(lock, sort_keys=False))
+    code, said = _check_after_repro(repro_copy, monkeypatch, capsys)
+    assert code == 1
+    assert said.count("\n") == 1, said
+    assert said.startswith("repro-check: FAIL: the dvc.lock committed at HEAD was made from "
+                           "other inputs (stage step: params differs)"), said
+    assert "commit the dvc.lock" in said
+
+
 CKPT_LOCK = {"stages": {"step": {
     "cmd": "python -m stages.step", "deps": [],
     "outs": [{"path": "out/train/j/checkpoint.json", "hash": "md5", "md5": "c0"}]}}}

@@ -80,6 +80,19 @@ def test_bench_workers_reports_scaling_at_one_shard_count(capsys):
     assert s["same_bytes"] is True
     assert s["speedup"] == pytest.approx(s["tokens_per_s"][1] / s["tokens_per_s"][0])
     assert r["tokens_per_s"] == s["tokens_per_s"][1]
+    assert s["load_average"] >= 0 and s["cores"] >= 1
+
+
+def test_the_scaling_lines_say_the_load_beside_the_speed_up():
+    r = {"rounds": 3, "scaling": {"shards": 2, "workers": [1, 2], "tokens_per_s": [100, 73],
+                                  "speedup": 0.73, "same_bytes": True, "cores": 2,
+                                  "load_average": 5.2}}
+    loaded = bench._scaling_lines(r)
+    assert "speed-up 0.73x" in loaded[2]
+    assert loaded[3].startswith("load average      5.20") and "on 2 usable cores" in loaded[3]
+    assert "other processes shared them" in loaded[3]
+    r["scaling"]["load_average"] = 0.4
+    assert "other processes" not in bench._scaling_lines(r)[3]
 
 
 def test_bench_shards_change_the_bytes_not_the_workers():

@@ -75,3 +75,46 @@ def test_a_pairs_model_still_needs_data_and_glob_needs_a_dataset(tmp_path):
     assert_one_line_error(rc, err, "pairs model", "--data")
     rc, _, err = run_spark(["train", "--glob", "*.txt", "--out", tmp_path / "o"])
     assert_one_line_error(rc, err, "--glob", "--dataset FOLDER")
+
+
+def test_heldout_sets_a_folders_fraction_and_params_may_hold_only_changes(text_folder,
+                                                                          tmp_path):
+    """A newcomer's folder: --heldout is the fraction of its files held out (a held-out
+    JSONL path for it is refused, not ignored), and a params file of two keys is read."""
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("step:\n  outer: 1\n  inner: 2\n")       # no job, no program: the defaults
+    out = tmp_path / "o"
+    rc, _, err = run_spark(["train", "--dataset", text_folder, "--glob", "*.txt", "--out", out,
+                            "--params", mine, "--heldout", "0.5"])
+    assert rc == 0, err
+    first = knobs_line(err)
+    assert f"knobs from {mine} and flags" in first and "outer 1, inner 2" in first, first
+    assert "the dataset's own split, 0.5 of its files" in first
+    assert "tiny_heldout" not in first, "a corpus run names no pairs file"
+    files = json.loads((out / "corpus" / "files.json").read_text())
+    assert files["heldout_fraction"] == 0.5
+    assert 0.3 < files["heldout_files"] / (files["heldout_files"] + files["train_files"]) < 0.7
+    rc, _, err = run_spark(["train", "--dataset", text_folder, "--glob", "*.txt",
+                            "--out", tmp_path / "p", "--heldout",
+                            ROOT / "data/eval/tiny_heldout.jsonl"])
+    assert_one_line_error(rc, err, "--heldout", "fraction of files held out")
+    assert not (tmp_path / "p").exists()
+
+
+def test_an_empty_heldout_split_names_the_flag_that_sets_it(tmp_path):
+    folder = tmp_path / "two"
+    folder.mkdir()
+    for name in ("a.py", "b.py"):     # at 0.1 both land in the train split
+        (folder / name).write_text("x = 1\n" * 50)
+    rc, _, err = run_spark(["train", "--dataset", folder, "--out", tmp_path / "o", *FAST])
+    assert_one_line_error(rc, err, "held-out split is empty", "spark train --heldout")
+
+
+def test_a_params_file_of_one_key_trains_a_pairs_job(tmp_path):
+    (tmp_path / "lr.yaml").write_text("step:\n  lr: 0.05\n")
+    rc, _, err = run_spark(["train", "--dataset", ROOT / "data/train/dataset.jsonl",
+                            "--out", tmp_path / "o", "--outer", "1", "--inner", "2",
+                            "--params", tmp_path / "lr.yaml"], cwd=ROOT)
+    assert rc == 0, err
+    assert "lr 0.05," in knobs_line(err) and "held-out data/eval/tiny_heldout.jsonl" in \
+        knobs_line(err), "a params file's eval.data (its default) is measured, as before"
