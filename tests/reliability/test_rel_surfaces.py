@@ -622,9 +622,11 @@ def _limit_file_size():
 def test_export_under_ulimit_f_is_one_line_and_leaves_no_temp(trained, tmp_path, argv):
     _, weights = trained
     argv = [str(weights) if a == "W" else a.replace("OUT", str(tmp_path)) for a in argv]
+    # no bytecode written: a module imported first under the limit would leave a cut .pyc
+    # in the venv, and every later import of it would fail (marshal data too short)
     done = subprocess.run([sys.executable, "-m", "sparktrain.cli", *argv], capture_output=True,
-                          text=True, preexec_fn=_limit_file_size,
-                          timeout=PROMPT_GUARD_S)
+                          text=True, preexec_fn=_limit_file_size, timeout=PROMPT_GUARD_S,
+                          env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
     assert_one_line_error(done.returncode, done.stderr, "cannot write")
     assert "EFBIG" in done.stderr or "short write" in done.stderr
     assert list(tmp_path.iterdir()) == []
