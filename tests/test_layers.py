@@ -27,8 +27,9 @@ FLOORS = (
     ("eval", ("sparktrain.eval",)),
     ("train", ("sparktrain.train",)),
     ("data", ("sparktrain.data",)),
-    # the schema, its knobs' roles and its error lines
-    ("params", ("sparktrain.params", "sparktrain.knobs", "sparktrain.schema_errors")),
+    # the schema, its knobs' roles, its error lines and its value types
+    ("params", ("sparktrain.params", "sparktrain.knobs", "sparktrain.schema_errors",
+                "sparktrain.schema_types")),
     ("model", ("sparktrain.model",)),
     ("bc", ("sparktrain.bc",)),
     # the process set-up (BLAS kernel and threads): what the gradient engine and records ask

@@ -70,7 +70,7 @@ def test_not_yaml(tmp_path):
 
 # every float knob: the model computes in float32, where these are infinite (or 0)
 FLOAT_KNOBS = ["step__lr", "step__clip", "step__weight_decay", "step__adam_lr",
-               "step__embed_lr", "step__min_lr", "eval__adapt_lr", "arch__logit_cap"]
+               "step__embed_lr", "step__min_lr", "eval__dynamic_lr", "arch__logit_cap"]
 
 
 @pytest.mark.parametrize("knob", FLOAT_KNOBS)
