@@ -36,6 +36,6 @@ def restore_best(run: Run, curve: list[dict]) -> int | None:
     the last pass's weights stay)."""
     if not run.step.keep_best:
         return None
-    for n in run.params:  # in place: the shard workers' shared arrays too
+    for n in run.params:  # onto the run's device, as load_state puts a saved state back
         run.params[n] = run.device.ops.load(run.params[n], run.best[n])
     return best_pass(curve)
