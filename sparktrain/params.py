@@ -153,6 +153,9 @@ class StepConfig:
                                        description="end the run after this outer pass, with "
                                        "the learning-rate schedule of all `outer` passes (0 = "
                                        "run every pass; spark tune's pruned trials)")
+    keep_best: StrictBool = Field(False, json_schema_extra=role(recipe=False),
+                                  description="commit the weights of the outer pass with the "
+                                  "lowest held-out loss, not the last's (kept_pass)")
     # the checkpoint's own `device` field names the one actually used
     device: Literal[DEVICES] = Field(
         "cpu", json_schema_extra=role(**UNRECORDED, fingerprint=NEVER),

@@ -20,6 +20,7 @@ from sparktrain.model.config import ModelConfig
 from sparktrain.model.parallel import GradientEngine
 from sparktrain.params import StepConfig
 from sparktrain.train import live
+from sparktrain.train.best import check_measured, keep_if_best, restore_best
 from sparktrain.train.folder import JobFolder
 from sparktrain.train.job import Job
 from sparktrain.train.optim import clipped_update, lr_at, make_optimizer
@@ -49,6 +50,7 @@ def _set_up(job: Job, folder: JobFolder, step: StepConfig, cfg: ModelConfig,
     step_fits("training", cfg, step, source.row_bound(), loss_rows=source.loss_rows)
     model = build_model(cfg)
     data = source.training_data(inputs / CORPUS, model, tokenizer, tokenizer_sha256, step)
+    check_measured(step, data)
     salt = bytes.fromhex(job.sparkbc_sha256) if job.sparkbc_sha256 else b""
     params, base_step = initial_params(job, model, step.seed, salt, step.init_out)
     trainable = [n for n in params if step.train_embed or n != EMBED]
@@ -119,6 +121,7 @@ def _run_passes(run: Run, counts: Counters, watch: live.Watcher) -> None:
             watch.micro_step(k, counts.rate())
         counts.curve.append(_point(run, k, "after_outer"))
         counts.done = k
+        keep_if_best(run, counts.curve)
         if step.checkpoint_every and k % step.checkpoint_every == 0 and k < step.passes():
             save_state(run, counts)
         watch.pass_done(counts.curve[-1], lr_at(step, k * step.inner - 1, total), counts.rate())
@@ -158,9 +161,14 @@ def train_and_commit(job: Job, step: StepConfig, cfg: ModelConfig, source: DataS
             load_state(run, counts, watch.say)
             with watch, out_of_memory_is_one_line(run):
                 _run_passes(run, counts, watch)
+        counts.kept = restore_best(run, counts.curve)
         changed = changed_tensors(run)
-        check_learned(counts.curve, run.model.cfg.vocab)
-        return commit(run, counts, changed, labels)
+        check_learned(counts.curve, run.model.cfg.vocab, counts.kept)
+        result = commit(run, counts, changed, labels)
+        if counts.kept is not None:
+            watch.say(f"[{job.id}] kept the weights of outer {counts.kept}, the lowest held-out "
+                      f"loss ({live.losses(counts.after())})")
+        return result
     except BaseException:  # a resumed run rebuilds its curves from its state: none kept
         folder.discard_live()
         raise

@@ -40,6 +40,11 @@ class Counters:
     clipped: int = 0
     seconds: float = 0.0       # in updates, this process
     before: tuple[int, int] = (0, 0)  # (tokens, flops) of the resumed state
+    kept: int | None = None    # step.keep_best: the pass whose weights are committed
+
+    def after(self) -> dict:
+        """The curve point of the committed weights: the kept pass's, else the last."""
+        return self.curve[-1] if self.kept is None else self.curve[self.kept]
 
     def resumed(self, curve: list[dict], done: int, tokens: int, clipped: int,
                 flops: int) -> None:
@@ -61,9 +66,10 @@ BLOWUP = 2.0          # an outer-pass loss above BLOWUP x the starting loss: the
 UNIFORM_MARGIN = 0.99  # the loss must end below 99% of ln(vocab), the uniform guess
 
 
-def check_learned(curve: list[dict], vocab: int) -> None:
+def check_learned(curve: list[dict], vocab: int, kept: int | None = None) -> None:
     """What a run must show before `trained=true` (docs/training.md "Data sources and the one loop": the learned-check)."""
-    loss_before, loss_after = curve[0]["loss"], curve[-1]["loss"]
+    after = curve[-1] if kept is None else curve[kept]  # the committed weights' point
+    loss_before, loss_after = curve[0]["loss"], after["loss"]
     for point in curve[1:]:
         if point["loss"] > BLOWUP * loss_before:
             raise TrainingFailed(f"loss blew up to {point['loss']:.4f} after outer "
@@ -77,6 +83,11 @@ def check_learned(curve: list[dict], vocab: int) -> None:
         raise TrainingFailed(f"loss_after {loss_after:.4f} is no better than the uniform "
                              f"distribution (ln {vocab} = {uniform:.4f}); the run learned "
                              "nothing (lower step.lr?); previous outputs kept")
+    if kept is not None and not after["heldout_loss"] < curve[0]["heldout_loss"]:
+        raise TrainingFailed(f"the kept pass {kept}'s held-out loss {after['heldout_loss']:.4f} "
+                             f"is not below the start's {curve[0]['heldout_loss']:.4f}; the run "
+                             "learned nothing it can keep (try another step.lr); previous "
+                             "outputs kept")
 
 
 def changed_tensors(run: Run) -> list[str]:
@@ -92,8 +103,9 @@ def weights_meta(run: Run, counts: Counters, labels: dict) -> dict:
     job = run.job
     return {"job": job.id, "step_n": run.step_n, "trained": True, "not_sgd": False,
             "arch": run.model.cfg.to_dict(), "loss_before": counts.curve[0]["loss"],
-            "loss_after": counts.curve[-1]["loss"], "sparkbc_sha256": job.sparkbc_sha256,
-            "base": job.base, **run.data.weights_meta, **labels, **run.device.record()}
+            "loss_after": counts.after()["loss"], "sparkbc_sha256": job.sparkbc_sha256,
+            "base": job.base, **run.data.weights_meta, **labels, **run.device.record(),
+            **({"kept_pass": counts.kept} if counts.kept is not None else {})}
 
 
 def checkpoint(run: Run, counts: Counters, changed: list[str], weights_sha256: str,
@@ -102,7 +114,8 @@ def checkpoint(run: Run, counts: Counters, changed: list[str], weights_sha256: s
     job, step, cfg = run.job, run.step, run.model.cfg
     return {
         "job": job.id, "step_n": run.step_n, "loss_before": counts.curve[0]["loss"],
-        "loss_after": counts.curve[-1]["loss"], "loss_curve": counts.curve, **step_record(step),
+        "loss_after": counts.after()["loss"], "loss_curve": counts.curve, **step_record(step),
+        **({"kept_pass": counts.kept} if counts.kept is not None else {}),
         "train_attn": cfg.train_attn, "dataset": job.dataset,
         "arch": cfg.to_dict(), "n_params": run.model.n_params, "trained_tensors": len(changed),
         "frozen_tensors": ",".join(sorted(set(run.params) - set(run.trainable))),

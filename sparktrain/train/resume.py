@@ -58,6 +58,7 @@ def save_state(run: Run, counts) -> None:
     tensors = {f"param.{n}": a for n, a in run.host_params().items()}
     opt_state = run.device.to_host(run.optimizer.state())
     tensors.update({f"opt.{n}": a for n, a in opt_state.items()})
+    tensors.update({f"best.{n}": a for n, a in (run.best or {}).items()})  # step.keep_best
     state = {"fingerprint": run.fingerprint, "done": counts.done, "curve": counts.curve,
              "tokens_seen": counts.tokens_seen, "clipped": counts.clipped,
              "flops_seen": counts.flops_seen, "sampler": run.data.sampler.state()}
@@ -80,8 +81,10 @@ def load_state(run: Run, counts, say) -> None:
             return
         _check_state(state, run)
         tensors, _ = load_weights(folder / RESUME_TENSORS)
-        want = {**{f"param.{n}": a for n, a in run.host_params().items()},
-                **{f"opt.{n}": a for n, a in run.device.to_host(run.optimizer.state()).items()}}
+        host = run.host_params()
+        want = {**{f"param.{n}": a for n, a in host.items()},
+                **{f"opt.{n}": a for n, a in run.device.to_host(run.optimizer.state()).items()},
+                **({f"best.{n}": a for n, a in host.items()} if run.step.keep_best else {})}
         if {k: (a.shape, a.dtype) for k, a in tensors.items()} != \
                 {k: (a.shape, a.dtype) for k, a in want.items()}:
             raise ValueError("its tensors are not this run's")
@@ -98,6 +101,8 @@ def load_state(run: Run, counts, say) -> None:
         run.params[n] = ops.load(run.params[n], tensors[f"param.{n}"])
     run.optimizer.load_state({k[4:]: v for k, v in tensors.items() if k.startswith("opt.")})
     run.data.sampler.set_state(state["sampler"])
+    if run.step.keep_best:  # the best pass's weights so far; the curve says which pass
+        run.best = {n: tensors[f"best.{n}"] for n in run.params}
     counts.resumed(state["curve"], state["done"], state["tokens_seen"], state["clipped"],
                 state["flops_seen"])
 

@@ -33,6 +33,7 @@ class Run:
     optimizer: object              # train/optim.py: SGD, AdamW or Muon, keyed like params
     fingerprint: str               # what a resume state must match (resume.fingerprint)
     engine: GradientEngine = field(default=None)  # loss_and_grads over step.shards shards
+    best: dict | None = None       # step.keep_best: host copy of the best pass's params (best.py)
 
     def host_params(self) -> dict[str, np.ndarray]:
         return self.device.to_host(self.params)

@@ -91,11 +91,11 @@ def test_a_role_with_a_typo_is_refused_where_it_is_declared():
 def test_the_default_job_keeps_its_record_and_fingerprint_keys():
     """The bytes of checkpoint.json and the resume state of every earlier run: the original's
     nine knobs in the record; every knob in the fingerprint but the workers, the device,
-    stop_after_pass and an unset embed_lr."""
+    stop_after_pass, an unset embed_lr and keep_best off."""
     step = StepConfig()
     assert set(step_record(step)) == {"outer", "inner", "lr", "batch_size", "seed", "clip",
                                       "momentum", "train_attn", "train_embed"}
-    unfingerprinted = {"workers", "device", "stop_after_pass", "embed_lr"}
+    unfingerprinted = {"workers", "device", "stop_after_pass", "embed_lr", "keep_best"}
     assert set(knobs.fingerprinted(step)) == set(StepConfig.__pydantic_fields__) - unfingerprinted
     assert "embed_lr" in knobs.fingerprinted(dataclasses.replace(step, optimizer="adamw",
                                                                  embed_lr=0.2))
