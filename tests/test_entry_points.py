@@ -39,7 +39,8 @@ print("numpy loaded at start():", first[0] if first else "start() never called")
 """
 SCRIPTS = sorted((ep.name, ep.value) for ep in entry_points(group="console_scripts")
                  if ep.dist is not None and ep.dist.name == "sparktrain")
-TOOLS = sorted(p.name for p in (ROOT / "tools").glob("*.py"))
+# every tool a person runs (a module the tools share, such as readme_pages.py, runs nothing)
+TOOLS = sorted(p.name for p in (ROOT / "tools").glob("*.py") if "__main__" in p.read_text())
 
 
 def probe(kind: str, target: str) -> str:
