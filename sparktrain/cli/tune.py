@@ -1,5 +1,5 @@
 """`spark tune`: an Optuna search whose trials are DVC experiments run on a Dask cluster
-(sparktrain/sweep/tune.py, its study in study.py; docs/pipeline.md "Tuning")."""
+(sparktrain/sweep/tune.py, its study in study.py; docs/tuning.md "Tuning")."""
 from __future__ import annotations
 
 import argparse

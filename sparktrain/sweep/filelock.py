@@ -1,7 +1,7 @@
 """A blocking exclusive lock on a file, for what two `spark sweep` / `spark tune` drivers
 (or workers) on one machine must not do at once: create one study database, set up the
 local sweep remotes, sweep away dead workers' clones. The kernel drops an flock with its
-last descriptor, so a killed holder never leaves it held (docs/pipeline.md "Tuning")."""
+last descriptor, so a killed holder never leaves it held (docs/tuning.md "Tuning")."""
 from __future__ import annotations
 
 import contextlib

@@ -3,7 +3,7 @@ calls it while `dvc exp run` runs): it reports each pass's held-out figure, read
 the curve the step stage writes, to the trial as an intermediate value, asks the pruner,
 gives the override that runs a pruned trial again to the end of the pass it reached
 (`step.stop_after_pass`), and reads the objective from the trial's eval.json
-(docs/pipeline.md "Tuning")."""
+(docs/tuning.md "Tuning")."""
 from __future__ import annotations
 
 import math

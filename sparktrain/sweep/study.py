@@ -3,7 +3,7 @@ workers' monitors (sweep/monitor.py) share (SQLite under out/ by default), opene
 created for one search space and objective, and read back: the experiments its trials
 left, the table of the best and the points of its picture. Heartbeats
 mark a driver's running trials alive, so the trials of a driver that died turn stale
-and are queued again (docs/pipeline.md "Tuning")."""
+and are queued again (docs/tuning.md "Tuning")."""
 from __future__ import annotations
 
 import contextlib

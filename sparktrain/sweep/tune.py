@@ -3,7 +3,7 @@
 (point.py, driver.py). The driver asks Optuna for a trial's params, submits it with its
 monitor (monitor.py), beats the heartbeats of its running trials, and tells Optuna how
 each ended: the objective the worker read, pruned (and kept as an experiment ended after
-the pass it reached), or failed (docs/pipeline.md "Tuning")."""
+the pass it reached), or failed (docs/tuning.md "Tuning")."""
 from __future__ import annotations
 
 import time

@@ -1,7 +1,7 @@
 """Two `spark tune` drivers on one study, started at the same instant in a fresh clone
 with no remotes and no study yet: both would create the SQLite tables (alembic's UNIQUE
 version row) and push to the local sweep remote at once. They take turns there, share
-the trials, and both end well (docs/pipeline.md "Tuning")."""
+the trials, and both end well (docs/tuning.md "Tuning")."""
 from __future__ import annotations
 
 import subprocess

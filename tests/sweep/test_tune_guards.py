@@ -2,7 +2,7 @@
 before a study is made or changed (objective, seed, workers, an in-memory storage), a
 stored space another tool wrote refused in one line, a full database named as such, two
 drivers creating one study at once, and refused trials that do not count towards
---trials (docs/pipeline.md "Tuning")."""
+--trials (docs/tuning.md "Tuning")."""
 from __future__ import annotations
 
 import argparse

@@ -243,7 +243,7 @@ def test_a_run_stopped_after_a_pass_is_the_whole_run_up_to_it(project, monkeypat
     """step.stop_after_pass k: the first k passes of the whole run, on its schedule (a
     cosine over all `outer` passes), recorded as such; a state the whole run saved after
     pass k resumes it to the same bytes as a fresh stopped run (spark tune's pruned
-    trials: docs/pipeline.md "Tuning")."""
+    trials: docs/tuning.md "Tuning")."""
     knobs = dict(outer=4, optimizer="adamw", lr=0.01, schedule="cosine", warmup=2)
     monkeypatch.setattr(JobFolder, "clear_resume", lambda self: None)   # the whole run's state
     job, whole = _train(project, monkeypatch, StepConfig(**knobs, checkpoint_every=2))
