@@ -9,6 +9,11 @@ from sparktrain.core.errors import did_you_mean
 TYPE_ERRORS = {"int_type": "int", "int_parsing": "int", "int_from_float": "int",
                "bool_type": "bool", "string_type": "str", "dict_type": "a mapping",
                "dataclass_type": "a mapping", "dataclass_args_type": "a mapping"}
+# keys earlier releases read, and what took their place (a params file written for them)
+RENAMED = {"eval.adapt_lr": "eval.dynamic_lr (the adaptive score became dynamic evaluation, "
+                            "docs/training.md \"Dynamic evaluation\")",
+           "eval.adapt_batch": "nothing: dynamic evaluation updates after each piece "
+                               "(eval.dynamic_stride tokens)"}
 BOUNDS = {"greater_than": ">", "greater_than_equal": ">=", "less_than": "<",
           "less_than_equal": "<="}
 
@@ -21,6 +26,8 @@ def one_line(err: ValidationError, known_keys, section: str = "") -> str:
     key = ".".join(str(part) for part in parts)
     kind, got = e["type"], e.get("input")
     if kind in ("unexpected_keyword_argument", "extra_forbidden"):
+        if key in RENAMED:
+            return f"params: {key} is no longer read; use {RENAMED[key]}"
         return f"params: unknown key {key}{did_you_mean(parts[-1], known_keys(parts))}"
     if kind in ("missing_argument", "missing"):
         return f"params: missing key {key}"

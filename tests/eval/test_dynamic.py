@@ -119,3 +119,11 @@ def test_the_params_check_refuses_bad_settings_before_training(change, message):
     recipe["eval"] = {**recipe.get("eval", {}), **change}
     with pytest.raises(SparkError, match=message):
         parse_params(recipe)
+
+
+def test_a_params_file_of_the_adaptive_score_is_told_what_replaced_it():
+    recipe = yaml.safe_load((ROOT / "data/programs/coder-recipes.yaml").read_text())["tiny"]
+    for key, instead in (("adapt_lr", "eval.dynamic_lr"), ("adapt_batch", "dynamic_stride")):
+        recipe["eval"] = {key: 0.001 if key == "adapt_lr" else 16}
+        with pytest.raises(SparkError, match=f"eval.{key} is no longer read; use .*{instead}"):
+            parse_params(recipe)
