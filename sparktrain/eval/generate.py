@@ -139,9 +139,9 @@ def learned_text(report: dict, model: str) -> str:
              f"{report['bpb_sliding'] / report['ppmd_primed_bpb']:.4f}"
              + (f", dynamic {report['bpb_dynamic'] / report['ppmd_primed_bpb']:.4f}"
                 if "bpb_dynamic" in report else ""),
-             *([f"  dynamic: {d['rule']} at {d['lr']:g}, decay {d['decay']:g}, an update after "
-                f"each {d['stride']} tokens scored ({d['updates']:,} updates)"]
-               for d in [report.get("dynamic")] if d)]
+             *[f"  dynamic: {d['rule']} at {d['lr']:g}, decay {d['decay']:g}, an update after "
+               f"each {d['stride']} tokens scored ({d['updates']:,} updates)"
+               for d in [report.get("dynamic")] if d]]
     for item in report["samples"]:
         lines += ["", f"--- prompt ---\n{item['prompt']}",
                   f"--- sampled (temperature {s['temperature']}, top-k {s['top_k']}, seed "
