@@ -79,7 +79,7 @@ def coder_figures(output: str) -> dict:
     for key in ("loss_before", "loss_after"):
         m = re.search(rf'"{key}": ([-\d.e]+)', output)
         found[key] = m and m.group(1)
-    found["bpb"] = dict(re.findall(r"^  (\S.*?)\s{2,}(\d+\.\d{4})$", output, re.M))
+    found["bpb"] = dict(re.findall(r"^ {2,}(\S.*?)\s{2,}(\d+\.\d{4})$", output, re.M))
     return found
 
 

@@ -107,8 +107,9 @@ def test_the_readmes_reproducible_figures_are_in_generated_blocks():
     run = rp.find_block("coder-tiny")
     coder = rp.coder_figures(run)
     assert coder["loss_after"] and coder["loss_before"]
-    assert set(coder["bpb"]) == {"model (tiny, bpe)", "zlib level 9", "lzma preset 9e",
-                                 "PPMd, order 16", "lzma preset 9e, primed",
+    assert set(coder["bpb"]) == {"model (tiny, bpe)", "in sliding windows, stride 16",
+                                 "dynamic, learning as it codes", "zlib level 9",
+                                 "lzma preset 9e", "PPMd, order 16", "lzma preset 9e, primed",
                                  "PPMd, order 16, primed"}
     scale = rp.scale_figures(rp.find_block("scale-proof"))
     assert {"copy", "upper", "lookup"} <= set(scale)
