@@ -12,8 +12,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
+from sparktrain.core.safeload import load_yaml
 from sparktrain.repro.toolenv import tool_env
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,7 +40,7 @@ class PullRequestRun:
 
 def steps(path: Path = PR_WORKFLOW) -> list[dict]:
     """The steps of a workflow's one job, as the YAML lists them."""
-    [job] = yaml.safe_load(path.read_text())["jobs"].values()
+    [job] = load_yaml(path.read_text(), path.name)["jobs"].values()
     return job["steps"]
 
 
