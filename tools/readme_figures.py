@@ -2,25 +2,15 @@
 pages that show a whole captured run) from real runs on this machine.
 
     .venv/bin/python tools/readme_figures.py            # every figure; rewrites PAGES
-    .venv/bin/python tools/readme_figures.py --quick    # a tiny version of each quick
-                                                        # figure; README.md untouched
-    .venv/bin/python tools/readme_figures.py --stable   # only what runs reproduce exactly
-                                                        # (`make run`'s summary, the sweep
-                                                        # grids): minutes; README rewritten
+    .venv/bin/python tools/readme_figures.py --quick    # the quick figures, tiny; no page
+    .venv/bin/python tools/readme_figures.py --stable   # what runs reproduce exactly
     make readme-figures                                 # the first line
 
-Every run is in a fresh copy of the project (its own out/ and DVC cache), and
-the record (out/readme_figures.json) holds the machine it ran on (cores, CPU
-model and the SIMD flags numpy's kernels use, load average before and after),
-the date (UTC) and each figure's numbers and raw output. The README's blocks
-between `<!-- figures:NAME -->` and `<!-- /figures:NAME -->` are rewritten
-from that record, so a figure in them is never typed by hand: the scale-proof
-table is the lines `tools/proof.py scale` prints, verbatim.
-
-Times on a shared machine: every wall time here is the elapsed time of one
-run; other processes on the same cores stretch it (a coder proof took 116 s
-idle and 307 s at load average 2.5), while CPU time and every loss, bpb and
-hash stay the same. The record's load averages say how quiet the machine was.
+Every run is in a fresh copy of the project; the record (out/readme_figures.json)
+holds the machine (cores, CPU model, SIMD flags, load before and after), the date
+and each figure's numbers and raw output, and the pages' `<!-- figures:NAME -->`
+blocks are rewritten from it: no figure in them is typed by hand. Wall times are
+stretched by other processes on the same cores; losses, bpb and hashes are not.
 See docs/tools.md ("README figures").
 """
 from __future__ import annotations
@@ -45,8 +35,9 @@ from sparktrain import runtime  # noqa: E402  (first: the BLAS kernel and thread
 runtime.start()
 
 from sparktrain.repro.toolenv import copy_project, tool_env  # noqa: E402
+from tools.pr_workflow import run_workflow  # noqa: E402
 from tools.proof import TABLE_BEGIN, TABLE_END  # noqa: E402
-from tools.readme_pages import (PAGES, blocks, coder_figures, coder_line,  # noqa: E402
+from tools.readme_pages import (PAGES, blocks, ci_report_blocks, coder_line,  # noqa: E402
                                 exp_named, exp_rows, rewrite)
 from sparktrain.core.safeload import load_json
 
@@ -170,6 +161,13 @@ def fig_tasks(work: Path, quick: bool) -> dict:
                      stdout_only=True)
     return {"blocks": {"repro-check-line": _fence(check.strip().splitlines()[-1]),
                        "export-line": _fence(export.strip().splitlines()[-1])}}
+
+
+def fig_ci_report(work: Path, quick: bool) -> dict:
+    """docs/ci.md's report a pull request gets, and README's head of it: the workflow's
+    own steps against a branch that sets step.lr 0.05 (tools/pr_workflow.py)."""
+    done = run_workflow(_repro_copy(work), work / "ci-report")
+    return {"steps": done.ran, "blocks": ci_report_blocks(done.body)}
 
 
 def fig_own_data(work: Path, quick: bool) -> dict:
@@ -316,6 +314,7 @@ STABLE = ("run", "tasks", "grid", "spark-sweep")
 FIGURES = {
     "run": (fig_run, False),
     "tasks": (fig_tasks, False),
+    "ci-report": (fig_ci_report, False),
     "grid": (fig_grid, False),
     "spark-sweep": (fig_spark_sweep, False),
     "pipeline": (fig_pipeline, True),

@@ -3,7 +3,7 @@
 back out of a block (or out of the output it copies) by the tests that rerun them.
 
 A block lives in exactly one page of PAGES: README.md shows a figure in one line,
-docs/experiments.md and docs/results/runs.md the whole output it comes from (see
+docs/experiments.md, docs/results/runs.md and docs/ci.md the whole output it comes from (see
 docs/tools.md "README figures").
 """
 from __future__ import annotations
@@ -15,7 +15,8 @@ ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 # every page with `<!-- figures:NAME -->` blocks, rewritten together: README's short
 # figures, and the results log's whole captured runs (a block lives in one of them)
-PAGES = (README, ROOT / "docs" / "experiments.md", ROOT / "docs" / "results" / "runs.md")
+PAGES = (README, ROOT / "docs" / "experiments.md", ROOT / "docs" / "results" / "runs.md",
+         ROOT / "docs" / "ci.md")
 
 
 # --- a block: where, read, rewritten -------------------------------------------
@@ -99,6 +100,21 @@ def coder_line(lines: list[str], where: str) -> str:
     return (f"`spark-code train --scale tiny`: {model} {bpb[model]} bits per byte on the "
             f"whole held-out stream{dynamic}, zlib level 9 {bpb['zlib level 9']}, PPMd primed "
             f"with the train split {bpb['PPMd, order 16, primed']}; {where}")
+
+
+def ci_report_blocks(body: str) -> dict[str, str]:
+    """docs/ci.md's whole report a pull request gets (`body`, as posted; it holds code
+    fences, so four backticks) and README's head of it: the verdict line, then the
+    metrics table's header and first two rows (a table may follow a paragraph's line)."""
+    lines = body.rstrip("\n").splitlines()
+    verdict = [ln for ln in lines if ln.startswith("**Reproducibility**")]
+    table = [i for i, ln in enumerate(lines) if ln.startswith("| metric |")]
+    if not (verdict and table):
+        raise SystemExit("readme_figures: the report has no verdict line or metrics table:\n"
+                         + "\n".join(lines[:20]))
+    head = lines[table[0]:table[0] + 4]
+    return {"ci-report": "````markdown\n" + "\n".join(lines) + "\n````",
+            "ci-report-line": "\n".join([verdict[0], *head])}
 
 
 def exp_rows(show: str) -> list[dict]:

@@ -1,47 +1,39 @@
 """The CI a user copies (docs/ci.md): .github/workflows/ validates against GitHub's workflow
 schema (check-jsonschema's copy, offline), and the pull-request workflow's own `run:` steps,
 read from the YAML, run in a fresh clone of a pull-request branch against its base branch,
-with `gh` a stand-in that keeps the comment's body; the report it posts is then read."""
+with `gh` a stand-in that keeps the comment's body (tools/pr_workflow.py, which the README
+figure of the report runs too); the report it posts is then read."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-import yaml
+
+from sparkhelp import HANG_GUARD_S
 
 from sparktrain.core.gate import REPORT_MARK
 
-from .conftest import REPO, VENV_BIN, clone, dvc, git, run, tool_env
+from .conftest import REPO, VENV_BIN, git, run
+
+sys.path.insert(0, str(REPO))
+from tools import pr_workflow  # noqa: E402
 
 WORKFLOWS = REPO / ".github" / "workflows"
-PR_WORKFLOW = WORKFLOWS / "pr-report.yml"
+PR_WORKFLOW = pr_workflow.PR_WORKFLOW
+steps = pr_workflow.steps
 # the steps GitHub runs for us: what they do is done by the test's set-up
 ACTIONS = {"actions/checkout", "actions/setup-python", "actions/upload-artifact"}
 JOB = "out/train/job-dry-001"
-FAKE_GH = """#!/usr/bin/env bash
-# gh's stand-in: keep the arguments and the --body-file's text
-printf '%s\\n' "$@" > "$GH_OUT/args"
-while [ $# -gt 0 ]; do
-  if [ "$1" = --body-file ]; then cp "$2" "$GH_OUT/body.md"; fi
-  shift
-done
-"""
 
 
 def check_jsonschema(*paths) -> subprocess.CompletedProcess:
     return subprocess.run([str(VENV_BIN / "check-jsonschema"), "--builtin-schema",
                            "vendor.github-workflows", *map(str, paths)],
                           capture_output=True, text=True, timeout=300)
-
-
-def steps(path: Path = PR_WORKFLOW) -> list[dict]:
-    [job] = yaml.safe_load(path.read_text())["jobs"].values()
-    return job["steps"]
 
 
 def test_the_workflows_validate_against_githubs_schema(tmp_path):
@@ -69,68 +61,14 @@ def test_run_steps_are_plain_bash_and_the_other_steps_known_actions():
             assert step["uses"].split("@")[0] in ACTIONS, step
 
 
-def _venv_stand_in(repo: Path) -> None:
-    """The project's venv seen from the clone's .venv, as a cached one would be: `make
-    setup` finds it working and up to date, so it installs nothing (no registry here)."""
-    venv = repo / ".venv"
-    venv.mkdir()
-    shutil.copy(VENV_BIN.parent / "pyvenv.cfg", venv)
-    for name in ("bin", "lib"):
-        (venv / name).symlink_to(VENV_BIN.parent / name)
-    (venv / ".installed-stamp").touch()
-    page = REPO / "build" / "dvc-plots.html"
-    if page.is_file():
-        (repo / "build").mkdir()
-        shutil.copy(page, repo / "build")
-
-
-def _pushed_branches(fresh: Path, root: Path) -> Path:
-    """origin.git with main (its lock committed after a repro) and `pr`, which sets
-    step.lr 0.05 and commits the lock its repro wrote."""
-    work = clone(fresh, root / "work")
-    git(work, "add", "-A")
-    git(work, "commit", "-q", "--allow-empty", "-m", "main's lock")
-    subprocess.run(["git", "init", "-q", "--bare", str(root / "origin.git")], check=True)
-    git(work, "remote", "add", "origin", str(root / "origin.git"))
-    git(work, "push", "-q", "origin", "main")
-    git(work, "checkout", "-q", "-b", "pr")
-    params = work / "params.yaml"
-    params.write_text(params.read_text().replace("  lr: 0.03 ", "  lr: 0.05 ", 1))
-    dvc(work, "repro")
-    git(work, "commit", "-q", "-am", "lr 0.05")
-    git(work, "push", "-q", "origin", "pr")
-    return root / "origin.git"
-
-
 @pytest.mark.e2e
 @pytest.mark.slow
 def test_the_pull_request_workflow_posts_one_report(fresh_repro, tmp_path):
-    origin = _pushed_branches(fresh_repro[0], tmp_path)
-    repo = tmp_path / "ci"
-    subprocess.run(["git", "clone", "-q", "-b", "pr", str(origin), str(repo)], check=True)
-    _venv_stand_in(repo)
-    (tmp_path / "gh-bin").mkdir()
-    (tmp_path / "gh-bin" / "gh").write_text(FAKE_GH)
-    (tmp_path / "gh-bin" / "gh").chmod(0o755)
-    (tmp_path / "runner").mkdir()
-    env = tool_env(repo, {"BASE": "origin/main", "PR": "7", "GH_TOKEN": "none",
-                          "GH_OUT": str(tmp_path), "RUNNER_TEMP": str(tmp_path / "runner"),
-                          "GITHUB_WORKSPACE": str(repo)})
-    env["PATH"] = f"{tmp_path / 'gh-bin'}{os.pathsep}{env['PATH']}"
-    ran = []
-    for step in (s for s in steps() if "run" in s):
-        script = tmp_path / "step.sh"
-        script.write_text(step["run"])
-        done = run(repo, "bash", "--noprofile", "--norc", "-e", str(script), env=env)
-        assert done.returncode == 0, f"step {step['name']!r} exited {done.returncode}:\n" \
-                                     f"{done.stdout[-3000:]}"
-        ran.append(step["name"])
-    assert len(ran) == 7, ran
-    assert (tmp_path / "args").read_text().split("\n")[:5] == \
-        ["pr", "comment", "7", "--body-file", "report.md"]
-    body = (tmp_path / "body.md").read_text()
-    _check_report(body, fresh_repro[0], repo)
-    assert (repo / "report.png").read_bytes().startswith(b"\x89PNG")
+    done = pr_workflow.run_workflow(fresh_repro[0], tmp_path, REPO, timeout=HANG_GUARD_S)
+    assert len(done.ran) == 7, done.ran
+    assert done.gh_args[:5] == ["pr", "comment", "7", "--body-file", "report.md"]
+    _check_report(done.body, fresh_repro[0], done.repo)
+    assert (done.repo / "report.png").read_bytes().startswith(b"\x89PNG")
 
 
 def _check_report(body: str, base: Path, head: Path) -> None:

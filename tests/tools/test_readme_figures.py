@@ -11,6 +11,7 @@ import pytest
 from sparkhelp import HANG_GUARD_S, ROOT
 
 sys.path.insert(0, str(ROOT))
+from tools import pr_workflow  # noqa: E402
 from tools import readme_figures as rf  # noqa: E402
 from tools import readme_pages as rp  # noqa: E402
 from tools.proof import family_table  # noqa: E402
@@ -130,7 +131,8 @@ def test_every_block_lives_in_one_page_of_pages_and_the_readme_stays_short():
               "figures": {}}
     shown_by = {"grid": ("grid-show", "grid-compare", "grid-line"),
                 "coder-tiny": ("coder-tiny", "coder-tiny-line"),
-                "tasks": ("repro-check-line", "export-line")}
+                "tasks": ("repro-check-line", "export-line"),
+                "ci-report": ("ci-report", "ci-report-line")}
     names = set(rp.blocks(record)) | {"coder-peer"}   # the machine line; coder_compare's
     for fig in rf.FIGURES:
         names |= set(shown_by.get(fig, (fig,)))
@@ -218,3 +220,56 @@ def test_the_own_data_figure_runs_the_readmes_lines(monkeypatch, tmp_path):
     assert fig["lines"] == ["  bpb 3.3809  (sliding, stride 16: 3.3604)",
                             "  zlib-9 3.5147  lzma-9e 3.5595"]
     assert fig["text"].startswith("Trained in 42 s on CPU X; `spark eval` printed:")
+
+
+REPORT = """<!-- spark ci-report -->
+## Spark Train: this branch against `origin/main` (abc1234)
+
+**Reproducibility** ✅ `repro-check: ok: all`
+
+### Metrics (job `job-dry-001`)
+
+| metric | origin/main | this branch | change |
+| --- | ---: | ---: | ---: |
+| training loss, last pass | 2.6 | 2.2 | -0.4 |
+| held-out loss | 4.1 | 4.3 | +0.2 |
+| perplexity | 64.7 | 76.1 | +11.4 |
+
+```mermaid
+xychart-beta
+```
+"""
+
+
+def test_the_ci_report_figure_is_the_workflows_report_whole_and_its_head(monkeypatch, tmp_path):
+    """docs/ci.md's block is the report gh was given, verbatim; README's is its verdict
+    line and the metrics table's header and first two rows; the report comes from the
+    workflow's own steps on the copy `make run` leaves (tools/pr_workflow.py)."""
+    ran = []
+
+    def fake_workflow(fresh, root):
+        ran.append((fresh, root))
+        return pr_workflow.PullRequestRun(tmp_path, ["Set up"], [], REPORT)
+    monkeypatch.setattr(rf, "_repro_copy", lambda work: tmp_path / "run")
+    monkeypatch.setattr(rf, "run_workflow", fake_workflow)
+    fig = rf.fig_ci_report(tmp_path, quick=False)
+    assert ran == [(tmp_path / "run", tmp_path / "ci-report")]
+    assert fig["blocks"]["ci-report"] == "````markdown\n" + REPORT.rstrip("\n") + "\n````"
+    assert fig["blocks"]["ci-report-line"].splitlines() == [
+        "**Reproducibility** ✅ `repro-check: ok: all`",
+        "| metric | origin/main | this branch | change |", "| --- | ---: | ---: | ---: |",
+        "| training loss, last pass | 2.6 | 2.2 | -0.4 |", "| held-out loss | 4.1 | 4.3 | +0.2 |"]
+    assert rf.FIGURES["ci-report"] == (rf.fig_ci_report, False), "slow: never in --quick"
+    with pytest.raises(SystemExit, match="no verdict line"):
+        rp.ci_report_blocks(REPORT.replace("**Reproducibility**", "Reproducibility"))
+
+
+def test_the_pages_show_the_report_the_figure_wrote():
+    """README's head of the report is the head ci_report_blocks makes of docs/ci.md's
+    whole report: both blocks come from one run, neither typed by hand."""
+    whole = rp.find_block("ci-report")
+    assert whole.startswith("````markdown\n<!-- spark ci-report -->\n"), whole[:80]
+    body = whole.split("\n", 1)[1].rsplit("\n````", 1)[0]
+    readme = (ROOT / "README.md").read_text()
+    assert rp.block(readme, "ci-report-line") == rp.ci_report_blocks(body)["ci-report-line"]
+    assert "| `step.lr` | `0.03` | `0.05` |" in body
