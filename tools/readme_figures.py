@@ -37,8 +37,8 @@ runtime.start()
 from sparktrain.repro.toolenv import copy_project, tool_env  # noqa: E402
 from tools.pr_workflow import run_workflow  # noqa: E402
 from tools.proof import TABLE_BEGIN, TABLE_END  # noqa: E402
-from tools.readme_pages import (PAGES, blocks, ci_report_blocks, coder_line,  # noqa: E402
-                                exp_named, exp_rows, rewrite)
+from tools.readme_pages import (PAGES, blocks, ci_report_blocks, coder_figures,  # noqa: E402
+                                coder_line, exp_named, exp_rows, rewrite)
 from sparktrain.core.safeload import load_json
 
 RECORD = ROOT / "out" / "readme_figures.json"
@@ -283,7 +283,7 @@ def fig_workers(work: Path, quick: bool) -> dict:
 def fig_coder_proof(work: Path, quick: bool) -> dict:
     repo = copy_project(ROOT, work / "coder")
     wall, out = _run(repo, sys.executable, "tools/coder_proof.py")
-    numbers = dict(re.findall(r"^\s+(\S.*?)\s+(\d+\.\d{4})$", out, re.M))
+    numbers = coder_figures(out)["bpb"]  # the table's rows, as README's tiny line reads them
     return {"wall_s": round(wall, 1), "bpb": numbers,
             "text": "`make spark-coder-proof`: " + ", ".join(
                 f"{k} {v}" for k, v in numbers.items()) + f"; {wall:.0f} s wall on {cpu_label()}"}
