@@ -97,14 +97,16 @@ class Learner:
 
     def __init__(self, params: dict, settings: DynamicSettings, ms: dict | None = None):
         if settings.rule not in DYNAMIC_RULES:
-            raise SparkError(f"dynamic rule {settings.rule!r} is not one of {', '.join(DYNAMIC_RULES)}")
+            raise SparkError(f"dynamic rule {settings.rule!r} is not one of "
+                             f"{', '.join(DYNAMIC_RULES)}")
         self.settings = s = settings
-        self.be = be = backend.of_params(params)
+        be = backend.of_params(params)
         self.trained = params
         self.work = {n: a.copy() for n, a in params.items()}
-        f32 = be.f32
-        self.lr, self.decay = f32(s.lr), f32(s.decay)
-        self.scale, self.pull = {}, {}
+        # each tensor's step size (sgd: lr; rms: lr over its root mean square; adamw: its own)
+        # and its pull back towards the trained weights (decay; rms: scaled per element)
+        self.scale = {n: be.f32(s.lr) for n in params} if s.rule == "sgd" else {}
+        self.pull = {n: be.f32(s.decay) for n in params}
         if s.rule == "rms":
             if ms is None:
                 raise SparkError("the rms rule needs the train split's mean squared gradients")
@@ -113,29 +115,23 @@ class Learner:
                 sum(int(np.prod(r.shape)) for r in roots.values())
             cap = 1.0 / s.decay if s.decay else 0.0
             for n, r in roots.items():
-                floor = f32(RMS_FLOOR * float(be.xp.mean(r)) + RMS_EPS)
-                self.scale[n] = f32(s.lr) / be.xp.maximum(r, floor)
+                floor = be.f32(RMS_FLOOR * float(be.xp.mean(r)) + RMS_EPS)
+                self.scale[n] = be.f32(s.lr) / be.xp.maximum(r, floor)
                 # decay rate relative to the mean root, so that lamb * rate <= 1 (Krause)
-                rel = r / f32(max(mean_root, RMS_EPS))
-                self.pull[n] = f32(s.decay) * (be.xp.minimum(rel, f32(cap)) if cap else rel)
+                rel = r / be.f32(max(mean_root, RMS_EPS))
+                self.pull[n] = be.f32(s.decay) * (be.xp.minimum(rel, be.f32(cap)) if cap else rel)
         self.adam = make_optimizer(StepConfig(optimizer="adamw", lr=s.lr, momentum=0.0,
                                               weight_decay=0.0), self.work, list(self.work)) \
             if s.rule == "adamw" else None
 
     def update(self, grads: dict) -> None:
-        work, trained = self.work, self.trained
         if self.adam is not None:
-            self.adam.update(work, grads, self.settings.lr, 1.0)
-        for n, w in work.items():
-            if self.settings.rule == "rms":
+            self.adam.update(self.work, grads, self.settings.lr, 1.0)
+        for n, w in self.work.items():
+            if n in self.scale:
                 w -= self.scale[n] * grads[n]
-                if self.settings.decay:
-                    w += self.pull[n] * (trained[n] - w)
-                continue
-            if self.settings.rule == "sgd":
-                w -= self.lr * grads[n]
             if self.settings.decay:
-                w += self.decay * (trained[n] - w)
+                w += self.pull[n] * (self.trained[n] - w)
 
 
 def _scored(model, params, batch) -> tuple[np.ndarray, dict]:
