@@ -12,13 +12,10 @@ FAST = ["--outer", "1", "--inner", "2"]
 TRAIN = ["train", "--dataset", "data/train/dataset.jsonl"]
 
 
-def killed_in_pass_two(root, monkeypatch, knobs, *, as_sigkill=False):
-    """`root`'s job out/j, trained with `knobs` (a state saved every pass) and stopped by
-    Ctrl-C in pass 2, after the state of pass 1 was saved. as_sigkill: .live-run stays, as
-    a SIGKILL leaves it (Ctrl-C removes it)."""
-    from sparktrain.cli import main
+def ctrl_c_at_third_step(patch) -> None:
+    """Ctrl-C at the loop's third micro-step (pass 2 of 2-step passes), once; `patch` a
+    monkeypatch or its context."""
     from sparktrain.train import loop
-    from sparktrain.train.folder import JobFolder
 
     real, calls = loop.apply_update, [0]
 
@@ -27,10 +24,19 @@ def killed_in_pass_two(root, monkeypatch, knobs, *, as_sigkill=False):
         if calls[0] == 3:
             raise KeyboardInterrupt
         return real(*a)
+    patch.setattr(loop, "apply_update", dies)
+
+
+def killed_in_pass_two(root, monkeypatch, knobs, *, as_sigkill=False):
+    """`root`'s job out/j, trained with `knobs` (a state saved every pass) and stopped by
+    Ctrl-C in pass 2, after the state of pass 1 was saved. as_sigkill: .live-run stays, as
+    a SIGKILL leaves it (Ctrl-C removes it)."""
+    from sparktrain.cli import main
+    from sparktrain.train.folder import JobFolder
 
     monkeypatch.chdir(root)
     with monkeypatch.context() as m:
-        m.setattr(loop, "apply_update", dies)
+        ctrl_c_at_third_step(m)
         if as_sigkill:
             m.setattr(JobFolder, "discard_live", lambda self: None)
         assert main(TRAIN + ["--out", "out/j"] + knobs) == 130

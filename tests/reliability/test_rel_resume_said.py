@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import yaml
 
-import sparktrain.train.loop as loop
-from relkit import copy_project, killed_in_pass_two
+from relkit import copy_project, ctrl_c_at_third_step, killed_in_pass_two
 from sparktrain.data.source import source_for
 from sparktrain.model.config import SCALES
 from sparktrain.params import Defaults, StepConfig
@@ -14,18 +13,6 @@ from sparktrain.train.runner import run_job
 
 SAVED = "interrupted; a resumable state of this run is saved in "
 SAME = "; the same command continues it (to the same final bytes)"
-
-
-def _ctrl_c_in_pass_two(monkeypatch):
-    """Ctrl-C at the third micro-step (pass 2 of 2-step passes), once."""
-    real, calls = loop.apply_update, [0]
-
-    def dies(*a):
-        calls[0] += 1
-        if calls[0] == 3:
-            raise KeyboardInterrupt
-        return real(*a)
-    monkeypatch.setattr(loop, "apply_update", dies)
 
 
 def _run(job, step, lines):
@@ -39,7 +26,7 @@ def test_the_runner_says_how_to_continue_and_the_same_call_does(project, monkeyp
     step = StepConfig(outer=3, inner=2, checkpoint_every=1)
     lines = []
     with monkeypatch.context() as m:
-        _ctrl_c_in_pass_two(m)
+        ctrl_c_at_third_step(m)
         try:
             _run(job, step, lines)
             raise AssertionError("not interrupted")
@@ -56,7 +43,7 @@ def test_without_a_saved_state_it_says_how_to_have_one(project, monkeypatch):
     job = adhoc_job("data/train/dataset.jsonl", "out/j", None)
     lines = []
     with monkeypatch.context() as m:
-        _ctrl_c_in_pass_two(m)
+        ctrl_c_at_third_step(m)
         try:
             _run(job, StepConfig(outer=3, inner=2), lines)
             raise AssertionError("not interrupted")
@@ -89,7 +76,7 @@ def test_the_step_stage_says_it_too(project, monkeypatch, capsys):
     assert run("decode_bc", decode_bc.decode_bc) == 0
     capsys.readouterr()
     with monkeypatch.context() as m:
-        _ctrl_c_in_pass_two(m)
+        ctrl_c_at_third_step(m)
         assert run("step", step_stage.step) == 130
     err = capsys.readouterr().err.splitlines()
     folder = f"out/train/{params['job']}"
