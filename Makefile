@@ -104,7 +104,7 @@ test-browser: $(STAMP) $(PLOTS_PAGE)
 # torch + transformers only here: `make test` never downloads them.
 test-hf: $(STAMP)
 	$(PY) -m pip install -q -c $(LOCK) -e '.[dev,hf]'
-	$(PY) -m pytest -q tests/export tests/train/test_optim_muon.py
+	$(PY) -m pytest -q tests/export tests/train/test_optim_muon.py tests/train/test_repeat_levers.py
 
 # llama.cpp itself (llama-cpp-python compiles it with cmake and the C compiler: about 30
 # minutes on 2 cores, once; pip keeps the wheel) reads the GGUF as Spark does.

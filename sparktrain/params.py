@@ -103,6 +103,10 @@ class StepConfig:
     weight_decay: Float = Field(0.0, ge=0, json_schema_extra=role(fingerprint=ALWAYS,
                                                                   readers=("adamw", "muon")),
                                 description="AdamW / Muon decoupled weight decay on matrices")
+    sampling: Literal["random", "epoch"] = Field("random", description="corpus jobs' windows: "
+        "random starts, or epoch: each pass over the stream cut anew, in a random order")
+    ema: Optional[Float] = Field(None, gt=0, lt=1, description="commit an exponential moving "
+                                 "average of the weights with this decay (torch's EMA)")
     adam_lr: Optional[Float] = Field(None, gt=0, json_schema_extra=role(fingerprint=ALWAYS,
                                                                         readers=("muon",)),
                                      description="optimizer muon: the AdamW group's learning "
@@ -186,6 +190,8 @@ class StepConfig:
         if self.schedule == "wsd" and self.warmup + cooling > n:
             raise ValueError(f"warmup {self.warmup} and cooldown {self.cooldown} overlap "
                              f"within {n} micro-steps")
+        if self.ema is not None and self.keep_best:
+            raise ValueError("ema commits the average of the weights; keep_best a pass's own")
         for name, readers in unread(self, self.optimizer).items():
             raise ValueError(f"{name} applies to optimizer{'s' * (len(readers) > 1)} "
                              f"{' and '.join(readers)}, not {self.optimizer}")

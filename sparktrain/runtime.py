@@ -1,5 +1,5 @@
 """The process set-up every entry point runs before numpy loads: `start()` (the kernel:
-docs/portability.md; the threads: docs/training.md, "Threads and shards"), and the counts
+docs/portability.md; the threads: docs/portability.md, "Threads and shards"), and the counts
 the environment sets (`env_count`: SPARK_BLAS_THREADS here, SPARK_WORKERS for the workers)."""
 from __future__ import annotations
 

@@ -251,6 +251,49 @@ class WindowSampler:
         self.rng.bit_generator.state = state
 
 
+class EpochWindows:
+    """step.sampling epoch: each pass over the stream (an epoch) cuts it into windows of
+    seq_len + 1 tokens every seq_len from a random offset and reads them in a random order,
+    so every target is read once an epoch; a batch that ends an epoch takes the next's first
+    windows. Its state: the generator at the epoch's start and the windows read since."""
+
+    def __init__(self, stream: np.ndarray, seq_len: int, batch_size: int, seed: int):
+        WindowSampler(stream, seq_len, batch_size, seed)  # the same refusal of a short stream
+        self.stream, self.seq_len, self.batch_size = stream, seq_len, batch_size
+        self.rng = np.random.default_rng([seed, 0xE90C])
+        self._new_epoch()
+
+    def _new_epoch(self) -> None:
+        self.epoch_start = self.rng.bit_generator.state
+        offset = int(self.rng.integers(0, self.seq_len))
+        count = max((len(self.stream) - 1 - offset) // self.seq_len, 1)
+        self.order = offset + self.seq_len * self.rng.permutation(count)
+        self.pos = 0
+
+    def next(self) -> TokenBatch:
+        starts = []
+        while len(starts) < self.batch_size:
+            if self.pos == len(self.order):
+                self._new_epoch()
+            take = self.order[self.pos:self.pos + self.batch_size - len(starts)]
+            starts.extend(take.tolist())
+            self.pos += len(take)
+        return windows_batch(self.stream, starts, self.seq_len)
+
+    def state(self) -> dict:
+        return {"epoch_start": self.epoch_start, "pos": self.pos}
+
+    def set_state(self, state: dict) -> None:
+        self.rng.bit_generator.state = state["epoch_start"]
+        self._new_epoch()
+        if not 0 <= state["pos"] <= len(self.order):
+            raise ValueError("its position is not in the epoch")
+        self.pos = state["pos"]
+
+
+SAMPLERS = {"random": WindowSampler, "epoch": EpochWindows}  # by step.sampling
+
+
 def stream_batches(stream: np.ndarray, seq_len: int, batch_size: int,
                    pad: int) -> Iterator[TokenBatch]:
     """Non-overlapping windows in order, the last right-padded: sliding_batches at seq_len."""

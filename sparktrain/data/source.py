@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from sparktrain.data.base import STDLIB, DataSource, EvalSet, TrainingData
-from sparktrain.data.corpus import (MAX_FILES, Corpus, CorpusFile, WindowSampler,
+from sparktrain.data.corpus import (MAX_FILES, SAMPLERS, Corpus, CorpusFile,
                                     check_splits, is_heldout, read_corpus, read_prepared,
                                     windows_batch, write_pairs_note, write_prepared)
 from sparktrain.data.pairs import (LOSS_BATCH, RowBatches, json_objects, load_dataset,
@@ -105,7 +105,7 @@ class CorpusSource:
                 f"corpus.heldout, or add files or rows) or use a smaller seq_len")
         return TrainingData(
             describe=f"{m['train_tokens']:,} train tokens",
-            sampler=WindowSampler(data.train, seq_len, step.batch_size, step.seed),
+            sampler=SAMPLERS[step.sampling](data.train, seq_len, step.batch_size, step.seed),
             train_set=EvalSet(spread_windows(data.train, seq_len, PROBE_WINDOWS)),
             heldout_set=EvalSet(spread_windows(data.val, seq_len, HELDOUT_WINDOWS),
                                 tokenizer.byte_lengths()),
@@ -218,6 +218,9 @@ class PairsSource:
                 **tokenizer_record(tokenizer, tokenizer_sha256)}
 
     def training_data(self, folder, model, tokenizer, tokenizer_sha256, step):
+        if step.sampling != "random":
+            raise SparkError(f"step.sampling {step.sampling} cuts a corpus stream into windows; "
+                             "a pairs job already reads its rows in a new order each epoch")
         dataset = load_dataset(self.dataset, model.cfg.seq_len, tokenizer)
         heldout = heldout_sha256 = None
         if self.heldout is not None:

@@ -1,6 +1,6 @@
 """The memory a run needs, estimated from the shapes alone, and the cap it must fit under
 (SPARK_MAX_MEMORY_MB, the machine's memory, `ulimit -v`): a run that would not fit is
-refused in one line before anything is built (docs/training.md "Memory")."""
+refused in one line before anything is built (docs/model.md "Memory")."""
 from __future__ import annotations
 
 import os

@@ -20,6 +20,7 @@ from sparktrain.model.config import ModelConfig
 from sparktrain.model.parallel import GradientEngine
 from sparktrain.params import StepConfig
 from sparktrain.train import live
+from sparktrain.train.average import WeightAverage
 from sparktrain.train.best import check_measured, keep_if_best, restore_best
 from sparktrain.train.folder import JobFolder
 from sparktrain.train.job import Job
@@ -62,17 +63,20 @@ def _set_up(job: Job, folder: JobFolder, step: StepConfig, cfg: ModelConfig,
     if line := device.kernel_note():  # a CPU off the portable kernel family says which
         say(f"[{job.id}] {line}")
     params = device.to_device(params)  # once: the optimizer's state is made beside them
+    average = WeightAverage(step.ema, params, trainable) if step.ema is not None else None
     return Run(job=job, folder=folder, step=step, model=model, data=data, device=device,
                params=params, base_step=base_step,
                step_n=resolve_step_n(step.step_n, base_step, job.base), trainable=trainable,
                start=start, optimizer=make_optimizer(step, params, trainable),
                engine=GradientEngine(model, step.shards, device.workers(step.workers)),
-               fingerprint=fingerprint(job, cfg, data.fingerprint, step, device))
+               fingerprint=fingerprint(job, cfg, data.fingerprint, step, device),
+               average=average)
 
 
 def _point(run: Run, outer: int, phase: str) -> dict:
-    """A loss_curve entry: the training set's loss, the held-out set's (and bpb if known)."""
-    data, params = run.data, run.params
+    """A loss_curve entry: the training set's loss, the held-out set's (and bpb if known), of
+    the weights the run would commit (step.ema: the average)."""
+    data, params = run.data, run.model_params()
     where = f"after outer {outer}" if outer else "at start"
     train = score(run.engine.batch_losses(params, data.train_set.batches), data.train_set)
     _finite_or_fail(train["loss"], "loss", where)
@@ -96,6 +100,8 @@ def apply_update(run: Run, counts: Counters, batch, where: str, t: int) -> None:
     _, scale = clipped_update(run.optimizer, step, params, grads, run.trainable, t,
                               step.outer * step.inner,
                               check=lambda norm: _finite_or_fail(norm, "gradient norm", where))
+    if run.average is not None:
+        run.average.update(params)
     counts.count(batch.n_tokens, batch.n_tokens * run.model.flops_per_token(batch.width),
               scale != 1.0, time.perf_counter() - ts)
 
@@ -161,6 +167,7 @@ def train_and_commit(job: Job, step: StepConfig, cfg: ModelConfig, source: DataS
             load_state(run, counts, watch.say)
             with watch, out_of_memory_is_one_line(run):
                 _run_passes(run, counts, watch)
+        run.params = run.model_params()  # step.ema: the average is the model committed
         counts.kept = restore_best(run, counts.curve)
         changed = changed_tensors(run)
         check_learned(counts.curve, run.model.cfg.vocab, counts.kept)

@@ -13,6 +13,7 @@ from sparktrain.core.values import is_count, number
 from sparktrain.knobs import fingerprinted
 from sparktrain.model.base import Model
 from sparktrain.model.weights import check_params, config_from_meta, load_weights, weights_bytes
+from sparktrain.train.average import averaged_tensors
 from sparktrain.train.job import Job
 from sparktrain.train.state import Run
 
@@ -59,6 +60,8 @@ def save_state(run: Run, counts) -> None:
     opt_state = run.device.to_host(run.optimizer.state())
     tensors.update({f"opt.{n}": a for n, a in opt_state.items()})
     tensors.update({f"best.{n}": a for n, a in (run.best or {}).items()})  # step.keep_best
+    if run.average is not None:  # step.ema
+        tensors.update({f"avg.{n}": a for n, a in run.device.to_host(run.average.state()).items()})
     state = {"fingerprint": run.fingerprint, "done": counts.done, "curve": counts.curve,
              "tokens_seen": counts.tokens_seen, "clipped": counts.clipped,
              "flops_seen": counts.flops_seen, "sampler": run.data.sampler.state()}
@@ -84,7 +87,8 @@ def load_state(run: Run, counts, say) -> None:
         host = run.host_params()
         want = {**{f"param.{n}": a for n, a in host.items()},
                 **{f"opt.{n}": a for n, a in run.device.to_host(run.optimizer.state()).items()},
-                **({f"best.{n}": a for n, a in host.items()} if run.step.keep_best else {})}
+                **({f"best.{n}": a for n, a in host.items()} if run.step.keep_best else {}),
+                **({f"avg.{n}": host[n] for n in run.trainable} if run.average else {})}
         if {k: (a.shape, a.dtype) for k, a in tensors.items()} != \
                 {k: (a.shape, a.dtype) for k, a in want.items()}:
             raise ValueError("its tensors are not this run's")
@@ -103,6 +107,8 @@ def load_state(run: Run, counts, say) -> None:
     run.data.sampler.set_state(state["sampler"])
     if run.step.keep_best:  # the best pass's weights so far; the curve says which pass
         run.best = {n: tensors[f"best.{n}"] for n in run.params}
+    if run.average is not None:
+        run.average.load_state(averaged_tensors(tensors), run.params, ops.load)
     counts.resumed(state["curve"], state["done"], state["tokens_seen"], state["clipped"],
                 state["flops_seen"])
 

@@ -34,6 +34,11 @@ class Run:
     fingerprint: str               # what a resume state must match (resume.fingerprint)
     engine: GradientEngine = field(default=None)  # loss_and_grads over step.shards shards
     best: dict | None = None       # step.keep_best: host copy of the best pass's params (best.py)
+    average: object = None         # step.ema: train/average.py's WeightAverage
+
+    def model_params(self) -> dict:
+        """The weights the run would commit now: the average under step.ema, else params."""
+        return self.params if self.average is None else self.average.weights(self.params)
 
     def host_params(self) -> dict[str, np.ndarray]:
         return self.device.to_host(self.params)
