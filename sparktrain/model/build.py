@@ -12,6 +12,7 @@ from sparktrain.model import backend, layers, options
 from sparktrain.model.base import Model, PoolBatch, TokenBatch
 from sparktrain.model.config import (BIGRAM, SKIP, VALUE_MIX, AttentionArch, MeanPoolArch,
                                      ModelConfig, layer_names)
+from sparktrain.vocab import BYTE_VOCAB
 
 
 class BlockCache(NamedTuple):
@@ -230,8 +231,11 @@ class Transformer(AttentionArch, Model):
         if cache.bigram is not None:
             # x = x + bigram[ids]
             grads[BIGRAM] = layers.embedding_backward(dx, cache.bigram, sparse=True)
-        # x = embed[inputs]
-        grads["spark.embed.weight"] = layers.embedding_backward(dx, cache.embed)
+        # x = embed[inputs]; a BPE table's gradient over only the rows a batch used (its
+        # one-hot product over the whole table was a twentieth of a proof step), a byte
+        # table's over all its rows (the bytes of every byte model, the default job's too)
+        grads["spark.embed.weight"] = layers.embedding_backward(
+            dx, cache.embed, sparse=self.cfg.vocab > BYTE_VOCAB)
 
     def _loss_forward(self, params, batch: TokenBatch, denom_of):
         """Only counted rows go through lm_head: the others carry weight 0."""
