@@ -131,3 +131,19 @@ def test_the_levers_are_recorded_only_when_set():
     rec = step_record(dataclasses.replace(StepConfig(optimizer="muon"), ema=0.99,
                                           sampling="epoch"))
     assert (rec["ema"], rec["sampling"]) == (0.99, "epoch")
+
+
+def test_an_averaged_model_exports_with_its_knob_on_the_card(tmp_path):
+    """The average is weights like any others: both formats take them, the card says ema
+    (equal logits of exported weights: tests/export, the hf extra)."""
+    rc, _, err = run_spark(["train", "--dataset", ROOT / "data/train/dataset.jsonl", "--out",
+                            tmp_path / "run", "--outer", 4, "--inner", 8, "--lr", 0.05,
+                            "--ema", 0.9], cwd=tmp_path)
+    assert rc == 0, err
+    weights = tmp_path / "run" / "weights.safetensors"
+    assert json.loads((tmp_path / "run" / "checkpoint.json").read_text())["ema"] == 0.9
+    for fmt, out in (("hf", tmp_path / "hf"), ("gguf", tmp_path / "m.gguf")):
+        rc, _, err = run_spark(["export", "--to", fmt, "--weights", weights, out],
+                               cwd=tmp_path)
+        assert rc == 0, err
+    assert "| ema | 0.9 |" in (tmp_path / "hf" / "README.md").read_text()
