@@ -151,7 +151,7 @@ class GradientEngine:
         ranges = shard_ranges(rows, self.shards)
         denom = max(float(batch.n_counted), 1.0)  # the whole batch's mean denominator
         parts = [slice_rows(batch, a, b) for a, b in ranges]
-        drops = [drop and drop._replace(row0=drop.row0 + a) for a, _ in ranges]
+        drops = [None if drop is None else drop._replace(row0=drop.row0 + a) for a, _ in ranges]
         if self.workers == 1 or len(parts) == 1:
             # one process (a GPU device always: Device.workers): shards one after another
             results = [self.model.loss_and_grads(params, part, denom, d)
