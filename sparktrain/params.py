@@ -146,6 +146,8 @@ class StepConfig:
         description="init of the residual-out projections (o, mlp_down): "
                     "normal(0, 0.02/sqrt(2 n_layer)), or zero; zero_head: those "
                     "and the LM head zero")
+    dropout: Float = Field(0.0, ge=0, lt=1, description="training only: dropout on each "
+                           "block's attention and MLP outputs (PyTorch's), 0 = off")
     checkpoint_every: StrictInt = Field(0, ge=0, json_schema_extra=role(fingerprint=ALWAYS,
                                                                         recipe=False),
                                         description="save a resumable state every N outer "

@@ -62,13 +62,14 @@ class Model(Arch):
             raise TypeError(f"the {self.name} model needs a {self.batch_type.__name__}, "
                             f"got {type(batch).__name__}")
 
-    def loss_and_grads(self, params, batch,
-                       denom: float | None = None) -> tuple[float, dict[str, np.ndarray]]:
+    def loss_and_grads(self, params, batch, denom: float | None = None,
+                       drop=None) -> tuple[float, dict[str, np.ndarray]]:
         """Mean CE over the batch's counted targets (none: 0) and every tensor's gradient, in
-        params' order; `denom` replaces the mean's denominator (a shard: the whole batch's)."""
+        params' order; `denom` replaces the mean's denominator (a shard: the whole batch's);
+        `drop` (model/dropout.py's Dropout): training's dropout, else None."""
         self.check_batch(batch)
         loss, cache = self._loss_forward(params, batch,
-                                         mean_denom if denom is None else lambda w: denom)
+                                         mean_denom if denom is None else lambda w: denom, drop)
         grads = self._loss_backward(cache)
         return loss, {name: grads[name] for name in params}
 
@@ -88,8 +89,9 @@ class Model(Arch):
         loss, _ = self._loss_forward(params, batch, lambda weights: 1.0)  # the sum itself
         return loss, batch.n_counted
 
-    def _loss_forward(self, params, batch, denom_of):
-        """(CE summed over the counted targets / denom_of(their weights), the cache)."""
+    def _loss_forward(self, params, batch, denom_of, drop=None):
+        """(CE summed over the counted targets / denom_of(their weights), the cache); `drop`
+        as loss_and_grads's."""
         raise NotImplementedError
 
     def _loss_backward(self, cache) -> dict[str, np.ndarray]:

@@ -8,10 +8,12 @@ from typing import NamedTuple
 
 import numpy as np
 
+from sparktrain.core.errors import SparkError
 from sparktrain.model import backend, layers, options
 from sparktrain.model.base import Model, PoolBatch, TokenBatch
 from sparktrain.model.config import (BIGRAM, SKIP, VALUE_MIX, AttentionArch, MeanPoolArch,
                                      ModelConfig, layer_names)
+from sparktrain.model.dropout import Dropout
 from sparktrain.vocab import BYTE_VOCAB
 
 
@@ -27,6 +29,8 @@ class BlockCache(NamedTuple):
     o: layers.LinearCache            # att_out = y @ Wo.T
     mlp_norm: layers.RmsNormCache
     mlp: layers.SwigluCache | options.Relu2Cache
+    drop_attn: np.ndarray | None = None  # att_out *= mask (step.dropout, training only)
+    drop_mlp: np.ndarray | None = None   # mlp_out *= mask
 
 
 class TrunkCache(NamedTuple):
@@ -68,10 +72,11 @@ class Transformer(AttentionArch, Model):
     cfg (docs/model.md "Architecture options") each one more layer pair in the chain."""
     batch_type = TokenBatch
 
-    def _block_forward(self, x, params, L, v1=None):
+    def _block_forward(self, x, params, L, v1=None, drop: Dropout | None = None):
         """One pre-norm block: x (B, T, C) -> (B, T, C), BlockCache, its values (N, KV hd);
         q and k come out as rope's two planes (_qk_planes), regrouped per head after rope.
-        v1: the first block's values, mixed into these (value_residual), else None."""
+        v1: the first block's values, mixed into these (value_residual), else None; drop:
+        training's dropout on the two branch outputs, else None."""
         w = {k: params[n] for k, n in layer_names(L).items() if n in params}
         mlp_names, mlp_forward, _ = MLPS[self.cfg.mlp]
         be = backend.of(x)
@@ -100,15 +105,20 @@ class Transformer(AttentionArch, Model):
         y, c_att = layers.attention_forward(heads[:, :H, ...], heads[:, H:, ...], v)  # (B,H,T,hd)
         y = xp.reshape(be.permute(y, (0, 2, 1, 3)), (B, T, C))        # (B, T, C) numpy: a view
         att_out, c_o = layers.linear_forward(y, w["o"])                # (B, T, C)
+        m_attn = m_mlp = None
+        if drop is not None:                                           # att_out = dropout(att_out)
+            att_out *= (m_attn := drop.mask(L, "attn", att_out))
         att_out += x                                                   # x = x + att_out
         x = att_out                                                    # (B, T, C)
         h2n, c_n2 = layers.rmsnorm_forward(x, w["mlp_norm"])           # (B, T, C)
         mlp_out, c_mlp = mlp_forward(xp.reshape(h2n, (N, C)),
                                      *(w[k] for k in mlp_names))      # (N, C)
         mlp_out = xp.reshape(mlp_out, (B, T, C))
+        if drop is not None:                                           # mlp_out = dropout(mlp_out)
+            mlp_out *= (m_mlp := drop.mask(L, "mlp", mlp_out))
         mlp_out += x                                                   # x = x + mlp_out
         return mlp_out, BlockCache(c_n1, h2, w_planes, w["v"], c_mix, c_rope, c_qk, c_att, c_o,
-                                   c_n2, c_mlp), v2
+                                   c_n2, c_mlp, m_attn, m_mlp), v2
 
     def _block_backward(self, dx, cache: BlockCache, L, grads, dv1=None):
         """Reverse of _block_forward; writes this layer's grads, returns dx (B, T, C), the
@@ -121,16 +131,18 @@ class Transformer(AttentionArch, Model):
         H, KV, hd = self.cfg.n_head, self.cfg.n_kv_head, self.cfg.head_dim
         N = B * T
         mlp_names, _, mlp_backward = MLPS[self.cfg.mlp]
-        # x = x + mlp_out ; mlp_out = mlp(h2n)
-        dh2n, *dw_mlp = mlp_backward(xp.reshape(dx, (N, C)), cache.mlp)  # (N, C)
+        # x = x + mlp_out ; mlp_out = mlp(h2n) (* mask)
+        dmlp = dx if cache.drop_mlp is None else dx * cache.drop_mlp    # (B, T, C)
+        dh2n, *dw_mlp = mlp_backward(xp.reshape(dmlp, (N, C)), cache.mlp)  # (N, C)
         grads.update((names[k], dw) for k, dw in zip(mlp_names, dw_mlp))
         # h2n = rmsnorm(x, mlp_norm)
         dxn, grads[names["mlp_norm"]] = layers.rmsnorm_backward(xp.reshape(dh2n, (B, T, C)),
                                                                 cache.mlp_norm)
         dxn += dx                                                      # dx = dx + dxn
         dx = dxn                                                       # (B, T, C)
-        # x = x + att_out ; att_out = y @ Wo.T
-        dy, grads[names["o"]] = layers.linear_backward(dx, cache.o)    # (B, T, C)
+        # x = x + att_out ; att_out = (y @ Wo.T) (* mask)
+        datt = dx if cache.drop_attn is None else dx * cache.drop_attn  # (B, T, C)
+        dy, grads[names["o"]] = layers.linear_backward(datt, cache.o)  # (B, T, C)
         dy = be.permute(xp.reshape(dy, (B, T, H, hd)), (0, 2, 1, 3))   # (B, H, T, hd) a view
         # y = attention(heads[:, :H], heads[:, H:], v); numpy writes dq beside dk, and dv
         # as (B, T, KV, hd), so neither needs regrouping after
@@ -183,8 +195,9 @@ class Transformer(AttentionArch, Model):
         grads[names["q"]], grads[names["k"]] = dw_qk[:H * hd, ...], dw_qk[H * hd:, ...]
         return dh
 
-    def _trunk_forward(self, params, host_inputs):
-        """embed -> blocks -> final norm: host inputs (B, T) -> hidden (B, T, C), TrunkCache."""
+    def _trunk_forward(self, params, host_inputs, drop: Dropout | None = None):
+        """embed -> blocks -> final norm: host inputs (B, T) -> hidden (B, T, C), TrunkCache;
+        drop: training's dropout (model/dropout.py), None everywhere else."""
         embed = params["spark.embed.weight"]
         be = backend.of(embed)
         x, c_emb = layers.embedding_forward(be.asarray(host_inputs, embed), embed)  # (B, T, C)
@@ -200,7 +213,7 @@ class Transformer(AttentionArch, Model):
             if L >= skip_from:  # block n-1-i's input takes block i's output, weighted
                 i = n - 1 - L
                 x, c_skips[L] = options.skip_forward(x, outs[i], params[SKIP][i:i + 1])
-            x, c, v = self._block_forward(x, params, L, v1)            # (B, T, C)
+            x, c, v = self._block_forward(x, params, L, v1, drop)      # (B, T, C)
             c_blocks.append(c)
             if L < n - skip_from:
                 outs.append(x)
@@ -237,13 +250,13 @@ class Transformer(AttentionArch, Model):
         grads["spark.embed.weight"] = layers.embedding_backward(
             dx, cache.embed, sparse=self.cfg.vocab > BYTE_VOCAB)
 
-    def _loss_forward(self, params, batch: TokenBatch, denom_of):
+    def _loss_forward(self, params, batch: TokenBatch, denom_of, drop: Dropout | None = None):
         """Only counted rows go through lm_head: the others carry weight 0."""
         embed = params["spark.embed.weight"]
         be = backend.of(embed)
         xp = be.xp
         B, T = np.shape(batch.inputs)
-        hf, c_trunk = self._trunk_forward(params, batch.inputs)        # (B, T, C)
+        hf, c_trunk = self._trunk_forward(params, batch.inputs, drop)  # (B, T, C)
         mask = np.asarray(batch.mask).reshape(-1)                      # (N,) host
         rows = np.flatnonzero(mask)                                    # (M,) counted rows, host
         h_sel = be.take_rows(xp.reshape(hf, (B * T, -1)), rows)        # (M, C)
@@ -314,7 +327,9 @@ class MeanPool(MeanPoolArch, Model):
         logits, c_head = layers.linear_forward(h, params["spark.lm_head.weight"])  # (B, V)
         return logits, PoolCache(c_emb, c_pool, c_head)
 
-    def _loss_forward(self, params, batch: PoolBatch, denom_of):
+    def _loss_forward(self, params, batch: PoolBatch, denom_of, drop: Dropout | None = None):
+        if drop is not None:  # loop.py refuses the knob first: no residual branch here
+            raise SparkError("step.dropout needs the attention model (step.train_attn true)")
         embed = params["spark.embed.weight"]
         be = backend.of(embed)
         logits, c_fwd = self._forward(params, batch.context, batch.context_mask)  # (B, V)

@@ -19,6 +19,7 @@ from sparktrain.model import backend
 from sparktrain.model.base import Model
 from sparktrain.model.build import build_model
 from sparktrain.model.config import MAX_SHARDS, ModelConfig
+from sparktrain.model.dropout import Dropout
 
 ALIGN = 64  # bytes: every tensor in the shared block starts on a cache line
 LOSS_CHUNK = 4  # loss batches in flight per worker: a streamed dataset is never all laid out
@@ -91,11 +92,11 @@ def _worker_main(conn, cfg: dict, layout: tuple) -> None:
             kind, denom, work = message
             done = []
             try:
-                for slot, batch in work:
+                for slot, batch, drop in work:
                     if kind == "loss":  # forward only: (sum of CE, count) back by value
                         done.append((slot, model.batch_loss(params, batch)))
                         continue
-                    loss, grads = model.loss_and_grads(params, batch, denom=denom)
+                    loss, grads = model.loss_and_grads(params, batch, denom, drop)
                     out = block.region(1 + slot)
                     for n, g in grads.items():
                         out[n][...] = g
@@ -141,18 +142,22 @@ class GradientEngine:
         self.workers = max(1, min(workers or default_workers(), shards))
         self._procs, self._conns, self._block, self._finalizer = [], [], None, None
 
-    def loss_and_grads(self, params, batch) -> tuple[float, dict[str, np.ndarray]]:
+    def loss_and_grads(self, params, batch,
+                       drop: Dropout | None = None) -> tuple[float, dict[str, np.ndarray]]:
+        """`drop`: training's dropout, each shard's masks those of its rows in the batch."""
         if self.shards == 1:
-            return self.model.loss_and_grads(params, batch)
+            return self.model.loss_and_grads(params, batch, None, drop)
         rows = int(getattr(batch, dataclasses.fields(batch)[0].name).shape[0])
         ranges = shard_ranges(rows, self.shards)
         denom = max(float(batch.n_counted), 1.0)  # the whole batch's mean denominator
         parts = [slice_rows(batch, a, b) for a, b in ranges]
+        drops = [None if drop is None else drop._replace(row0=drop.row0 + a) for a, _ in ranges]
         if self.workers == 1 or len(parts) == 1:
             # one process (a GPU device always: Device.workers): shards one after another
-            results = [self.model.loss_and_grads(params, part, denom=denom) for part in parts]
+            results = [self.model.loss_and_grads(params, part, denom, d)
+                       for part, d in zip(parts, drops)]
         else:
-            results = self._parallel(params, parts, denom)
+            results = self._parallel(params, parts, denom, drops=drops)
         loss = 0.0
         for part_loss, _ in results:
             loss += part_loss  # in shard order, as the gradients
@@ -168,18 +173,20 @@ class GradientEngine:
             results += self._parallel(params, chunk, None, kind="loss")
         return results
 
-    def _parallel(self, params, parts, denom, kind="grads"):
+    def _parallel(self, params, parts, denom, kind="grads", drops=None):
         self._start(params)
         shared = self._block.region(0)
         for n, p in params.items():
             shared[n][...] = p
         # part s goes to worker s % workers; worker 0 is this process
+        drops = drops or [None] * len(parts)
         for w, conn in enumerate(self._conns, start=1):
-            conn.send((kind, denom, [(s, parts[s]) for s in range(w, len(parts), self.workers)]))
+            conn.send((kind, denom, [(s, parts[s], drops[s])
+                                     for s in range(w, len(parts), self.workers)]))
         results = [None] * len(parts)
         for s in range(0, len(parts), self.workers):
             results[s] = (self.model.batch_loss(params, parts[s]) if kind == "loss" else
-                          self.model.loss_and_grads(params, parts[s], denom=denom))
+                          self.model.loss_and_grads(params, parts[s], denom, drops[s]))
         for w, conn in enumerate(self._conns, start=1):
             try:
                 status, payload = conn.recv()

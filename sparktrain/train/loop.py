@@ -16,6 +16,7 @@ from sparktrain.data.base import DataSource, TrainingData, score
 from sparktrain.data.tokenizer import job_tokenizer
 from sparktrain.model.device import Device, resolve as resolve_device
 from sparktrain.model.build import build_model
+from sparktrain.model.dropout import Dropout
 from sparktrain.model.config import ModelConfig
 from sparktrain.model.parallel import GradientEngine
 from sparktrain.params import StepConfig
@@ -50,6 +51,8 @@ def _set_up(job: Job, folder: JobFolder, step: StepConfig, cfg: ModelConfig,
     # refused from the shapes before anything large is allocated
     step_fits("training", cfg, step, source.row_bound(), loss_rows=source.loss_rows)
     model = build_model(cfg)
+    if step.dropout and not step.train_attn:
+        raise SparkError("step.dropout needs the attention model (step.train_attn true)")
     data = source.training_data(inputs / CORPUS, model, tokenizer, tokenizer_sha256, step)
     check_measured(step, data)
     salt = bytes.fromhex(job.sparkbc_sha256) if job.sparkbc_sha256 else b""
@@ -95,7 +98,8 @@ def apply_update(run: Run, counts: Counters, batch, where: str, t: int) -> None:
     """Gradients of `batch`, the clipped update at micro-step `t`, counted in `counts`."""
     step, params = run.step, run.params
     ts = time.perf_counter()
-    loss, grads = run.engine.loss_and_grads(params, batch)
+    drop = Dropout(step.dropout, step.seed, t) if step.dropout else None  # masks keyed by t
+    loss, grads = run.engine.loss_and_grads(params, batch, drop)
     _finite_or_fail(loss, "minibatch loss", where)
     _, scale = clipped_update(run.optimizer, step, params, grads, run.trainable, t,
                               step.outer * step.inner,

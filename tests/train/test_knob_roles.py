@@ -91,15 +91,19 @@ def test_a_role_with_a_typo_is_refused_where_it_is_declared():
 def test_the_default_job_keeps_its_record_and_fingerprint_keys():
     """The bytes of checkpoint.json and the resume state of every earlier run: the original's
     nine knobs in the record; every knob in the fingerprint but the workers, the device,
-    stop_after_pass, an unset embed_lr and keep_best off."""
+    stop_after_pass, an unset embed_lr, dropout 0, keep_best off, the random sampling and no
+    ema."""
     step = StepConfig()
     assert set(step_record(step)) == {"outer", "inner", "lr", "batch_size", "seed", "clip",
                                       "momentum", "train_attn", "train_embed"}
-    unfingerprinted = {"workers", "device", "stop_after_pass", "embed_lr", "keep_best"}
+    unfingerprinted = {"workers", "device", "stop_after_pass", "embed_lr", "keep_best",
+                       "dropout", "sampling", "ema"}
     assert set(knobs.fingerprinted(step)) == set(StepConfig.__pydantic_fields__) - unfingerprinted
     assert "embed_lr" in knobs.fingerprinted(dataclasses.replace(step, optimizer="adamw",
                                                                  embed_lr=0.2))
     assert "shards" in step_record(dataclasses.replace(step, shards=2))
+    on = dataclasses.replace(step, dropout=0.1)
+    assert step_record(on)["dropout"] == 0.1 and "dropout" in knobs.fingerprinted(on)
 
 
 def test_every_step_field_has_a_readable_role():
