@@ -2,7 +2,7 @@
 interpreter's site-packages (the .venv that `uv` builds from uv.lock), added to a corpus's
 train split only. Its held-out split stays the same files, byte for byte; an extra file that
 repeats a file already read, or copies a held-out one, is dropped and counted
-(docs/training.md "More code from the lock")."""
+(docs/training.md "Corpora, tokenizers and bits per byte")."""
 from __future__ import annotations
 
 import dataclasses
