@@ -1,5 +1,5 @@
 """More train text from the locked environment: corpus.extra's globs under the running
-interpreter's site-packages (the .venv that `uv` builds from uv.lock), added to a corpus's
+interpreter's site-packages (the .venv built from requirements.lock), added to a corpus's
 train split only. Its held-out split stays the same files, byte for byte; an extra file that
 repeats a file already read, or copies a held-out one, is dropped and counted
 (docs/training.md "Corpora, tokenizers and bits per byte")."""
