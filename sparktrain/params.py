@@ -249,6 +249,9 @@ class CorpusConfig:
         ("**/*.py",), description="files of the corpus, relative to its root")
     heldout: Float = Field(0.1, gt=0, lt=1, description="fraction of files held out, chosen "
                            "by a hash of the path")
+    extra: Annotated[tuple[str, ...], BeforeValidator(lambda v: () if v in ((), []) else
+                     _patterns(v))] = Field((), description="globs under site-packages, read "
+                                            "into the train split only (none: [])")
 
 
 @dataclass(frozen=True, config=STRICT)

@@ -103,6 +103,9 @@ def main(argv=None) -> int:
     corpus = source.read()
     print(f"read {len(corpus.train)} train / {len(corpus.heldout)} held-out files "
           f"({time.perf_counter() - t0:.0f}s)", file=sys.stderr)
+    if corpus.extra:  # corpus.extra: the train split's site-packages files
+        print(f"  of them {corpus.extra['files']} from site-packages "
+              f"({corpus.extra['bytes']:,} bytes)", file=sys.stderr)
     # the one run: the tokenizer and prepare stages' files (staged), the loop, the commit
     result = run_job(job, p.step, p.model_config(), source,
                      prepare=Prepare(p.tokenizer, p.vocab_size))
@@ -114,6 +117,7 @@ def main(argv=None) -> int:
     report = {
         "job": job.id, "corpus": job.dataset, "heldout_bytes": what["heldout_bytes"],
         "heldout_files": len(corpus.heldout), "tokenizer": p.tokenizer, "vocab": ck["arch"]["vocab"],
+        **({"corpus_extra": corpus.extra} if corpus.extra else {}),
         "scale": p.scale, "arch": ck["arch"], "n_params": ck["n_params"],
         "optimizer": p.step.optimizer, "tokens_seen": ck["tokens_seen"],
         "model_bpb": what["bpb"], "model_bpb_sliding": what["bpb_sliding"],

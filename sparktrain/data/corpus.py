@@ -50,6 +50,7 @@ class Corpus:
     patterns: tuple[str, ...]
     heldout_fraction: float
     files: tuple[CorpusFile, ...]  # sorted by path
+    extra: dict | None = None      # what corpus.extra added to the train split (data/extra.py)
 
     @property
     def train(self) -> tuple[CorpusFile, ...]:
@@ -68,7 +69,8 @@ class Corpus:
                 "train_files": len(train), "heldout_files": len(held),
                 "train_bytes": sum(f.size for f in train),
                 "heldout_bytes": sum(f.size for f in held),
-                "sha256": manifest_sha256(self.files)}
+                "sha256": manifest_sha256(self.files),
+                **({} if self.extra is None else {"extra": self.extra})}
 
 
 def manifest_sha256(files) -> str:

@@ -13,6 +13,7 @@ from sparktrain.data.base import STDLIB, DataSource, EvalSet, TrainingData
 from sparktrain.data.corpus import (MAX_FILES, SAMPLERS, Corpus, CorpusFile,
                                     check_splits, is_heldout, read_corpus, read_prepared,
                                     windows_batch, write_pairs_note, write_prepared)
+from sparktrain.data.extra import with_extra
 from sparktrain.data.pairs import (LOSS_BATCH, RowBatches, json_objects, load_dataset,
                                    load_pairs, loss_batches)
 from sparktrain.data.tokenizer import make_tokenizer
@@ -25,7 +26,7 @@ STREAM_BATCH = 16     # windows per forward when measuring a stream's loss
 PROBE_WINDOWS = 32    # fixed train windows: the curve's training loss
 HELDOUT_WINDOWS = 64  # fixed held-out windows: the curve's held-out loss and bpb
 CORPUS_RECORD = ("patterns", "heldout_fraction", "train_files", "heldout_files",
-                 "train_bytes", "heldout_bytes", "train_tokens", "heldout_tokens")
+                 "train_bytes", "heldout_bytes", "train_tokens", "heldout_tokens", "extra")
 
 
 def line_count(path, limit: int = 1 << 31) -> int | None:
@@ -63,8 +64,9 @@ class CorpusSource:
     curve_labels = (f"training loss, {PROBE_WINDOWS} fixed train windows",
                     f"held-out loss, {HELDOUT_WINDOWS}-window estimate")
 
-    def __init__(self, dataset: str, patterns, heldout_fraction: float):
+    def __init__(self, dataset: str, patterns, heldout_fraction: float, extra=()):
         self.dataset, self.patterns, self.heldout_fraction = dataset, patterns, heldout_fraction
+        self.extra = extra  # corpus.extra: site-packages globs, train split only
 
     @classmethod
     def claims(cls, dataset: str) -> bool:
@@ -72,13 +74,14 @@ class CorpusSource:
 
     @classmethod
     def from_knobs(cls, dataset: str, knobs, heldout: str | None):
-        return cls(dataset, knobs.corpus.glob, knobs.corpus.heldout)
+        return cls(dataset, knobs.corpus.glob, knobs.corpus.heldout, knobs.corpus.extra)
 
     def row_bound(self) -> int | None:
         return None  # windows anywhere in the stream: batch_size of them
 
     def read(self) -> Corpus:
-        return read_corpus(self.dataset, self.patterns, self.heldout_fraction)
+        return with_extra(read_corpus(self.dataset, self.patterns, self.heldout_fraction),
+                          self.extra)
 
     def tokenizer_texts(self) -> list[str]:
         return [f.text for f in self.read().train]
@@ -110,7 +113,7 @@ class CorpusSource:
             heldout_set=EvalSet(spread_windows(data.val, seq_len, HELDOUT_WINDOWS),
                                 tokenizer.byte_lengths()),
             checkpoint={"dataset_sha256": m["sha256"], "dataset_kind": self.kind,
-                        "corpus": {k: m[k] for k in CORPUS_RECORD},
+                        "corpus": {k: m[k] for k in CORPUS_RECORD if k in m},
                         "tokenizer": tokenizer.kind, "tokenizer_sha256": tokenizer_sha256,
                         "heldout_baselines": m["heldout_baselines"]},
             weights_meta={"dataset_sha256": m["sha256"], "tokenizer_sha256": tokenizer_sha256},
