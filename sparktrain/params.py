@@ -26,8 +26,7 @@ from sparktrain.model.devices import DEVICES
 from sparktrain.core.safeload import load_yaml
 
 STRICT = ConfigDict(extra="forbid")
-# `step.step` in params.yaml and `--step` on the command line are the original's
-# names; inside the code the field is `step_n`, like the weights' metadata.
+# `step.step` (params.yaml) and `--step` are the original's names; the code's is `step_n`
 STEP_STRICT = ConfigDict(extra="forbid", populate_by_name=True)
 
 
@@ -152,8 +151,7 @@ class StepConfig:
                                                                         recipe=False),
                                         description="save a resumable state every N outer "
                                         "passes (0 = off)")
-    # not fingerprinted: the passes before the stop are those of the whole run, so a state
-    # saved after pass j resumes the run stopped after pass k >= j, and the other way
+    # not fingerprinted: a state saved after pass j resumes a run stopped at k >= j, or a whole one
     stop_after_pass: StrictInt = Field(0, ge=0, json_schema_extra=role(fingerprint=NEVER,
                                                                        recipe=False),
                                        description="end the run after this outer pass, with "

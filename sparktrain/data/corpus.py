@@ -254,10 +254,9 @@ class WindowSampler:
 
 
 class EpochWindows:
-    """step.sampling epoch: each pass over the stream (an epoch) cuts it into windows of
-    seq_len + 1 tokens every seq_len from a random offset and reads them in a random order,
-    so every target is read once an epoch; a batch that ends an epoch takes the next's first
-    windows. Its state: the generator at the epoch's start and the windows read since."""
+    """step.sampling epoch: each epoch cuts the stream into windows of seq_len + 1 tokens every
+    seq_len from a random offset, read in a random order (every target once an epoch; a batch
+    may end one epoch and start the next). State: the generator at the epoch's start, pos."""
 
     def __init__(self, stream: np.ndarray, seq_len: int, batch_size: int, seed: int):
         WindowSampler(stream, seq_len, batch_size, seed)  # the same refusal of a short stream
