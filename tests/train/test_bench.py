@@ -196,7 +196,7 @@ def test_job_update_is_the_loop_update():
     update = JobUpdates(step, 3)(ours)
     names = list(theirs)
     run = SimpleNamespace(step=step, params=theirs, engine=model, trainable=names, model=model,
-                          optimizer=make_optimizer(step, theirs, names))
+                          optimizer=make_optimizer(step, theirs, names), average=None)
     log = Counters(t0=0.0)
     for t in range(3):
         update(ours, model.loss_and_grads(ours, batch)[1], t)
