@@ -1,7 +1,10 @@
 """Puts tests/ on sys.path (pytest's rootdir conftest rule) and shares fixtures."""
 import collections
 import os
+import signal
 import sys
+
+import pytest
 
 from sparktrain import runtime  # first: the BLAS kernel and threads before numpy loads
 
@@ -35,3 +38,16 @@ def pytest_collection_modifyitems(config, items):
 def pytest_configure(config):
     if not hasattr(config, "workerinput"):   # once, in the process that starts the workers
         compile_code(ROOT)
+
+
+@pytest.fixture(autouse=True)
+def _signal_handlers_as_found():
+    """Each test leaves this process's SIGINT and SIGTERM handlers as it found them. A stage
+    run in-process and interrupted ignores both while it restores its outputs (exit 130),
+    and the CLI raises on SIGTERM; left so, every later test of the worker ran its
+    subprocesses with SIGINT ignored (a sweep's Ctrl-C test among them)."""
+    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    yield
+    for signum, handler in saved.items():
+        if handler is not None:
+            signal.signal(signum, handler)
