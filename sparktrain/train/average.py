@@ -42,7 +42,3 @@ class WeightAverage:
         self.avg = {n: load(self.be.copy(params[n]), tensors[n])
                     for n in self.names} if tensors else None
 
-
-def averaged_tensors(saved: dict) -> dict:
-    """The `avg.` entries of a resume file's tensors, keyed by the params' names."""
-    return {k[4:]: v for k, v in saved.items() if k.startswith("avg.")}

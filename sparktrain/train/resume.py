@@ -13,7 +13,6 @@ from sparktrain.core.values import is_count, number
 from sparktrain.knobs import fingerprinted
 from sparktrain.model.base import Model
 from sparktrain.model.weights import check_params, config_from_meta, load_weights, weights_bytes
-from sparktrain.train.average import averaged_tensors
 from sparktrain.train.job import Job
 from sparktrain.train.state import Run
 
@@ -93,7 +92,7 @@ def load_state(run: Run, counts, say) -> None:
                 {k: (a.shape, a.dtype) for k, a in want.items()}:
             raise ValueError("its tensors are not this run's")
         # the optimizer's own counters and moments, against the passes the state says it did
-        run.optimizer.check_state({k[4:]: v for k, v in tensors.items() if k.startswith("opt.")},
+        run.optimizer.check_state(_under(tensors, "opt."),
                                   state["done"] * run.step.inner)
     except (SparkError, ValueError, TypeError, KeyError, RecursionError, OSError) as err:
         say(f"[{run.job.id}] the saved state in {folder} is torn or malformed "
@@ -103,14 +102,19 @@ def load_state(run: Run, counts, say) -> None:
     ops = run.device.ops
     for n in run.params:  # host float32 in the file, whatever device saved it
         run.params[n] = ops.load(run.params[n], tensors[f"param.{n}"])
-    run.optimizer.load_state({k[4:]: v for k, v in tensors.items() if k.startswith("opt.")})
+    run.optimizer.load_state(_under(tensors, "opt."))
     run.data.sampler.set_state(state["sampler"])
     if run.step.keep_best:  # the best pass's weights so far; the curve says which pass
         run.best = {n: tensors[f"best.{n}"] for n in run.params}
     if run.average is not None:
-        run.average.load_state(averaged_tensors(tensors), run.params, ops.load)
+        run.average.load_state(_under(tensors, "avg."), run.params, ops.load)
     counts.resumed(state["curve"], state["done"], state["tokens_seen"], state["clipped"],
                 state["flops_seen"])
+
+
+def _under(tensors: dict, prefix: str) -> dict:
+    """A resume file's tensors saved under `prefix` (opt., avg.), keyed without it."""
+    return {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)}
 
 
 def _check_state(state: dict, run: Run) -> None:
