@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from .conftest import VENV_BIN, clone, dvc, run
+from .conftest import VENV_BIN, clone, dvc, run, tool_env
 
 pytestmark = pytest.mark.e2e
 
@@ -116,10 +116,36 @@ def test_a_failed_step_keeps_the_previous_outputs(repro_copy):
 EVAL_FILES = ("eval.json", "eval_detail.json", "loss.png")
 
 
+def _rwlock_room(repo, *args: str) -> int:
+    """Bytes (whole pages) of .dvc/tmp/rwlock while `dvc *args` holds the lock of the stage
+    with the most files: DVC writes every dep and out there (outs twice, read and
+    written), by absolute path, each with its pid and command line ("<dvc's path> repro
+    eval"). It grows with the path of the
+    checkout and of the venv, so a fixed disk size that fits it on one machine does not
+    on another (CI's checkout path is longer: DVC stopped in its own words, the lock half
+    written, before our stage ran)."""
+    import shutil
+
+    from dvc.repo import Repo
+
+    cmd = " ".join([shutil.which("dvc", path=tool_env(repo)["PATH"]) or "dvc", *args])
+    info = {"pid": 4_194_304, "cmd": cmd}            # the largest pid Linux gives
+    need = 0
+    with Repo(str(repo)) as dvc_repo:
+        for stage in dvc_repo.index.stages:             # repro reads deps and outs, writes outs
+            read: dict = {}
+            for item in [*stage.deps, *stage.outs]:
+                read.setdefault(item.fs_path, []).append(info)
+            write = {item.fs_path: info for item in stage.outs}
+            need = max(need, len(json.dumps({"read": read, "write": write})))
+    return -(-need // 4096) * 4096
+
+
 @pytest.fixture
 def small_disk(fresh_repro, tmp_path):
     """A copy of the fresh repro on its own tmpfs (skipped where mount is not allowed);
-    `left(kib)` shrinks the disk to about `kib` KiB free."""
+    `left(kib)` shrinks the disk to about `kib` KiB free beyond the room DVC's own
+    read-write lock takes (`_rwlock_room`)."""
     disk = tmp_path / "disk"
     disk.mkdir()
     if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(disk)],
@@ -131,7 +157,8 @@ def small_disk(fresh_repro, tmp_path):
         def left(kib):
             st = os.statvfs(disk)
             used = (st.f_blocks - st.f_bfree) * st.f_frsize
-            subprocess.run(["mount", "-o", f"remount,size={used + kib * 1024}", str(disk)],
+            size = used + kib * 1024 + _rwlock_room(repo, "repro", "eval")
+            subprocess.run(["mount", "-o", f"remount,size={size}", str(disk)],
                            check=True, capture_output=True)
         yield repo, left
     finally:
@@ -140,9 +167,8 @@ def small_disk(fresh_repro, tmp_path):
 
 # with the stage writing regardless, DVC failed after it: with little room copying the
 # files into its cache, at 16 KiB testing its link types ("No possible cache link types"),
-# its .tmp files left in .dvc/cache and in the job folder. Below ~12 KiB DVC cannot write
-# its own read-write lock (.dvc/tmp/rwlock, every dep of the stages it runs: ~12 KB here)
-# and stops in its own words before any stage runs
+# its .tmp files left in .dvc/cache and in the job folder. Each size is room beyond DVC's
+# own read-write lock (without it DVC stops in its own words before our stage runs)
 @pytest.mark.parametrize("kib", [12, 16, 24])
 def test_a_full_disk_in_eval_is_one_line_and_keeps_the_outputs(small_disk, kib):
     """Too little room for the eval files and DVC's cache copies of them: the stage
