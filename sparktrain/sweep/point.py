@@ -23,6 +23,7 @@ from sparktrain.sweep.clones import owned_folder, scratch_folder
 ONE_THREAD = {"SPARK_BLAS_THREADS": "1", "SPARK_WORKERS": "1"}  # N workers use N cores
 POLL_S = 2.0   # how often a monitored run's monitor looks at its clone
 TERM_GRACE_S = 30.0  # a stopped run's processes get this long after SIGTERM, then SIGKILL
+KILL_WAIT_S = 10.0   # and this long to be gone after SIGKILL (the kernel's part: no hang)
 
 
 class Monitor(Protocol):
@@ -161,21 +162,39 @@ def _watched(cmd: list[str], cwd: Path, what: str, monitor: Monitor) -> None:
 
 def _terminate(proc: subprocess.Popen, grace_s: float = TERM_GRACE_S) -> None:
     """SIGTERM to the process and every process under it (stages end as on Ctrl-C), then
-    wait for it; whatever still runs after `grace_s` gets SIGKILL, so a stop never hangs."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            root = psutil.Process(proc.pid)
-            tree = [*root.children(recursive=True), root]
-        except psutil.NoSuchProcess:
-            tree = []
-        for process in tree:
-            with contextlib.suppress(psutil.NoSuchProcess):
+    wait for all of them; whatever still runs after `grace_s` gets SIGKILL, so a stop never
+    hangs. All, not the root alone: `dvc exp run` dies at once on SIGTERM while its stage
+    still puts back its outputs, and the next run in the clone must not start beside it."""
+    try:
+        under = psutil.Process(proc.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        under = []
+    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, KILL_WAIT_S)):
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(sig)
+        for process in under:
+            with contextlib.suppress(psutil.Error):
                 process.send_signal(sig)
-        try:
-            proc.wait(timeout=grace_s if sig == signal.SIGTERM else None)
+        deadline = time.monotonic() + wait_s
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=wait_s)   # the root through Popen, which keeps its exit code
+        under = _running(under, deadline)
+        if proc.returncode is not None and not under:
             return
-        except subprocess.TimeoutExpired:
-            continue
+
+
+def _running(processes: list, deadline: float) -> list:
+    """Those of `processes` still running at `deadline` (or sooner, once none is). A
+    zombie has ended: an orphan's is reaped by an init that may never do it."""
+    while True:
+        alive = []
+        for process in processes:
+            with contextlib.suppress(psutil.Error):
+                if process.is_running() and process.status() != psutil.STATUS_ZOMBIE:
+                    alive.append(process)
+        if not alive or time.monotonic() >= deadline:
+            return alive
+        time.sleep(0.05)
 
 
 def reason(output: str) -> str:

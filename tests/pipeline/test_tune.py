@@ -248,8 +248,9 @@ def test_a_stopped_trial_is_kept_as_the_run_that_ends_where_it_stopped(shared, m
     job = point.PointJob(plan.git_url, commit, "cut-1", sets, plan.dvc_remote,
                          monitor=_StopAfterTwoPasses())
     record = point.run_point(job)
-    k = record["result"]["passes"]
     assert record["state"] == "stopped" and record["error"] is None, record
+    assert "result" in record, record
+    k = record["result"]["passes"]
     assert record["cut"] == f"++step.stop_after_pass={k}" and 2 <= k < 300
     plain = point.run_point(point.PointJob(plan.git_url, commit, "plain-1",
                                            (*sets, f"++step.stop_after_pass={k}"),

@@ -174,3 +174,27 @@ def test_a_stopped_run_that_ignores_sigterm_is_killed_not_waited_on_forever():
     assert proc.returncode == -9 and time.monotonic() - t0 < 60
     gone, alive = psutil.wait_procs(tree, timeout=10)
     assert not alive
+
+
+def test_a_stop_waits_for_the_stage_that_outlives_dvc(tmp_path):
+    """`dvc exp run` dies at once on SIGTERM while its stage, SIGTERM caught, still puts
+    back its outputs: the stop returns only once the stage is done too, so the run that
+    follows in the same clone never starts beside it."""
+    done = tmp_path / "restored"
+    stage = ("import pathlib, signal, sys, time\n"
+             "def restore(*_):\n"
+             "    time.sleep(1.5)\n"
+             f"    pathlib.Path({str(done)!r}).write_text('ok')\n"
+             "    sys.exit(143)\n"
+             "signal.signal(signal.SIGTERM, restore)\n"
+             "time.sleep(600)\n")
+    run = ("import subprocess, sys, time; "
+           f"subprocess.Popen([sys.executable, '-c', {stage!r}]); time.sleep(600)")
+    proc = subprocess.Popen([sys.executable, "-c", run])
+    time.sleep(1.0)   # the stage is started
+    tree = psutil.Process(proc.pid).children(recursive=True)
+    assert tree
+    _terminate(proc, grace_s=30.0)
+    assert proc.returncode == -15   # the run's own end, as Popen saw it
+    assert done.read_text() == "ok"
+    assert not [p for p in tree if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
