@@ -120,13 +120,37 @@ def open_storage(url: str) -> RDBStorage:
     if url.startswith("sqlite:///"):
         Path(url[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
     try:
-        return RDBStorage(url, engine_kwargs=kwargs, heartbeat_interval=HEARTBEAT_S,
-                          grace_period=GRACE_S,
-                          heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(
-                              max_retry=None))
+        storage = RDBStorage(url, engine_kwargs=kwargs, heartbeat_interval=HEARTBEAT_S,
+                             grace_period=GRACE_S,
+                             heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(
+                                 max_retry=None))
     except Exception as err:  # SQLAlchemy's errors for a bad URL, driver or file are many
         first = (str(err).strip().splitlines() or [type(err).__name__])[0]
         raise SparkError(f"cannot open the study storage {url}: {first}") from None
+    if storage.engine.dialect.driver == "pysqlite":
+        _write_locked_transactions(storage.engine)
+    return storage
+
+
+def _write_locked_transactions(engine) -> None:
+    """Every SQLite transaction of `engine` begins with the database's write lock (BEGIN
+    IMMEDIATE), the SQLAlchemy recipe for the pysqlite driver. Optuna reads a trial's state
+    and then changes it, counting on SELECT ... FOR UPDATE, which SQLite ignores; and the
+    driver begins a transaction only at the first write. So two processes that both read a
+    stale trial as running both failed it and both queued it again (a killed driver's
+    trial ran twice; 6 processes at once: up to 6 copies), and two drivers could both pop
+    one queued trial. Under the write lock the read and the change are one step."""
+    from sqlalchemy import event
+
+    @event.listens_for(engine, "connect")
+    def _no_driver_begin(dbapi_connection, _record):
+        dbapi_connection.isolation_level = None   # pysqlite: no BEGIN of its own
+
+    @event.listens_for(engine, "begin")
+    def _begin_immediate(connection):
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+    engine.dispose()   # connections made before the hooks (the tables' check) go
 
 
 def make_pruner(prune: bool):

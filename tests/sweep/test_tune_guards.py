@@ -1,7 +1,8 @@
 """`spark tune` under bad input and faults, without a cluster: every value checked
 before a study is made or changed (objective, seed, workers, an in-memory storage), a
 stored space another tool wrote refused in one line, a full database named as such, two
-drivers creating one study at once, and refused trials that do not count towards
+drivers creating one study at once, stale trials queued again once however many processes
+see them, and refused trials that do not count towards
 --trials (docs/tuning.md "Tuning")."""
 from __future__ import annotations
 
@@ -174,3 +175,38 @@ def test_two_drivers_creating_one_study_at_once_share_it(tmp_path):
     assert [proc.returncode for proc in procs] == [0, 0, 0], errors
     study = optuna.load_study(study_name="s", storage=studies.open_storage(url))
     assert study.user_attrs[studies.SPACE_ATTR].startswith('[["step.lr","log"')
+
+
+FAIL_STALE = """
+import sys, time
+import optuna
+from optuna.storages import fail_stale_trials
+from sparktrain.sweep import study as studies
+url, start = sys.argv[1], float(sys.argv[2])
+storage = studies.open_storage(url)
+storage.grace_period = 1   # the trials' heartbeats are older than that at `start`
+study = optuna.load_study(study_name="s", storage=storage)
+time.sleep(max(0.0, start - time.time()))
+fail_stale_trials(study)
+"""
+
+
+def test_stale_trials_seen_by_many_processes_at_once_are_queued_again_once(tmp_path):
+    """A killed driver's running trials turn stale; the next driver and every worker's
+    monitor look for stale trials, and whichever fails one first queues it again: one
+    copy each, however many look at the same instant (with Optuna's read-then-write on
+    SQLite, 6 processes made up to 6 copies of one trial)."""
+    url, _, study = _study(tmp_path, trials=20)
+    stale = [study.ask() for _ in range(20)]
+    for trial in stale:
+        study._storage.record_heartbeat(trial._trial_id)
+    start = str(time.time() + 5)   # all past their imports, then at the same instant
+    procs = [subprocess.Popen([sys.executable, "-c", FAIL_STALE, url, start],
+                              stderr=subprocess.PIPE, text=True) for _ in range(6)]
+    errors = [proc.communicate(timeout=120)[1] for proc in procs]
+    assert [proc.returncode for proc in procs] == [0] * 6, errors
+    trials = optuna.load_study(study_name="s", storage=studies.open_storage(url)).get_trials()
+    assert [trials[t.number].state for t in stale] == [TrialState.FAIL] * 20
+    queued = sorted(t.system_attrs["failed_trial"] for t in trials
+                    if "failed_trial" in t.system_attrs)
+    assert queued == [t.number for t in stale]
