@@ -12,6 +12,7 @@ import fcntl
 import os
 import shutil
 import tempfile
+import time
 from pathlib import Path
 
 import psutil
@@ -86,4 +87,19 @@ def end_processes_in(folder: Path) -> None:
     for proc in doomed:
         with contextlib.suppress(psutil.Error):
             proc.kill()
-    psutil.wait_procs(doomed, timeout=10)
+    running_at(doomed, time.monotonic() + 10)
+
+
+def running_at(processes: list, deadline: float) -> list:
+    """Those of `processes` still running at `deadline` (or sooner, once none is). A
+    zombie has ended (psutil's wait_procs waits on it to the end): an orphan's is reaped
+    by an init that may never do it."""
+    while True:
+        alive = []
+        for process in processes:
+            with contextlib.suppress(psutil.Error):
+                if process.is_running() and process.status() != psutil.STATUS_ZOMBIE:
+                    alive.append(process)
+        if not alive or time.monotonic() >= deadline:
+            return alive
+        time.sleep(0.05)

@@ -18,7 +18,7 @@ import psutil
 
 from sparktrain.core.jobfiles import PARAMS_FILE
 from sparktrain.repro.toolenv import tool_env
-from sparktrain.sweep.clones import owned_folder, scratch_folder
+from sparktrain.sweep.clones import owned_folder, running_at, scratch_folder
 
 ONE_THREAD = {"SPARK_BLAS_THREADS": "1", "SPARK_WORKERS": "1"}  # N workers use N cores
 POLL_S = 2.0   # how often a monitored run's monitor looks at its clone
@@ -178,23 +178,9 @@ def _terminate(proc: subprocess.Popen, grace_s: float = TERM_GRACE_S) -> None:
         deadline = time.monotonic() + wait_s
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=wait_s)   # the root through Popen, which keeps its exit code
-        under = _running(under, deadline)
+        under = running_at(under, deadline)
         if proc.returncode is not None and not under:
             return
-
-
-def _running(processes: list, deadline: float) -> list:
-    """Those of `processes` still running at `deadline` (or sooner, once none is). A
-    zombie has ended: an orphan's is reaped by an init that may never do it."""
-    while True:
-        alive = []
-        for process in processes:
-            with contextlib.suppress(psutil.Error):
-                if process.is_running() and process.status() != psutil.STATUS_ZOMBIE:
-                    alive.append(process)
-        if not alive or time.monotonic() >= deadline:
-            return alive
-        time.sleep(0.05)
 
 
 def reason(output: str) -> str:
